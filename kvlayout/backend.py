@@ -1,0 +1,81 @@
+"""The backend protocol every zeroer implements (built-in and third-party alike).
+
+A backend is constructed once per (table, buffer) and then called every step, the
+plan/run split of FlashInfer: all table preparation happens in ``__init__``; ``zero`` only
+launches work. ``from_host``/``to_host`` move a host byte image in and out of the backend's
+native buffer type, which is what the CLI and the conformance suite use.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .errors import LayoutBufferError
+from .table import SegmentTable
+
+
+class Backend(abc.ABC):
+    """Zero blocks of one buffer laid out by one segment table.
+
+    Subclasses set ``name`` and ``extra`` (the ``pip install 'kvlayout[extra]'`` that brings
+    their dependencies), validate the buffer in ``__init__`` and block ids in ``zero``
+    *before* writing anything, and report in ``mode`` how they run (``native``,
+    ``interpreter``, ``tpu-interpret``, ...).
+    """
+
+    name: ClassVar[str] = ""
+    extra: ClassVar[str | None] = None
+
+    table: SegmentTable
+    offset: int
+
+    @abc.abstractmethod
+    def __init__(self, table: SegmentTable, buffer: Any, *, offset: int = 0) -> None:
+        """Prepare to zero ``buffer``, whose layout starts ``offset`` bytes in."""
+
+    @property
+    @abc.abstractmethod
+    def mode(self) -> str:
+        """How this backend runs here."""
+
+    @abc.abstractmethod
+    def zero(self, block_ids: Any) -> None:
+        """Zero ``block_ids`` (validated first: nothing is written on bad input)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_host(cls, table: SegmentTable, data: np.ndarray, *, offset: int = 0) -> Backend:
+        """A backend over a native copy of the host bytes ``data`` (uint8 ``[n]``)."""
+
+    @abc.abstractmethod
+    def to_host(self) -> np.ndarray:
+        """The buffer's bytes now, as uint8 ``[n]`` on the host (synchronises)."""
+
+
+def validate_host_buffer(buf: Any, table: SegmentTable, offset: int) -> np.ndarray:
+    """Check a NumPy buffer against a table; return its bytes as a uint8 ``[n]`` view."""
+    if not isinstance(buf, np.ndarray):
+        raise LayoutBufferError(f"buffer type = {type(buf).__name__}: must be a numpy.ndarray", field="buffer", value=type(buf).__name__)
+    if not buf.flags.c_contiguous:
+        raise LayoutBufferError("buffer: must be C-contiguous", field="buffer", value="non-contiguous")
+    if not buf.flags.writeable:
+        raise LayoutBufferError("buffer: must be writeable", field="buffer", value="read-only")
+    check_offset_and_size(offset, buf.nbytes, table)
+    return buf.reshape(-1).view(np.uint8)
+
+
+def check_offset_and_size(offset: Any, nbytes: int, table: SegmentTable) -> None:
+    """Shared size check: the layout ``[offset, offset + total_bytes)`` must fit the buffer."""
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
+        raise LayoutBufferError(f"offset = {offset!r}: must be a non-negative integer", field="offset", value=offset)
+    if offset % 4:
+        raise LayoutBufferError(f"offset = {offset}: must be a multiple of 4", field="offset", value=offset)
+    if nbytes < offset + table.total_bytes:
+        raise LayoutBufferError(
+            f"buffer bytes = {nbytes}: smaller than offset {offset} + total_bytes {table.total_bytes}",
+            field="buffer.nbytes",
+            value=nbytes,
+        )

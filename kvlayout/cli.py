@@ -1,0 +1,202 @@
+"""``kvlayout`` command line (GEOMETRY.md section 5): plan, check, zero, and friends.
+
+Exit status: 0 success/safe/equal, 1 unsafe/differs, 2 bad input (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import registry
+from .errors import KVLayoutError, SpecError
+from .planner import Layout, plan_layout
+from .presets import PRESETS, preset
+from .reference import compare_to_contract, normalize_block_ids, poison_pattern
+from .spec import KVCacheSpec
+from .table import SegmentTable
+from .verify import verify
+
+#: Untouched bytes on both sides of the layout in ``zero``; whole 512 B rows for TPU views.
+GUARD_BYTES = 4096
+
+
+class UsageError(KVLayoutError):
+    """Bad command-line input (exit 2)."""
+
+
+def _add_source(p: argparse.ArgumentParser, *, table: bool = False) -> None:
+    p.add_argument("-v", "--verbose", action="store_true", help="log backend choices")
+    p.add_argument("spec", nargs="?", help="spec JSON file (GEOMETRY.md section 4)")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="use a built-in spec instead of SPEC.json")
+    p.add_argument("--num-blocks", type=int, help="override the spec's num_blocks")
+    if table:
+        p.add_argument("--table", help="check a segment table JSON instead of a spec")
+
+
+def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
+    if args.spec and args.preset:
+        raise UsageError("give SPEC.json or --preset, not both", field="spec", value=args.spec)
+    if args.preset:
+        spec = preset(args.preset)
+    elif args.spec:
+        path = Path(args.spec)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise SpecError(f"spec file {args.spec!r}: {e.strerror}", field="spec", value=args.spec) from None
+        spec = KVCacheSpec.from_json(text)
+    else:
+        raise UsageError("missing SPEC.json (or --preset NAME)", field="spec", value=None)
+    if args.num_blocks is not None:
+        spec = KVCacheSpec(num_blocks=args.num_blocks, layout=spec.layout, groups=spec.groups)
+    return spec
+
+
+def _fmt_table(layout: Layout | None, table: SegmentTable) -> str:
+    lines = []
+    if layout is not None:
+        sp = layout.spec
+        kind = f"block_stride {layout.block_stride}" if layout.block_stride else f"{len(layout.slot_pages)} slots"
+        lines.append(
+            f"layout {sp.layout}: {len(sp.groups)} groups, {len(sp.layers)} layers, {sp.num_blocks} blocks, {kind}, "
+            f"total_bytes {table.total_bytes}"
+        )
+    lines.append(f"{'row':>4} {'base':>12} {'stride':>9} {'span':>8}  group/layer/part")
+    for i, s in enumerate(table.segments):
+        lines.append(f"{i:>4} {s.base:>12} {s.stride:>9} {s.span:>8}  {s.label}")
+    lines.append(f"{len(table)} rows, {table.bytes_per_block} B cleared per block")
+    return "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    spec = _load_spec(args)
+    layout = plan_layout(spec)
+    table = layout.table()
+    if args.coalesce:
+        table = table.coalesced()
+    print(table.to_json(indent=None if args.compact else 1) if args.json else _fmt_table(layout, table))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    if args.table:
+        if args.spec or args.preset:
+            raise UsageError("give --table or a spec, not both", field="table", value=args.table)
+        try:
+            text = Path(args.table).read_text()
+        except OSError as e:
+            raise UsageError(f"table file {args.table!r}: {e.strerror}", field="table", value=args.table) from None
+        table = SegmentTable.from_json(text)
+    else:
+        table = plan_layout(_load_spec(args)).table()
+    report = verify(table)
+    print(json.dumps(report.to_dict(), indent=1) if args.json else report.format())
+    return 0 if report.ok else 1
+
+
+def parse_blocks(text: str) -> list[int]:
+    """``"0,5,99"`` -> ``[0, 5, 99]``; ranges ``a-b`` allowed; empty means no blocks."""
+    out: list[int] = []
+    for tok in (t.strip() for t in text.split(",")):
+        if not tok:
+            continue
+        m = re.fullmatch(r"(\d+)-(\d+)", tok)
+        try:
+            out.extend(range(int(m[1]), int(m[2]) + 1) if m else [int(tok)])
+        except ValueError:
+            raise UsageError(f"--blocks item {tok!r}: not an integer", field="blocks", value=tok) from None
+    return out
+
+
+def run_zero(
+    table: SegmentTable, block_ids: Sequence[int] | np.ndarray, backend: str | None = None, *, seed: int = 0x5EED
+) -> dict[str, Any]:
+    """Zero ``block_ids`` with a real backend on a poisoned buffer; the report of section 4."""
+    ids = normalize_block_ids(block_ids, table.num_blocks)  # before any buffer exists
+    name, _ = registry.resolve(backend)
+    cls = registry.load(name)
+    data = poison_pattern(GUARD_BYTES + table.total_bytes + GUARD_BYTES, seed)
+    be = cls.from_host(table, data, offset=GUARD_BYTES)
+    be.zero(ids)
+    after = be.to_host()
+    chk = compare_to_contract(data, after, table, ids, origin=GUARD_BYTES)
+    return {
+        "version": 1,
+        "backend": name if ":" not in name else cls.name or name,
+        "mode": be.mode,
+        "total_bytes": table.total_bytes,
+        "block_ids": [int(i) for i in ids],
+        "matches_contract": chk.matches,
+        "zeroed": chk.zeroed.tolist(),
+        "zeroed_bytes": chk.zeroed_bytes,
+        "_check": chk,
+    }
+
+
+def cmd_zero(args: argparse.Namespace) -> int:
+    table = plan_layout(_load_spec(args)).table()
+    if args.blocks is None:
+        raise UsageError("--blocks is required (e.g. --blocks 0,5,99)", field="blocks", value=None)
+    rep = run_zero(table, parse_blocks(args.blocks), args.backend)
+    chk = rep.pop("_check")
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        print(
+            f"backend {rep['backend']} ({rep['mode']}): {len(rep['block_ids'])} block ids, "
+            f"{rep['zeroed_bytes']} B zeroed in {len(rep['zeroed'])} ranges of a {rep['total_bytes']} B buffer "
+            f"(+{GUARD_BYTES} B guard bands each side)"
+        )
+        print(f"contract: {chk.describe()}")
+    return 0 if rep["matches_contract"] else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvlayout", description="Plan, verify and zero paged KV-cache layouts.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    pp = sub.add_parser("plan", help="plan a spec and print its segment table")
+    _add_source(pp)
+    pp.add_argument("--json", action="store_true", help="print the table JSON of GEOMETRY.md section 4")
+    pp.add_argument("--compact", action="store_true", help="with --json: one line")
+    pp.add_argument("--coalesce", action="store_true", help="print the coalesced (kernel) table")
+    pp.set_defaults(func=cmd_plan)
+
+    pc = sub.add_parser("check", help="prove a table safe for every block id")
+    _add_source(pc, table=True)
+    pc.add_argument("--json", action="store_true", help="print the report as JSON")
+    pc.set_defaults(func=cmd_check)
+
+    pz = sub.add_parser("zero", help="zero blocks with a real backend on a poisoned buffer and compare")
+    _add_source(pz)
+    pz.add_argument("--blocks", help="block ids, e.g. 0,5,99 or 0-15")
+    pz.add_argument("--backend", help=f"backend name (else ${registry.ENV_VAR}, else auto)")
+    pz.add_argument("--json", action="store_true", help="print the zero report JSON")
+    pz.set_defaults(func=cmd_zero)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING, format="%(message)s")
+    try:
+        return int(args.func(args))
+    except KVLayoutError as e:
+        print(f"kvlayout {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # pragma: no cover - e.g. `kvlayout plan | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Error types. Every validation failure is a :class:`KVLayoutError` naming the field and value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KVLayoutError(ValueError):
+    """Base class for every error kvlayout raises on bad input.
+
+    ``field`` names what was wrong (a JSON path like ``groups[0].layers[2].dtype``) and
+    ``value`` holds the offending value, so callers and the CLI can report one clear line.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, value: Any = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+class SpecError(KVLayoutError):
+    """A layout spec (JSON or dataclass) is malformed or cannot be planned."""
+
+
+class TableError(KVLayoutError):
+    """A segment table is malformed (missing columns, wrong types)."""
+
+
+class BlockIdError(KVLayoutError):
+    """Block ids are not a 1-D batch of integers inside ``[0, num_blocks)``."""
+
+
+class LayoutBufferError(KVLayoutError):
+    """A buffer has the wrong size, dtype, device or layout for a table."""
+
+
+class BackendError(KVLayoutError):
+    """A backend name is unknown, cannot be imported, or its extra is not installed."""
+
+
+def spec_error(field: str, value: Any, why: str) -> SpecError:
+    """Build a :class:`SpecError` whose message is ``field = value: why``."""
+    return SpecError(f"{field} = {value!r}: {why}", field=field, value=value)

@@ -1,0 +1,242 @@
+"""NumPy reference: the contract's byte set, the in-place zeroer, and poisoned test buffers.
+
+``expected_zeroed`` is the oracle every backend is compared against: the exact union of
+``[base + b*stride, + span)`` over rows and block ids (GEOMETRY.md section 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .backend import Backend, validate_host_buffer
+from .errors import BlockIdError
+from .table import SegmentTable
+
+BlockIds = Sequence[int] | np.ndarray
+
+
+def normalize_block_ids(block_ids: Any, num_blocks: int) -> np.ndarray:
+    """Validate a batch of block ids and return it as int64 ``[n]``.
+
+    Accepts a list, tuple or 1-D integer NumPy array. Empty is fine, duplicates are fine.
+    Rejects bools, floats, other types and anything outside ``[0, num_blocks)``.
+    """
+    if isinstance(block_ids, np.ndarray):
+        if block_ids.dtype == np.bool_ or not np.issubdtype(block_ids.dtype, np.integer):
+            raise BlockIdError(f"block_ids dtype = {block_ids.dtype}: must be an integer dtype", field="block_ids", value=str(block_ids.dtype))
+        if block_ids.ndim != 1:
+            raise BlockIdError(f"block_ids shape = {block_ids.shape}: must be 1-D", field="block_ids", value=block_ids.shape)
+        ids = block_ids.astype(np.int64, copy=False)
+        if np.issubdtype(block_ids.dtype, np.unsignedinteger) and block_ids.size and block_ids.max() > np.iinfo(np.int64).max:
+            raise BlockIdError("block_ids: value too large for int64", field="block_ids", value=int(block_ids.max()))
+    elif isinstance(block_ids, (list, tuple)):
+        for i, v in enumerate(block_ids):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise BlockIdError(f"block_ids[{i}] = {v!r}: must be an integer", field=f"block_ids[{i}]", value=v)
+        try:
+            ids = np.array([int(v) for v in block_ids], dtype=np.int64)
+        except OverflowError as e:
+            raise BlockIdError(f"block_ids: {e}", field="block_ids", value=None) from None
+    else:
+        raise BlockIdError(
+            f"block_ids = {block_ids!r}: must be a list, tuple or integer NumPy array", field="block_ids", value=block_ids
+        )
+    bad = np.flatnonzero((ids < 0) | (ids >= num_blocks))
+    if bad.size:
+        i = int(bad[0])
+        raise BlockIdError(
+            f"block_ids[{i}] = {int(ids[i])}: outside [0, {num_blocks}) ({bad.size} bad ids; nothing was written)",
+            field=f"block_ids[{i}]",
+            value=int(ids[i]),
+        )
+    return ids
+
+
+def merge_ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Sort and merge half-open ranges; returns int64 ``[k, 2]``, touching ranges joined."""
+    if starts.size == 0:
+        return np.zeros((0, 2), np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(s.size, bool)
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    out_s = s[idx]
+    out_e = run_end[np.r_[idx[1:] - 1, s.size - 1]]
+    return np.stack([out_s, out_e], axis=1).astype(np.int64)
+
+
+def expected_zeroed(table: SegmentTable, block_ids: BlockIds) -> np.ndarray:
+    """The contract: merged, sorted ``[k, 2]`` byte ranges that zeroing ``block_ids`` clears."""
+    ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
+    if ids.size == 0 or len(table) == 0:
+        return np.zeros((0, 2), np.int64)
+    starts = (table.bases[:, None] + ids[None, :] * table.strides[:, None]).ravel()
+    ends = starts + np.repeat(table.spans, ids.size)
+    return merge_ranges(starts, ends)
+
+
+def changed_ranges(before: np.ndarray, after: np.ndarray, origin: int = 0) -> np.ndarray:
+    """Merged ``[k, 2]`` ranges where two byte buffers differ, shifted by ``-origin``."""
+    diff = np.asarray(before).reshape(-1).view(np.uint8) != np.asarray(after).reshape(-1).view(np.uint8)
+    return mask_to_ranges(diff, origin)
+
+
+def poison_pattern(nbytes: int, seed: int = 0x5EED) -> np.ndarray:
+    """``nbytes`` of a splitmix64 byte stream with every zero byte replaced by 0xA5.
+
+    A zeroed byte therefore always differs from the pattern, so comparison finds every
+    write. The same function of (index, seed) can be generated on a device.
+    """
+    words = -(-nbytes // 8)
+    with np.errstate(over="ignore"):
+        z = np.arange(words, dtype=np.uint64) + np.uint64(seed)
+        z = z * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    b = z.view(np.uint8)[:nbytes].copy()
+    b[b == 0] = 0xA5
+    return b
+
+
+def zero_blocks_numpy(buf: np.ndarray, table: SegmentTable, block_ids: BlockIds, offset: int = 0) -> None:
+    """Zero ``block_ids`` in place in host buffer ``buf`` (layout starting at byte ``offset``).
+
+    Vectorised per row: each row is a strided ``[num_blocks, span]`` byte view and the
+    selected block rows are assigned zero in one fancy-indexed store.
+    """
+    data = validate_host_buffer(buf, table, offset)
+    ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
+    if ids.size == 0:
+        return
+    _check_rows_in_bounds(table, data.nbytes - offset)
+    for s in table.segments:
+        start = offset + s.base
+        view = np.lib.stride_tricks.as_strided(
+            data[start:], shape=(table.num_blocks, s.span), strides=(s.stride, 1), writeable=True
+        )
+        view[ids] = 0
+
+
+def _check_rows_in_bounds(table: SegmentTable, nbytes: int) -> None:
+    from .errors import TableError
+
+    n = table.num_blocks
+    for r, s in enumerate(table.segments):
+        lo = min(s.base, s.base + (n - 1) * s.stride)
+        hi = max(s.base, s.base + (n - 1) * s.stride) + s.span
+        if lo < 0 or hi > nbytes or s.stride < 0 or s.span <= 0:
+            raise TableError(
+                f"segments[{r}] ({s.label}) reaches [{lo}, {hi}) outside the buffer of {nbytes} B: run `kvlayout check`",
+                field=f"segments[{r}]",
+                value=(s.base, s.stride, s.span),
+            )
+
+
+class ReferenceBackend(Backend):
+    """Backend ``reference``: NumPy on host memory, also the oracle for every other backend."""
+
+    name: ClassVar[str] = "reference"
+    extra: ClassVar[str | None] = None
+
+    def __init__(self, table: SegmentTable, buffer: np.ndarray, *, offset: int = 0) -> None:
+        validate_host_buffer(buffer, table, offset)
+        self.table = table
+        self.buffer = buffer
+        self.offset = offset
+
+    @property
+    def mode(self) -> str:
+        return "native"
+
+    def zero(self, block_ids: BlockIds) -> None:
+        zero_blocks_numpy(self.buffer, self.table, block_ids, self.offset)
+
+    @classmethod
+    def from_host(cls, table: SegmentTable, data: np.ndarray, *, offset: int = 0) -> ReferenceBackend:
+        return cls(table, data.copy(), offset=offset)
+
+    def to_host(self) -> np.ndarray:
+        return np.asarray(self.buffer).view(np.uint8).reshape(-1).copy()
+
+
+def ranges_to_mask(ranges: np.ndarray, nbytes: int, origin: int = 0) -> np.ndarray:
+    """Boolean ``[nbytes]`` mask of ``ranges`` (given relative to ``origin``)."""
+    mask = np.zeros(nbytes, bool)
+    for a, b in (np.asarray(ranges, np.int64).reshape(-1, 2) + origin).tolist():
+        mask[max(a, 0) : max(b, 0)] = True
+    return mask
+
+
+def mask_to_ranges(mask: np.ndarray, origin: int = 0) -> np.ndarray:
+    """Merged ``[k, 2]`` ranges where ``mask`` is set, shifted by ``-origin``."""
+    m = np.asarray(mask, bool)
+    if m.size == 0:
+        return np.zeros((0, 2), np.int64)
+    edges = np.flatnonzero(m[1:] != m[:-1]) + 1
+    bounds = np.concatenate([[0], edges, [m.size]])
+    starts = bounds[:-1][m[bounds[:-1]]] if bounds.size > 1 else bounds[:0]
+    idx = np.searchsorted(bounds, starts)
+    ends = bounds[idx + 1]
+    return (np.stack([starts, ends], axis=1) - origin).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class ZeroCheck:
+    """What a zeroing run changed, against the contract (offsets relative to the layout start)."""
+
+    zeroed: np.ndarray  # [k, 2] every changed range, merged and sorted
+    expected: np.ndarray  # [k, 2] the contract's ranges
+    extra: np.ndarray  # changed but not in the contract (includes guard bands: < 0 or >= total)
+    missing: np.ndarray  # in the contract but unchanged
+    not_zero: np.ndarray  # changed, in the contract, but not to zero
+
+    @property
+    def matches(self) -> bool:
+        return not (len(self.extra) or len(self.missing) or len(self.not_zero))
+
+    @property
+    def zeroed_bytes(self) -> int:
+        return int((self.zeroed[:, 1] - self.zeroed[:, 0]).sum()) if len(self.zeroed) else 0
+
+    def describe(self, limit: int = 5) -> str:
+        """Human summary of the first differing ranges."""
+        if self.matches:
+            return "matches the contract"
+        parts = []
+        for label, r in (("written outside the contract", self.extra), ("not cleared", self.missing), ("changed but not zero", self.not_zero)):
+            if len(r):
+                shown = ", ".join(f"[{a}, {b})" for a, b in r[:limit].tolist())
+                more = f" (+{len(r) - limit} more)" if len(r) > limit else ""
+                parts.append(f"{label}: {shown}{more}")
+        return "; ".join(parts)
+
+
+def compare_to_contract(
+    before: np.ndarray, after: np.ndarray, table: SegmentTable, block_ids: BlockIds, origin: int = 0
+) -> ZeroCheck:
+    """Compare two byte images (guard bands included, layout at ``origin``) with the contract."""
+    b = np.asarray(before).reshape(-1).view(np.uint8)
+    a = np.asarray(after).reshape(-1).view(np.uint8)
+    if a.shape != b.shape:
+        raise ValueError(f"before has {b.size} bytes, after {a.size}")
+    changed = a != b
+    zeroed = mask_to_ranges(changed, origin)
+    exp = expected_zeroed(table, block_ids)
+    empty = np.zeros((0, 2), np.int64)
+    if zeroed.shape == exp.shape and (zeroed == exp).all() and not a[changed].any():
+        return ZeroCheck(zeroed, exp, empty, empty, empty)  # the common, fast path
+    emask = ranges_to_mask(exp, b.size, origin)
+    return ZeroCheck(
+        zeroed=zeroed,
+        expected=exp,
+        extra=mask_to_ranges(changed & ~emask, origin),
+        missing=mask_to_ranges(emask & ~changed, origin),
+        not_zero=mask_to_ranges(emask & changed & (a != 0), origin),
+    )

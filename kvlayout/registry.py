@@ -1,0 +1,168 @@
+"""Backend registry: names -> lazily imported ``"module:attr"`` targets.
+
+Built-in backends are registered through the ``kvlayout.backends`` entry-point group in
+``pyproject.toml``, exactly as a third-party plugin would be; the table below is only the
+fallback for a source checkout without installed metadata. Nothing is imported until a
+backend is asked for, so ``import kvlayout`` stays free of torch and JAX.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+from importlib import metadata
+from typing import Any
+
+from .backend import Backend
+from .errors import BackendError
+
+ENV_VAR = "KVLAYOUT_BACKEND"
+ENTRY_POINT_GROUP = "kvlayout.backends"
+log = logging.getLogger("kvlayout")
+
+#: name -> (target, extra that installs its dependencies)
+BUILTIN: dict[str, tuple[str, str | None]] = {
+    "reference": ("kvlayout.reference:ReferenceBackend", None),
+    "cuda": ("kvlayout_cuda:CudaBackend", "cuda"),
+    "pallas": ("kvlayout_pallas:PallasBackend", "pallas"),
+}
+#: third-party modules each extra brings, to turn an ImportError into an install hint
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "cuda": ("torch", "triton"),
+    "pallas": ("jax", "jaxlib", "chex"),
+}
+
+_announced: set[str] = set()
+
+
+def registered() -> dict[str, tuple[str, str | None]]:
+    """Every known backend name with its target and extra (entry points override built-ins)."""
+    out = dict(BUILTIN)
+    try:
+        eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except Exception:  # pragma: no cover - broken metadata must not break import
+        eps = ()  # type: ignore[assignment]
+    for ep in eps:
+        extra = BUILTIN.get(ep.name, (None, None))[1]
+        out[ep.name] = (ep.value, extra)
+    return out
+
+
+def valid_options() -> str:
+    """``auto, reference, cuda (pip install 'kvlayout[cuda]'), ...`` for error messages."""
+    parts = ["auto"]
+    for name, (_, extra) in registered().items():
+        parts.append(f"{name} (pip install 'kvlayout[{extra}]')" if extra else name)
+    parts.append("or module:attr")
+    return ", ".join(parts)
+
+
+def requested_name(name: str | None = None) -> tuple[str, str]:
+    """The backend asked for and where from: the argument, else ``KVLAYOUT_BACKEND``, else auto."""
+    if name is not None:
+        return name, "argument"
+    env = os.environ.get(ENV_VAR)
+    if env is not None:
+        return env.strip(), ENV_VAR
+    return "auto", "default"
+
+
+def _import_target(target: str, name: str, extra: str | None) -> type[Backend]:
+    mod_name, _, attr = target.partition(":")
+    if not mod_name or not attr:
+        raise BackendError(f"backend target = {target!r}: must be 'module:attr'", field="backend", value=target)
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        missing = getattr(e, "name", None) or ""
+        hint_extra = extra
+        if hint_extra is None:
+            for ex, mods in EXTRA_MODULES.items():
+                if missing.split(".")[0] in mods:
+                    hint_extra = ex
+        if hint_extra and (missing.split(".")[0] in EXTRA_MODULES.get(hint_extra, ()) or missing == mod_name):
+            raise BackendError(
+                f"backend {name!r} needs the {hint_extra!r} extra (missing module {missing!r}): "
+                f"pip install 'kvlayout[{hint_extra}]'",
+                field="backend",
+                value=name,
+            ) from None
+        raise BackendError(f"backend {name!r}: cannot import {target!r}: {e}", field="backend", value=name) from None
+    try:
+        cls = getattr(mod, attr)
+    except AttributeError:
+        raise BackendError(f"backend {name!r}: module {mod_name!r} has no attribute {attr!r}", field="backend", value=name) from None
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise BackendError(f"backend {name!r}: {target!r} is not a kvlayout.Backend subclass", field="backend", value=name)
+    return cls
+
+
+def _jax_may_have_accelerator() -> bool:
+    """Whether asking JAX for its default device can answer TPU/GPU.
+
+    Importing JAX with libtpu installed but no TPU attached spends seconds probing, so JAX
+    is only asked when it is already imported, a CUDA plugin is installed, or a TPU device
+    node exists.
+    """
+    if "jax" in sys.modules:
+        return True
+    if importlib.util.find_spec("jax") is None:
+        return False
+    for plugin in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
+        try:
+            if importlib.util.find_spec(plugin) is not None:
+                return True
+        except ModuleNotFoundError:
+            continue
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def _auto() -> tuple[str, str]:
+    """Pick a backend from the hardware: CUDA via torch, then TPU/GPU via JAX, else NumPy."""
+    if importlib.util.find_spec("torch") is not None and importlib.util.find_spec("triton") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda", f"torch sees CUDA device {torch.cuda.get_device_name(0)!r}"
+    if _jax_may_have_accelerator():
+        import jax
+
+        plat = jax.default_backend()
+        if plat in ("tpu", "gpu", "cuda"):
+            return "pallas", f"JAX's default device is a {plat}"
+    return "reference", "no CUDA device seen by torch and no TPU/GPU seen by JAX"
+
+
+def resolve(name: str | None = None) -> tuple[str, str]:
+    """Validate the requested name and resolve ``auto``; returns (name, why)."""
+    req, source = requested_name(name)
+    known = registered()
+    if req == "auto":
+        chosen, why = _auto()
+        if chosen not in _announced:
+            log.info("kvlayout: backend auto -> %s (%s)", chosen, why)
+            _announced.add(chosen)
+        return chosen, f"auto: {why}"
+    if req in known or (":" in req and not req.startswith(":")):
+        return req, source
+    where = f" for {ENV_VAR}" if source == ENV_VAR else ""
+    raise BackendError(f"Invalid value {req!r}{where}. Valid options: {valid_options()}", field="backend", value=req)
+
+
+def load(name: str | None = None) -> type[Backend]:
+    """The backend class for ``name`` (or ``KVLAYOUT_BACKEND``, or auto), imported now."""
+    chosen, _ = resolve(name)
+    known = registered()
+    if chosen in known:
+        target, extra = known[chosen]
+        return _import_target(target, chosen, extra)
+    return _import_target(chosen, chosen, None)
+
+
+def create(table: Any, buffer: Any, *, backend: str | None = None, offset: int = 0) -> Backend:
+    """Construct the chosen backend over ``buffer`` for ``table``."""
+    return load(backend)(table, buffer, offset=offset)

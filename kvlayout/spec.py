@@ -1,0 +1,446 @@
+"""Layer, group and cache specs (GEOMETRY.md sections 1, 2 and 4).
+
+Frozen dataclasses in the style of vLLM's v1 KV-cache specs: the fields are what a user
+writes in JSON, and the page arithmetic is derived properties, so there is one place where
+``real_page`` and ``page`` are computed. Optional fields default to ``None`` so that a spec
+loaded from JSON dumps back to exactly the same JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from .errors import SpecError, spec_error
+
+SPEC_VERSION = 1
+
+#: Bytes per element of every dtype a layer may name.
+DTYPE_SIZES: Mapping[str, int] = {
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+    "uint8": 1,
+}
+
+#: DeepSeek-V4's packed MLA cache dtype: 448 fp8 NoPE + 128 B bf16 RoPE + 7 scales + 1 pad.
+FP8_DS_MLA = "fp8_ds_mla"
+FP8_DS_MLA_TOKEN_BYTES = 584
+
+LAYOUTS = ("packed", "layer_major")
+
+
+def round_up(x: int, m: int) -> int:
+    """Smallest multiple of ``m`` that is ``>= x``."""
+    return -(-x // m) * m
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_pos_int(where: str, name: str, v: object) -> None:
+    if not _is_int(v):
+        raise spec_error(f"{where}.{name}", v, "must be an integer")
+    if v <= 0:  # type: ignore[operator]
+        raise spec_error(f"{where}.{name}", v, "must be positive")
+
+
+def _check_dtype(where: str, name: str, v: object) -> None:
+    if not isinstance(v, str) or v not in DTYPE_SIZES:
+        raise spec_error(f"{where}.{name}", v, f"unknown dtype; valid: {', '.join(DTYPE_SIZES)}")
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """Common base: a named layer whose page may be padded to ``alignment`` bytes."""
+
+    kind: ClassVar[str] = ""
+    #: Whether zeroing a block clears this layer (``mamba`` state is never zeroed).
+    zeroed: ClassVar[bool] = True
+
+    name: str
+
+    @property
+    def where(self) -> str:
+        """How error messages name this layer."""
+        return f"layer {self.name!r}"
+
+    @property
+    def real_page(self) -> int:
+        """Bytes of real data per block: what zeroing clears."""
+        raise NotImplementedError
+
+    @property
+    def alignment_bytes(self) -> int | None:
+        return getattr(self, "alignment", None)
+
+    @property
+    def page(self) -> int:
+        """Padded page: the unit the planner lays out."""
+        a = self.alignment_bytes
+        return round_up(self.real_page, a) if a else self.real_page
+
+    @property
+    def gap(self) -> int:
+        """Alignment padding per block, never written by zeroing."""
+        return self.page - self.real_page
+
+    @property
+    def split_kv(self) -> bool:
+        """K and V stored as two outer halves (``kv_split``)."""
+        return bool(getattr(self, "kv_split", None))
+
+    @property
+    def logical_block_size(self) -> int | None:
+        """Tokens per block, or ``None`` for layers without tokens (``mamba``)."""
+        return getattr(self, "block_size", None)
+
+    def _validate_common(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise spec_error("layer.name", self.name, "must be a non-empty string")
+        a = self.alignment_bytes
+        if a is not None:
+            _check_pos_int(self.where, "alignment", a)
+        if self.real_page % 4:
+            raise spec_error(f"{self.where}.real_page", self.real_page, "page bytes must be a multiple of 4")
+        if self.page % 4:
+            raise spec_error(
+                f"{self.where}.alignment", a, f"padded page {self.page} B is not a multiple of 4"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``name``, ``kind``, then every field that was set."""
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name != "name" and v is not None:
+                out[f.name] = v
+        return out
+
+
+@dataclass(frozen=True)
+class FullAttentionSpec(LayerSpec):
+    """Full attention: K and V of ``block_size`` tokens per block."""
+
+    kind: ClassVar[str] = "full"
+
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: str
+    alignment: int | None = None
+    kv_split: bool | None = None
+
+    def __post_init__(self) -> None:
+        for n in ("block_size", "num_kv_heads", "head_size"):
+            _check_pos_int(self.where, n, getattr(self, n))
+        _check_dtype(self.where, "dtype", self.dtype)
+        if self.kv_split is not None and not isinstance(self.kv_split, bool):
+            raise spec_error(f"{self.where}.kv_split", self.kv_split, "must be true or false")
+        self._validate_common()
+
+    @property
+    def real_page(self) -> int:
+        return 2 * self.block_size * self.num_kv_heads * self.head_size * DTYPE_SIZES[self.dtype]
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec(FullAttentionSpec):
+    """Sliding-window attention: the page of full attention; ``window`` does not change it."""
+
+    kind: ClassVar[str] = "sliding_window"
+
+    window: int = 0
+
+    def __post_init__(self) -> None:
+        _check_pos_int(self.where, "window", self.window)
+        super().__post_init__()
+
+
+@dataclass(frozen=True)
+class MLASpec(LayerSpec):
+    """Multi-head latent attention, optionally compressed by ``compress_ratio``."""
+
+    kind: ClassVar[str] = "mla"
+
+    block_size: int
+    head_size: int
+    dtype: str | None = None
+    cache_dtype: str | None = None
+    compress_ratio: int | None = None
+    token_bytes: int | None = None
+    alignment: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_pos_int(self.where, "block_size", self.block_size)
+        _check_pos_int(self.where, "head_size", self.head_size)
+        if self.dtype is not None:
+            _check_dtype(self.where, "dtype", self.dtype)
+        if self.cache_dtype is not None and self.cache_dtype != FP8_DS_MLA and self.cache_dtype not in DTYPE_SIZES:
+            raise spec_error(
+                f"{self.where}.cache_dtype",
+                self.cache_dtype,
+                f"unknown cache dtype; valid: {FP8_DS_MLA}, {', '.join(DTYPE_SIZES)}",
+            )
+        if self.dtype is None and self.cache_dtype is None:
+            raise spec_error(f"{self.where}.dtype", None, "an mla layer needs dtype or cache_dtype")
+        if self.compress_ratio is not None:
+            _check_pos_int(self.where, "compress_ratio", self.compress_ratio)
+            if self.block_size % self.compress_ratio:
+                raise spec_error(
+                    f"{self.where}.compress_ratio",
+                    self.compress_ratio,
+                    f"block_size {self.block_size} is not a multiple of it",
+                )
+        if self.token_bytes is not None:
+            _check_pos_int(self.where, "token_bytes", self.token_bytes)
+        self._validate_common()
+
+    @property
+    def ratio(self) -> int:
+        return self.compress_ratio or 1
+
+    @property
+    def stored_tokens(self) -> int:
+        """Tokens stored per block after compression."""
+        return self.block_size // self.ratio
+
+    @property
+    def bytes_per_token(self) -> int:
+        if self.token_bytes is not None:
+            return self.token_bytes
+        if self.cache_dtype == FP8_DS_MLA:
+            return FP8_DS_MLA_TOKEN_BYTES
+        dt = self.cache_dtype if self.cache_dtype is not None else self.dtype
+        return self.head_size * DTYPE_SIZES[dt or ""]
+
+    @property
+    def real_page(self) -> int:
+        return self.stored_tokens * self.bytes_per_token
+
+
+@dataclass(frozen=True)
+class MambaSpec(LayerSpec):
+    """Mamba/SSM state: occupies its page in every block but is never zeroed."""
+
+    kind: ClassVar[str] = "mamba"
+    zeroed: ClassVar[bool] = False
+
+    state_bytes: int
+    alignment: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_pos_int(self.where, "state_bytes", self.state_bytes)
+        self._validate_common()
+
+    @property
+    def real_page(self) -> int:
+        return self.state_bytes
+
+
+LAYER_KINDS: Mapping[str, type[LayerSpec]] = {
+    cls.kind: cls for cls in (FullAttentionSpec, SlidingWindowSpec, MLASpec, MambaSpec)
+}
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A KV-cache group: ordered layers sharing block ids, optionally split into kernel blocks."""
+
+    name: str
+    layers: tuple[LayerSpec, ...]
+    kernel_block_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise spec_error("group.name", self.name, "must be a non-empty string")
+        if not isinstance(self.layers, tuple) or not self.layers:
+            raise spec_error(f"group {self.name!r}.layers", self.layers, "must be a non-empty list")
+        if self.kernel_block_size is not None:
+            _check_pos_int(f"group {self.name!r}", "kernel_block_size", self.kernel_block_size)
+
+    def split_ratio(self, layer: LayerSpec) -> int:
+        """``block_size // kernel_block_size`` for ``layer`` (1 without virtual splitting)."""
+        bs = layer.logical_block_size
+        kbs = self.kernel_block_size
+        if kbs is None or bs is None:
+            return 1
+        if bs % kbs:
+            raise spec_error(
+                f"group {self.name!r}.kernel_block_size",
+                kbs,
+                f"does not divide block_size {bs} of {layer.where}",
+            )
+        return bs // kbs
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.kernel_block_size is not None:
+            out["kernel_block_size"] = self.kernel_block_size
+        out["layers"] = [layer.to_dict() for layer in self.layers]
+        return out
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """A whole KV cache: ``num_blocks`` blocks of every group, laid out as ``layout``."""
+
+    num_blocks: int
+    layout: str
+    groups: tuple[GroupSpec, ...]
+    version: int = SPEC_VERSION
+
+    def __post_init__(self) -> None:
+        if self.version != SPEC_VERSION:
+            raise spec_error("version", self.version, f"only version {SPEC_VERSION} is supported")
+        _check_pos_int("spec", "num_blocks", self.num_blocks)
+        if self.layout not in LAYOUTS:
+            raise spec_error("layout", self.layout, f"valid layouts: {', '.join(LAYOUTS)}")
+        if not isinstance(self.groups, tuple) or not self.groups:
+            raise spec_error("groups", self.groups, "must be a non-empty list")
+        seen_groups: set[str] = set()
+        seen_layers: set[str] = set()
+        for g in self.groups:
+            if g.name in seen_groups:
+                raise spec_error("group.name", g.name, "duplicate group name")
+            seen_groups.add(g.name)
+            for layer in g.layers:
+                if layer.name in seen_layers:
+                    raise spec_error("layer.name", layer.name, "duplicate layer name")
+                seen_layers.add(layer.name)
+
+    @property
+    def layers(self) -> tuple[tuple[GroupSpec, LayerSpec], ...]:
+        """Every (group, layer) pair in spec order."""
+        return tuple((g, layer) for g in self.groups for layer in g.layers)
+
+    def with_num_blocks(self, num_blocks: int) -> KVCacheSpec:
+        """The same spec for another pool size."""
+        return KVCacheSpec(num_blocks=num_blocks, layout=self.layout, groups=self.groups, version=self.version)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "num_blocks": self.num_blocks,
+            "layout": self.layout,
+            "groups": [g.to_dict() for g in self.groups],
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: object) -> KVCacheSpec:
+        return spec_from_dict(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> KVCacheSpec:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SpecError(f"spec is not valid JSON: {e}", field="json", value=None) from e
+        return spec_from_dict(data)
+
+
+# --------------------------------------------------------------------------- JSON parsing
+
+
+def _expect_obj(path: str, v: object) -> Mapping[str, Any]:
+    if not isinstance(v, dict):
+        raise spec_error(path, v, "must be a JSON object")
+    return v
+
+
+def _check_keys(path: str, obj: Mapping[str, Any], required: Sequence[str], optional: Sequence[str]) -> None:
+    for k in required:
+        if k not in obj:
+            raise spec_error(f"{path}.{k}", None, "missing required field")
+    allowed = set(required) | set(optional)
+    for k in obj:
+        if k not in allowed:
+            raise spec_error(f"{path}.{k}", obj[k], f"unknown field; allowed: {', '.join(sorted(allowed))}")
+
+
+def _typed(path: str, v: object, kind: str) -> None:
+    ok = {
+        "int": _is_int(v),
+        "str": isinstance(v, str),
+        "bool": isinstance(v, bool),
+    }[kind]
+    if not ok:
+        raise spec_error(path, v, f"must be a JSON {'integer' if kind == 'int' else 'string' if kind == 'str' else 'boolean'}")
+
+
+_FIELD_TYPES: Mapping[str, str] = {
+    "name": "str",
+    "block_size": "int",
+    "num_kv_heads": "int",
+    "head_size": "int",
+    "dtype": "str",
+    "cache_dtype": "str",
+    "alignment": "int",
+    "kv_split": "bool",
+    "window": "int",
+    "compress_ratio": "int",
+    "token_bytes": "int",
+    "state_bytes": "int",
+}
+
+
+def _layer_from_dict(path: str, raw: object) -> LayerSpec:
+    obj = _expect_obj(path, raw)
+    if "kind" not in obj:
+        raise spec_error(f"{path}.kind", None, "missing required field")
+    kind = obj["kind"]
+    if kind not in LAYER_KINDS:
+        raise spec_error(f"{path}.kind", kind, f"unknown layer kind; valid: {', '.join(LAYER_KINDS)}")
+    cls = LAYER_KINDS[kind]
+    required = [f.name for f in fields(cls) if f.default is not None and f.name != "window"]
+    if cls is SlidingWindowSpec:
+        required.append("window")
+    optional = [f.name for f in fields(cls) if f.name not in required]
+    _check_keys(path, obj, ["kind", *required], optional)
+    kwargs: dict[str, Any] = {}
+    for k, v in obj.items():
+        if k == "kind":
+            continue
+        _typed(f"{path}.{k}", v, _FIELD_TYPES[k])
+        kwargs[k] = v
+    try:
+        return cls(**kwargs)
+    except SpecError as e:
+        # Re-anchor the message on the JSON path, keep the layer-relative detail.
+        raise SpecError(f"{path}: {e}", field=e.field, value=e.value) from None
+
+
+def spec_from_dict(data: object) -> KVCacheSpec:
+    """Parse and validate a spec in the JSON form of GEOMETRY.md section 4."""
+    top = _expect_obj("spec", data)
+    _check_keys("spec", top, ["num_blocks", "layout", "groups"], ["version"])
+    version = top.get("version", SPEC_VERSION)
+    _typed("version", version, "int")
+    _typed("num_blocks", top["num_blocks"], "int")
+    _typed("layout", top["layout"], "str")
+    raw_groups = top["groups"]
+    if not isinstance(raw_groups, list) or not raw_groups:
+        raise spec_error("groups", raw_groups, "must be a non-empty list")
+    groups = []
+    for gi, rg in enumerate(raw_groups):
+        gpath = f"groups[{gi}]"
+        gobj = _expect_obj(gpath, rg)
+        _check_keys(gpath, gobj, ["name", "layers"], ["kernel_block_size"])
+        _typed(f"{gpath}.name", gobj["name"], "str")
+        if "kernel_block_size" in gobj:
+            _typed(f"{gpath}.kernel_block_size", gobj["kernel_block_size"], "int")
+        raw_layers = gobj["layers"]
+        if not isinstance(raw_layers, list) or not raw_layers:
+            raise spec_error(f"{gpath}.layers", raw_layers, "must be a non-empty list")
+        layers = tuple(_layer_from_dict(f"{gpath}.layers[{li}]", rl) for li, rl in enumerate(raw_layers))
+        groups.append(GroupSpec(name=gobj["name"], layers=layers, kernel_block_size=gobj.get("kernel_block_size")))
+    return KVCacheSpec(num_blocks=top["num_blocks"], layout=top["layout"], groups=tuple(groups), version=version)

@@ -1,0 +1,213 @@
+"""The segment table (GEOMETRY.md section 3): what zeroing a block clears.
+
+One row per (layer part, virtual sub-block): zeroing block ``b`` clears
+``[base + b*stride, base + b*stride + span)`` for every row. Tables come from the planner
+(:func:`kvlayout.plan`) or from JSON (``kvlayout check --table``); they are never derived
+from tensor strides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .errors import TableError
+
+TABLE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One row: ``span`` bytes at ``base + b*stride`` for every block id ``b``."""
+
+    base: int
+    stride: int
+    span: int
+    group: str = ""
+    layer: str = ""
+    part: str = "page"
+    virtual_index: int = 0
+
+    @property
+    def label(self) -> str:
+        """Short provenance for messages: ``group/layer/part[v]``."""
+        v = f"[{self.virtual_index}]" if self.virtual_index else ""
+        return f"{self.group}/{self.layer}/{self.part}{v}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "stride": self.stride,
+            "span": self.span,
+            "group": self.group,
+            "layer": self.layer,
+            "part": self.part,
+            "virtual_index": self.virtual_index,
+        }
+
+
+@dataclass(frozen=True)
+class SegmentTable:
+    """Rows plus the buffer size they were planned for.
+
+    ``padding`` holds periodic ranges (same form as rows) that are alignment gaps and belong
+    to no layer's data; the verifier proves no row touches them. Tables loaded from JSON
+    carry none and ``planned=False`` (the JSON form has no layout information).
+    """
+
+    total_bytes: int
+    num_blocks: int
+    segments: tuple[Segment, ...]
+    padding: tuple[Segment, ...] = field(default=(), compare=False)
+    #: True when the planner made this table (so ``padding`` is known, possibly empty).
+    planned: bool = field(default=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    # ---- kernel-facing columns --------------------------------------------------------
+    @cached_property
+    def bases(self) -> np.ndarray:
+        """int64 ``[rows]`` base byte offsets."""
+        return np.array([s.base for s in self.segments], dtype=np.int64)
+
+    @cached_property
+    def strides(self) -> np.ndarray:
+        """int64 ``[rows]`` bytes between consecutive block ids."""
+        return np.array([s.stride for s in self.segments], dtype=np.int64)
+
+    @cached_property
+    def spans(self) -> np.ndarray:
+        """int64 ``[rows]`` bytes cleared per block."""
+        return np.array([s.span for s in self.segments], dtype=np.int64)
+
+    def columns(self) -> np.ndarray:
+        """int64 ``[rows, 3]`` of (base, stride, span), the form kernels consume."""
+        return np.stack([self.bases, self.strides, self.spans], axis=1) if self.segments else np.zeros((0, 3), np.int64)
+
+    @property
+    def bytes_per_block(self) -> int:
+        """Bytes cleared per block id: the union of block 0's ranges (overlaid groups share bytes)."""
+        total, end = 0, None
+        for a, b in sorted(zip(self.bases.tolist(), (self.bases + self.spans).tolist())):
+            if end is None or a > end:
+                total, end = total + b - a, b
+            elif b > end:
+                total, end = total + b - end, b
+        return total
+
+    # ---- coalescing --------------------------------------------------------------------
+    def coalesced(self) -> SegmentTable:
+        """Merge rows without changing the union of cleared bytes.
+
+        Rows with the same stride whose per-block ranges touch or overlap (adjacent spans of
+        one block, virtual sub-blocks, same-base rows) become one row spanning their union.
+        Rows with different strides are never merged.
+        """
+        by_stride: dict[int, list[Segment]] = {}
+        for s in self.segments:
+            by_stride.setdefault(s.stride, []).append(s)
+        merged: list[Segment] = []
+        for stride, rows in by_stride.items():
+            rows.sort(key=lambda r: (r.base, -r.span))
+            cur = rows[0]
+            names = [cur]
+            for r in rows[1:]:
+                if r.base <= cur.base + cur.span:
+                    end = max(cur.base + cur.span, r.base + r.span)
+                    cur = Segment(cur.base, stride, end - cur.base, cur.group, cur.layer, cur.part, cur.virtual_index)
+                    names.append(r)
+                else:
+                    merged.append(_provenance(cur, names))
+                    cur, names = r, [r]
+            merged.append(_provenance(cur, names))
+        merged.sort(key=lambda r: (r.base, r.stride))
+        return SegmentTable(self.total_bytes, self.num_blocks, tuple(merged), self.padding, self.planned)
+
+    # ---- JSON --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": TABLE_VERSION,
+            "total_bytes": self.total_bytes,
+            "num_blocks": self.num_blocks,
+            "segments": [s.to_dict() for s in self.segments],
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: object) -> SegmentTable:
+        """Parse the table JSON of GEOMETRY.md section 4 (types checked, values not: see verify)."""
+        if not isinstance(data, Mapping):
+            raise TableError(f"table = {data!r}: must be a JSON object", field="table", value=data)
+        for k in ("total_bytes", "num_blocks", "segments"):
+            if k not in data:
+                raise TableError(f"table.{k}: missing required field", field=k, value=None)
+        unknown = set(data) - {"version", "total_bytes", "num_blocks", "segments"}
+        if unknown:
+            k = sorted(unknown)[0]
+            raise TableError(f"table.{k} = {data[k]!r}: unknown field", field=k, value=data[k])
+        if data.get("version", TABLE_VERSION) != TABLE_VERSION:
+            raise TableError(f"table.version = {data['version']!r}: only version 1 is supported", field="version", value=data["version"])
+        total, nb = data["total_bytes"], data["num_blocks"]
+        for k, v in (("total_bytes", total), ("num_blocks", nb)):
+            if not _is_int(v) or v < 0:
+                raise TableError(f"table.{k} = {v!r}: must be a non-negative integer", field=k, value=v)
+        raw = data["segments"]
+        if not isinstance(raw, list):
+            raise TableError(f"table.segments = {raw!r}: must be a list", field="segments", value=raw)
+        segs = []
+        for i, r in enumerate(raw):
+            path = f"segments[{i}]"
+            if not isinstance(r, Mapping):
+                raise TableError(f"{path} = {r!r}: must be an object", field=path, value=r)
+            for k in ("base", "stride", "span"):
+                if k not in r:
+                    raise TableError(f"{path}.{k}: missing required field", field=f"{path}.{k}", value=None)
+                if not _is_int(r[k]):
+                    raise TableError(f"{path}.{k} = {r[k]!r}: must be an integer", field=f"{path}.{k}", value=r[k])
+            extra = set(r) - {"base", "stride", "span", "group", "layer", "part", "virtual_index"}
+            if extra:
+                k = sorted(extra)[0]
+                raise TableError(f"{path}.{k} = {r[k]!r}: unknown field", field=f"{path}.{k}", value=r[k])
+            segs.append(
+                Segment(
+                    base=r["base"],
+                    stride=r["stride"],
+                    span=r["span"],
+                    group=str(r.get("group", "")),
+                    layer=str(r.get("layer", "")),
+                    part=str(r.get("part", "page")),
+                    virtual_index=int(r.get("virtual_index", 0)),
+                )
+            )
+        return cls(total_bytes=total, num_blocks=nb, segments=tuple(segs))
+
+    @classmethod
+    def from_json(cls, text: str) -> SegmentTable:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TableError(f"table is not valid JSON: {e}", field="json", value=None) from e
+        return cls.from_dict(data)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _provenance(row: Segment, sources: Iterable[Segment]) -> Segment:
+    """Name a merged row after all the rows it came from."""
+    src = list(sources)
+    if len(src) == 1:
+        return row
+    layers = list(dict.fromkeys(s.layer for s in src))
+    groups = list(dict.fromkeys(s.group for s in src))
+    parts = list(dict.fromkeys(s.part for s in src))
+    return Segment(row.base, row.stride, row.span, "+".join(groups), "+".join(layers), "+".join(parts), 0)

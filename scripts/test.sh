@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite on a CPU machine: installs the pinned test environment into .venv
+# (CPU torch 2.13.0, Triton's interpreter, JAX on CPU, libtpu for Mosaic compilation),
+# then runs ruff, mypy and pytest. Extra pytest arguments are passed through.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${KVLAYOUT_TEST_VENV:-.venv}
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-test.txt 2>&1 | grep -v '^WARNING: Location' || true
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v '^WARNING: Location' || true
+"$VENV/bin/ruff" check kvlayout backends tests bench scripts
+"$VENV/bin/mypy" kvlayout backends
+export JAX_PLATFORMS=cpu TPU_SKIP_MDS_QUERY=1 PYTHONUNBUFFERED=1
+"$VENV/bin/python" -m pytest "$@"

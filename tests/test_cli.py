@@ -1,0 +1,115 @@
+"""The command line contract of GEOMETRY.md section 5, for all three presets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvlayout as K
+from kvlayout.cli import main
+from tests.test_verify import prefix_table
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("name", sorted(K.PRESETS))
+def test_plan_check_zero_presets(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    rc, out, _ = run(capsys, "plan", "--preset", name, "--json")
+    assert rc == 0
+    table = json.loads(out)
+    assert set(table) == {"version", "total_bytes", "num_blocks", "segments"}
+    assert set(table["segments"][0]) == {"base", "stride", "span", "group", "layer", "part", "virtual_index"}
+    assert K.SegmentTable.from_dict(table) == K.plan(K.preset(name))
+    rc, out, _ = run(capsys, "plan", "--preset", name)
+    assert rc == 0 and "base" in out and "rows" in out
+    rc, out, _ = run(capsys, "check", "--preset", name)
+    assert rc == 0 and "SAFE" in out
+    n = K.preset(name).num_blocks
+    rc, out, _ = run(capsys, "zero", "--preset", name, "--blocks", f"0,1,{n - 1}", "--backend", "reference", "--json")
+    assert rc == 0
+    rep = json.loads(out)
+    assert set(rep) == {"version", "backend", "mode", "total_bytes", "block_ids", "matches_contract", "zeroed", "zeroed_bytes"}
+    assert rep["matches_contract"] is True and rep["backend"] == "reference" and rep["mode"] == "native"
+    assert rep["zeroed"] == K.expected_zeroed(K.plan(K.preset(name)), [0, 1, n - 1]).tolist()
+
+
+def test_zero_report_dsv4_test(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "zero", "--preset", "dsv4-test", "--blocks", "0,5,99", "--json", "--backend", "reference")
+    rep = json.loads(out)
+    assert rc == 0
+    assert rep["block_ids"] == [0, 5, 99]
+    assert rep["zeroed"][:2] == [[0, 37376], [37440, 74816]]
+    assert rep["zeroed_bytes"] == 448_512
+    assert rep["total_bytes"] == 14_976_000
+
+
+def test_spec_file_and_table_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(K.preset("dsv4-test").to_json())
+    rc, out, _ = run(capsys, "plan", str(spec), "--json")
+    assert rc == 0
+    tfile = tmp_path / "table.json"
+    tfile.write_text(out)
+    rc, out, _ = run(capsys, "check", "--table", str(tfile))
+    assert rc == 0 and "SAFE" in out
+    bad = tmp_path / "bad.json"
+    bad.write_text(prefix_table().to_json())
+    rc, out, _ = run(capsys, "check", "--table", str(bad))
+    assert rc == 1
+    assert "112320 B past" in out and "spills into" in out
+    rc, out, _ = run(capsys, "check", "--table", str(bad), "--json")
+    assert rc == 1 and json.loads(out)["ok"] is False
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["zero", "--preset", "dsv4-test", "--blocks", "0,100", "--backend", "reference"], "block_ids[1] = 100"),
+        (["zero", "--preset", "dsv4-test", "--blocks", "0,x"], "'x'"),
+        (["zero", "--preset", "dsv4-test", "--blocks", "0", "--backend", "nope"], "Invalid value 'nope'"),
+        (["plan", "/nonexistent.json"], "/nonexistent.json"),
+        (["plan"], "missing SPEC.json"),
+    ],
+)
+def test_bad_input_exit_2_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_spec_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = K.preset("dsv4-test").to_dict()
+    d["groups"][0]["layers"][0]["dtype"] = "float64"
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(d))
+    for cmd in ("plan", "check", "zero"):
+        rc, _, err = run(capsys, cmd, str(p), *(["--blocks", "0"] if cmd == "zero" else []))
+        assert rc == 2 and "groups[0].layers[0]" in err and "float64" in err
+
+
+def test_env_var_unknown_backend(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KVLAYOUT_BACKEND", "bogus")
+    rc, _, err = run(capsys, "zero", "--preset", "dsv4-test", "--blocks", "0")
+    assert rc == 2
+    assert "Invalid value 'bogus' for KVLAYOUT_BACKEND. Valid options: auto, reference" in err
+    assert "pip install 'kvlayout[cuda]'" in err and "pip install 'kvlayout[pallas]'" in err
+
+
+def test_python_m_and_console_script() -> None:
+    r = subprocess.run([sys.executable, "-m", "kvlayout", "check", "--preset", "dsv4-test"], capture_output=True, text=True)
+    assert r.returncode == 0 and "SAFE" in r.stdout
+
+
+def test_import_is_light() -> None:
+    code = "import sys, kvlayout; kvlayout.plan(kvlayout.preset('dsv4')); print(sorted(m for m in ('torch','jax','triton') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"
