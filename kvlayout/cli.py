@@ -17,16 +17,14 @@ from typing import Any
 import numpy as np
 
 from . import registry
+from .conformance import GUARD_BYTES, run_case
 from .errors import KVLayoutError, SpecError
 from .planner import Layout, plan_layout
 from .presets import PRESETS, preset
-from .reference import compare_to_contract, normalize_block_ids, poison_pattern
+from .reference import normalize_block_ids
 from .spec import KVCacheSpec
 from .table import SegmentTable
 from .verify import verify
-
-#: Untouched bytes on both sides of the layout in ``zero``; whole 512 B rows for TPU views.
-GUARD_BYTES = 4096
 
 
 class UsageError(KVLayoutError):
@@ -117,28 +115,21 @@ def parse_blocks(text: str) -> list[int]:
     return out
 
 
-def run_zero(
-    table: SegmentTable, block_ids: Sequence[int] | np.ndarray, backend: str | None = None, *, seed: int = 0x5EED
-) -> dict[str, Any]:
+def run_zero(table: SegmentTable, block_ids: Sequence[int] | np.ndarray, backend: str | None = None) -> dict[str, Any]:
     """Zero ``block_ids`` with a real backend on a poisoned buffer; the report of section 4."""
     ids = normalize_block_ids(block_ids, table.num_blocks)  # before any buffer exists
     name, _ = registry.resolve(backend)
-    cls = registry.load(name)
-    data = poison_pattern(GUARD_BYTES + table.total_bytes + GUARD_BYTES, seed)
-    be = cls.from_host(table, data, offset=GUARD_BYTES)
-    be.zero(ids)
-    after = be.to_host()
-    chk = compare_to_contract(data, after, table, ids, origin=GUARD_BYTES)
+    res = run_case(registry.load(name), table, ids)
     return {
         "version": 1,
-        "backend": name if ":" not in name else cls.name or name,
-        "mode": be.mode,
+        "backend": res.backend if ":" in name else name,
+        "mode": res.mode,
         "total_bytes": table.total_bytes,
         "block_ids": [int(i) for i in ids],
-        "matches_contract": chk.matches,
-        "zeroed": chk.zeroed.tolist(),
-        "zeroed_bytes": chk.zeroed_bytes,
-        "_check": chk,
+        "matches_contract": res.ok,
+        "zeroed": res.check.zeroed.tolist(),
+        "zeroed_bytes": res.check.zeroed_bytes,
+        "_check": res.check,
     }
 
 

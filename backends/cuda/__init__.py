@@ -1,35 +1,49 @@
-"""kvlayout_cuda: the Triton backend (filled in by the CUDA backend issue)."""
+"""kvlayout_cuda: the ``cuda`` backend, a Triton zeroer driven by the planner's table.
+
+Natively on NVIDIA GPUs; without a CUDA device the same kernel runs under Triton's
+interpreter (switched on automatically before the kernel is defined). ``mode`` says which.
+"""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 from kvlayout.backend import Backend
-from kvlayout.errors import BackendError
 from kvlayout.table import SegmentTable
+
+from ._mode import DEVICE_TYPE, MODE
+from .kernel import UnitPlan, launch_grid, plan_units, zero_units_numpy
+from .zeroer import CudaZeroer
+
+__all__ = ["CudaBackend", "CudaZeroer", "MODE", "UnitPlan", "launch_grid", "plan_units", "zero_units_numpy"]
 
 
 class CudaBackend(Backend):
-    """Placeholder until the Triton kernel lands: always refuses, never fakes a result."""
+    """Backend protocol adapter over :class:`CudaZeroer`."""
 
     name: ClassVar[str] = "cuda"
     extra: ClassVar[str | None] = "cuda"
 
-    def __init__(self, table: SegmentTable, buffer: Any, *, offset: int = 0) -> None:
-        raise BackendError("backend 'cuda' is not implemented yet", field="backend", value="cuda")
+    def __init__(self, table: SegmentTable, buffer: Any, *, offset: int = 0, **kwargs: Any) -> None:
+        self.table = table
+        self.offset = offset
+        self.zeroer = CudaZeroer(table, buffer, offset=offset, **kwargs)
 
     @property
-    def mode(self) -> str:  # pragma: no cover
-        return "unavailable"
+    def mode(self) -> str:
+        return MODE
 
-    def zero(self, block_ids: Any) -> None:  # pragma: no cover
-        raise BackendError("backend 'cuda' is not implemented yet", field="backend", value="cuda")
+    def zero(self, block_ids: Any) -> None:
+        self.zeroer.zero(block_ids)
 
     @classmethod
     def from_host(cls, table: SegmentTable, data: np.ndarray, *, offset: int = 0) -> CudaBackend:
-        return cls(table, data, offset=offset)
+        buf = torch.from_numpy(np.ascontiguousarray(data).reshape(-1).view(np.uint8).copy()).to(DEVICE_TYPE)
+        return cls(table, buf, offset=offset)
 
-    def to_host(self) -> np.ndarray:  # pragma: no cover
-        raise BackendError("backend 'cuda' is not implemented yet", field="backend", value="cuda")
+    def to_host(self) -> np.ndarray:
+        self.zeroer.check()
+        return self.zeroer.buffer.reshape(-1).view(torch.uint8).cpu().numpy().copy()

@@ -1,0 +1,113 @@
+"""Triton zeroer: kernel, launch geometry and its NumPy model, side by side.
+
+The table is cut on the host into *work units*: each row's span is split into pieces of at
+most ``chunk_words`` int32 words, so a block id expands into ``W`` units whatever mix of
+spans the table has (no program ever runs for a chunk past a row's span, vLLM #52058).
+Work item ``u`` of a batch is (id ``u // W``, unit ``u % W``). A capped, persistent grid
+strides over the ``num_ids * W`` items, so the grid never exceeds hardware limits, and
+each program stores ``sub_words``-wide vectors of zeros in an inner loop.
+
+This module must be imported only after :mod:`kvlayout_cuda._mode` has decided whether
+Triton runs natively or under its interpreter (the decision is read when the kernel is
+defined).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import triton
+import triton.language as tl
+
+from kvlayout.table import SegmentTable
+
+#: CUDA's limit on grid dimension x.
+MAX_GRID_X = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """Per-block work units derived from a (verified, coalesced) table, in int32 words."""
+
+    base_words: np.ndarray  # int64 [W] word offset of the unit in block 0
+    stride_words: np.ndarray  # int64 [W] words between consecutive block ids
+    words: np.ndarray  # int32 [W] words the unit clears (<= chunk_words)
+    chunk_words: int
+    num_blocks: int
+    aligned16: bool  # every base, stride and length is a multiple of 4 words: 16 B vector stores
+
+    @property
+    def units_per_block(self) -> int:
+        return int(self.words.size)
+
+
+def plan_units(table: SegmentTable, chunk_words: int = 8192) -> UnitPlan:
+    """Cut every row into units of at most ``chunk_words`` words (host side, once)."""
+    if chunk_words <= 0 or chunk_words % 4:
+        raise ValueError(f"chunk_words = {chunk_words}: must be a positive multiple of 4")
+    base = table.bases // 4
+    stride = table.strides // 4
+    span = table.spans // 4
+    n_chunks = -(-span // chunk_words)
+    row = np.repeat(np.arange(span.size), n_chunks)
+    first = np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
+    k = np.arange(row.size) - first  # chunk index within its row
+    off = k * chunk_words
+    words = np.minimum(span[row] - off, chunk_words).astype(np.int32)
+    ub = (base[row] + off).astype(np.int64)
+    us = stride[row].astype(np.int64)
+    aligned = bool(np.all(ub % 4 == 0) and np.all(us % 4 == 0) and np.all(words % 4 == 0))
+    return UnitPlan(ub, us, words, chunk_words, table.num_blocks, aligned)
+
+
+def launch_grid(plan: UnitPlan, num_ids: int, max_programs: int) -> tuple[int, int]:
+    """(programs, work items) for a batch: never more programs than items, limit or ``MAX_GRID_X``."""
+    items = num_ids * plan.units_per_block
+    programs = max(1, min(items, max_programs, MAX_GRID_X))
+    return programs, items
+
+
+def zero_units_numpy(words: np.ndarray, plan: UnitPlan, ids: np.ndarray) -> None:
+    """NumPy model of the kernel: the same work items, one at a time per unit column."""
+    for b, s, n in zip(plan.base_words.tolist(), plan.stride_words.tolist(), plan.words.tolist()):
+        for i in ids.tolist():
+            if 0 <= i < plan.num_blocks:
+                start = b + i * s
+                words[start : start + n] = 0
+
+
+@triton.jit
+def zero_units_kernel(
+    buf_ptr,  # int32 [total_bytes / 4] the layout's words
+    ids_ptr,  # int32/int64 [num_ids] block ids (device)
+    ubase_ptr,  # int64 [W] unit word offsets in block 0
+    ustride_ptr,  # int64 [W] unit word strides
+    uwords_ptr,  # int32 [W] unit lengths in words
+    err_ptr,  # int64 [2] (count of bad work items, last bad id)
+    num_units,  # W
+    num_blocks,
+    total_items,  # num_ids * W
+    SUB: tl.constexpr,  # words per vector store
+    ALIGNED: tl.constexpr,  # bases, strides and lengths are multiples of 4 words
+):
+    pid = tl.program_id(0).to(tl.int64)
+    nprog = tl.num_programs(0).to(tl.int64)
+    offs = tl.arange(0, SUB)
+    zeros = tl.zeros([SUB], dtype=tl.int32)
+    for u in range(pid, total_items, nprog):
+        i = u // num_units
+        w = u - i * num_units
+        bid = tl.load(ids_ptr + i).to(tl.int64)
+        if (bid >= 0) & (bid < num_blocks):
+            start = tl.load(ubase_ptr + w) + bid * tl.load(ustride_ptr + w)
+            n = tl.load(uwords_ptr + w)
+            if ALIGNED:
+                start = tl.multiple_of(start, 4)
+                n = tl.multiple_of(n, 4)
+            for s in range(0, n, SUB):
+                idx = s + offs
+                tl.store(buf_ptr + start + idx, zeros, mask=idx < n)
+        else:
+            tl.atomic_add(err_ptr, 1)
+            tl.atomic_xchg(err_ptr + 1, bid)
