@@ -1,0 +1,261 @@
+"""GPU zeroing benchmark (H200): kvlayout backends against the ceiling and the baselines.
+
+One run, one harness, CUDA events around every call, median of many repeats. Block ids
+are drawn at random from a pool much larger than L2 and rotated between repeats (``ROT``
+distinct batches), so small batches are not flattered by the 60 MB L2.
+
+Methods (each zeroes the same number of bytes per call):
+- ``kvlayout-cuda``: this project's Triton kernel, device ids;
+- ``kvlayout-cuda-host``: the same, host ids through the pinned staging ring;
+- ``kvlayout-pallas``: the Pallas backend through JAX on the same GPU (if importable);
+- ``xla-scatter``: ``buf.at[rows].set(0)`` with donation (JAX, if importable);
+- ``zero_``: torch ``zero_()`` of a contiguous region of the same bytes (the ceiling);
+- ``vllm-style``: 3-D grid (ids x rows x ceil(max_span/1024)) of masked 1,024-int32 chunks;
+- ``naive-torch``: per row, a strided view and ``view[ids] = 0``;
+- ``empty-launch``: an empty Triton kernel (launch floor, for the 1-block row).
+
+    python bench/bench_zero_gpu.py [--designs] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from collections.abc import Callable
+
+import kvlayout_cuda as kc
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+import kvlayout as K
+
+ROT = 16
+BATCHES = (1, 16, 256, 4096, 16384)
+POOL = 65536
+
+
+@triton.jit
+def vllm_style_kernel(buf_ptr, ids_ptr, base_ptr, stride_ptr, span_ptr, CHUNK: tl.constexpr):
+    """The vLLM-style baseline: one program per (id, row, 1,024-word chunk), masked."""
+    b = tl.program_id(0)
+    s = tl.program_id(1)
+    c = tl.program_id(2)
+    bid = tl.load(ids_ptr + b).to(tl.int64)
+    start = tl.load(base_ptr + s) + bid * tl.load(stride_ptr + s)
+    span = tl.load(span_ptr + s)
+    off = c * CHUNK + tl.arange(0, CHUNK)
+    tl.store(buf_ptr + start + off, tl.zeros([CHUNK], dtype=tl.int32), mask=off < span)
+
+
+@triton.jit
+def empty_kernel(x_ptr):
+    pass
+
+
+def time_calls(fn: Callable[[int], object], reps: int, warmup: int = 5) -> float:
+    """Median microseconds of ``fn(i)`` between CUDA events, calls issued back to back."""
+    for i in range(warmup):
+        fn(i)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        fn(i)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+
+
+def reps_for(nbytes: int) -> int:
+    return 200 if nbytes < 1 << 28 else 60
+
+
+def make_id_batches(batch: int, rng: np.random.Generator) -> list[torch.Tensor]:
+    return [torch.from_numpy(rng.choice(POOL, batch, replace=False)).cuda() for _ in range(ROT)]
+
+
+def bench_geometry(name: str, buf: torch.Tensor, rng: np.random.Generator, methods: set[str]) -> list[dict[str, object]]:
+    table = K.plan(K.preset(name).with_num_blocks(POOL))
+    words = buf[: table.total_bytes].view(torch.int32)
+    z = kc.CudaZeroer(table, words, max_batch=max(BATCHES))
+    per_block = table.bytes_per_block
+    raw = table  # vLLM zeroes the uncoalesced, per-layer table
+    vb = torch.from_numpy(raw.bases // 4).cuda()
+    vs = torch.from_numpy(raw.strides // 4).cuda()
+    vsp = torch.from_numpy(raw.spans // 4).cuda()
+    max_chunks = int(-(-(raw.spans.max() // 4) // 1024))
+    views = [words.as_strided((POOL, s.span // 4), (s.stride // 4, 1), s.base // 4) for s in raw.segments]
+    pz = None
+    if "kvlayout-pallas" in methods or "xla-scatter" in methods:
+        pz = _pallas_setup(table, buf)
+    rows = []
+    for batch in BATCHES:
+        ids = make_id_batches(batch, rng)
+        host_ids = [t.cpu().numpy() for t in ids]
+        nbytes = batch * per_block
+        reps = reps_for(nbytes)
+        res: dict[str, object] = {"preset": name, "batch": batch, "bytes": nbytes, "rows": len(table), "kernel_rows": len(z.kernel_table)}
+        res["kvlayout-cuda"] = time_calls(lambda i: z.zero(ids[i % ROT]), reps)
+        res["kvlayout-cuda-host"] = time_calls(lambda i: z.zero(host_ids[i % ROT]), reps)
+        region = buf.numel() - nbytes
+        offs = [int(x) // 4096 * 4096 for x in rng.integers(0, max(1, region), ROT)]
+        res["zero_"] = time_calls(lambda i: buf[offs[i % ROT] : offs[i % ROT] + nbytes].zero_(), reps)
+        res["vllm-style"] = time_calls(
+            lambda i: vllm_style_kernel[(batch, len(raw), max_chunks)](words, ids[i % ROT], vb, vs, vsp, CHUNK=1024), reps
+        )
+        if batch <= 4096 and "naive-torch" in methods:
+            def naive(i: int) -> None:
+                for v in views:
+                    v[ids[i % ROT]] = 0
+            res["naive-torch"] = time_calls(naive, max(20, reps // 4))
+        res["empty-launch"] = time_calls(lambda i: empty_kernel[(1,)](words), reps)
+        if pz is not None:
+            res.update(pz(batch, host_ids, reps))
+        for k in list(res):
+            if k not in ("preset", "batch", "bytes", "rows", "kernel_rows"):
+                us = float(res[k])  # type: ignore[arg-type]
+                res[f"{k}_TBps"] = nbytes / us / 1e6 if k != "empty-launch" else None
+        rows.append(res)
+    z.check()
+    return rows
+
+
+def _pallas_setup(table: K.SegmentTable, buf: torch.Tensor) -> Callable[[int, list[np.ndarray], int], dict[str, float]] | None:
+    """Timers for the Pallas backend and an XLA scatter, on JAX's copy of the same geometry."""
+    try:
+        import jax
+        import jax.numpy as jnp
+        import kvlayout_pallas as kp
+    except Exception as e:  # pragma: no cover - GPU machine only
+        print(f"pallas timings skipped: {e}", file=sys.stderr)
+        return None
+    zp = kp.PallasZeroer(table)
+    state = {"buf": jnp.zeros((table.total_bytes // 512, 128), jnp.int32)}
+
+    @jax.jit
+    def scatter(b: jax.Array, word_idx: jax.Array) -> jax.Array:
+        return b.reshape(-1).at[word_idx].set(0).reshape(b.shape)
+
+    scatter_d = jax.jit(scatter.__wrapped__, donate_argnums=0)  # type: ignore[attr-defined]
+
+    def run(batch: int, host_ids: list[np.ndarray], reps: int) -> dict[str, float]:
+        out: dict[str, float] = {}
+        dev_ids = [jnp.asarray(h.astype(np.int32)) for h in host_ids]
+
+        def pallas_call(i: int) -> None:
+            state["buf"] = zp(state["buf"], dev_ids[i % ROT])
+
+        out["kvlayout-pallas"] = _time_jax(pallas_call, state, reps)
+        if batch <= 256:
+            idx = [jnp.asarray(_word_indices(table, h)) for h in host_ids]
+
+            def scatter_call(i: int) -> None:
+                state["buf"] = scatter_d(state["buf"], idx[i % ROT])
+
+            out["xla-scatter"] = _time_jax(scatter_call, state, max(20, reps // 4))
+        return out
+
+    return run
+
+
+def _word_indices(table: K.SegmentTable, ids: np.ndarray) -> np.ndarray:
+    parts = [np.arange(s.span // 4) + (s.base + int(b) * s.stride) // 4 for s in table.segments for b in ids]
+    return np.concatenate(parts).astype(np.int32)
+
+
+def _time_jax(fn: Callable[[int], None], state: dict[str, object], reps: int, warmup: int = 3) -> float:
+    """Median microseconds per call for queued JAX calls (wall clock over blocks of calls)."""
+    import time
+
+    for i in range(warmup):
+        fn(i)
+    state["buf"].block_until_ready()  # type: ignore[attr-defined]
+    times = []
+    per = 10
+    for r in range(max(3, reps // per)):
+        t0 = time.perf_counter()
+        for i in range(per):
+            fn(r * per + i)
+        state["buf"].block_until_ready()  # type: ignore[attr-defined]
+        times.append((time.perf_counter() - t0) / per * 1e6)
+    return statistics.median(times)
+
+
+def bench_designs(buf: torch.Tensor, rng: np.random.Generator) -> list[dict[str, object]]:
+    """Compare kernel designs: unit size, store width, warps, programs per SM."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    variants = [dict(chunk_words=8192, sub_words=2048, num_warps=4, max_programs=sms * 16)]
+    base = variants[0]
+    for k, vals in (
+        ("chunk_words", (2048, 4096, 16384, 65536)),
+        ("sub_words", (512, 1024, 4096)),
+        ("num_warps", (2, 8)),
+        ("max_programs", (sms * 2, sms * 4, sms * 8, sms * 32, sms * 128, 2**31 - 1)),
+    ):
+        for v in vals:
+            variants.append({**base, k: v})
+    rows = []
+    for name in ("dsv4-test", "dsv4"):
+        table = K.plan(K.preset(name).with_num_blocks(POOL))
+        words = buf[: table.total_bytes].view(torch.int32)
+        for batch in (256, 4096, 16384):
+            ids = make_id_batches(batch, rng)
+            nbytes = batch * table.bytes_per_block
+            for v in variants:
+                z = kc.CudaZeroer(table, words, max_batch=batch, **v)  # type: ignore[arg-type]
+                us = time_calls(lambda i, z=z: z.zero(ids[i % ROT]), reps_for(nbytes))
+                rows.append({"preset": name, "batch": batch, **v, "us": us, "TBps": nbytes / us / 1e6})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--designs", action="store_true", help="also compare kernel design variants")
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    ap.add_argument("--methods", default="kvlayout-cuda,naive-torch,kvlayout-pallas,xla-scatter")
+    args = ap.parse_args()
+    methods = set(args.methods.split(","))
+    rng = np.random.default_rng(0)
+    nbytes = K.plan(K.preset("dsv4").with_num_blocks(POOL)).total_bytes
+    buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    buf.fill_(0x5A)
+    out: dict[str, object] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
+                              "pool_blocks": POOL, "rotation": ROT}
+    if args.designs:
+        out["designs"] = bench_designs(buf, rng)
+    out["results"] = [r for name in ("dsv4-test", "dsv4") for r in bench_geometry(name, buf, rng, methods)]
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "gpu_zero.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    if args.designs:
+        print("design comparison (us, TB/s)")
+        for r in out["designs"]:  # type: ignore[union-attr]
+            print(f"{r['preset']:>9} {r['batch']:>6} chunk={r['chunk_words']:>6} sub={r['sub_words']:>5} warps={r['num_warps']} "
+                  f"progs={r['max_programs']:>10} {r['us']:>9.1f} {r['TBps']:>6.2f}")
+    print(format_table(out["results"]))  # type: ignore[arg-type]
+    return 0
+
+
+def format_table(results: list[dict[str, object]]) -> str:
+    cols = ["kvlayout-cuda", "kvlayout-cuda-host", "kvlayout-pallas", "xla-scatter", "zero_", "vllm-style", "naive-torch", "empty-launch"]
+    lines = [
+        "| preset | batch | bytes | " + " | ".join(f"{c} us" for c in cols) + " | cuda/zero_ BW | cuda/vllm BW |",
+        "|---" * (len(cols) + 5) + "|",
+    ]
+    for r in results:
+        cells = [f"{r[c]:.1f}" if c in r else "-" for c in cols]
+        bw_ceiling = float(r["zero_"]) / float(r["kvlayout-cuda"])  # type: ignore[arg-type]
+        bw_vllm = float(r["vllm-style"]) / float(r["kvlayout-cuda"])  # type: ignore[arg-type]
+        lines.append(f"| {r['preset']} | {r['batch']} | {r['bytes']} | " + " | ".join(cells) + f" | {bw_ceiling:.2f} | {bw_vllm:.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
