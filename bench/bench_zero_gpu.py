@@ -72,6 +72,31 @@ def time_calls(fn: Callable[[int], object], reps: int, warmup: int = 5) -> float
     return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
 
 
+def time_graph(fn: Callable[[int], object], calls: int = 32, replays: int = 20) -> float:
+    """Median microseconds per call when ``calls`` calls are replayed from one CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(3):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(calls):
+            fn(i)
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    return statistics.median(times)
+
+
 def reps_for(nbytes: int) -> int:
     return 200 if nbytes < 1 << 28 else 60
 
@@ -106,6 +131,11 @@ def bench_geometry(name: str, buf: torch.Tensor, rng: np.random.Generator, metho
         region = buf.numel() - nbytes
         offs = [int(x) // 4096 * 4096 for x in rng.integers(0, max(1, region), ROT)]
         res["zero_"] = time_calls(lambda i: buf[offs[i % ROT] : offs[i % ROT] + nbytes].zero_(), reps)
+        w32 = buf.view(torch.int32)
+        res["zero_i32"] = time_calls(lambda i: w32[offs[i % ROT] // 4 : (offs[i % ROT] + nbytes) // 4].zero_(), reps)
+        if batch <= 256:
+            res["kvlayout-cuda-graph"] = time_graph(lambda i: z.zero(ids[i % ROT]))
+            res["empty-launch-graph"] = time_graph(lambda i: empty_kernel[(1,)](words))
         res["vllm-style"] = time_calls(
             lambda i: vllm_style_kernel[(batch, len(raw), max_chunks)](words, ids[i % ROT], vb, vs, vsp, CHUNK=1024), reps
         )
@@ -118,9 +148,9 @@ def bench_geometry(name: str, buf: torch.Tensor, rng: np.random.Generator, metho
         if pz is not None:
             res.update(pz(batch, host_ids, reps))
         for k in list(res):
-            if k not in ("preset", "batch", "bytes", "rows", "kernel_rows"):
+            if k not in ("preset", "batch", "bytes", "rows", "kernel_rows") and not k.startswith("empty"):
                 us = float(res[k])  # type: ignore[arg-type]
-                res[f"{k}_TBps"] = nbytes / us / 1e6 if k != "empty-launch" else None
+                res[f"{k}_TBps"] = nbytes / us / 1e6
         rows.append(res)
     z.check()
     return rows
@@ -190,16 +220,18 @@ def _time_jax(fn: Callable[[int], None], state: dict[str, object], reps: int, wa
 def bench_designs(buf: torch.Tensor, rng: np.random.Generator) -> list[dict[str, object]]:
     """Compare kernel designs: unit size, store width, warps, programs per SM."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    variants = [dict(chunk_words=8192, sub_words=2048, num_warps=4, max_programs=sms * 16)]
-    base = variants[0]
+    base: dict[str, object] = dict(chunk_words=8192, sub_words=2048, num_warps=4, max_programs=sms * 16, cache_modifier="", eviction_policy="")
+    variants = [base]
     for k, vals in (
-        ("chunk_words", (2048, 4096, 16384, 65536)),
-        ("sub_words", (512, 1024, 4096)),
-        ("num_warps", (2, 8)),
-        ("max_programs", (sms * 2, sms * 4, sms * 8, sms * 32, sms * 128, 2**31 - 1)),
+        ("max_programs", (sms, sms * 2, sms * 4)),
+        ("eviction_policy", ("evict_first",)),
     ):
         for v in vals:
             variants.append({**base, k: v})
+    for p in (sms, sms * 2, sms * 4):
+        for extra in ({"num_warps": 8}, {"num_warps": 16}, {"sub_words": 4096}, {"sub_words": 4096, "num_warps": 8},
+                      {"chunk_words": 16384, "num_warps": 8}):
+            variants.append({**base, "max_programs": p, "eviction_policy": "evict_first", **extra})
     rows = []
     for name in ("dsv4-test", "dsv4"):
         table = K.plan(K.preset(name).with_num_blocks(POOL))
@@ -210,7 +242,9 @@ def bench_designs(buf: torch.Tensor, rng: np.random.Generator) -> list[dict[str,
             for v in variants:
                 z = kc.CudaZeroer(table, words, max_batch=batch, **v)  # type: ignore[arg-type]
                 us = time_calls(lambda i, z=z: z.zero(ids[i % ROT]), reps_for(nbytes))
-                rows.append({"preset": name, "batch": batch, **v, "us": us, "TBps": nbytes / us / 1e6})
+                ptx = z.last_compiled.asm.get("ptx", "") if hasattr(z, "last_compiled") else ""
+                stores = {w: ptx.count(w) for w in ("st.global.v4", "st.global.v2", "st.global.b32", "st.global.cs", "evict_first")}
+                rows.append({"preset": name, "batch": batch, **v, "us": us, "TBps": nbytes / us / 1e6, "ptx_stores": stores})
     return rows
 
 
@@ -238,22 +272,27 @@ def main() -> int:
         print("design comparison (us, TB/s)")
         for r in out["designs"]:  # type: ignore[union-attr]
             print(f"{r['preset']:>9} {r['batch']:>6} chunk={r['chunk_words']:>6} sub={r['sub_words']:>5} warps={r['num_warps']} "
-                  f"progs={r['max_programs']:>10} {r['us']:>9.1f} {r['TBps']:>6.2f}")
+                  f"progs={r['max_programs']:>10} cache={r['cache_modifier'] or '-':>3} evict={r['eviction_policy'] or '-':>11} "
+                  f"{r['us']:>9.1f} {r['TBps']:>6.2f} {r['ptx_stores']}")
     print(format_table(out["results"]))  # type: ignore[arg-type]
     return 0
 
 
 def format_table(results: list[dict[str, object]]) -> str:
-    cols = ["kvlayout-cuda", "kvlayout-cuda-host", "kvlayout-pallas", "xla-scatter", "zero_", "vllm-style", "naive-torch", "empty-launch"]
+    cols = ["kvlayout-cuda", "kvlayout-cuda-host", "kvlayout-cuda-graph", "kvlayout-pallas", "xla-scatter", "zero_", "zero_i32",
+            "vllm-style", "naive-torch", "empty-launch", "empty-launch-graph"]
     lines = [
-        "| preset | batch | bytes | " + " | ".join(f"{c} us" for c in cols) + " | cuda/zero_ BW | cuda/vllm BW |",
-        "|---" * (len(cols) + 5) + "|",
+        "| preset | batch | bytes | " + " | ".join(f"{c} us" for c in cols) + " | cuda TB/s | cuda/best zero_ | cuda/vllm | pallas/cuda |",
+        "|---" * (len(cols) + 7) + "|",
     ]
     for r in results:
         cells = [f"{r[c]:.1f}" if c in r else "-" for c in cols]
-        bw_ceiling = float(r["zero_"]) / float(r["kvlayout-cuda"])  # type: ignore[arg-type]
-        bw_vllm = float(r["vllm-style"]) / float(r["kvlayout-cuda"])  # type: ignore[arg-type]
-        lines.append(f"| {r['preset']} | {r['batch']} | {r['bytes']} | " + " | ".join(cells) + f" | {bw_ceiling:.2f} | {bw_vllm:.2f} |")
+        cu = float(r["kvlayout-cuda"])  # type: ignore[arg-type]
+        ceiling = min(float(r["zero_"]), float(r["zero_i32"])) / cu  # type: ignore[arg-type]
+        vllm = float(r["vllm-style"]) / cu  # type: ignore[arg-type]
+        pal = f"{cu / float(r['kvlayout-pallas']):.2f}" if "kvlayout-pallas" in r else "-"  # type: ignore[arg-type]
+        tbps = float(r["bytes"]) / cu / 1e6  # type: ignore[arg-type]
+        lines.append(f"| {r['preset']} | {r['batch']} | {r['bytes']} | " + " | ".join(cells) + f" | {tbps:.2f} | {ceiling:.2f} | {vllm:.2f} | {pal} |")
     return "\n".join(lines)
 
 

@@ -77,7 +77,7 @@ def zero_units_numpy(words: np.ndarray, plan: UnitPlan, ids: np.ndarray) -> None
                 words[start : start + n] = 0
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_units", "num_blocks", "total_items"])
 def zero_units_kernel(
     buf_ptr,  # int32 [total_bytes / 4] the layout's words
     ids_ptr,  # int32/int64 [num_ids] block ids (device)
@@ -90,6 +90,8 @@ def zero_units_kernel(
     total_items,  # num_ids * W
     SUB: tl.constexpr,  # words per vector store
     ALIGNED: tl.constexpr,  # bases, strides and lengths are multiples of 4 words
+    CACHE: tl.constexpr,  # store cache modifier ("" or e.g. ".cs" streaming)
+    EVICT: tl.constexpr,  # store eviction policy ("" or "evict_first")
 ):
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
@@ -105,9 +107,12 @@ def zero_units_kernel(
             if ALIGNED:
                 start = tl.multiple_of(start, 4)
                 n = tl.multiple_of(n, 4)
-            for s in range(0, n, SUB):
-                idx = s + offs
-                tl.store(buf_ptr + start + idx, zeros, mask=idx < n)
+            full = n - n % SUB
+            for s in range(0, full, SUB):  # whole vectors: no mask
+                tl.store(buf_ptr + start + s + offs, zeros, cache_modifier=CACHE, eviction_policy=EVICT)
+            if full < n:  # the tail: masked
+                idx = full + offs
+                tl.store(buf_ptr + start + idx, zeros, mask=idx < n, cache_modifier=CACHE, eviction_policy=EVICT)
         else:
             tl.atomic_add(err_ptr, 1)
             tl.atomic_xchg(err_ptr + 1, bid)

@@ -24,11 +24,13 @@ from kvlayout.verify import verify
 from ._mode import DEVICE_TYPE, MODE
 from .kernel import UnitPlan, launch_grid, plan_units, zero_units_kernel
 
-#: Tuned on an H200 (bench/cuda_design.py): see bench/results/cuda_design.json.
+#: Tuned on an H200 (bench/bench_zero_gpu.py --designs): bench/results/h200-run3/gpu_zero.json.
 DEFAULT_CHUNK_WORDS = 8192
-DEFAULT_SUB_WORDS = 2048
+DEFAULT_SUB_WORDS = 4096
 DEFAULT_NUM_WARPS = 4
-DEFAULT_PROGRAMS_PER_SM = 16
+DEFAULT_PROGRAMS_PER_SM = 2
+DEFAULT_CACHE = ""
+DEFAULT_EVICT = "evict_first"
 
 
 def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
@@ -69,6 +71,8 @@ class CudaZeroer:
         sub_words: int = DEFAULT_SUB_WORDS,
         num_warps: int = DEFAULT_NUM_WARPS,
         max_programs: int | None = None,
+        cache_modifier: str = DEFAULT_CACHE,
+        eviction_policy: str = DEFAULT_EVICT,
     ) -> None:
         report = verify(table)
         if not report.ok:
@@ -92,6 +96,8 @@ class CudaZeroer:
         self._dev_ids = torch.zeros(self.max_batch, dtype=torch.int64, device=dev)
         self.sub_words = sub_words
         self.num_warps = num_warps
+        self.cache_modifier = cache_modifier
+        self.eviction_policy = eviction_policy
         if max_programs is None:
             if MODE == "native":
                 sms = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -99,7 +105,7 @@ class CudaZeroer:
             else:
                 max_programs = 64
         self.max_programs = int(max_programs)
-        self._slots: list[tuple[torch.Tensor, torch.cuda.Event]] = []
+        self._slots: list[tuple[torch.Tensor, np.ndarray, torch.cuda.Event]] = []
         self._next_slot = 0
 
     @classmethod
@@ -115,17 +121,18 @@ class CudaZeroer:
             self._dev_ids[:k].copy_(torch.from_numpy(ids))
             return self._dev_ids[:k]
         slot = None
-        for _ in range(len(self._slots)):
+        if self._slots:
             cand = self._slots[self._next_slot]
-            self._next_slot = (self._next_slot + 1) % len(self._slots)
-            if cand[1].query():
+            if cand[2].query():
                 slot = cand
-                break
-        if slot is None:  # every slot's copy still in flight: add one (pinned host memory)
-            slot = (torch.empty(self.max_batch, dtype=torch.int64, pin_memory=True), torch.cuda.Event())
-            self._slots.append(slot)
-        pinned, event = slot
-        pinned.numpy()[:k] = ids
+                self._next_slot = (self._next_slot + 1) % len(self._slots)
+        if slot is None:  # the next slot's copy is still in flight: add one (pinned host memory)
+            pinned = torch.empty(self.max_batch, dtype=torch.int64, pin_memory=True)
+            slot = (pinned, pinned.numpy(), torch.cuda.Event())
+            self._slots.insert(self._next_slot, slot)
+            self._next_slot = (self._next_slot + 1) % len(self._slots)
+        pinned, view, event = slot
+        view[:k] = ids
         self._dev_ids[:k].copy_(pinned[:k], non_blocking=True)
         event.record()
         return self._dev_ids[:k]
@@ -164,7 +171,7 @@ class CudaZeroer:
 
     def _launch(self, dev_ids: torch.Tensor) -> None:
         programs, items = launch_grid(self.plan, dev_ids.numel(), self.max_programs)
-        zero_units_kernel[(programs,)](
+        self.last_compiled = zero_units_kernel[(programs,)](
             self.words,
             dev_ids,
             self._ubase,
@@ -176,6 +183,8 @@ class CudaZeroer:
             items,
             SUB=self.sub_words,
             ALIGNED=self.plan.aligned16,
+            CACHE=self.cache_modifier,
+            EVICT=self.eviction_policy,
             num_warps=self.num_warps,
         )
 
