@@ -1,0 +1,231 @@
+"""Pallas kernels: the TPU DMA/RMW zeroer and the GPU (Triton lowering) zeroer.
+
+Both take the buffer as ``int32[rows, 128]`` in place (aliased to the output) and the block
+ids as int32 with a ``take`` flag (0 for duplicates and padding). Ids outside
+``[0, num_blocks)`` write nothing.
+
+TPU (:func:`tpu_zero_call`): ids and the host row plan are scalar-prefetched into SMEM,
+the buffer stays in HBM (``memory_space=ANY``). Each grid step takes ``ids_per_step`` ids:
+it starts every whole-row DMA of those ids from one zeroed VMEM tile (all in flight on one
+semaphore), then clears partial rows one at a time by read-modify-write (row to VMEM,
+``where(mask, 0, row)``, row back, each DMA waited), and finally waits for the whole-row
+DMAs. Partial rows are strictly sequential, and whole rows never share a row with any
+other item, so no two writes to one row ever race. A table without partial rows compiles
+without the RMW loop (the DMA-only fast path).
+
+GPU (:func:`triton_zero_call`): grid (ids, units); a unit is ``chunk_rows`` rows of one
+segment, stored with a lane mask computed from the word offsets.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from kvlayout.table import SegmentTable
+
+from .plan import LANES, RowPlan
+
+
+# --------------------------------------------------------------------------- TPU kernel
+def _tpu_kernel(
+    ids_ref,  # SMEM int32 [n_pad] block ids (sorted)
+    take_ref,  # SMEM int32 [n_pad] 1 = first occurrence of a valid slot
+    fstart_ref,  # SMEM int32 [P+1] CSR of full items per phase class
+    frow_ref,  # SMEM int32 [F] first row for q = 0
+    fq_ref,  # SMEM int32 [F] rows per q
+    fn_ref,  # SMEM int32 [F] rows in the run
+    rstart_ref,  # SMEM int32 [P+1] CSR of partial-row items
+    rrow_ref,  # SMEM int32 [R]
+    rq_ref,  # SMEM int32 [R]
+    rmask_ref,  # SMEM int32 [R] mask index
+    masks_ref,  # VMEM int32 [M, 128] lane masks
+    buf_in_ref,  # HBM int32 [rows, 128] (aliased to buf_ref)
+    buf_ref,  # HBM int32 [rows, 128] output
+    zeros_ref,  # VMEM int32 [tile_rows, 128] scratch
+    row_ref,  # VMEM int32 [1, 128] scratch for read-modify-write
+    sem_ref,  # DMA semaphores [2]: 0 whole rows, 1 partial rows
+    *,
+    period: int,
+    num_blocks: int,
+    ids_per_step: int,
+    has_rmw: bool,
+) -> None:
+    del buf_in_ref
+    zeros_ref[...] = jnp.zeros_like(zeros_ref)
+    first = pl.program_id(0) * ids_per_step
+
+    def each_id(fn: Any) -> None:
+        def body(i: jax.Array, carry: int) -> int:
+            b = ids_ref[first + i]
+            ok = (take_ref[first + i] != 0) & (b >= 0) & (b < num_blocks)
+
+            @pl.when(ok)
+            def _() -> None:
+                c = jax.lax.rem(b, period)
+                q = jax.lax.div(b, period)
+                fn(c, q)
+
+            return carry
+
+        jax.lax.fori_loop(0, ids_per_step, body, 0)
+
+    def full_copy(k: jax.Array, q: jax.Array) -> Any:
+        r = frow_ref[k] + q * fq_ref[k]
+        n = fn_ref[k]
+        return pltpu.make_async_copy(zeros_ref.at[pl.ds(0, n)], buf_ref.at[pl.ds(r, n)], sem_ref.at[0])
+
+    def start_full(c: jax.Array, q: jax.Array) -> None:
+        def body(k: jax.Array, carry: int) -> int:
+            full_copy(k, q).start()
+            return carry
+
+        jax.lax.fori_loop(fstart_ref[c], fstart_ref[c + 1], body, 0)
+
+    def wait_full(c: jax.Array, q: jax.Array) -> None:
+        def body(k: jax.Array, carry: int) -> int:
+            full_copy(k, q).wait()
+            return carry
+
+        jax.lax.fori_loop(fstart_ref[c], fstart_ref[c + 1], body, 0)
+
+    def rmw(c: jax.Array, q: jax.Array) -> None:
+        def body(k: jax.Array, carry: int) -> int:
+            r = rrow_ref[k] + q * rq_ref[k]
+            down = pltpu.make_async_copy(buf_ref.at[pl.ds(r, 1)], row_ref, sem_ref.at[1])
+            down.start()
+            down.wait()
+            mask = masks_ref[pl.ds(rmask_ref[k], 1), :]
+            row_ref[...] = jnp.where(mask != 0, 0, row_ref[...])
+            up = pltpu.make_async_copy(row_ref, buf_ref.at[pl.ds(r, 1)], sem_ref.at[1])
+            up.start()
+            up.wait()
+            return carry
+
+        jax.lax.fori_loop(rstart_ref[c], rstart_ref[c + 1], body, 0)
+
+    each_id(start_full)
+    if has_rmw:
+        each_id(rmw)
+    each_id(wait_full)
+
+
+def tpu_zero_call(
+    plan: RowPlan, n_pad: int, ids_per_step: int, interpret: Any = False
+) -> Any:
+    """``f(ids, take, buf) -> buf``: the TPU kernel as a pallas_call for ``n_pad`` ids."""
+    kernel = partial(
+        _tpu_kernel, period=plan.period, num_blocks=plan.num_blocks, ids_per_step=ids_per_step, has_rmw=not plan.aligned
+    )
+    m = plan.masks.shape[0]
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=10,
+        grid=(n_pad // ids_per_step,),
+        in_specs=[
+            pl.BlockSpec((m, LANES), lambda i, *_: (0, 0)),
+            pl.BlockSpec(memory_space=pl.ANY),
+        ],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[
+            pltpu.VMEM((plan.tile_rows, LANES), jnp.int32),
+            pltpu.VMEM((1, LANES), jnp.int32),
+            pltpu.SemaphoreType.DMA((2,)),
+        ],
+    )
+    # SMEM operands are never empty (Mosaic rejects s32[0]); padding entries are never read.
+    tables = [np.pad(a, (0, 1)) if a.size == 0 else a for a in (
+        plan.full_start, plan.full_row, plan.full_qstride, plan.full_rows,
+        plan.rmw_start, plan.rmw_row, plan.rmw_qstride, plan.rmw_mask,
+    )]
+    masks = jnp.asarray(plan.masks)
+
+    def f(ids: jax.Array, take: jax.Array, buf: jax.Array) -> jax.Array:
+        call = pl.pallas_call(
+            kernel,
+            grid_spec=grid_spec,
+            out_shape=jax.ShapeDtypeStruct(buf.shape, buf.dtype),
+            input_output_aliases={11: 0},
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+            interpret=interpret,
+        )
+        return call(ids, take, *[jnp.asarray(t) for t in tables], masks, buf)
+
+    return f
+
+
+# --------------------------------------------------------------------------- GPU kernel
+def _triton_kernel(
+    ids_ref,  # int32 [n] block ids
+    take_ref,  # int32 [n]
+    seg_ref,  # int32 [U, 6] per unit: base_row, base_lane, stride_rows, stride_lanes, span_words, chunk
+    buf_in_ref,  # int32 [rows, 128] (aliased)
+    buf_ref,  # int32 [rows, 128] output
+    *,
+    num_blocks: int,
+    chunk_rows: int,
+    total_rows: int,
+) -> None:
+    from jax.experimental.pallas import triton as pltriton
+
+    del buf_in_ref
+    i = pl.program_id(0)
+    u = pl.program_id(1)
+    b = ids_ref[i]
+    ok = (take_ref[i] != 0) & (b >= 0) & (b < num_blocks)
+    bb = jnp.where(ok, b, 0)
+    base_row, base_lane = seg_ref[u, 0], seg_ref[u, 1]
+    srow, slane, span, chunk = seg_ref[u, 2], seg_ref[u, 3], seg_ref[u, 4], seg_ref[u, 5]
+    lane0 = base_lane + bb * slane  # < 2**31 for ids below 2**24
+    r0 = base_row + bb * srow + lane0 // LANES
+    a0 = lane0 % LANES
+    want = r0 + chunk * chunk_rows
+    start = jnp.clip(want, 0, total_rows - chunk_rows)  # never slice past the buffer
+    rows = start + jax.lax.broadcasted_iota(jnp.int32, (chunk_rows, LANES), 0)
+    lanes = jax.lax.broadcasted_iota(jnp.int32, (chunk_rows, LANES), 1)
+    w = (rows - r0) * LANES + lanes - a0
+    mask = ok & (w >= 0) & (w < span)
+    pltriton.store(buf_ref.at[pl.ds(start, chunk_rows), :], jnp.zeros((chunk_rows, LANES), jnp.int32), mask=mask)
+
+
+def triton_units(table: SegmentTable, offset: int, chunk_rows: int) -> np.ndarray:
+    """int32 ``[U, 6]`` units for the GPU kernel: each segment cut into ``chunk_rows`` chunks."""
+    out = []
+    for s in table.segments:
+        bw, sw, spw = (s.base + offset) // 4, s.stride // 4, s.span // 4
+        rows_touched = (LANES - 1 + spw) // LANES + 1
+        for k in range(-(-rows_touched // chunk_rows)):
+            out.append((bw // LANES, bw % LANES, sw // LANES, sw % LANES, spw, k))
+    return np.array(out, np.int32).reshape(-1, 6)
+
+
+def triton_zero_call(
+    table: SegmentTable, offset: int, total_rows: int, chunk_rows: int, num_warps: int, interpret: bool = False
+) -> Any:
+    """``f(ids, take, buf) -> buf``: the Pallas-Triton kernel (GPU, or interpret on CPU)."""
+    if total_rows < chunk_rows:
+        chunk_rows = max(1, 1 << (total_rows.bit_length() - 1))
+    units = triton_units(table, offset, chunk_rows)
+    kernel = partial(_triton_kernel, num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows)
+
+    def f(ids: jax.Array, take: jax.Array, buf: jax.Array) -> jax.Array:
+        from jax.experimental.pallas import triton as pltriton
+
+        call = pl.pallas_call(
+            kernel,
+            grid=(ids.shape[0], units.shape[0]),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 4,
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            out_shape=jax.ShapeDtypeStruct(buf.shape, buf.dtype),
+            input_output_aliases={3: 0},
+            compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=1),
+            interpret=interpret,
+        )
+        return call(ids, take, jnp.asarray(units), buf)
+
+    return f
