@@ -62,7 +62,7 @@ class PallasZeroer:
         interpret: bool | None = None,
         tile_rows: int = 128,
         ids_per_step: int = 64,
-        chunk_rows: int = 64,
+        chunk_rows: int = 16,  # H200 sweep: bench/results/h200-final/pallas_design_*.json
         num_warps: int = 4,
     ) -> None:
         report = verify(table)
