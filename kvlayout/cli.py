@@ -173,7 +173,34 @@ def build_parser() -> argparse.ArgumentParser:
     pz.add_argument("--backend", help=f"backend name (else ${registry.ENV_VAR}, else auto)")
     pz.add_argument("--json", action="store_true", help="print the zero report JSON")
     pz.set_defaults(func=cmd_zero)
+    pf = sub.add_parser("conformance", help="run the conformance battery on one or every installed backend")
+    pf.add_argument("--backend", help="name or module:attr (default: every installed backend)")
+    pf.add_argument("--quick", action="store_true", help="fewer random specs")
+    pf.set_defaults(func=cmd_conformance)
     return p
+
+
+def installed_backends() -> dict[str, Any]:
+    """Every registered backend whose extra is importable here."""
+    out = {}
+    for name in registry.registered():
+        try:
+            out[name] = registry.load(name)
+        except KVLayoutError:
+            continue
+    return out
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from .conformance import run_conformance
+
+    backends = {args.backend: registry.load(args.backend)} if args.backend else installed_backends()
+    failures = run_conformance(backends, quick=args.quick)
+    for f in failures:
+        print(f.format())
+    modes = ", ".join(backends)
+    print(f"conformance: {len(backends)} backends ({modes}): " + ("all passed" if not failures else f"{len(failures)} failures"))
+    return 0 if not failures else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -55,3 +55,128 @@ def run_case(
     be.zero(ids)
     after = be.to_host()
     return CaseResult(backend.name, be.mode, ids, after, compare_to_contract(data, after, table, ids, origin=guard))
+
+
+# --------------------------------------------------------------------------- the battery
+@dataclass(frozen=True)
+class Case:
+    """One conformance case: a spec, a batch of ids, and what is expected."""
+
+    name: str
+    spec: Any  # KVCacheSpec
+    block_ids: tuple[int, ...]
+    coalesce: bool = False  # hand the backend the coalesced table instead of the planner's
+    extra_bytes: int = 0  # buffer larger than the layout
+    expect_error: bool = False  # ids out of range: must raise and write nothing
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed case, with everything needed to replay it with ``kvlayout zero``."""
+
+    backend: str
+    case: str
+    spec_json: str
+    block_ids: tuple[int, ...]
+    detail: str
+
+    def format(self) -> str:
+        ids = ",".join(str(i) for i in self.block_ids)
+        return (
+            f"FAIL backend={self.backend} case={self.case} block_ids=[{ids}]\n  {self.detail}\n"
+            f"  replay: echo '{self.spec_json}' > spec.json && kvlayout zero spec.json --blocks {ids} --backend {self.backend}"
+        )
+
+
+def battery(quick: bool = False, seeds: int | None = None) -> list[Case]:
+    """Presets, seeded random specs of both layouts and edge cases."""
+    from .presets import preset
+    from .testing import random_spec
+
+    cases: list[Case] = []
+    for name in ("dsv4-test", "dsv4", "llama-8b"):
+        spec = preset(name)
+        if name == "llama-8b":
+            spec = spec.with_num_blocks(8)
+        n = spec.num_blocks
+        cases.append(Case(f"{name}:first-odd-last", spec, (0, 1, n - 1)))
+        if not quick:
+            cases.append(Case(f"{name}:duplicates", spec, (3, 3, 1, n - 1, 3)))
+    small = preset("dsv4-test").with_num_blocks(6)
+    cases += [
+        Case("one-block-pool", preset("dsv4-test").with_num_blocks(1), (0,)),
+        Case("last-block", preset("dsv4-test"), (99,)),
+        Case("all-blocks", small, tuple(range(6))),
+        Case("empty-batch", small, ()),
+        Case("bigger-buffer", small, (2, 5), extra_bytes=3 * 512 + 12),
+        Case("coalesced-table", preset("dsv4").with_num_blocks(6), (0, 5), coalesce=True),
+        Case("181-rows-uncoalesced", preset("dsv4").with_num_blocks(6), (1, 4)),
+        Case("bad-ids", small, (0, 6), expect_error=True),
+        Case("negative-id", small, (-1,), expect_error=True),
+    ]
+    for layout in ("packed", "layer_major"):
+        for s in range(seeds if seeds is not None else (3 if quick else 10)):
+            spec = random_spec(1000 + s, layout=layout, max_blocks=8)
+            n = spec.num_blocks
+            ids = tuple(sorted({0, n - 1, (7 * s) % n}))
+            cases.append(Case(f"random:{layout}:{s}", spec, ids))
+    return cases
+
+
+def run_battery(backend: type[Backend], cases: list[Case] | None = None) -> tuple[list[Failure], dict[str, np.ndarray]]:
+    """Run every case on ``backend``; return failures and the byte images (for cross-checks)."""
+    from .errors import KVLayoutError
+    from .planner import plan
+
+    failures: list[Failure] = []
+    images: dict[str, np.ndarray] = {}
+    for case in cases if cases is not None else battery():
+        table = plan(case.spec, coalesce=case.coalesce)
+        name = getattr(backend, "name", "") or backend.__name__
+
+        def fail(detail: str, case: Case = case, name: str = name) -> None:
+            failures.append(Failure(name, case.name, case.spec.to_json(), case.block_ids, detail))
+
+        try:
+            if case.expect_error:
+                data = poison_pattern(GUARD_BYTES + table.total_bytes + GUARD_BYTES)
+                be = backend.from_host(table, data, offset=GUARD_BYTES)
+                try:
+                    be.zero(list(case.block_ids))
+                except KVLayoutError:
+                    after = be.to_host()
+                    if not np.array_equal(after, data):
+                        fail("raised on bad ids but bytes changed")
+                else:
+                    fail("accepted out-of-range block ids (must raise a KVLayoutError and write nothing)")
+                continue
+            res = run_case(backend, table, list(case.block_ids), extra_bytes=case.extra_bytes)
+            images[case.name] = res.after
+            if not res.ok:
+                fail(res.check.describe())
+        except Exception as e:  # a crash is a failure of that case, not of the harness
+            fail(f"raised {type(e).__name__}: {e}")
+    return failures, images
+
+
+def run_conformance(backends: dict[str, type[Backend]], quick: bool = False) -> list[Failure]:
+    """Every backend against the contract, then all backends against each other, byte for byte."""
+    cases = battery(quick)
+    failures: list[Failure] = []
+    images: dict[str, dict[str, np.ndarray]] = {}
+    for name, cls in backends.items():
+        f, img = run_battery(cls, cases)
+        failures += f
+        images[name] = img
+    names = list(images)
+    for other in names[1:]:
+        for case, img in images[names[0]].items():
+            b = images[other].get(case)
+            if b is not None and not np.array_equal(img, b):
+                diff = np.flatnonzero(img != b)
+                c = next(c for c in cases if c.name == case)
+                failures.append(
+                    Failure(other, case, c.spec.to_json(), c.block_ids,
+                            f"buffer differs from {names[0]}'s at {diff.size} bytes, first at offset {int(diff[0]) - GUARD_BYTES}")
+                )
+    return failures
