@@ -165,15 +165,15 @@ def run_conformance(backends: dict[str, type[Backend]], quick: bool = False) -> 
     failures: list[Failure] = []
     images: dict[str, dict[str, np.ndarray]] = {}
     for name, cls in backends.items():
-        f, img = run_battery(cls, cases)
-        failures += f
-        images[name] = img
+        found, imgs = run_battery(cls, cases)
+        failures += found
+        images[name] = imgs
     names = list(images)
     for other in names[1:]:
-        for case, img in images[names[0]].items():
+        for case, first in images[names[0]].items():
             b = images[other].get(case)
-            if b is not None and not np.array_equal(img, b):
-                diff = np.flatnonzero(img != b)
+            if b is not None and not np.array_equal(first, b):
+                diff = np.flatnonzero(first != b)
                 c = next(c for c in cases if c.name == case)
                 failures.append(
                     Failure(other, case, c.spec.to_json(), c.block_ids,
