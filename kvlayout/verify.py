@@ -302,4 +302,18 @@ def verify(table: SegmentTable) -> VerifyReport:
     return VerifyReport(len(segs), n, total, flat, table.planned or bool(table.padding), dropped)
 
 
-__all__ = ["Violation", "VerifyReport", "verify", "INVARIANT_NAMES", "Segment"]
+def require_safe(table: SegmentTable) -> VerifyReport:
+    """Verify ``table`` and raise :class:`TableError` naming the first violation if unsafe.
+
+    Every kernel-backed zeroer calls this at construction, so no kernel ever runs an
+    unproven table.
+    """
+    from .errors import TableError
+
+    report = verify(table)
+    if not report.ok:
+        raise TableError(f"refusing an unsafe table: {report.violations[0].message}", field="table", value=len(report.violations))
+    return report
+
+
+__all__ = ["require_safe", "Violation", "VerifyReport", "verify", "INVARIANT_NAMES", "Segment"]

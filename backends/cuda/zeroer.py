@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from kvlayout.backend import check_offset_and_size
-from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
+from kvlayout.errors import BlockIdError, LayoutBufferError
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
-from kvlayout.verify import verify
+from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE
 from .kernel import UnitPlan, launch_grid, plan_units, zero_units_kernel
@@ -74,9 +74,7 @@ class CudaZeroer:
         cache_modifier: str = DEFAULT_CACHE,
         eviction_policy: str = DEFAULT_EVICT,
     ) -> None:
-        report = verify(table)
-        if not report.ok:
-            raise TableError(f"refusing an unsafe table: {report.violations[0].message}", field="table", value=len(report.violations))
+        require_safe(table)
         self.table = table
         self.kernel_table = table.coalesced() if coalesce else table
         self.words = _as_words(buffer, table, offset)

@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
+from kvlayout.errors import BlockIdError, LayoutBufferError
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
-from kvlayout.verify import verify
+from kvlayout.verify import require_safe
 
 from .kernels import tpu_zero_call, triton_zero_call
 from .plan import LANES, ROW_BYTES, RowPlan, check_rows_disjoint_per_block, plan_rows
@@ -65,9 +65,7 @@ class PallasZeroer:
         chunk_rows: int = 16,  # H200 sweep: bench/results/h200-final/pallas_design_*.json
         num_warps: int = 4,
     ) -> None:
-        report = verify(table)
-        if not report.ok:
-            raise TableError(f"refusing an unsafe table: {report.violations[0].message}", field="table", value=len(report.violations))
+        require_safe(table)
         self.table = table
         self.kernel_table = table.coalesced() if coalesce else table
         check_rows_disjoint_per_block(self.kernel_table)
