@@ -173,11 +173,33 @@ def build_parser() -> argparse.ArgumentParser:
     pz.add_argument("--backend", help=f"backend name (else ${registry.ENV_VAR}, else auto)")
     pz.add_argument("--json", action="store_true", help="print the zero report JSON")
     pz.set_defaults(func=cmd_zero)
+    pm = sub.add_parser("plot", help="draw the block byte map (needs the notebook extra)")
+    _add_source(pm)
+    pm.add_argument("--out", required=True, help="FILE.png or FILE.svg")
+    pm.add_argument("--blocks", help="block ids to draw (default: first, second, middle, last)")
+    pm.set_defaults(func=cmd_plot)
+
     pf = sub.add_parser("conformance", help="run the conformance battery on one or every installed backend")
     pf.add_argument("--backend", help="name or module:attr (default: every installed backend)")
     pf.add_argument("--quick", action="store_true", help="fewer random specs")
     pf.set_defaults(func=cmd_conformance)
     return p
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+    except ImportError:
+        raise UsageError("kvlayout plot needs matplotlib: pip install 'kvlayout[notebook]'", field="plot", value=None) from None
+    from .viz import byte_map
+
+    spec = _load_spec(args)
+    fig = byte_map(spec, parse_blocks(args.blocks) if args.blocks else None)
+    fig.savefig(args.out, dpi=110)
+    print(f"wrote {args.out}")
+    return 0
 
 
 def installed_backends() -> dict[str, Any]:
