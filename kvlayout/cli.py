@@ -176,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     pm = sub.add_parser("plot", help="draw the block byte map (needs the notebook extra)")
     _add_source(pm)
     pm.add_argument("--out", required=True, help="FILE.png or FILE.svg")
-    pm.add_argument("--blocks", help="block ids to draw (default: first, second, middle, last)")
+    pm.add_argument("--blocks", help="block ids to draw (default: first, second, middle, last); for --kind diff: ids to zero")
+    pm.add_argument("--kind", choices=("map", "table", "diff"), default="map",
+                    help="map: layers per block; table: what each table row clears (spill in red); diff: reference zeroing, changed bytes")
     pm.set_defaults(func=cmd_plot)
 
     pf = sub.add_parser("conformance", help="run the conformance battery on one or every installed backend")
@@ -193,10 +195,23 @@ def cmd_plot(args: argparse.Namespace) -> int:
         matplotlib.use("Agg")
     except ImportError:
         raise UsageError("kvlayout plot needs matplotlib: pip install 'kvlayout[notebook]'", field="plot", value=None) from None
-    from .viz import byte_map
+    from .viz import byte_map, table_map, zero_diff
 
     spec = _load_spec(args)
-    fig = byte_map(spec, parse_blocks(args.blocks) if args.blocks else None)
+    blocks = parse_blocks(args.blocks) if args.blocks else None
+    if args.kind == "map":
+        fig = byte_map(spec, blocks)
+    elif args.kind == "table":
+        fig = table_map(plan_layout(spec).table(), blocks)
+    else:
+        from .reference import ReferenceBackend
+
+        table = plan_layout(spec).table()
+        ids = blocks if blocks is not None else [0]
+        res = run_case(ReferenceBackend, table, ids)
+        from .reference import poison_pattern
+
+        fig = zero_diff(poison_pattern(res.after.size), {"reference": res.after}, table, ids, origin=GUARD_BYTES)
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
     return 0

@@ -134,7 +134,7 @@ def _auto() -> tuple[str, str]:
         plat = jax.default_backend()
         if plat in ("tpu", "gpu", "cuda"):
             return "pallas", f"JAX's default device is a {plat}"
-    return "reference", "no CUDA device seen by torch and no TPU/GPU seen by JAX"
+    return "reference", "no CUDA device seen by torch+triton and no TPU/GPU seen by JAX (or those extras are not installed)"
 
 
 def resolve(name: str | None = None) -> tuple[str, str]:

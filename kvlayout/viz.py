@@ -81,3 +81,135 @@ def byte_map(spec_or_layout: KVCacheSpec | Layout, blocks: list[int] | None = No
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------- segment table view
+class TableView:
+    """The segment table with per-row checks: HTML in notebooks, text in the terminal."""
+
+    COLS = ("row", "group/layer/part", "base", "stride", "span", "span/stride", "alignment", "last byte", "verdict")
+
+    def __init__(self, table: Any) -> None:
+        from .verify import verify
+
+        self.table = table
+        self.report = verify(table)
+        bad: dict[int, list[int]] = {}
+        for v in self.report.violations:
+            for r in v.rows:
+                bad.setdefault(r, []).append(v.invariant)
+        n, total = table.num_blocks, table.total_bytes
+        self.rows = []
+        for i, s in enumerate(table.segments):
+            align = 1
+            while align < 4096 and s.base % (align * 2) == 0 and s.stride % (align * 2) == 0:
+                align *= 2
+            end = s.base + (n - 1) * s.stride + s.span
+            verdict = "ok" if i not in bad else "BROKEN " + ",".join(str(x) for x in sorted(set(bad[i])))
+            self.rows.append((i, s.label, s.base, s.stride, s.span, f"{s.span / s.stride:.3f}" if s.stride else "-",
+                              f"{align} B", f"{end} / {total}", verdict))
+
+    def __str__(self) -> str:
+        widths = [max(len(str(c)), *(len(str(r[k])) for r in self.rows)) for k, c in enumerate(self.COLS)]
+        line = lambda r: "  ".join(str(x).rjust(w) for x, w in zip(r, widths))  # noqa: E731
+        return "\n".join([line(self.COLS), *(line(r) for r in self.rows), self.report.format().splitlines()[0]])
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{c}</th>" for c in self.COLS)
+        body = "".join(
+            "<tr>" + "".join(f"<td style='color:{'red' if 'BROKEN' in str(r[-1]) else 'black'}'>{x}</td>" for x in r) + "</tr>"
+            for r in self.rows
+        )
+        return f"<table><tr>{head}</tr>{body}</table><p>{self.report.format().splitlines()[0]}</p>"
+
+
+def table_view(table: Any) -> TableView:
+    return TableView(table)
+
+
+# --------------------------------------------------------------------------- a table drawn, bad ones too
+def table_map(table: Any, blocks: list[int] | None = None, ax: Any = None) -> Any:
+    """Draw what each row clears per block in block-row coordinates (width = largest stride).
+
+    Bytes a block clears past its own row (spill into the next block) are red; bytes past
+    the end of the buffer are red and cross-hatched. Use it on a table the verifier rejects.
+    """
+    import matplotlib
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    n, total = table.num_blocks, table.total_bytes
+    width = int(max(table.strides.max(), 1)) if len(table) else 1
+    shown, sampled = _blocks(n, blocks)
+    cmap = matplotlib.colormaps["tab20"]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(12, 0.8 + 0.5 * len(shown)))
+    else:
+        fig = ax.figure
+    xmax = width
+    for lane, b in enumerate(shown):
+        for r, s in enumerate(table.segments):
+            a = s.base + b * s.stride - b * width
+            e = a + s.span
+            y = lane + 0.1 + 0.7 * r / max(1, len(table))
+            h = 0.7 / max(1, len(table))
+            own = min(e, width)
+            if own > a:
+                ax.add_patch(Rectangle((a, y), own - a, h, color=cmap(r % 20), lw=0))
+            if e > width:
+                ax.add_patch(Rectangle((width, y), e - width, h, color="red", lw=0))
+            past = total - b * width
+            if e > past:
+                ax.add_patch(Rectangle((max(a, past), y), e - max(a, past), h, facecolor="red", edgecolor="black", hatch="xx", lw=0))
+            xmax = max(xmax, e)
+        if total - b * width < xmax * 2:
+            ax.axvline(total - b * width, color="red", lw=1) if b == n - 1 else None
+    ax.axvline(width, color="black", lw=0.8, ls="--")
+    ax.set_xlim(0, xmax * 1.02)
+    ax.set_ylim(len(shown), 0)
+    ax.set_yticks([i + 0.45 for i in range(len(shown))], [f"block {b}" for b in shown], fontsize=7)
+    ax.set_xlabel("byte offset in the block row (dashed: next block starts; red: spill / past the end)")
+    ok = table_view(table).report.ok
+    title = f"{len(table)} rows, {n} blocks: {'SAFE' if ok else 'UNSAFE'}"
+    if sampled:
+        title += f" (showing {len(shown)} of {n} blocks)"
+    ax.set_title(title, fontsize=9, color="black" if ok else "red")
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- zeroing diff
+def zero_diff(before: Any, afters: dict[str, Any], table: Any, block_ids: Any, origin: int = 0,
+              region: tuple[int, int] | None = None, ax: Any = None) -> Any:
+    """One strip per backend over a byte region: grey untouched, green cleared as the contract
+    says, red written outside the contract, orange contract bytes left uncleared."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from .reference import expected_zeroed, ranges_to_mask
+
+    b0 = np.asarray(before).reshape(-1).view(np.uint8)
+    lo, hi = region if region is not None else (0, b0.size - origin)
+    exp = ranges_to_mask(expected_zeroed(table, block_ids), b0.size, origin)[origin + lo : origin + hi]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(12, 0.6 + 0.5 * len(afters)))
+    else:
+        fig = ax.figure
+    bins = min(2000, hi - lo)
+    img = np.zeros((len(afters), bins, 3))
+    for k, (_, after) in enumerate(afters.items()):
+        a = np.asarray(after).reshape(-1).view(np.uint8)[origin + lo : origin + hi]
+        changed = a != b0[origin + lo : origin + hi]
+        state = np.full(changed.shape, 0)
+        state[changed & exp] = 1
+        state[changed & ~exp] = 2
+        state[~changed & exp] = 3
+        edges = np.linspace(0, state.size, bins + 1).astype(int)
+        worst = np.maximum.reduceat(state, edges[:-1])  # a bin shows its worst byte
+        palette = np.array([[0.85, 0.85, 0.85], [0.2, 0.7, 0.3], [1.0, 0.0, 0.0], [1.0, 0.6, 0.0]])
+        img[k] = palette[worst]
+    ax.imshow(img, aspect="auto", extent=(lo, hi, len(afters), 0), interpolation="nearest")
+    ax.set_yticks([k + 0.5 for k in range(len(afters))], list(afters), fontsize=8)
+    ax.set_xlabel("byte offset (green: cleared per contract, red: outside the contract, orange: missed)")
+    fig.tight_layout()
+    return fig
