@@ -223,3 +223,16 @@ def test_mosaic_compiles_for_v5e_and_v6e() -> None:
     lines = [x for x in r.stdout.splitlines() if x.startswith("compiled")]
     assert len(lines) == 6, r.stdout
     assert "compiled v5e=2x2 llama-8b fast-path" in lines and "compiled v6e=2x2 dsv4-test rmw" in lines
+
+
+def test_apply_masked_skips_invalid_slots_and_duplicates() -> None:
+    """The routing primitive for sharded caches: slots marked invalid write nothing, no error."""
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(6))
+    z = kp.PallasZeroer(t)
+    data = K.poison_pattern(z.buffer_shape[0] * 512)
+    buf = jnp.asarray(data.view(np.int32).reshape(z.buffer_shape))
+    ids = jnp.array([4, 1, 4, 2, 1, 4], jnp.int32)
+    valid = jnp.array([True, False, True, False, True, False])
+    out = jax.jit(z.apply_masked)(buf, ids, valid)
+    got = np.asarray(out).reshape(-1).view(np.uint8)
+    assert K.reference.compare_to_contract(data, got, t, [1, 4]).matches

@@ -138,15 +138,24 @@ class PallasZeroer:
             return buf, jnp.zeros((), jnp.int32)
         ids = ids.astype(jnp.int32)
         bad = jnp.sum((ids < 0) | (ids >= self.table.num_blocks)).astype(jnp.int32)
-        s = jnp.sort(ids)
+        return self.apply_masked(buf, ids, jnp.ones((n,), jnp.bool_)), bad
+
+    def apply_masked(self, buf: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.Array:
+        """Traceable: zero ``ids[valid]`` (int32 ``[n]``, bool ``[n]``); invalid slots are skipped.
+
+        Used by the sharded zeroer, where ids owned by other shards are not errors.
+        """
+        n = ids.shape[0]
+        # invalid slots become num_blocks (out of range: the kernel skips them); sorting then
+        # puts equal ids side by side, so each id is taken once
+        s = jnp.sort(jnp.where(valid, ids, self.table.num_blocks))
         take = jnp.concatenate([jnp.ones((1,), jnp.int32), (s[1:] != s[:-1]).astype(jnp.int32)])
         step = self.ids_per_step if self.kernel == "tpu" else 1
         n_pad = -(-n // step) * step
         if n_pad != n:
             s = jnp.concatenate([s, jnp.zeros((n_pad - n,), jnp.int32)])
             take = jnp.concatenate([take, jnp.zeros((n_pad - n,), jnp.int32)])
-        out = self._call_for(n_pad, buf.shape[0])(s, take, buf)
-        return out, bad
+        return self._call_for(n_pad, buf.shape[0])(s, take, buf)
 
     def _apply(self, buf: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         self.trace_count += 1
