@@ -29,6 +29,7 @@ from .reference import (
 from .registry import create as create_backend
 from .registry import load as load_backend
 from .registry import resolve as resolve_backend
+from .sharding import ShardedLayout, shard_spec, split_heads
 from .spec import (
     DTYPE_SIZES,
     FullAttentionSpec,
@@ -64,6 +65,7 @@ __all__ = [
     "ReferenceBackend",
     "Segment",
     "SegmentTable",
+    "ShardedLayout",
     "SlidingWindowSpec",
     "SpecError",
     "TableError",
@@ -80,6 +82,8 @@ __all__ = [
     "poison_pattern",
     "preset",
     "resolve_backend",
+    "shard_spec",
+    "split_heads",
     "verify",
     "zero_blocks_numpy",
 ]

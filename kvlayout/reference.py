@@ -222,13 +222,17 @@ def compare_to_contract(
     before: np.ndarray, after: np.ndarray, table: SegmentTable, block_ids: BlockIds, origin: int = 0
 ) -> ZeroCheck:
     """Compare two byte images (guard bands included, layout at ``origin``) with the contract."""
+    return compare_to_ranges(before, after, expected_zeroed(table, block_ids), origin)
+
+
+def compare_to_ranges(before: np.ndarray, after: np.ndarray, exp: np.ndarray, origin: int = 0) -> ZeroCheck:
+    """Compare two byte images with expected merged ranges ``exp`` (relative to ``origin``)."""
     b = np.asarray(before).reshape(-1).view(np.uint8)
     a = np.asarray(after).reshape(-1).view(np.uint8)
     if a.shape != b.shape:
         raise ValueError(f"before has {b.size} bytes, after {a.size}")
     changed = a != b
     zeroed = mask_to_ranges(changed, origin)
-    exp = expected_zeroed(table, block_ids)
     empty = np.zeros((0, 2), np.int64)
     if zeroed.shape == exp.shape and (zeroed == exp).all() and not a[changed].any():
         return ZeroCheck(zeroed, exp, empty, empty, empty)  # the common, fast path

@@ -1,0 +1,333 @@
+"""Sharded KV caches: one local layout per shard of a device mesh, and the block-id mapping.
+
+A serving mesh splits the cache buffer's outer dimension over some mesh axes:
+
+- **block axes** split the block pool: shard ``j`` along them owns global block ids
+  ``[j * blocks_per_shard, (j + 1) * blocks_per_shard)`` as its local ids ``0..`` (data
+  parallel pools);
+- **head axes** give every shard a full local layout of its own heads (tensor parallel):
+  the same block ids are zeroed on every such shard;
+- any other mesh axis holds replicas (identical copies, zeroed identically).
+
+The mode is ``block_sharded`` when there are block axes, else ``replicated`` (every shard
+zeroes every id in its own local layout). Shards are numbered row-major over the shard
+axes in mesh order, which is how a ``PartitionSpec((a, b))`` on dimension 0 orders them;
+ranks map to mesh coordinates row-major, as in ``Mesh(np.arange(world).reshape(sizes))``.
+
+The *gathered* buffer puts shard ``k`` at byte ``k * shard_bytes``; its contract is the
+union, over shards, of the local table's contract for the ids routed there, shifted by
+the shard's offset. Everything here is NumPy only; the JAX (``kvlayout_pallas``) and
+torch (``kvlayout_cuda``) zeroers consume it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .errors import LayoutBufferError, SpecError, spec_error
+from .planner import plan
+from .reference import ZeroCheck, compare_to_ranges, expected_zeroed, merge_ranges, normalize_block_ids, zero_blocks_numpy
+from .spec import FullAttentionSpec, GroupSpec, KVCacheSpec
+from .table import SegmentTable
+from .verify import VerifyReport, require_safe, verify
+
+MODES = ("replicated", "block_sharded")
+#: Shards are padded to whole 512 B rows, the TPU DMA granularity (int32[rows, 128] buffers).
+SHARD_ALIGN = 512
+
+
+def _axes_tuple(mesh_axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    items = list(mesh_axes.items()) if isinstance(mesh_axes, Mapping) else list(mesh_axes)
+    if not items:
+        raise SpecError("mesh_axes = (): a mesh needs at least one axis", field="mesh_axes", value=())
+    seen: set[str] = set()
+    out = []
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise SpecError(f"mesh_axes item = {item!r}: must be (name, size)", field="mesh_axes", value=item)
+        name, size = item
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"mesh_axes name = {name!r}: must be a non-empty string", field="mesh_axes", value=name)
+        if name in seen:
+            raise SpecError(f"mesh_axes name = {name!r}: duplicate axis", field="mesh_axes", value=name)
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise SpecError(f"mesh_axes[{name!r}] = {size!r}: must be a positive integer", field=f"mesh_axes.{name}", value=size)
+        seen.add(name)
+        out.append((name, int(size)))
+    return tuple(out)
+
+
+def _check_subset(field: str, axes: Sequence[str], names: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(axes, str):
+        axes = (axes,)
+    for a in axes:
+        if a not in names:
+            raise SpecError(f"{field} = {tuple(axes)!r}: {a!r} is not a mesh axis (axes: {', '.join(names)})", field=field, value=a)
+    if len(set(axes)) != len(axes):
+        raise SpecError(f"{field} = {tuple(axes)!r}: an axis is named twice", field=field, value=tuple(axes))
+    return tuple(a for a in names if a in axes)  # mesh order
+
+
+@dataclass(frozen=True)
+class ShardedLayout:
+    """A cache spread over a mesh: the per-shard spec, the mesh axes and how ids map.
+
+    Build it with :func:`shard_spec` (from the global spec) or :meth:`from_local` (from a
+    per-shard spec you already have). Derived properties give the local table, shard sizes,
+    routing and the gathered-buffer contract.
+    """
+
+    local_spec: KVCacheSpec
+    mesh_axes: tuple[tuple[str, int], ...]  # (name, size) in mesh order
+    block_axes: tuple[str, ...]  # axes that split the block pool (mesh order)
+    shard_axes: tuple[str, ...]  # axes that split the buffer (block axes included, mesh order)
+
+    def __post_init__(self) -> None:
+        names = [n for n, _ in _axes_tuple(self.mesh_axes)]
+        _check_subset("shard_axes", self.shard_axes, names)
+        _check_subset("block_axes", self.block_axes, names)
+        for a in self.block_axes:
+            if a not in self.shard_axes:
+                raise SpecError(f"block_axes = {self.block_axes!r}: {a!r} must also split the buffer (shard_axes)", field="block_axes", value=a)
+
+    @classmethod
+    def from_local(
+        cls,
+        local_spec: KVCacheSpec,
+        mesh_axes: Mapping[str, int] | Sequence[tuple[str, int]],
+        *,
+        block_axes: Sequence[str] = (),
+        shard_axes: Sequence[str] | None = None,
+    ) -> ShardedLayout:
+        """Every shard holds ``local_spec``; ``shard_axes`` default: every mesh axis."""
+        axes = _axes_tuple(mesh_axes)
+        names = [n for n, _ in axes]
+        sa = _check_subset("shard_axes", names if shard_axes is None else shard_axes, names)
+        ba = _check_subset("block_axes", block_axes, names)
+        return cls(local_spec, axes, ba, sa)
+
+    # ---- mesh geometry ------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        """``block_sharded`` when the pool is split over block axes, else ``replicated``."""
+        return "block_sharded" if self.block_axes else "replicated"
+
+    @property
+    def axis_sizes(self) -> dict[str, int]:
+        return dict(self.mesh_axes)
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(s for _, s in self.mesh_axes)
+
+    @property
+    def num_shards(self) -> int:
+        """Distinct buffer shards (devices over replica axes share one)."""
+        return math.prod(self.axis_sizes[a] for a in self.shard_axes)
+
+    @property
+    def block_shards(self) -> int:
+        """How many ways the block pool is split."""
+        return math.prod(self.axis_sizes[a] for a in self.block_axes)
+
+    @property
+    def replica_axes(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.mesh_axes if n not in self.shard_axes)
+
+    @property
+    def blocks_per_shard(self) -> int:
+        return self.local_spec.num_blocks
+
+    @property
+    def num_blocks(self) -> int:
+        """Size of the global block-id space that callers use."""
+        return self.blocks_per_shard * self.block_shards
+
+    @cached_property
+    def local_table(self) -> SegmentTable:
+        """The table every shard zeroes with (planned, uncoalesced, with padding)."""
+        return plan(self.local_spec)
+
+    @property
+    def shard_bytes(self) -> int:
+        """Bytes per shard in the gathered buffer: the local layout padded to 512 B rows."""
+        return -(-self.local_table.total_bytes // SHARD_ALIGN) * SHARD_ALIGN
+
+    @property
+    def gathered_bytes(self) -> int:
+        return self.num_shards * self.shard_bytes
+
+    def shard_coords(self, shard: int) -> dict[str, int]:
+        """Mesh coordinates of ``shard`` along the shard axes (row-major, mesh order)."""
+        self._check_shard(shard)
+        out: dict[str, int] = {}
+        for a in reversed(self.shard_axes):
+            shard, out[a] = divmod(shard, self.axis_sizes[a])
+        return {a: out[a] for a in self.shard_axes}
+
+    def block_shard(self, shard: int) -> int:
+        """Which part of the block pool ``shard`` owns (0 in replicated mode)."""
+        c = self.shard_coords(shard)
+        j = 0
+        for a in self.block_axes:
+            j = j * self.axis_sizes[a] + c[a]
+        return j
+
+    def shard_of_rank(self, rank: int) -> int:
+        """The shard a rank holds, ranks laid row-major over the mesh axes."""
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < self.num_devices:
+            raise LayoutBufferError(f"rank = {rank!r}: must be in [0, {self.num_devices})", field="rank", value=rank)
+        coords: dict[str, int] = {}
+        r = int(rank)
+        for a, size in reversed(self.mesh_axes):
+            r, coords[a] = divmod(r, size)
+        k = 0
+        for a in self.shard_axes:
+            k = k * self.axis_sizes[a] + coords[a]
+        return k
+
+    def _check_shard(self, shard: int) -> None:
+        if isinstance(shard, bool) or not isinstance(shard, (int, np.integer)) or not 0 <= shard < self.num_shards:
+            raise LayoutBufferError(f"shard = {shard!r}: must be in [0, {self.num_shards})", field="shard", value=shard)
+
+    # ---- routing ------------------------------------------------------------------------
+    def validate_ids(self, block_ids: Any) -> np.ndarray:
+        """Global ids, validated against ``[0, num_blocks)`` of the whole pool, unique int64."""
+        return np.unique(normalize_block_ids(block_ids, self.num_blocks))
+
+    def local_ids(self, shard: int, block_ids: Any) -> np.ndarray:
+        """The local ids ``shard`` zeroes for global ``block_ids`` (validated; sorted, unique)."""
+        return self._owned(shard, self.validate_ids(block_ids))
+
+    def _owned(self, shard: int, ids: np.ndarray) -> np.ndarray:
+        lo = self.block_shard(shard) * self.blocks_per_shard
+        return ids[(ids >= lo) & (ids < lo + self.blocks_per_shard)] - lo
+
+    def route(self, block_ids: Any) -> list[np.ndarray]:
+        """Local ids for every shard, in shard order (validated once, before anything)."""
+        ids = self.validate_ids(block_ids)
+        return [self._owned(k, ids) for k in range(self.num_shards)]
+
+    # ---- contract on the gathered buffer ------------------------------------------------
+    def expected_zeroed(self, block_ids: Any) -> np.ndarray:
+        """Merged ``[k, 2]`` byte ranges of the gathered buffer that zeroing ``block_ids`` clears."""
+        parts = []
+        for k, local in enumerate(self.route(block_ids)):
+            if local.size:
+                parts.append(expected_zeroed(self.local_table, local) + k * self.shard_bytes)
+        if not parts:
+            return np.zeros((0, 2), np.int64)
+        r = np.concatenate(parts)
+        return merge_ranges(r[:, 0], r[:, 1])
+
+    def zero_reference(self, gathered: np.ndarray, block_ids: Any) -> None:
+        """NumPy reference: zero ``block_ids`` in place in the gathered host buffer.
+
+        Ids are validated against the global pool first: a bad id writes nothing anywhere.
+        """
+        routed = self.route(block_ids)
+        if not isinstance(gathered, np.ndarray) or gathered.nbytes < self.gathered_bytes:
+            n = getattr(gathered, "nbytes", None)
+            raise LayoutBufferError(f"gathered bytes = {n}: needs {self.gathered_bytes}", field="buffer.nbytes", value=n)
+        for k, local in enumerate(routed):
+            if local.size:
+                zero_blocks_numpy(gathered, self.local_table, local, offset=k * self.shard_bytes)
+
+    def compare(self, before: np.ndarray, after: np.ndarray, block_ids: Any, origin: int = 0) -> ZeroCheck:
+        """Every changed byte of a gathered image against this contract (guard bands before ``origin``)."""
+        return compare_to_ranges(before, after, self.expected_zeroed(block_ids), origin)
+
+    # ---- safety -------------------------------------------------------------------------
+    def verify(self) -> VerifyReport:
+        """Prove the local table safe for every local block id (every shard uses it)."""
+        return verify(self.local_table)
+
+    def require_safe(self) -> VerifyReport:
+        """Raise :class:`~kvlayout.TableError` unless every shard's table is proven safe."""
+        return require_safe(self.local_table)
+
+    def describe(self) -> str:
+        """One paragraph for humans: mesh, mode, what each shard holds."""
+        mesh = " x ".join(f"{a}={s}" for a, s in self.mesh_axes)
+        rep = f", replicated over {', '.join(self.replica_axes)}" if self.replica_axes else ""
+        return (
+            f"mesh {mesh}: {self.mode}, buffer split over ({', '.join(self.shard_axes) or '-'}) into {self.num_shards} shards{rep}; "
+            f"{self.num_blocks} global blocks, {self.blocks_per_shard} per shard; local layout {self.local_spec.layout}, "
+            f"{len(self.local_table)} rows, {self.local_table.total_bytes} B (+{self.shard_bytes - self.local_table.total_bytes} B row padding)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "mesh_axes": dict(self.mesh_axes),
+            "block_axes": list(self.block_axes),
+            "shard_axes": list(self.shard_axes),
+            "num_shards": self.num_shards,
+            "num_blocks": self.num_blocks,
+            "blocks_per_shard": self.blocks_per_shard,
+            "shard_bytes": self.shard_bytes,
+            "local_total_bytes": self.local_table.total_bytes,
+            "local_spec": self.local_spec.to_dict(),
+        }
+
+
+def split_heads(spec: KVCacheSpec, ways: int, axis: str = "heads") -> KVCacheSpec:
+    """The per-shard spec when attention heads are split ``ways`` ways.
+
+    ``full``/``sliding_window`` layers keep ``num_kv_heads // ways`` heads (it must divide);
+    ``mla`` latents are shared by all heads and ``mamba`` state is opaque, so both are kept
+    whole on every shard (use :meth:`ShardedLayout.from_local` for another split).
+    """
+    if ways == 1:
+        return spec
+    groups = []
+    for g in spec.groups:
+        layers = []
+        for layer in g.layers:
+            if isinstance(layer, FullAttentionSpec):
+                if layer.num_kv_heads % ways:
+                    raise spec_error(
+                        f"{layer.where}.num_kv_heads", layer.num_kv_heads, f"not divisible by mesh axis {axis!r} of size {ways}"
+                    )
+                layer = replace(layer, num_kv_heads=layer.num_kv_heads // ways)
+            layers.append(layer)
+        groups.append(GroupSpec(g.name, tuple(layers), g.kernel_block_size))
+    return KVCacheSpec(num_blocks=spec.num_blocks, layout=spec.layout, groups=tuple(groups), version=spec.version)
+
+
+def shard_spec(
+    spec: KVCacheSpec,
+    mesh_axes: Mapping[str, int] | Sequence[tuple[str, int]],
+    *,
+    block_axes: Sequence[str] = (),
+    head_axes: Sequence[str] = (),
+) -> ShardedLayout:
+    """Shard a global spec over a mesh.
+
+    ``block_axes`` split ``spec.num_blocks`` (it must divide evenly); ``head_axes`` split the
+    KV heads (:func:`split_heads`); other axes replicate. With no block axes the mode is
+    ``replicated``: every shard zeroes the same ids in its own local layout.
+    """
+    axes = _axes_tuple(mesh_axes)
+    names = [n for n, _ in axes]
+    sizes = dict(axes)
+    ba = _check_subset("block_axes", block_axes, names)
+    ha = _check_subset("head_axes", head_axes, names)
+    both = set(ba) & set(ha)
+    if both:
+        a = sorted(both)[0]
+        raise SpecError(f"head_axes: {a!r} is already a block axis", field="head_axes", value=a)
+    ways = math.prod(sizes[a] for a in ba)
+    if spec.num_blocks % ways:
+        raise spec_error("num_blocks", spec.num_blocks, f"not divisible by the {ways} block shards of axes {ba}")
+    local = split_heads(spec, math.prod(sizes[a] for a in ha), "+".join(ha) or "heads").with_num_blocks(spec.num_blocks // ways)
+    return ShardedLayout(local, axes, ba, tuple(a for a in names if a in ba or a in ha))
+
+
+__all__ = ["MODES", "SHARD_ALIGN", "ShardedLayout", "shard_spec", "split_heads"]
