@@ -72,12 +72,16 @@ def zero_units_numpy(words: np.ndarray, plan: UnitPlan, ids: np.ndarray) -> None
     """NumPy model of the kernel: the same work items, one at a time per unit column."""
     for b, s, n in zip(plan.base_words.tolist(), plan.stride_words.tolist(), plan.words.tolist()):
         for i in ids.tolist():
-            if 0 <= i < plan.num_blocks:
+            if 0 <= i < plan.num_blocks:  # anything else writes nothing
                 start = b + i * s
                 words[start : start + n] = 0
 
 
-@triton.jit(do_not_specialize=["num_units", "num_blocks", "total_items"])
+#: ``skip_id`` of a plain launch: no id can equal it, so every out-of-range id is an error.
+NO_SKIP = -(2**62)
+
+
+@triton.jit(do_not_specialize=["num_units", "num_blocks", "total_items", "skip_id"])
 def zero_units_kernel(
     buf_ptr,  # int32 [total_bytes / 4] the layout's words
     ids_ptr,  # int32/int64 [num_ids] block ids (device)
@@ -88,6 +92,7 @@ def zero_units_kernel(
     num_units,  # W
     num_blocks,
     total_items,  # num_ids * W
+    skip_id,  # ids equal to this are skipped silently (owned by another shard)
     SUB: tl.constexpr,  # words per vector store
     ALIGNED: tl.constexpr,  # bases, strides and lengths are multiples of 4 words
     CACHE: tl.constexpr,  # store cache modifier ("" or e.g. ".cs" streaming)
@@ -113,6 +118,6 @@ def zero_units_kernel(
             if full < n:  # the tail: masked
                 idx = full + offs
                 tl.store(buf_ptr + start + idx, zeros, mask=idx < n, cache_modifier=CACHE, eviction_policy=EVICT)
-        else:
+        elif bid != skip_id:
             tl.atomic_add(err_ptr, 1)
             tl.atomic_xchg(err_ptr + 1, bid)

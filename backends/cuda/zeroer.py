@@ -22,7 +22,7 @@ from kvlayout.table import SegmentTable
 from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE
-from .kernel import UnitPlan, launch_grid, plan_units, zero_units_kernel
+from .kernel import NO_SKIP, UnitPlan, launch_grid, plan_units, zero_units_kernel
 
 #: Tuned on an H200 (bench/bench_zero_gpu.py --designs): bench/results/h200-run3/gpu_zero.json.
 DEFAULT_CHUNK_WORDS = 8192
@@ -167,7 +167,8 @@ class CudaZeroer:
             return
         self._launch(dev_ids)
 
-    def _launch(self, dev_ids: torch.Tensor) -> None:
+    def _launch(self, dev_ids: torch.Tensor, skip_id: int = NO_SKIP) -> None:
+        """One launch over device ids; ids equal to ``skip_id`` write nothing and are no error."""
         programs, items = launch_grid(self.plan, dev_ids.numel(), self.max_programs)
         self.last_compiled = zero_units_kernel[(programs,)](
             self.words,
@@ -179,6 +180,7 @@ class CudaZeroer:
             self.plan.units_per_block,
             self.table.num_blocks,
             items,
+            skip_id,
             SUB=self.sub_words,
             ALIGNED=self.plan.aligned16,
             CACHE=self.cache_modifier,

@@ -1,0 +1,123 @@
+"""torch path of sharded zeroing: one CudaZeroer per shard buffer (Triton interpreter on CPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvlayout as K
+from kvlayout.sharding import ShardedLayout, shard_spec
+
+torch = pytest.importorskip("torch")
+kc = pytest.importorskip("kvlayout_cuda")
+
+pytestmark = pytest.mark.skipif(kc.MODE != "interpreter", reason="CPU tests run the interpreter; GPU runs are scripts/gpu_sharded.py")
+
+GUARD = 512
+
+
+def shard_buffers(lay: ShardedLayout, seed: int = 7) -> tuple[np.ndarray, list[torch.Tensor]]:
+    """A poisoned gathered image and one guarded tensor per shard holding its slice at offset GUARD."""
+    data = K.poison_pattern(lay.gathered_bytes + 2 * GUARD * lay.num_shards, seed=seed)
+    bufs = []
+    for k in range(lay.num_shards):
+        n = lay.shard_bytes + 2 * GUARD
+        bufs.append(torch.from_numpy(data[k * n : (k + 1) * n].copy()))
+    return data, bufs
+
+
+def check_equal_reference(lay: ShardedLayout, bufs: list[torch.Tensor], before: list[np.ndarray], ids: object) -> None:
+    """Shard by shard: what changed is the local contract of the ids routed there, and nothing else."""
+    for k, local in enumerate(lay.route(ids)):
+        chk = K.reference.compare_to_contract(before[k], bufs[k].numpy(), lay.local_table, local, origin=GUARD)
+        assert chk.matches, (k, chk.describe())
+
+
+LAYOUTS = {
+    "block_1d": lambda: shard_spec(K.preset("dsv4-test").with_num_blocks(16), {"dp": 4}, block_axes=("dp",)),
+    "replicated_1d": lambda: shard_spec(K.preset("llama-8b").with_num_blocks(6), {"tp": 4}, head_axes=("tp",)),
+    "block_2d": lambda: shard_spec(K.preset("dsv4").with_num_blocks(8), {"dp": 2, "tp": 2}, block_axes=("dp",), head_axes=("tp",)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+@pytest.mark.parametrize("kind", ["host", "device"])
+def test_both_modes_equal_reference_shard_by_shard(name: str, kind: str) -> None:
+    lay = LAYOUTS[name]()
+    _, bufs = shard_buffers(lay)
+    z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD)
+    n = lay.num_blocks
+    before = [b.numpy().copy() for b in bufs]
+    seen: list[int] = []
+    for ids in ([0], [n - 1, 0, n // 2, n // 2], list(range(1, n, 3)), [n // 3]):
+        z.zero(torch.tensor(ids) if kind == "device" else ids)
+        seen += ids
+        check_equal_reference(lay, bufs, before, seen)  # everything changed so far: the union of the batches
+    z.check()
+
+
+def test_ids_owned_by_one_shard_only() -> None:
+    lay = LAYOUTS["block_1d"]()
+    _, bufs = shard_buffers(lay)
+    z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD)
+    before = [b.numpy().copy() for b in bufs]
+    z.zero(torch.tensor([8, 9, 11, 8], dtype=torch.int32))  # all on shard 2 (blocks 8..11)
+    z.check()
+    changed = [bool((b.numpy() != before[k]).any()) for k, b in enumerate(bufs)]
+    assert changed == [False, False, True, False]
+    check_equal_reference(lay, bufs, before, [8, 9, 11])
+
+
+@pytest.mark.parametrize("bad", [[3, 16], [-1, 2], [True]])
+def test_bad_host_ids_write_nothing_anywhere(bad: list) -> None:
+    lay = LAYOUTS["block_1d"]()
+    _, bufs = shard_buffers(lay)
+    before = [b.numpy().copy() for b in bufs]
+    z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD)
+    with pytest.raises(K.BlockIdError):
+        z.zero(bad)
+    assert all(np.array_equal(b.numpy(), before[k]) for k, b in enumerate(bufs))
+
+
+def test_bad_device_ids_make_the_batch_a_noop_then_check_raises() -> None:
+    lay = LAYOUTS["block_1d"]()
+    _, bufs = shard_buffers(lay)
+    before = [b.numpy().copy() for b in bufs]
+    z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD)
+    z.zero(torch.tensor([1, 5, 16, -3]))
+    assert all(np.array_equal(b.numpy(), before[k]) for k, b in enumerate(bufs))
+    with pytest.raises(K.BlockIdError, match=r"2 ids outside \[0, 16\); their batches wrote nothing on any shard"):
+        z.check()
+    z.check()  # reset
+    z.zero(torch.tensor([1, 5]))
+    z.check()
+    check_equal_reference(lay, bufs, before, [1, 5])
+
+
+def test_one_rank_holds_one_shard() -> None:
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2, "tp": 2}, block_axes=("dp",), head_axes=("tp",))
+    _, bufs = shard_buffers(lay)
+    before = [b.numpy().copy() for b in bufs]
+    z = kc.ShardedCudaZeroer.for_rank(lay, bufs[3], rank=3, offset=GUARD)  # dp=1, tp=1: blocks 4..7
+    assert z.shards == (3,)
+    z.zero([0, 5, 7])
+    for k in range(3):
+        assert np.array_equal(bufs[k].numpy(), before[k])
+    chk = K.reference.compare_to_contract(before[3], bufs[3].numpy(), lay.local_table, [1, 3], origin=GUARD)
+    assert chk.matches, chk.describe()
+
+
+def test_buffer_errors() -> None:
+    lay = LAYOUTS["block_1d"]()
+    _, bufs = shard_buffers(lay)
+    with pytest.raises(K.LayoutBufferError, match="buffers: 3 given for 4 shards"):
+        kc.ShardedCudaZeroer(lay, bufs[:3])
+    with pytest.raises(K.LayoutBufferError, match="shard = 4"):
+        kc.ShardedCudaZeroer(lay, {4: bufs[0]})
+    with pytest.raises(K.LayoutBufferError, match="buffer bytes"):
+        kc.ShardedCudaZeroer(lay, {0: bufs[0][:100]})
+    with pytest.raises(K.LayoutBufferError, match="rank = None: torch.distributed is not initialised"):
+        kc.ShardedCudaZeroer.for_rank(lay, bufs[0])
+    z = kc.ShardedCudaZeroer(lay, {1: bufs[1]}, offset=GUARD)
+    with pytest.raises(K.BlockIdError, match="dtype = torch.float32"):
+        z.zero(torch.tensor([1.0]))
