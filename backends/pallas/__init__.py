@@ -37,9 +37,19 @@ from kvlayout.errors import LayoutBufferError  # noqa: E402
 from kvlayout.table import SegmentTable  # noqa: E402
 
 from .plan import LANES, ROW_BYTES, RowPlan, plan_rows, zero_rows_numpy  # noqa: E402
+from .sharded import ShardedPallasZeroer  # noqa: E402
 from .zeroer import PallasZeroer, default_kernel, zero_blocks  # noqa: E402
 
-__all__ = ["PallasBackend", "PallasZeroer", "RowPlan", "default_kernel", "plan_rows", "zero_blocks", "zero_rows_numpy"]
+__all__ = [
+    "PallasBackend",
+    "PallasZeroer",
+    "RowPlan",
+    "ShardedPallasZeroer",
+    "default_kernel",
+    "plan_rows",
+    "zero_blocks",
+    "zero_rows_numpy",
+]
 
 
 class PallasBackend(Backend):

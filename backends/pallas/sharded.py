@@ -1,0 +1,213 @@
+"""JAX side of sharded zeroing: the ``pallas`` kernel on every shard, through ``shard_map``.
+
+The buffer is one ``jax.Array`` of ``int32[num_shards * shard_rows, 128]`` sharded on
+dimension 0 over the layout's shard axes (``PartitionSpec(shard_axes, None)``; other mesh
+axes hold replicas). Block ids are global and replicated to every shard; each shard
+routes them in the kernel's own step: ids it does not own become invalid slots of
+:meth:`PallasZeroer.apply_masked` (no writes, no error). No gather of the buffer, no
+host round-trip, no collective; the result keeps the input's sharding and is donated.
+
+Bad ids: host ids outside the global pool raise before anything runs; in a device batch
+any such id makes the whole batch write nothing on every shard (each shard sees the
+whole batch, so they agree without communicating), and :meth:`check` raises later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError
+from kvlayout.sharding import ShardedLayout
+
+from .plan import LANES, ROW_BYTES
+from .zeroer import PallasZeroer
+
+
+def _check_mesh(layout: ShardedLayout, mesh: Mesh) -> None:
+    if not isinstance(mesh, Mesh):
+        raise LayoutBufferError(f"mesh type = {type(mesh).__name__}: must be a jax.sharding.Mesh", field="mesh", value=type(mesh).__name__)
+    got = tuple((str(a), int(mesh.shape[a])) for a in mesh.axis_names)
+    if got != layout.mesh_axes:
+        raise LayoutBufferError(
+            f"mesh axes = {dict(got)}: the layout was planned for {dict(layout.mesh_axes)} (same names, sizes and order)",
+            field="mesh",
+            value=dict(got),
+        )
+
+
+class ShardedPallasZeroer:
+    """Zero global block ids of a sharded KV buffer over ``mesh``, in place.
+
+    Construct once per (layout, mesh): every shard's table is verified and planned. Then
+    ``buf = zeroer(buf, block_ids)`` per step; :meth:`apply` is the traceable form for a
+    user's own ``jax.jit``. Keyword arguments go to the per-shard :class:`PallasZeroer`.
+    """
+
+    def __init__(self, layout: ShardedLayout, mesh: Mesh, **kwargs: Any) -> None:
+        layout.require_safe()
+        _check_mesh(layout, mesh)
+        if "offset" in kwargs:
+            raise LayoutBufferError("offset: sharded buffers hold the local layout at row 0 of each shard", field="offset", value=kwargs["offset"])
+        self.layout = layout
+        self.mesh = mesh
+        self.local = PallasZeroer(layout.local_table, **kwargs)
+        self.shard_rows = layout.shard_bytes // ROW_BYTES
+        self.spec = P(layout.shard_axes or None, None)
+        self.sharding = NamedSharding(mesh, self.spec)
+        self.ids_sharding = NamedSharding(mesh, P())
+        self._check_interpret_mesh()
+        self._step = jax.shard_map(
+            self._shard_step, mesh=mesh, in_specs=(self.spec, P()), out_specs=(self.spec, P()), check_vma=False
+        )
+        self._jitted = jax.jit(self._traced, donate_argnums=0)
+        self.trace_count = 0
+        self._err: jax.Array | None = None
+
+    def _check_interpret_mesh(self) -> None:
+        """TPU interpret mode stages every callback operand on cpu:0; a shard running there
+        blocks in the interpreter's cross-device barrier while the others wait for cpu:0, so
+        such a mesh deadlocks. Refuse it with the fix instead of hanging."""
+        if not (self.local.kernel == "tpu" and self.local.interpret and self.mesh.devices.size > 1):
+            return
+        cpu0 = jax.local_devices(backend="cpu")[0]
+        if cpu0 in set(self.mesh.devices.flat):
+            raise BackendError(
+                "pallas TPU interpret mode under shard_map deadlocks when the mesh includes cpu:0 (the interpreter's "
+                "callbacks stage their operands there): build the mesh from jax.devices()[1:] (force one more host device), "
+                "or pass kernel='triton' (plain Pallas interpret)",
+                field="mesh",
+                value=str(cpu0),
+            )
+
+    # ---- description --------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self.local.mode
+
+    @property
+    def buffer_shape(self) -> tuple[int, int]:
+        """Global ``int32[num_shards * shard_rows, 128]`` shape of the sharded buffer."""
+        return (self.layout.num_shards * self.shard_rows, LANES)
+
+    def _check_buffer(self, buf: Any) -> None:
+        if not isinstance(buf, jax.Array):
+            raise LayoutBufferError(f"buffer type = {type(buf).__name__}: must be a jax.Array", field="buffer", value=type(buf).__name__)
+        if buf.dtype != jnp.int32:
+            raise LayoutBufferError(f"buffer dtype = {buf.dtype}: must be int32", field="buffer.dtype", value=str(buf.dtype))
+        if tuple(buf.shape) != self.buffer_shape:
+            raise LayoutBufferError(
+                f"buffer shape = {tuple(buf.shape)}: must be {self.buffer_shape} ({self.layout.num_shards} shards x {self.shard_rows} rows)",
+                field="buffer.shape",
+                value=tuple(buf.shape),
+            )
+        sh = getattr(buf, "sharding", None)
+        if not isinstance(sh, jax.sharding.Sharding) or not sh.is_equivalent_to(self.sharding, 2):
+            raise LayoutBufferError(
+                f"buffer sharding = {sh}: must be {self.sharding} (use make_buffer or jax.device_put(buf, zeroer.sharding))",
+                field="buffer.sharding",
+                value=str(sh),
+            )
+
+    # ---- the per-shard step --------------------------------------------------------------
+    def _shard_step(self, buf: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Inside shard_map: ``buf`` int32 ``[shard_rows, 128]`` (this shard), ``ids`` int32 ``[n]`` (global)."""
+        lay = self.layout
+        nbad = jnp.sum((ids < 0) | (ids >= lay.num_blocks)).astype(jnp.int32)
+        if ids.shape[0] == 0:
+            return buf, nbad
+        j = jnp.zeros((), jnp.int32)
+        for a in lay.block_axes:
+            j = j * lay.axis_sizes[a] + jax.lax.axis_index(a).astype(jnp.int32)
+        lo = j * lay.blocks_per_shard
+        keep = (ids >= lo) & (ids < lo + lay.blocks_per_shard) & (nbad == 0)
+        local = jnp.where(keep, ids - lo, 0)
+        return self.local.apply_masked(buf, local, keep), nbad
+
+    def apply(self, buf: jax.Array, block_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Traceable: ``(buf, global ids int[n]) -> (buf, number of ids outside the pool)``."""
+        ids = jnp.asarray(block_ids)
+        if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
+            raise BlockIdError(f"block_ids: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}", field="block_ids", value=str(ids.dtype))
+        out, bad = self._step(buf, ids.astype(jnp.int32))
+        return out, bad
+
+    def _traced(self, buf: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+        self.trace_count += 1
+        return self.apply(buf, ids)
+
+    def __call__(self, buf: jax.Array, block_ids: Any) -> jax.Array:
+        """Zero global ``block_ids`` in the sharded ``buf`` (donated); returns the buffer."""
+        self._check_buffer(buf)
+        if isinstance(block_ids, jax.Array):
+            ids = block_ids
+            if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
+                raise BlockIdError(f"block_ids: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}", field="block_ids", value=str(ids.dtype))
+            if ids.shape[0] == 0:
+                return buf
+        else:
+            host = self.layout.validate_ids(block_ids)
+            if host.size == 0:
+                return buf
+            bucket = max(8, 1 << int(host.size - 1).bit_length())  # few shapes: no retrace per call
+            padded = np.full(bucket, host[0], np.int32)
+            padded[: host.size] = host
+            ids = jax.device_put(padded, self.ids_sharding)
+        out, err = self._jitted(buf, ids)
+        self._err = err if self._err is None else self._err + err
+        return out
+
+    zero_blocks = __call__
+
+    def check(self) -> None:
+        """Raise if a device batch so far had ids outside the global pool (synchronises; resets)."""
+        if self._err is not None:
+            count = int(self._err)
+            self._err = None
+            if count:
+                raise BlockIdError(
+                    f"device block_ids: {count} ids outside [0, {self.layout.num_blocks}); their batches wrote nothing on any shard",
+                    field="block_ids",
+                    value=count,
+                )
+
+    def lower(self, num_ids: int) -> Any:
+        """Lower the jitted sharded step for ``num_ids`` ids on this mesh (e.g. of TPU topology devices).
+
+        ``lower(n).compile()`` runs the real backend compiler on the whole SPMD program
+        without running anything: how the sharded TPU kernel is compiled in CI without a TPU.
+        """
+        buf = jax.ShapeDtypeStruct(self.buffer_shape, jnp.int32, sharding=self.sharding)
+        ids = jax.ShapeDtypeStruct((num_ids,), jnp.int32, sharding=self.ids_sharding)
+        return self._jitted.lower(buf, ids)
+
+    # ---- host images ----------------------------------------------------------------------
+    def make_buffer(self, gathered: np.ndarray | None = None) -> jax.Array:
+        """A sharded buffer from gathered host bytes (uint8 ``[gathered_bytes]``), or zeros."""
+        rows = self.buffer_shape[0]
+        host = np.zeros((rows, LANES), np.int32)
+        if gathered is not None:
+            raw = np.ascontiguousarray(gathered).reshape(-1).view(np.uint8)
+            if raw.size != self.layout.gathered_bytes:
+                raise LayoutBufferError(
+                    f"gathered bytes = {raw.size}: must be {self.layout.gathered_bytes}", field="buffer.nbytes", value=raw.size
+                )
+            host = raw.view(np.int32).reshape(rows, LANES)
+        return jax.make_array_from_callback(self.buffer_shape, self.sharding, lambda idx: host[idx])
+
+    def to_host(self, buf: jax.Array) -> np.ndarray:
+        """The gathered bytes (uint8 ``[gathered_bytes]``): one replica of every shard."""
+        return np.asarray(jax.device_get(buf)).reshape(-1).view(np.uint8).copy()
+
+    def shard_images(self, buf: jax.Array) -> list[tuple[Any, int, np.ndarray]]:
+        """``(device, shard index, bytes)`` for every addressable device, replicas included."""
+        out = []
+        for s in buf.addressable_shards:
+            k = (s.index[0].start or 0) // self.shard_rows
+            out.append((s.device, k, np.asarray(s.data).reshape(-1).view(np.uint8).copy()))
+        return out
