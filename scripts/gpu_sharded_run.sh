@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# One device-tool call for sharded zeroing: the single-GPU cuda checks (the kernel's skip id
+# is new) and scripts/gpu_sharded.py (torch and JAX paths, both modes, every GPU here).
+#   bash scripts/gpu_sharded_run.sh
+set -uo pipefail
+. "$(dirname "$0")/gpu_env.sh"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+OUT=${OUT:-out}; mkdir -p "$OUT"
+nvidia-smi -L
+python3 scripts/gpu_cuda.py --small --out "$OUT" > "$OUT/gpu_cuda_small.log" 2>&1; rc1=$?; tail -n 2 "$OUT/gpu_cuda_small.log"
+python3 scripts/gpu_sharded.py --out "$OUT" > "$OUT/gpu_sharded.log" 2>&1; rc2=$?; tail -n 40 "$OUT/gpu_sharded.log"
+echo "rc: cuda_small=$rc1 sharded=$rc2"
