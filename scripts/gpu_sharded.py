@@ -150,8 +150,8 @@ def run_torch(world: int, per_gpu: int, out_dir: str) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------- JAX path
 def run_jax(per_gpu: int) -> dict[str, Any]:
-    import kvlayout_pallas as kp  # first: it picks JAX's platforms before JAX starts
     import jax
+    import kvlayout_pallas as kp
     from jax.sharding import Mesh
     from kvlayout_cuda.testing import device_poison, torch_reference_zero
 
