@@ -160,12 +160,14 @@ def test_bad_device_ids_write_nothing_on_any_shard() -> None:
     z = kp.ShardedPallasZeroer(lay, mesh(dp=8))
     data = K.poison_pattern(lay.gathered_bytes)
     buf = z(z.make_buffer(data), jnp.array([2, 9, 16, -4, 12], jnp.int32))
-    assert np.array_equal(z.to_host(buf), data)  # the whole batch is a no-op
-    with pytest.raises(K.BlockIdError, match=r"2 ids outside \[0, 16\); their batches wrote nothing on any shard"):
+    assert lay.compare(data, z.to_host(buf), [2, 9, 12]).matches  # the bad ids wrote nothing anywhere
+    with pytest.raises(K.BlockIdError, match=r"2 ids outside \[0, 16\); they wrote nothing on any shard"):
         z.check()
-    buf = z(buf, jnp.array([2, 9], jnp.int32))
-    z.check()
-    assert lay.compare(data, z.to_host(buf), [2, 9]).matches
+    z.check()  # reset
+    buf = z(buf, jnp.array([16, 17], jnp.int32))  # only bad ids: nothing at all
+    assert lay.compare(data, z.to_host(buf), [2, 9, 12]).matches
+    with pytest.raises(K.BlockIdError):
+        z.check()
 
 
 def test_mesh_and_buffer_errors() -> None:

@@ -77,11 +77,7 @@ def zero_units_numpy(words: np.ndarray, plan: UnitPlan, ids: np.ndarray) -> None
                 words[start : start + n] = 0
 
 
-#: ``skip_id`` of a plain launch: no id can equal it, so every out-of-range id is an error.
-NO_SKIP = -(2**62)
-
-
-@triton.jit(do_not_specialize=["num_units", "num_blocks", "total_items", "skip_id"])
+@triton.jit(do_not_specialize=["num_units", "id_lo", "num_blocks", "id_limit", "total_items"])
 def zero_units_kernel(
     buf_ptr,  # int32 [total_bytes / 4] the layout's words
     ids_ptr,  # int32/int64 [num_ids] block ids (device)
@@ -90,9 +86,10 @@ def zero_units_kernel(
     uwords_ptr,  # int32 [W] unit lengths in words
     err_ptr,  # int64 [2] (count of bad work items, last bad id)
     num_units,  # W
-    num_blocks,
+    id_lo,  # first id this buffer owns (0; a shard's first global id when routing)
+    num_blocks,  # ids [id_lo, id_lo + num_blocks) are zeroed, as local id - id_lo
+    id_limit,  # ids outside [0, id_limit) are errors; the rest belong to other shards (skipped)
     total_items,  # num_ids * W
-    skip_id,  # ids equal to this are skipped silently (owned by another shard)
     SUB: tl.constexpr,  # words per vector store
     ALIGNED: tl.constexpr,  # bases, strides and lengths are multiples of 4 words
     CACHE: tl.constexpr,  # store cache modifier ("" or e.g. ".cs" streaming)
@@ -105,7 +102,8 @@ def zero_units_kernel(
     for u in range(pid, total_items, nprog):
         i = u // num_units
         w = u - i * num_units
-        bid = tl.load(ids_ptr + i).to(tl.int64)
+        gid = tl.load(ids_ptr + i).to(tl.int64)
+        bid = gid - id_lo
         if (bid >= 0) & (bid < num_blocks):
             start = tl.load(ubase_ptr + w) + bid * tl.load(ustride_ptr + w)
             n = tl.load(uwords_ptr + w)
@@ -118,6 +116,6 @@ def zero_units_kernel(
             if full < n:  # the tail: masked
                 idx = full + offs
                 tl.store(buf_ptr + start + idx, zeros, mask=idx < n, cache_modifier=CACHE, eviction_policy=EVICT)
-        elif bid != skip_id:
+        elif (gid < 0) | (gid >= id_limit):
             tl.atomic_add(err_ptr, 1)
-            tl.atomic_xchg(err_ptr + 1, bid)
+            tl.atomic_xchg(err_ptr + 1, gid)

@@ -7,9 +7,11 @@ translated to local ids; nothing crosses devices and no collective runs.
 
 - Host ids (list, tuple, NumPy, CPU tensor) are validated against the global pool first:
   a bad id raises and nothing is written on any shard.
-- Device ids (a tensor on the backend's device type) are routed on the device without a
-  host sync: unowned ids become the kernel's skip id; if any id is outside the global
-  pool, the whole batch writes nothing on any shard and :meth:`check` raises later.
+- Device ids (a tensor on the backend's device type) are routed inside the kernel, with
+  no host sync and no extra launch: each shard's launch zeroes the ids in its own range
+  (as local ids) and skips the others; an id outside the global pool writes nothing on
+  any shard and sets the flag that :meth:`check` raises (the batch's valid ids are
+  zeroed, as with the single-device zeroers).
 """
 
 from __future__ import annotations
@@ -24,9 +26,6 @@ from kvlayout.sharding import ShardedLayout
 
 from ._mode import DEVICE_TYPE
 from .zeroer import CudaZeroer
-
-#: Local id that routed-away slots get: the kernel skips it without counting an error.
-SKIP_ID = -1
 
 
 class ShardedCudaZeroer:
@@ -64,7 +63,6 @@ class ShardedCudaZeroer:
         self.zeroers: dict[int, CudaZeroer] = {
             k: CudaZeroer(layout.local_table, buf, offset=offset, **kwargs) for k, buf in sorted(items.items())
         }
-        self._bad = {k: torch.zeros((), dtype=torch.int64, device=z.device) for k, z in self.zeroers.items()}
 
     @classmethod
     def for_rank(cls, layout: ShardedLayout, buffer: torch.Tensor, rank: int | None = None, **kwargs: Any) -> ShardedCudaZeroer:
@@ -103,25 +101,20 @@ class ShardedCudaZeroer:
             return
         bps, n = self.layout.blocks_per_shard, self.layout.num_blocks
         for k, z in self.zeroers.items():
-            g = ids.to(z.device, dtype=torch.int64, non_blocking=True)
-            bad = (g < 0) | (g >= n)
-            lo = self.layout.block_shard(k) * bps
-            keep = (g >= lo) & (g < lo + bps) & ~bad.any()
-            local = torch.where(keep, g - lo, SKIP_ID)
-            self._bad[k] += bad.sum()
-            z._launch(local, skip_id=SKIP_ID)
+            g = ids.to(z.device, non_blocking=True).contiguous()
+            z._launch(g, id_lo=self.layout.block_shard(k) * bps, id_limit=n)
 
     def check(self) -> None:
-        """Raise if a device batch had ids outside the global pool (synchronises; resets)."""
+        """Raise if a device batch so far had ids outside the global pool (synchronises; resets every shard)."""
+        first: BlockIdError | None = None
         for z in self.zeroers.values():
-            z.check()  # never fires for routed batches: skipped slots are no error
-        counts = [int(b) for b in self._bad.values()]  # every shard saw the same batches
-        for b in self._bad.values():
-            b.zero_()
-        count = max(counts)
-        if count:
+            try:
+                z.check()
+            except BlockIdError as e:
+                first = first or e
+        if first is not None:
             raise BlockIdError(
-                f"device block_ids: {count} ids outside [0, {self.layout.num_blocks}); their batches wrote nothing on any shard",
+                f"device block_ids: ids outside [0, {self.layout.num_blocks}) (e.g. {first.value}); they wrote nothing on any shard",
                 field="block_ids",
-                value=count,
+                value=first.value,
             )

@@ -22,7 +22,7 @@ from kvlayout.table import SegmentTable
 from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE
-from .kernel import NO_SKIP, UnitPlan, launch_grid, plan_units, zero_units_kernel
+from .kernel import UnitPlan, launch_grid, plan_units, zero_units_kernel
 
 #: Tuned on an H200 (bench/bench_zero_gpu.py --designs): bench/results/h200-run3/gpu_zero.json.
 DEFAULT_CHUNK_WORDS = 8192
@@ -167,8 +167,13 @@ class CudaZeroer:
             return
         self._launch(dev_ids)
 
-    def _launch(self, dev_ids: torch.Tensor, skip_id: int = NO_SKIP) -> None:
-        """One launch over device ids; ids equal to ``skip_id`` write nothing and are no error."""
+    def _launch(self, dev_ids: torch.Tensor, id_lo: int = 0, id_limit: int | None = None) -> None:
+        """One launch over device ids.
+
+        Ids in ``[id_lo, id_lo + num_blocks)`` zero local block ``id - id_lo``; ids outside
+        ``[0, id_limit)`` (default ``num_blocks``) set the error flag; any other id belongs to
+        another shard and writes nothing (the sharded zeroer routes this way, in the kernel).
+        """
         programs, items = launch_grid(self.plan, dev_ids.numel(), self.max_programs)
         self.last_compiled = zero_units_kernel[(programs,)](
             self.words,
@@ -178,9 +183,10 @@ class CudaZeroer:
             self._uwords,
             self._err,
             self.plan.units_per_block,
+            id_lo,
             self.table.num_blocks,
+            self.table.num_blocks if id_limit is None else id_limit,
             items,
-            skip_id,
             SUB=self.sub_words,
             ALIGNED=self.plan.aligned16,
             CACHE=self.cache_modifier,

@@ -8,8 +8,8 @@ routes them in the kernel's own step: ids it does not own become invalid slots o
 host round-trip, no collective; the result keeps the input's sharding and is donated.
 
 Bad ids: host ids outside the global pool raise before anything runs; in a device batch
-any such id makes the whole batch write nothing on every shard (each shard sees the
-whole batch, so they agree without communicating), and :meth:`check` raises later.
+such an id writes nothing on any shard and :meth:`check` raises later (the batch's valid
+ids are zeroed, as with the single-device zeroers).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class ShardedPallasZeroer:
         for a in lay.block_axes:
             j = j * lay.axis_sizes[a] + jax.lax.axis_index(a).astype(jnp.int32)
         lo = j * lay.blocks_per_shard
-        keep = (ids >= lo) & (ids < lo + lay.blocks_per_shard) & (nbad == 0)
+        keep = (ids >= lo) & (ids < lo + lay.blocks_per_shard)  # owned here (so inside the global pool)
         local = jnp.where(keep, ids - lo, 0)
         return self.local.apply_masked(buf, local, keep), nbad
 
@@ -171,7 +171,7 @@ class ShardedPallasZeroer:
             self._err = None
             if count:
                 raise BlockIdError(
-                    f"device block_ids: {count} ids outside [0, {self.layout.num_blocks}); their batches wrote nothing on any shard",
+                    f"device block_ids: {count} ids outside [0, {self.layout.num_blocks}); they wrote nothing on any shard",
                     field="block_ids",
                     value=count,
                 )
