@@ -5,8 +5,10 @@
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-OUT=${OUT:-out}; mkdir -p "$OUT"
+OUT=${OUT:-out}; mkdir -p "$OUT/bench"
 nvidia-smi -L
 python3 scripts/gpu_cuda.py --small --out "$OUT" > "$OUT/gpu_cuda_small.log" 2>&1; rc1=$?; tail -n 2 "$OUT/gpu_cuda_small.log"
 python3 scripts/gpu_sharded.py --out "$OUT" > "$OUT/gpu_sharded.log" 2>&1; rc2=$?; tail -n 40 "$OUT/gpu_sharded.log"
-echo "rc: cuda_small=$rc1 sharded=$rc2"
+# the cuda kernel gained in-kernel routing (id_lo/id_limit): re-measure the single-device kernel
+python3 bench/bench_zero_gpu.py --methods kvlayout-cuda --out "$OUT/bench" > "$OUT/bench/bench.log" 2>&1; rc3=$?; tail -n 12 "$OUT/bench/bench.log"
+echo "rc: cuda_small=$rc1 sharded=$rc2 bench=$rc3"

@@ -63,6 +63,9 @@ class ShardedCudaZeroer:
         self.zeroers: dict[int, CudaZeroer] = {
             k: CudaZeroer(layout.local_table, buf, offset=offset, **kwargs) for k, buf in sorted(items.items())
         }
+        # per step only a launch per shard: (zeroer, first global id it owns), computed once
+        self._routes = [(z, layout.block_shard(k) * layout.blocks_per_shard) for k, z in self.zeroers.items()]
+        self._id_limit = layout.num_blocks
 
     @classmethod
     def for_rank(cls, layout: ShardedLayout, buffer: torch.Tensor, rank: int | None = None, **kwargs: Any) -> ShardedCudaZeroer:
@@ -99,10 +102,10 @@ class ShardedCudaZeroer:
             raise BlockIdError(f"block_ids shape = {tuple(ids.shape)}: must be 1-D", field="block_ids", value=tuple(ids.shape))
         if ids.numel() == 0:
             return
-        bps, n = self.layout.blocks_per_shard, self.layout.num_blocks
-        for k, z in self.zeroers.items():
-            g = ids.to(z.device, non_blocking=True).contiguous()
-            z._launch(g, id_lo=self.layout.block_shard(k) * bps, id_limit=n)
+        ids = ids.contiguous()
+        for z, lo in self._routes:
+            g = ids if ids.device == z.device else ids.to(z.device, non_blocking=True)
+            z._launch(g, id_lo=lo, id_limit=self._id_limit)
 
     def check(self) -> None:
         """Raise if a device batch so far had ids outside the global pool (synchronises; resets every shard)."""
