@@ -21,7 +21,7 @@ from .conformance import GUARD_BYTES, run_case
 from .errors import KVLayoutError, SpecError
 from .planner import Layout, plan_layout
 from .presets import PRESETS, preset
-from .reference import normalize_block_ids
+from .reference import normalize_block_ids, poison_pattern
 from .spec import KVCacheSpec
 from .table import SegmentTable
 from .verify import verify
@@ -151,6 +151,58 @@ def cmd_zero(args: argparse.Namespace) -> int:
     return 0 if rep["matches_contract"] else 1
 
 
+def parse_mesh(text: str) -> list[tuple[str, int]]:
+    """``"dp=2,tp=4"`` -> ``[("dp", 2), ("tp", 4)]`` (mesh order)."""
+    out = []
+    for tok in (t.strip() for t in text.split(",")):
+        m = re.fullmatch(r"([A-Za-z_][\w]*)=(\d+)", tok)
+        if not m:
+            raise UsageError(f"--mesh item {tok!r}: must be NAME=SIZE (e.g. dp=2,tp=4)", field="mesh", value=tok)
+        out.append((m[1], int(m[2])))
+    return out
+
+
+def _axes(text: str | None) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip()) if text else ()
+
+
+def cmd_shard(args: argparse.Namespace) -> int:
+    from .sharding import shard_spec
+
+    if not args.mesh:
+        raise UsageError("--mesh is required (e.g. --mesh dp=2,tp=4)", field="mesh", value=None)
+    lay = shard_spec(_load_spec(args), parse_mesh(args.mesh), block_axes=_axes(args.block_axes), head_axes=_axes(args.head_axes))
+    report = lay.verify()
+    out: dict[str, Any] = {**lay.to_dict(), "safe": report.ok}
+    routes = []
+    check = None
+    if args.blocks is not None:
+        ids = lay.validate_ids(parse_blocks(args.blocks))  # exit 2 before anything on a bad id
+        routes = [r.tolist() for r in lay.route(ids)]
+        out["block_ids"] = ids.tolist()
+        out["local_ids"] = routes
+        # the NumPy reference on a poisoned gathered buffer, every changed byte against the contract
+        before = poison_pattern(lay.gathered_bytes)
+        after = before.copy()
+        lay.zero_reference(after, ids)
+        check = lay.compare(before, after, ids)
+        out["matches_contract"] = check.matches
+        out["zeroed_bytes"] = check.zeroed_bytes
+    if args.json:
+        out.pop("local_spec")
+        print(json.dumps(out))
+    else:
+        print(lay.describe())
+        print(f"local table: {report.format().splitlines()[0]}")
+        for k, r in enumerate(routes):
+            coords = ", ".join(f"{a}={i}" for a, i in lay.shard_coords(k).items())
+            shown = ", ".join(map(str, r[:8])) + (f", ... ({len(r)} ids)" if len(r) > 8 else "")
+            print(f"  shard {k} ({coords}; bytes [{k * lay.shard_bytes}, {(k + 1) * lay.shard_bytes})): local ids [{shown}]")
+        if check is not None:
+            print(f"reference on the gathered buffer: {check.zeroed_bytes} B zeroed, {check.describe()}")
+    return 0 if report.ok and (check is None or check.matches) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kvlayout", description="Plan, verify and zero paged KV-cache layouts.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -173,6 +225,15 @@ def build_parser() -> argparse.ArgumentParser:
     pz.add_argument("--backend", help=f"backend name (else ${registry.ENV_VAR}, else auto)")
     pz.add_argument("--json", action="store_true", help="print the zero report JSON")
     pz.set_defaults(func=cmd_zero)
+    ps = sub.add_parser("shard", help="shard a spec over a device mesh: per-shard layout, proof, id routing")
+    _add_source(ps)
+    ps.add_argument("--mesh", help="mesh axes in order, e.g. dp=2,tp=4")
+    ps.add_argument("--block-axes", help="axes that split the block pool (block_sharded mode), e.g. dp")
+    ps.add_argument("--head-axes", help="axes that split the KV heads (each shard: a full local layout), e.g. tp")
+    ps.add_argument("--blocks", help="global block ids to route (and zero with the reference), e.g. 0,5,99")
+    ps.add_argument("--json", action="store_true", help="print the sharded layout (and routing) as JSON")
+    ps.set_defaults(func=cmd_shard)
+
     pm = sub.add_parser("plot", help="draw the block byte map (needs the notebook extra)")
     _add_source(pm)
     pm.add_argument("--out", required=True, help="FILE.png or FILE.svg")

@@ -113,3 +113,29 @@ def test_import_is_light() -> None:
     code = "import sys, kvlayout; kvlayout.plan(kvlayout.preset('dsv4')); print(sorted(m for m in ('torch','jax','triton') if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"
+
+
+def test_shard_routes_and_proves(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "shard", "--preset", "dsv4-test", "--mesh", "dp=2,tp=4", "--block-axes", "dp", "--head-axes", "tp", "--blocks", "0,5,50,99")
+    assert rc == 0, out
+    assert "block_sharded" in out and "SAFE" in out and "matches the contract" in out
+    assert "shard 4 (dp=1, tp=0; bytes [29952000, 37440000)): local ids [0, 49]" in out
+    rc, out, _ = run(capsys, "shard", "--preset", "llama-8b", "--mesh", "tp=4", "--head-axes", "tp", "--blocks", "1-3", "--json")
+    rep = json.loads(out)
+    assert rc == 0 and rep["mode"] == "replicated" and rep["local_ids"] == [[1, 2, 3]] * 4 and rep["matches_contract"]
+    assert rep["local_total_bytes"] * 4 == K.plan(K.preset("llama-8b")).total_bytes
+
+
+@pytest.mark.parametrize(
+    ("argv", "msg"),
+    [
+        (["--mesh", "dp2"], "--mesh item 'dp2'"),
+        ([], "--mesh is required"),
+        (["--mesh", "tp=3", "--head-axes", "tp"], "num_kv_heads = 8: not divisible by mesh axis 'tp' of size 3"),
+        (["--mesh", "dp=2", "--block-axes", "dp", "--blocks", "0,64"], "block_ids[1] = 64: outside [0, 64)"),
+        (["--mesh", "dp=2", "--block-axes", "x"], "'x' is not a mesh axis"),
+    ],
+)
+def test_shard_bad_input_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], msg: str) -> None:
+    rc, out, err = run(capsys, "shard", "--preset", "llama-8b", *argv)
+    assert rc == 2 and msg in err and out == ""
