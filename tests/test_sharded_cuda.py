@@ -122,3 +122,31 @@ def test_buffer_errors() -> None:
     z = kc.ShardedCudaZeroer(lay, {1: bufs[1]}, offset=GUARD)
     with pytest.raises(K.BlockIdError, match="dtype = torch.float32"):
         z.zero(torch.tensor([1.0]))
+
+
+def _rank_main(rank: int, world: int, init: str, out_dir: str) -> None:
+    """One torch.distributed rank: builds its zeroer from the process group's rank, zeroes its shard."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": world}, block_axes=("dp",))
+    data = K.poison_pattern(lay.shard_bytes, seed=rank)
+    buf = torch.from_numpy(data.copy())
+    z = kc.ShardedCudaZeroer.for_rank(lay, buf)  # rank from torch.distributed; no collective below
+    z.zero([0, 3, 5, 6])
+    z.zero(torch.tensor([7]))
+    z.check()
+    np.save(f"{out_dir}/rank{rank}.npy", buf.numpy())
+    dist.destroy_process_group()
+
+
+def test_torch_distributed_ranks_each_zero_their_own_shard(tmp_path: object) -> None:
+    import torch.multiprocessing as mp
+
+    world = 2
+    mp.spawn(_rank_main, args=(world, f"{tmp_path}/init", str(tmp_path)), nprocs=world, join=True)
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": world}, block_axes=("dp",))
+    for rank, local in enumerate(lay.route([0, 3, 5, 6, 7])):
+        got = np.load(f"{tmp_path}/rank{rank}.npy")
+        chk = K.reference.compare_to_contract(K.poison_pattern(lay.shard_bytes, seed=rank), got, lay.local_table, local)
+        assert chk.matches, (rank, chk.describe())
