@@ -74,6 +74,22 @@ def _check_subset(field: str, axes: Sequence[str], names: Sequence[str]) -> tupl
     return tuple(a for a in names if a in axes)  # mesh order
 
 
+def _unravel(index: int, axes: Sequence[str], sizes: Mapping[str, int]) -> dict[str, int]:
+    """Row-major coordinates of ``index`` over ``axes`` (the last axis varies fastest)."""
+    out: dict[str, int] = {}
+    for a in reversed(axes):
+        index, out[a] = divmod(index, sizes[a])
+    return {a: out[a] for a in axes}
+
+
+def _ravel(coords: Mapping[str, int], axes: Sequence[str], sizes: Mapping[str, int]) -> int:
+    """Row-major index of ``coords`` over ``axes`` (0 for no axes)."""
+    k = 0
+    for a in axes:
+        k = k * sizes[a] + coords[a]
+    return k
+
+
 @dataclass(frozen=True)
 class ShardedLayout:
     """A cache spread over a mesh: the per-shard spec, the mesh axes and how ids map.
@@ -166,31 +182,18 @@ class ShardedLayout:
     def shard_coords(self, shard: int) -> dict[str, int]:
         """Mesh coordinates of ``shard`` along the shard axes (row-major, mesh order)."""
         self._check_shard(shard)
-        out: dict[str, int] = {}
-        for a in reversed(self.shard_axes):
-            shard, out[a] = divmod(shard, self.axis_sizes[a])
-        return {a: out[a] for a in self.shard_axes}
+        return _unravel(int(shard), self.shard_axes, self.axis_sizes)
 
     def block_shard(self, shard: int) -> int:
         """Which part of the block pool ``shard`` owns (0 in replicated mode)."""
-        c = self.shard_coords(shard)
-        j = 0
-        for a in self.block_axes:
-            j = j * self.axis_sizes[a] + c[a]
-        return j
+        return _ravel(self.shard_coords(shard), self.block_axes, self.axis_sizes)
 
     def shard_of_rank(self, rank: int) -> int:
         """The shard a rank holds, ranks laid row-major over the mesh axes."""
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < self.num_devices:
             raise LayoutBufferError(f"rank = {rank!r}: must be in [0, {self.num_devices})", field="rank", value=rank)
-        coords: dict[str, int] = {}
-        r = int(rank)
-        for a, size in reversed(self.mesh_axes):
-            r, coords[a] = divmod(r, size)
-        k = 0
-        for a in self.shard_axes:
-            k = k * self.axis_sizes[a] + coords[a]
-        return k
+        coords = _unravel(int(rank), tuple(a for a, _ in self.mesh_axes), self.axis_sizes)
+        return _ravel(coords, self.shard_axes, self.axis_sizes)
 
     def _check_shard(self, shard: int) -> None:
         if isinstance(shard, bool) or not isinstance(shard, (int, np.integer)) or not 0 <= shard < self.num_shards:

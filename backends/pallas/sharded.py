@@ -26,7 +26,7 @@ from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError
 from kvlayout.sharding import ShardedLayout
 
 from .plan import LANES, ROW_BYTES
-from .zeroer import PallasZeroer
+from .zeroer import PallasZeroer, bucket_ids, check_id_array
 
 
 def _check_mesh(layout: ShardedLayout, mesh: Mesh) -> None:
@@ -132,8 +132,7 @@ class ShardedPallasZeroer:
     def apply(self, buf: jax.Array, block_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Traceable: ``(buf, global ids int[n]) -> (buf, number of ids outside the pool)``."""
         ids = jnp.asarray(block_ids)
-        if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
-            raise BlockIdError(f"block_ids: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}", field="block_ids", value=str(ids.dtype))
+        check_id_array(ids)
         out, bad = self._step(buf, ids.astype(jnp.int32))
         return out, bad
 
@@ -146,18 +145,14 @@ class ShardedPallasZeroer:
         self._check_buffer(buf)
         if isinstance(block_ids, jax.Array):
             ids = block_ids
-            if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
-                raise BlockIdError(f"block_ids: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}", field="block_ids", value=str(ids.dtype))
+            check_id_array(ids)
             if ids.shape[0] == 0:
                 return buf
         else:
-            host = self.layout.validate_ids(block_ids)
+            host = self.layout.validate_ids(block_ids)  # the global pool; raises before anything runs
             if host.size == 0:
                 return buf
-            bucket = max(8, 1 << int(host.size - 1).bit_length())  # few shapes: no retrace per call
-            padded = np.full(bucket, host[0], np.int32)
-            padded[: host.size] = host
-            ids = jax.device_put(padded, self.ids_sharding)
+            ids = jax.device_put(bucket_ids(host), self.ids_sharding)
         out, err = self._jitted(buf, ids)
         self._err = err if self._err is None else self._err + err
         return out

@@ -36,6 +36,24 @@ def default_kernel() -> tuple[str, bool]:
     return "tpu", True
 
 
+def check_id_array(ids: Any) -> None:
+    """Device ids must be a 1-D integer array (values are checked in the kernel)."""
+    if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
+        raise BlockIdError(f"block_ids: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}", field="block_ids", value=str(ids.dtype))
+
+
+def bucket_ids(host: np.ndarray) -> np.ndarray:
+    """Validated unique host ids padded (with duplicates of the first) to a power of two >= 8.
+
+    Few distinct shapes, so steps with different batch sizes do not retrace; duplicates are
+    taken once by the kernel.
+    """
+    bucket = max(8, 1 << int(host.size - 1).bit_length())
+    padded = np.full(bucket, host[0], np.int32)
+    padded[: host.size] = host
+    return padded
+
+
 def _interpret_params() -> Any:
     from jax.experimental.pallas import tpu as pltpu
 
@@ -131,8 +149,7 @@ class PallasZeroer:
         """Traceable step: ``(buf, ids int32[n]) -> (buf, number of out-of-range ids)``."""
         self._check_buffer(buf)
         ids = jnp.asarray(block_ids)
-        if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
-            raise BlockIdError(f"block_ids: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}", field="block_ids", value=str(ids.dtype))
+        check_id_array(ids)
         n = ids.shape[0]
         if n == 0:
             return buf, jnp.zeros((), jnp.int32)
@@ -171,10 +188,7 @@ class PallasZeroer:
             host = np.unique(normalize_block_ids(block_ids, self.table.num_blocks))
             if host.size == 0:
                 return buf
-            bucket = max(8, 1 << int(host.size - 1).bit_length())  # few shapes: no retrace per call
-            padded = np.full(bucket, host[0], np.int32)
-            padded[: host.size] = host
-            ids = jnp.asarray(padded)
+            ids = jnp.asarray(bucket_ids(host))
         if ids.shape[0] == 0:
             return buf
         out, err = self._jitted(buf, ids)
