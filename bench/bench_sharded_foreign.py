@@ -1,0 +1,100 @@
+"""What G-way block sharding costs each GPU: ids owned by the other G-1 GPUs (one GPU).
+
+In ``block_sharded`` mode every GPU sees the whole global batch and skips the ids it does
+not own (torch: inside the cuda kernel; JAX: invalid slots of ``apply_masked``). With
+4,096 own ids per GPU, each GPU of a G-GPU pool also reads (G-1) x 4,096 foreign ids. This
+measures that on one GPU, on the same dsv4 buffer as scripts/gpu_sharded.py: the kernel a
+shard runs, with G-1 batches of foreign ids mixed in, against own ids only. Queued calls,
+host clock, median of rounds; prints a table, writes bench_sharded_foreign.json.
+
+    python bench/bench_sharded_foreign.py [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import kvlayout as K  # noqa: E402
+
+BLOCKS = 10**5
+OWN = 4096
+GS = (1, 2, 4, 8)
+
+
+def queued_us(fn: Callable[[], Any], sync: Callable[[], Any], rounds: int = 9, calls: int = 20) -> float:
+    fn()
+    sync()
+    per = []
+    for _ in range(rounds):
+        s = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        per.append((time.perf_counter() - s) / calls)
+    return round(statistics.median(per) * 1e6, 2)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("needs a CUDA device", file=sys.stderr)
+        return 2
+    import jax
+    import kvlayout_cuda as kc
+    import kvlayout_pallas as kp
+
+    table = K.plan(K.preset("dsv4").with_num_blocks(BLOCKS))
+    rng = np.random.default_rng(3)
+    own = rng.choice(BLOCKS, OWN, replace=False)
+    rows = kp.PallasZeroer(table).buffer_shape[0]
+    owner = torch.empty(rows * 512, dtype=torch.uint8, device="cuda")
+    owner.fill_(0x5A)
+    cz = kc.CudaZeroer(table, owner, max_batch=OWN * max(GS))
+    pz = kp.PallasZeroer(table)
+    step = jax.jit(pz.apply_masked, donate_argnums=0)
+    state = {"buf": jax.dlpack.from_dlpack(owner.view(torch.int32).view(rows, 128))}
+    res: dict[str, Any] = {"preset": "dsv4", "blocks_per_gpu": BLOCKS, "own_ids": OWN, "rows": []}
+    for g in GS:
+        foreign = BLOCKS + rng.choice(BLOCKS * (g - 1), OWN * (g - 1), replace=False) if g > 1 else np.zeros(0, np.int64)
+        mix = rng.permutation(np.concatenate([own, foreign]))
+        t_ids = torch.from_numpy(mix).cuda()
+        t_us = queued_us(lambda t_ids=t_ids, g=g: cz._launch(t_ids, id_lo=0, id_limit=BLOCKS * g), torch.cuda.synchronize)
+        j_ids = jax.device_put(np.where(mix < BLOCKS, mix, 0).astype(np.int32))
+        j_valid = jax.device_put(mix < BLOCKS)
+
+        def jstep(j_ids: Any = j_ids, j_valid: Any = j_valid) -> None:
+            state["buf"] = step(state["buf"], j_ids, j_valid)
+
+        j_us = queued_us(jstep, lambda: state["buf"].block_until_ready())
+        res["rows"].append({"G": g, "ids_seen": int(mix.size), "torch_us": t_us, "jax_us": j_us})
+    cz.check()
+    base = res["rows"][0]
+    for r in res["rows"]:
+        r["torch_ratio"] = round(r["torch_us"] / base["torch_us"], 3)
+        r["jax_ratio"] = round(r["jax_us"] / base["jax_us"], 3)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench_sharded_foreign.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"per-GPU cost of G-way block sharding: {OWN} own ids + (G-1) x {OWN} foreign ids, dsv4, {BLOCKS} blocks (queued, median)")
+    print(f"{'G':>3} {'ids seen':>9} {'torch us':>9} {'ratio':>6} {'jax us':>9} {'ratio':>6}")
+    for r in res["rows"]:
+        print(f"{r['G']:>3} {r['ids_seen']:>9} {r['torch_us']:>9.1f} {r['torch_ratio']:>6.3f} {r['jax_us']:>9.1f} {r['jax_ratio']:>6.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
