@@ -100,6 +100,12 @@ def test_block_sharded_gathered_equals_single_device_reference() -> None:
 def test_ids_owned_by_one_shard_only() -> None:
     lay = shard_spec(K.preset("dsv4-test").with_num_blocks(16), {"dp": 8}, block_axes=("dp",))
     _, data, got = run(lay, mesh(dp=8), [[10, 11, 10]])  # both on shard 5
+    z = kp.ShardedPallasZeroer(lay, mesh(dp=8))
+    routed = z.route_host([10, 11, 10])
+    assert routed is not None and routed.sharding.is_equivalent_to(z.routed_sharding, 1)
+    per_device = {s.device: np.asarray(s.data).tolist() for s in routed.addressable_shards}
+    assert per_device[DEVS[5]] == [0, 1] + [-1] * 6  # host routing: only the owner gets ids
+    assert all(v == [-1] * 8 for d, v in per_device.items() if d != DEVS[5])
     sb = lay.shard_bytes
     changed = [bool((got[k * sb : (k + 1) * sb] != data[k * sb : (k + 1) * sb]).any()) for k in range(8)]
     assert changed == [k == 5 for k in range(8)]

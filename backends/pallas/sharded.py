@@ -2,10 +2,12 @@
 
 The buffer is one ``jax.Array`` of ``int32[num_shards * shard_rows, 128]`` sharded on
 dimension 0 over the layout's shard axes (``PartitionSpec(shard_axes, None)``; other mesh
-axes hold replicas). Block ids are global and replicated to every shard; each shard
-routes them in the kernel's own step: ids it does not own become invalid slots of
-:meth:`PallasZeroer.apply_masked` (no writes, no error). No gather of the buffer, no
-host round-trip, no collective; the result keeps the input's sharding and is donated.
+axes hold replicas). Block ids are global. Host ids are routed on the host: each shard
+receives only its own local ids (a ``[num_shards * bucket]`` array sharded like the
+buffer). Device ids are replicated to every shard, which routes them in its own step: ids
+it does not own become invalid slots of :meth:`PallasZeroer.apply_masked` (no writes, no
+error). No gather of the buffer, no collective; the result keeps the input's sharding
+and is donated.
 
 Bad ids: host ids outside the global pool raise before anything runs; in a device batch
 such an id writes nothing on any shard and :meth:`check` raises later (the batch's valid
@@ -26,7 +28,7 @@ from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError
 from kvlayout.sharding import ShardedLayout
 
 from .plan import LANES, ROW_BYTES
-from .zeroer import PallasZeroer, bucket_ids, check_id_array
+from .zeroer import PallasZeroer, check_id_array
 
 
 def _check_mesh(layout: ShardedLayout, mesh: Mesh) -> None:
@@ -66,6 +68,12 @@ class ShardedPallasZeroer:
             self._shard_step, mesh=mesh, in_specs=(self.spec, P()), out_specs=(self.spec, P()), check_vma=False
         )
         self._jitted = jax.jit(self._traced, donate_argnums=0)
+        # host ids are routed on the host: each shard gets only its own local ids
+        self.routed_sharding = NamedSharding(mesh, P(layout.shard_axes or None))
+        self._local_step = jax.shard_map(
+            self._shard_step_local, mesh=mesh, in_specs=(self.spec, P(layout.shard_axes or None)), out_specs=self.spec, check_vma=False
+        )
+        self._jitted_local = jax.jit(self._traced_local, donate_argnums=0)
         self.trace_count = 0
         self._err: jax.Array | None = None
 
@@ -129,6 +137,31 @@ class ShardedPallasZeroer:
         local = jnp.where(keep, ids - lo, 0)
         return self.local.apply_masked(buf, local, keep), nbad
 
+    def _shard_step_local(self, buf: jax.Array, local: jax.Array) -> jax.Array:
+        """Inside shard_map: ``local`` int32 ``[bucket]`` this shard's local ids, ``-1`` padding."""
+        keep = local >= 0
+        return self.local.apply_masked(buf, jnp.where(keep, local, 0), keep)
+
+    def _traced_local(self, buf: jax.Array, local: jax.Array) -> jax.Array:
+        self.trace_count += 1
+        return self._local_step(buf, local)
+
+    def route_host(self, block_ids: Any) -> jax.Array | None:
+        """Validated host ids -> int32 ``[num_shards * bucket]`` of local ids sharded like the buffer.
+
+        Shard ``k`` gets its own ids (``-1`` padding) in a power-of-two bucket of the largest
+        shard's count, so no shard's kernel walks ids it does not own. ``None``: nothing to do.
+        """
+        routed = self.layout.route(block_ids)  # raises on a bad id before anything runs
+        most = max(r.size for r in routed)
+        if most == 0:
+            return None
+        bucket = max(8, 1 << int(most - 1).bit_length())
+        arr = np.full((len(routed), bucket), -1, np.int32)
+        for k, r in enumerate(routed):
+            arr[k, : r.size] = r
+        return jax.device_put(arr.reshape(-1), self.routed_sharding)
+
     def apply(self, buf: jax.Array, block_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Traceable: ``(buf, global ids int[n]) -> (buf, number of ids outside the pool)``."""
         ids = jnp.asarray(block_ids)
@@ -143,16 +176,13 @@ class ShardedPallasZeroer:
     def __call__(self, buf: jax.Array, block_ids: Any) -> jax.Array:
         """Zero global ``block_ids`` in the sharded ``buf`` (donated); returns the buffer."""
         self._check_buffer(buf)
-        if isinstance(block_ids, jax.Array):
-            ids = block_ids
-            check_id_array(ids)
-            if ids.shape[0] == 0:
-                return buf
-        else:
-            host = self.layout.validate_ids(block_ids)  # the global pool; raises before anything runs
-            if host.size == 0:
-                return buf
-            ids = jax.device_put(bucket_ids(host), self.ids_sharding)
+        if not isinstance(block_ids, jax.Array):
+            local = self.route_host(block_ids)  # the global pool; raises before anything runs
+            return buf if local is None else self._jitted_local(buf, local)
+        ids = block_ids
+        check_id_array(ids)
+        if ids.shape[0] == 0:
+            return buf
         out, err = self._jitted(buf, ids)
         self._err = err if self._err is None else self._err + err
         return out
