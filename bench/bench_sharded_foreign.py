@@ -3,8 +3,8 @@
 In ``block_sharded`` mode every GPU sees the whole global batch and skips the ids it does
 not own (torch: inside the cuda kernel; JAX: invalid slots of ``apply_masked``). With
 4,096 own ids per GPU, each GPU of a G-GPU pool also reads (G-1) x 4,096 foreign ids. This
-measures that on one GPU, on the same dsv4 buffer as scripts/gpu_sharded.py: the kernel a
-shard runs, with G-1 batches of foreign ids mixed in, against own ids only. Queued calls,
+measures that on one GPU, on the same dsv4 buffer as scripts/gpu_sharded.py: the kernels a
+shard runs, with G-1 batches of foreign ids mixed in, against own ids only (G = 1). Queued calls,
 host clock, median of rounds; prints a table, writes bench_sharded_foreign.json.
 
     python bench/bench_sharded_foreign.py [--out DIR]
@@ -72,7 +72,8 @@ def main() -> int:
         foreign = BLOCKS + rng.choice(BLOCKS * (g - 1), OWN * (g - 1), replace=False) if g > 1 else np.zeros(0, np.int64)
         mix = rng.permutation(np.concatenate([own, foreign]))
         t_ids = torch.from_numpy(mix).cuda()
-        t_us = queued_us(lambda t_ids=t_ids, g=g: cz._launch(t_ids, id_lo=0, id_limit=BLOCKS * g), torch.cuda.synchronize)
+        t_skip = queued_us(lambda t_ids=t_ids, g=g: cz._launch(t_ids, id_lo=0, id_limit=BLOCKS * g), torch.cuda.synchronize)
+        t_us = queued_us(lambda t_ids=t_ids, g=g: cz.launch_routed(t_ids, id_lo=0, id_limit=BLOCKS * g), torch.cuda.synchronize)
         j_ids = jax.device_put(np.where(mix < BLOCKS, mix, 0).astype(np.int32))
         j_valid = jax.device_put(mix < BLOCKS)
 
@@ -80,19 +81,23 @@ def main() -> int:
             state["buf"] = step(state["buf"], j_ids, j_valid)
 
         j_us = queued_us(jstep, lambda: state["buf"].block_until_ready())
-        res["rows"].append({"G": g, "ids_seen": int(mix.size), "torch_us": t_us, "jax_us": j_us})
+        res["rows"].append({"G": g, "ids_seen": int(mix.size), "torch_skip_us": t_skip, "torch_us": t_us, "jax_us": j_us})
     cz.check()
     base = res["rows"][0]
     for r in res["rows"]:
+        r["torch_skip_ratio"] = round(r["torch_skip_us"] / base["torch_skip_us"], 3)
         r["torch_ratio"] = round(r["torch_us"] / base["torch_us"], 3)
         r["jax_ratio"] = round(r["jax_us"] / base["jax_us"], 3)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_sharded_foreign.json"), "w") as f:
         json.dump(res, f, indent=1)
     print(f"per-GPU cost of G-way block sharding: {OWN} own ids + (G-1) x {OWN} foreign ids, dsv4, {BLOCKS} blocks (queued, median)")
-    print(f"{'G':>3} {'ids seen':>9} {'torch us':>9} {'ratio':>6} {'jax us':>9} {'ratio':>6}")
+    print("torch skip: one launch, foreign ids skipped per work item; torch routed: pack owned ids, then zero (what")
+    print("ShardedCudaZeroer runs); jax: apply_masked, foreign ids invalid slots (what ShardedPallasZeroer runs for device ids)")
+    print(f"{'G':>3} {'ids seen':>9} {'torch skip us':>14} {'ratio':>6} {'torch routed us':>16} {'ratio':>6} {'jax us':>9} {'ratio':>6}")
     for r in res["rows"]:
-        print(f"{r['G']:>3} {r['ids_seen']:>9} {r['torch_us']:>9.1f} {r['torch_ratio']:>6.3f} {r['jax_us']:>9.1f} {r['jax_ratio']:>6.3f}")
+        print(f"{r['G']:>3} {r['ids_seen']:>9} {r['torch_skip_us']:>14.1f} {r['torch_skip_ratio']:>6.3f} {r['torch_us']:>16.1f} "
+              f"{r['torch_ratio']:>6.3f} {r['jax_us']:>9.1f} {r['jax_ratio']:>6.3f}")
     return 0
 
 

@@ -150,3 +150,22 @@ def test_torch_distributed_ranks_each_zero_their_own_shard(tmp_path: object) -> 
         got = np.load(f"{tmp_path}/rank{rank}.npy")
         chk = K.reference.compare_to_contract(K.poison_pattern(lay.shard_bytes, seed=rank), got, lay.local_table, local)
         assert chk.matches, (rank, chk.describe())
+
+
+def test_route_kernel_packs_owned_ids_across_chunks() -> None:
+    """launch_routed over 2,600 ids (3 chunks of 1,024): owned ones packed and counted, the rest skipped or flagged."""
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(8))
+    data = K.poison_pattern(t.total_bytes)
+    buf = torch.from_numpy(data.copy())
+    z = kc.CudaZeroer(t, buf)
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 64, 2600)  # a 64-block global pool; this buffer owns [16, 24)
+    ids[[5, 1500]] = [64, -2]  # two bad ids
+    z.launch_routed(torch.from_numpy(ids), id_lo=16, id_limit=64)
+    own = ids[(ids >= 16) & (ids < 24)]
+    assert int(z._count[0]) == own.size
+    assert sorted(z._routed[: own.size].tolist()) == sorted((own - 16).tolist())
+    chk = K.reference.compare_to_contract(data, buf.numpy(), t, np.unique(own - 16))
+    assert chk.matches, chk.describe()
+    with pytest.raises(K.BlockIdError):
+        z.check()

@@ -85,6 +85,7 @@ def zero_units_kernel(
     ustride_ptr,  # int64 [W] unit word strides
     uwords_ptr,  # int32 [W] unit lengths in words
     err_ptr,  # int64 [2] (count of bad work items, last bad id)
+    count_ptr,  # int32 [1] with COUNTED: how many leading ids are live (written by route_ids_kernel)
     num_units,  # W
     id_lo,  # first id this buffer owns (0; a shard's first global id when routing)
     num_blocks,  # ids [id_lo, id_lo + num_blocks) are zeroed, as local id - id_lo
@@ -94,12 +95,17 @@ def zero_units_kernel(
     ALIGNED: tl.constexpr,  # bases, strides and lengths are multiples of 4 words
     CACHE: tl.constexpr,  # store cache modifier ("" or e.g. ".cs" streaming)
     EVICT: tl.constexpr,  # store eviction policy ("" or "evict_first")
+    COUNTED: tl.constexpr,  # items = count_ptr[0] * W (a device-side bound) instead of total_items
 ):
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     offs = tl.arange(0, SUB)
     zeros = tl.zeros([SUB], dtype=tl.int32)
-    for u in range(pid, total_items, nprog):
+    if COUNTED:  # noqa: SIM108 (a constexpr branch: Triton specialises it away)
+        total = tl.load(count_ptr).to(tl.int64) * num_units
+    else:
+        total = total_items
+    for u in range(pid, total, nprog):
         i = u // num_units
         w = u - i * num_units
         gid = tl.load(ids_ptr + i).to(tl.int64)
@@ -119,3 +125,39 @@ def zero_units_kernel(
         elif (gid < 0) | (gid >= id_limit):
             tl.atomic_add(err_ptr, 1)
             tl.atomic_xchg(err_ptr + 1, gid)
+
+
+@triton.jit(do_not_specialize=["n", "id_lo", "num_blocks", "id_limit"])
+def route_ids_kernel(
+    ids_ptr,  # int32/int64 [n] global block ids (device)
+    out_ptr,  # int64 [>= n] out: this buffer's local ids, packed at the front
+    count_ptr,  # int32 [1] out: how many were packed
+    err_ptr,  # int64 [2] (count of bad ids, last bad id), as zero_units_kernel's
+    n,
+    id_lo,  # ids [id_lo, id_lo + num_blocks) are this buffer's, as id - id_lo
+    num_blocks,
+    id_limit,  # ids outside [0, id_limit) are errors; the rest belong to other shards
+    BLOCK: tl.constexpr,
+):
+    """One program: pack the ids this shard owns (as local ids) and count them.
+
+    The zero kernel then walks ``count * W`` items, so ids owned by other shards cost one
+    read here instead of ``W`` work items there (G-way block sharding sees G x the ids).
+    """
+    offs = tl.arange(0, BLOCK)
+    packed = tl.zeros([], dtype=tl.int32)
+    for start in range(0, n, BLOCK):
+        m = start + offs < n
+        gid = tl.load(ids_ptr + start + offs, mask=m, other=0).to(tl.int64)
+        local = gid - id_lo
+        own = m & (local >= 0) & (local < num_blocks)
+        bad = m & ((gid < 0) | (gid >= id_limit))
+        own_i = own.to(tl.int32)
+        pos = packed + tl.cumsum(own_i, axis=0) - 1
+        tl.store(out_ptr + pos, local, mask=own)
+        packed += tl.sum(own_i, axis=0)
+        nbad = tl.sum(bad.to(tl.int64), axis=0)
+        if nbad > 0:
+            tl.atomic_add(err_ptr, nbad)
+            tl.atomic_xchg(err_ptr + 1, tl.max(tl.where(bad, gid, -(2**62)), axis=0))
+    tl.store(count_ptr, packed)

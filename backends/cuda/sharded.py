@@ -7,11 +7,12 @@ translated to local ids; nothing crosses devices and no collective runs.
 
 - Host ids (list, tuple, NumPy, CPU tensor) are validated against the global pool first:
   a bad id raises and nothing is written on any shard.
-- Device ids (a tensor on the backend's device type) are routed inside the kernel, with
-  no host sync and no extra launch: each shard's launch zeroes the ids in its own range
-  (as local ids) and skips the others; an id outside the global pool writes nothing on
-  any shard and sets the flag that :meth:`check` raises (the batch's valid ids are
-  zeroed, as with the single-device zeroers).
+- Device ids (a tensor on the backend's device type) are routed on the device with no
+  host sync: per shard, one small program packs the ids in its own range as local ids
+  and counts them, and the zero kernel walks only those (:meth:`CudaZeroer.launch_routed`);
+  an id outside the global pool writes nothing on any shard and sets the flag that
+  :meth:`check` raises (the batch's valid ids are zeroed, as with the single-device
+  zeroers).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class ShardedCudaZeroer:
         ids = ids.contiguous()
         for z, lo in self._routes:
             g = ids if ids.device == z.device else ids.to(z.device, non_blocking=True)
-            z._launch(g, id_lo=lo, id_limit=self._id_limit)
+            z.launch_routed(g, id_lo=lo, id_limit=self._id_limit)
 
     def check(self) -> None:
         """Raise if a device batch so far had ids outside the global pool (synchronises; resets every shard)."""

@@ -22,7 +22,7 @@ from kvlayout.table import SegmentTable
 from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE
-from .kernel import UnitPlan, launch_grid, plan_units, zero_units_kernel
+from .kernel import UnitPlan, launch_grid, plan_units, route_ids_kernel, zero_units_kernel
 
 #: Tuned on an H200 (bench/bench_zero_gpu.py --designs): bench/results/h200-run3/gpu_zero.json.
 DEFAULT_CHUNK_WORDS = 8192
@@ -92,6 +92,8 @@ class CudaZeroer:
         if self.max_batch <= 0:
             raise BlockIdError(f"max_batch = {self.max_batch}: must be positive", field="max_batch", value=self.max_batch)
         self._dev_ids = torch.zeros(self.max_batch, dtype=torch.int64, device=dev)
+        self._count = torch.zeros(1, dtype=torch.int32, device=dev)
+        self._routed = torch.zeros(0, dtype=torch.int64, device=dev)  # grown on first routed launch
         self.sub_words = sub_words
         self.num_warps = num_warps
         self.cache_modifier = cache_modifier
@@ -167,12 +169,13 @@ class CudaZeroer:
             return
         self._launch(dev_ids)
 
-    def _launch(self, dev_ids: torch.Tensor, id_lo: int = 0, id_limit: int | None = None) -> None:
+    def _launch(self, dev_ids: torch.Tensor, id_lo: int = 0, id_limit: int | None = None, *, counted: bool = False) -> None:
         """One launch over device ids.
 
         Ids in ``[id_lo, id_lo + num_blocks)`` zero local block ``id - id_lo``; ids outside
         ``[0, id_limit)`` (default ``num_blocks``) set the error flag; any other id belongs to
-        another shard and writes nothing (the sharded zeroer routes this way, in the kernel).
+        another shard and writes nothing. ``counted``: only the first ``self._count[0]`` ids
+        are live (packed by :meth:`launch_routed`).
         """
         programs, items = launch_grid(self.plan, dev_ids.numel(), self.max_programs)
         self.last_compiled = zero_units_kernel[(programs,)](
@@ -182,6 +185,7 @@ class CudaZeroer:
             self._ustride,
             self._uwords,
             self._err,
+            self._count,
             self.plan.units_per_block,
             id_lo,
             self.table.num_blocks,
@@ -191,8 +195,22 @@ class CudaZeroer:
             ALIGNED=self.plan.aligned16,
             CACHE=self.cache_modifier,
             EVICT=self.eviction_policy,
+            COUNTED=counted,
             num_warps=self.num_warps,
         )
+
+    def launch_routed(self, dev_ids: torch.Tensor, id_lo: int, id_limit: int) -> None:
+        """Zero the device ids this buffer owns, ``[id_lo, id_lo + num_blocks)``, of a global batch.
+
+        Two launches, no host sync: one program packs the owned ids as local ids and counts
+        them (ids outside ``[0, id_limit)`` set the error flag), then the zero kernel walks
+        only the packed ones. Ids owned by other shards cost one read, not a work item each.
+        """
+        n = dev_ids.numel()
+        if self._routed.numel() < n:
+            self._routed = torch.empty(max(n, self.max_batch), dtype=torch.int64, device=self.device)
+        route_ids_kernel[(1,)](dev_ids, self._routed, self._count, self._err, n, id_lo, self.table.num_blocks, id_limit, BLOCK=1024)
+        self._launch(self._routed[:n], counted=True)
 
     def check(self) -> None:
         """Raise if any device-side id so far was out of range (synchronises; resets the flag)."""

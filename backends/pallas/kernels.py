@@ -1,7 +1,8 @@
 """Pallas kernels: the TPU DMA/RMW zeroer and the GPU (Triton lowering) zeroer.
 
-Both take the buffer as ``int32[rows, 128]`` in place (aliased to the output) and the block
-ids as int32 with a ``take`` flag (0 for duplicates and padding). Ids outside
+Both take the buffer as ``int32[rows, 128]`` in place (aliased to the output), the block
+ids as int32 with a ``take`` flag (0 for duplicates and padding) and the count of live
+slots (invalid slots are sorted last and never visited by the TPU kernel). Ids outside
 ``[0, num_blocks)`` write nothing.
 
 TPU (:func:`tpu_zero_call`): ids and the host row plan are scalar-prefetched into SMEM,
@@ -35,8 +36,9 @@ from .plan import LANES, RowPlan
 
 # --------------------------------------------------------------------------- TPU kernel
 def _tpu_kernel(
-    ids_ref,  # SMEM int32 [n_pad] block ids (sorted)
+    ids_ref,  # SMEM int32 [n_pad] block ids (sorted, live slots first)
     take_ref,  # SMEM int32 [n_pad] 1 = first occurrence of a valid slot
+    count_ref,  # SMEM int32 [1] live slots: later ones are never visited
     fstart_ref,  # SMEM int32 [P+1] CSR of full items per phase class
     frow_ref,  # SMEM int32 [F] first row for q = 0
     fq_ref,  # SMEM int32 [F] rows per q
@@ -60,6 +62,8 @@ def _tpu_kernel(
     del buf_in_ref
     zeros_ref[...] = jnp.zeros_like(zeros_ref)
     first = pl.program_id(0) * ids_per_step
+    # slots past the live count (ids routed to other shards, padding) cost nothing
+    n_here = jnp.clip(count_ref[0] - first, 0, ids_per_step)
 
     def each_id(fn: Any) -> None:
         def body(i: jax.Array, carry: int) -> int:
@@ -74,7 +78,7 @@ def _tpu_kernel(
 
             return carry
 
-        jax.lax.fori_loop(0, ids_per_step, body, 0)
+        jax.lax.fori_loop(0, n_here, body, 0)
 
     def full_copy(k: jax.Array, q: jax.Array) -> Any:
         r = frow_ref[k] + q * fq_ref[k]
@@ -119,13 +123,13 @@ def _tpu_kernel(
 def tpu_zero_call(
     plan: RowPlan, n_pad: int, ids_per_step: int, interpret: Any = False
 ) -> Any:
-    """``f(ids, take, buf) -> buf``: the TPU kernel as a pallas_call for ``n_pad`` ids."""
+    """``f(ids, take, count, buf) -> buf``: the TPU kernel as a pallas_call for ``n_pad`` ids."""
     kernel = partial(
         _tpu_kernel, period=plan.period, num_blocks=plan.num_blocks, ids_per_step=ids_per_step, has_rmw=not plan.aligned
     )
     m = plan.masks.shape[0]
     grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=10,
+        num_scalar_prefetch=11,
         grid=(n_pad // ids_per_step,),
         in_specs=[
             pl.BlockSpec((m, LANES), lambda i, *_: (0, 0)),
@@ -145,24 +149,25 @@ def tpu_zero_call(
     )]
     masks = plan.masks  # NumPy: turned into constants inside each trace (no leaked tracers)
 
-    def f(ids: jax.Array, take: jax.Array, buf: jax.Array) -> jax.Array:
+    def f(ids: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:
         call = pl.pallas_call(
             kernel,
             grid_spec=grid_spec,
             out_shape=jax.ShapeDtypeStruct(buf.shape, buf.dtype),
-            input_output_aliases={11: 0},
+            input_output_aliases={12: 0},
             compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
             interpret=interpret,
         )
-        return call(ids, take, *[jnp.asarray(t) for t in tables], jnp.asarray(masks), buf)
+        return call(ids, take, count, *[jnp.asarray(t) for t in tables], jnp.asarray(masks), buf)
 
     return f
 
 
 # --------------------------------------------------------------------------- GPU kernel
 def _triton_kernel(
-    ids_ref,  # int32 [n] block ids
+    ids_ref,  # int32 [n] block ids (live slots first)
     take_ref,  # int32 [n]
+    count_ref,  # int32 [1] live slots
     seg_ref,  # int32 [U, 6] per unit: base_row, base_lane, stride_rows, stride_lanes, span_words, chunk
     buf_in_ref,  # int32 [rows, 128] (aliased)
     buf_ref,  # int32 [rows, 128] output
@@ -177,7 +182,7 @@ def _triton_kernel(
     i = pl.program_id(0)
     u = pl.program_id(1)
     b = ids_ref[i]
-    ok = (take_ref[i] != 0) & (b >= 0) & (b < num_blocks)
+    ok = (i < count_ref[0]) & (take_ref[i] != 0) & (b >= 0) & (b < num_blocks)
     bb = jnp.where(ok, b, 0)
     base_row, base_lane = seg_ref[u, 0], seg_ref[u, 1]
     srow, slane, span, chunk = seg_ref[u, 2], seg_ref[u, 3], seg_ref[u, 4], seg_ref[u, 5]
@@ -207,25 +212,25 @@ def triton_units(table: SegmentTable, offset: int, chunk_rows: int) -> np.ndarra
 def triton_zero_call(
     table: SegmentTable, offset: int, total_rows: int, chunk_rows: int, num_warps: int, interpret: bool = False
 ) -> Any:
-    """``f(ids, take, buf) -> buf``: the Pallas-Triton kernel (GPU, or interpret on CPU)."""
+    """``f(ids, take, count, buf) -> buf``: the Pallas-Triton kernel (GPU, or interpret on CPU)."""
     if total_rows < chunk_rows:
         chunk_rows = max(1, 1 << (total_rows.bit_length() - 1))
     units = triton_units(table, offset, chunk_rows)
     kernel = partial(_triton_kernel, num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows)
 
-    def f(ids: jax.Array, take: jax.Array, buf: jax.Array) -> jax.Array:
+    def f(ids: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:
         from jax.experimental.pallas import triton as pltriton
 
         call = pl.pallas_call(
             kernel,
             grid=(ids.shape[0], units.shape[0]),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 4,
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 5,
             out_specs=pl.BlockSpec(memory_space=pl.ANY),
             out_shape=jax.ShapeDtypeStruct(buf.shape, buf.dtype),
-            input_output_aliases={3: 0},
+            input_output_aliases={4: 0},
             compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=1),
             interpret=interpret,
         )
-        return call(ids, take, jnp.asarray(units), buf)
+        return call(ids, take, count, jnp.asarray(units), buf)
 
     return f

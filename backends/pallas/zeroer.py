@@ -167,12 +167,13 @@ class PallasZeroer:
         # puts equal ids side by side, so each id is taken once
         s = jnp.sort(jnp.where(valid, ids, self.table.num_blocks))
         take = jnp.concatenate([jnp.ones((1,), jnp.int32), (s[1:] != s[:-1]).astype(jnp.int32)])
+        count = jnp.sum(valid.astype(jnp.int32)).reshape(1)  # valid slots sort first (ids < num_blocks)
         step = self.ids_per_step if self.kernel == "tpu" else 1
         n_pad = -(-n // step) * step
         if n_pad != n:
             s = jnp.concatenate([s, jnp.zeros((n_pad - n,), jnp.int32)])
             take = jnp.concatenate([take, jnp.zeros((n_pad - n,), jnp.int32)])
-        return self._call_for(n_pad, buf.shape[0])(s, take, buf)
+        return self._call_for(n_pad, buf.shape[0])(s, take, count, buf)
 
     def _apply(self, buf: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         self.trace_count += 1
