@@ -130,8 +130,8 @@ def zero_units_kernel(
 @triton.jit(do_not_specialize=["n", "id_lo", "num_blocks", "id_limit"])
 def route_ids_kernel(
     ids_ptr,  # int32/int64 [n] global block ids (device)
-    out_ptr,  # int64 [>= n] out: this buffer's local ids, packed at the front
-    count_ptr,  # int32 [1] out: how many were packed
+    out_ptr,  # int64 [>= n] out: this buffer's local ids, packed at the front (any order)
+    count_ptr,  # int32 [1] in: 0 (reset before the launch); out: how many were packed
     err_ptr,  # int64 [2] (count of bad ids, last bad id), as zero_units_kernel's
     n,
     id_lo,  # ids [id_lo, id_lo + num_blocks) are this buffer's, as id - id_lo
@@ -139,25 +139,21 @@ def route_ids_kernel(
     id_limit,  # ids outside [0, id_limit) are errors; the rest belong to other shards
     BLOCK: tl.constexpr,
 ):
-    """One program: pack the ids this shard owns (as local ids) and count them.
+    """One program per ``BLOCK`` ids: pack the ids this shard owns (as local ids) and count them.
 
     The zero kernel then walks ``count * W`` items, so ids owned by other shards cost one
     read here instead of ``W`` work items there (G-way block sharding sees G x the ids).
     """
-    offs = tl.arange(0, BLOCK)
-    packed = tl.zeros([], dtype=tl.int32)
-    for start in range(0, n, BLOCK):
-        m = start + offs < n
-        gid = tl.load(ids_ptr + start + offs, mask=m, other=0).to(tl.int64)
-        local = gid - id_lo
-        own = m & (local >= 0) & (local < num_blocks)
-        bad = m & ((gid < 0) | (gid >= id_limit))
-        own_i = own.to(tl.int32)
-        pos = packed + tl.cumsum(own_i, axis=0) - 1
-        tl.store(out_ptr + pos, local, mask=own)
-        packed += tl.sum(own_i, axis=0)
-        nbad = tl.sum(bad.to(tl.int64), axis=0)
-        if nbad > 0:
-            tl.atomic_add(err_ptr, nbad)
-            tl.atomic_xchg(err_ptr + 1, tl.max(tl.where(bad, gid, -(2**62)), axis=0))
-    tl.store(count_ptr, packed)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    gid = tl.load(ids_ptr + offs, mask=m, other=0).to(tl.int64)
+    local = gid - id_lo
+    own = m & (local >= 0) & (local < num_blocks)
+    own_i = own.to(tl.int32)
+    base = tl.atomic_add(count_ptr, tl.sum(own_i, axis=0))
+    tl.store(out_ptr + base + tl.cumsum(own_i, axis=0) - 1, local, mask=own)
+    bad = m & ((gid < 0) | (gid >= id_limit))
+    nbad = tl.sum(bad.to(tl.int64), axis=0)
+    if nbad > 0:
+        tl.atomic_add(err_ptr, nbad)
+        tl.atomic_xchg(err_ptr + 1, tl.max(tl.where(bad, gid, -(2**62)), axis=0))

@@ -8,8 +8,9 @@ translated to local ids; nothing crosses devices and no collective runs.
 - Host ids (list, tuple, NumPy, CPU tensor) are validated against the global pool first:
   a bad id raises and nothing is written on any shard.
 - Device ids (a tensor on the backend's device type) are routed on the device with no
-  host sync: per shard, one small program packs the ids in its own range as local ids
-  and counts them, and the zero kernel walks only those (:meth:`CudaZeroer.launch_routed`);
+  host sync: in ``block_sharded`` mode a small kernel packs the ids in the shard's range
+  as local ids and counts them, and the zero kernel walks only those
+  (:meth:`CudaZeroer.launch_routed`); in ``replicated`` mode every id is every shard's;
   an id outside the global pool writes nothing on any shard and sets the flag that
   :meth:`check` raises (the batch's valid ids are zeroed, as with the single-device
   zeroers).
@@ -106,7 +107,10 @@ class ShardedCudaZeroer:
         ids = ids.contiguous()
         for z, lo in self._routes:
             g = ids if ids.device == z.device else ids.to(z.device, non_blocking=True)
-            z.launch_routed(g, id_lo=lo, id_limit=self._id_limit)
+            if self.layout.block_shards == 1:  # replicated: every id is this shard's, one launch
+                z._launch(g)
+            else:  # block_sharded: pack this shard's ids first, zero only those
+                z.launch_routed(g, id_lo=lo, id_limit=self._id_limit)
 
     def check(self) -> None:
         """Raise if a device batch so far had ids outside the global pool (synchronises; resets every shard)."""

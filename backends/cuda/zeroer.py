@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import triton
 
 from kvlayout.backend import check_offset_and_size
 from kvlayout.errors import BlockIdError, LayoutBufferError
@@ -31,6 +32,8 @@ DEFAULT_NUM_WARPS = 4
 DEFAULT_PROGRAMS_PER_SM = 2
 DEFAULT_CACHE = ""
 DEFAULT_EVICT = "evict_first"
+#: Ids per program of the routing kernel.
+ROUTE_BLOCK = 1024
 
 
 def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
@@ -202,14 +205,17 @@ class CudaZeroer:
     def launch_routed(self, dev_ids: torch.Tensor, id_lo: int, id_limit: int) -> None:
         """Zero the device ids this buffer owns, ``[id_lo, id_lo + num_blocks)``, of a global batch.
 
-        Two launches, no host sync: one program packs the owned ids as local ids and counts
-        them (ids outside ``[0, id_limit)`` set the error flag), then the zero kernel walks
-        only the packed ones. Ids owned by other shards cost one read, not a work item each.
+        No host sync: the count is reset, one program per 1,024 ids packs the owned ids as
+        local ids and counts them (ids outside ``[0, id_limit)`` set the error flag), then the
+        zero kernel walks only the packed ones. Ids owned by other shards cost one read, not
+        a work item each. Graph-capturable (the reset is a memset in the stream).
         """
         n = dev_ids.numel()
         if self._routed.numel() < n:
             self._routed = torch.empty(max(n, self.max_batch), dtype=torch.int64, device=self.device)
-        route_ids_kernel[(1,)](dev_ids, self._routed, self._count, self._err, n, id_lo, self.table.num_blocks, id_limit, BLOCK=1024)
+        self._count.zero_()
+        grid = (triton.cdiv(n, ROUTE_BLOCK),)
+        route_ids_kernel[grid](dev_ids, self._routed, self._count, self._err, n, id_lo, self.table.num_blocks, id_limit, BLOCK=ROUTE_BLOCK)
         self._launch(self._routed[:n], counted=True)
 
     def check(self) -> None:
