@@ -198,6 +198,53 @@ def _triton_kernel(
     pltriton.store(buf_ref.at[pl.ds(start, chunk_rows), :], jnp.zeros((chunk_rows, LANES), jnp.int32), mask=mask)
 
 
+def _triton_persistent_kernel(
+    ids_ref,  # int32 [n] block ids (live slots first)
+    take_ref,  # int32 [n]
+    count_ref,  # int32 [1] live slots: the programs walk count * U items, not n * U
+    seg_ref,  # int32 [U, 6] as _triton_kernel's
+    buf_in_ref,  # int32 [rows, 128] (aliased)
+    buf_ref,  # int32 [rows, 128] output
+    *,
+    num_blocks: int,
+    chunk_rows: int,
+    total_rows: int,
+    num_units: int,
+) -> None:
+    """A fixed grid of programs striding over (live id, unit) items: slots past the live
+    count (ids of other shards, padding) launch nothing, unlike the (ids, units) grid."""
+    from jax.experimental.pallas import triton as pltriton
+
+    del buf_in_ref
+    pid = pl.program_id(0)
+    nprog = pl.num_programs(0)
+    total = count_ref[0] * num_units
+    trips = jnp.maximum(total - pid + nprog - 1, 0) // nprog
+    rows_iota = jax.lax.broadcasted_iota(jnp.int32, (chunk_rows, LANES), 0)
+    lanes = jax.lax.broadcasted_iota(jnp.int32, (chunk_rows, LANES), 1)
+    zeros = jnp.zeros((chunk_rows, LANES), jnp.int32)
+
+    def body(k: jax.Array, carry: jax.Array) -> jax.Array:
+        item = pid + k * nprog
+        i = item // num_units
+        u = item - i * num_units
+        b = ids_ref[i]
+        ok = (take_ref[i] != 0) & (b >= 0) & (b < num_blocks)
+        bb = jnp.where(ok, b, 0)
+        base_row, base_lane = seg_ref[u, 0], seg_ref[u, 1]
+        srow, slane, span, chunk = seg_ref[u, 2], seg_ref[u, 3], seg_ref[u, 4], seg_ref[u, 5]
+        lane0 = base_lane + bb * slane
+        r0 = base_row + bb * srow + lane0 // LANES
+        a0 = lane0 % LANES
+        start = jnp.clip(r0 + chunk * chunk_rows, 0, total_rows - chunk_rows)
+        w = (start + rows_iota - r0) * LANES + lanes - a0
+        mask = ok & (w >= 0) & (w < span)
+        pltriton.store(buf_ref.at[pl.ds(start, chunk_rows), :], zeros, mask=mask)
+        return carry
+
+    jax.lax.fori_loop(0, trips, body, jnp.int32(0))
+
+
 def triton_units(table: SegmentTable, offset: int, chunk_rows: int) -> np.ndarray:
     """int32 ``[U, 6]`` units for the GPU kernel: each segment cut into ``chunk_rows`` chunks."""
     out = []
@@ -210,20 +257,36 @@ def triton_units(table: SegmentTable, offset: int, chunk_rows: int) -> np.ndarra
 
 
 def triton_zero_call(
-    table: SegmentTable, offset: int, total_rows: int, chunk_rows: int, num_warps: int, interpret: bool = False
+    table: SegmentTable,
+    offset: int,
+    total_rows: int,
+    chunk_rows: int,
+    num_warps: int,
+    interpret: bool = False,
+    programs: int | None = None,
 ) -> Any:
-    """``f(ids, take, count, buf) -> buf``: the Pallas-Triton kernel (GPU, or interpret on CPU)."""
+    """``f(ids, take, count, buf) -> buf``: the Pallas-Triton kernel (GPU, or interpret on CPU).
+
+    ``programs=None``: one program per (id slot, unit); else that many persistent programs
+    striding over the live items only.
+    """
     if total_rows < chunk_rows:
         chunk_rows = max(1, 1 << (total_rows.bit_length() - 1))
     units = triton_units(table, offset, chunk_rows)
-    kernel = partial(_triton_kernel, num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows)
+    if programs is None:
+        kernel = partial(_triton_kernel, num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows)
+    else:
+        kernel = partial(
+            _triton_persistent_kernel, num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows, num_units=units.shape[0]
+        )
 
     def f(ids: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:
         from jax.experimental.pallas import triton as pltriton
 
+        grid = (ids.shape[0], units.shape[0]) if programs is None else (max(1, min(programs, ids.shape[0] * units.shape[0])),)
         call = pl.pallas_call(
             kernel,
-            grid=(ids.shape[0], units.shape[0]),
+            grid=grid,
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 5,
             out_specs=pl.BlockSpec(memory_space=pl.ANY),
             out_shape=jax.ShapeDtypeStruct(buf.shape, buf.dtype),

@@ -82,6 +82,7 @@ class PallasZeroer:
         ids_per_step: int = 64,
         chunk_rows: int = 16,  # H200 sweep: bench/results/h200-final/pallas_design_*.json
         num_warps: int = 4,
+        programs: int | None = None,
     ) -> None:
         require_safe(table)
         self.table = table
@@ -100,6 +101,8 @@ class PallasZeroer:
         self.ids_per_step = ids_per_step
         self.chunk_rows = chunk_rows
         self.num_warps = num_warps
+        #: GPU kernel: None = a program per (id slot, unit); N = N persistent programs over live items
+        self.programs = programs
         self.trace_count = 0
         self._calls: dict[tuple[int, int], Any] = {}
         self._jitted = jax.jit(self._apply, donate_argnums=0)
@@ -141,7 +144,7 @@ class PallasZeroer:
                 self._calls[key] = tpu_zero_call(self.plan, n_pad, self.ids_per_step, interp)
             else:
                 self._calls[key] = triton_zero_call(
-                    self.kernel_table, self.offset, total_rows, self.chunk_rows, self.num_warps, self.interpret
+                    self.kernel_table, self.offset, total_rows, self.chunk_rows, self.num_warps, self.interpret, self.programs
                 )
         return self._calls[key]
 
