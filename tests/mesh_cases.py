@@ -195,8 +195,9 @@ def test_triton_interpret_kernel_runs_on_a_mesh_with_cpu0() -> None:
     """Plain Pallas interpret mode has no cross-device barrier: any mesh works."""
     lay = shard_spec(K.preset("dsv4-test").with_num_blocks(16), {"dp": 8}, block_axes=("dp",))
     m = Mesh(np.array(jax.devices()[:8]), ("dp",))
-    z, _, _ = run(lay, m, [[1, 14, 7]], kernel="triton", interpret=True)
+    z, _, _ = run(lay, m, [[1, 14, 7], (3, 3, 12, 0)], kernel="triton", interpret=True)
     assert z.mode == "triton-interpret"
+    assert z.local.programs is None and z.local_routed.programs == 4 * 132  # device ids: persistent programs
 
 
 def test_apply_inside_a_user_jit() -> None:

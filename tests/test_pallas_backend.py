@@ -112,6 +112,22 @@ def test_triton_kernel_interpreted_on_cpu(name: str) -> None:
     assert res.ok, res.check.describe()
 
 
+@pytest.mark.parametrize(("name", "nb"), [("dsv4-test", 100), ("dsv4", 4)])
+def test_triton_persistent_kernel_interpreted_on_cpu(name: str, nb: int) -> None:
+    """The persistent variant (fixed programs striding over live items), more items than programs."""
+    t = K.plan(K.preset(name).with_num_blocks(nb))
+    for ids in ([nb - 1], [1, nb - 1, 1, 0]):
+        res = run_case(backend(kernel="triton", interpret=True, programs=7, chunk_rows=8), t, ids)
+        assert res.ok, res.check.describe()
+    z = kp.PallasZeroer(t, kernel="triton", interpret=True, programs=5)
+    data = K.poison_pattern(z.buffer_shape[0] * 512)
+    buf = jnp.asarray(data.view(np.int32).reshape(z.buffer_shape))
+    ids = jnp.array([3, 1, 3, 2, 1, 0], jnp.int32) % nb
+    out = jax.jit(z.apply_masked)(buf, ids, jnp.array([True, False, True, False, True, True]))  # invalid slots: never visited
+    got = np.asarray(out).reshape(-1).view(np.uint8)
+    assert K.reference.compare_to_contract(data, got, t, np.unique(np.array([3, 3, 1, 0]) % nb)).matches
+
+
 def test_triton_kernel_random_spec() -> None:
     for seed in range(6):
         spec = random_spec(seed, max_blocks=5)
