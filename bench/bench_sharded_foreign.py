@@ -15,35 +15,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from timing import queued_us  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 import kvlayout as K  # noqa: E402
 
 BLOCKS = 10**5
 OWN = 4096
 GS = (1, 2, 4, 8)
-
-
-def queued_us(fn: Callable[[], Any], sync: Callable[[], Any], rounds: int = 9, calls: int = 20) -> float:
-    fn()
-    sync()
-    per = []
-    for _ in range(rounds):
-        s = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        per.append((time.perf_counter() - s) / calls)
-    return round(statistics.median(per) * 1e6, 2)
 
 
 def main() -> int:

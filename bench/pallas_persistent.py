@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,23 +22,11 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from timing import queued_us  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 import kvlayout as K  # noqa: E402
 
 BLOCKS = 10**5
-
-
-def queued_us(fn: Callable[[], Any], sync: Callable[[], Any], rounds: int = 7, calls: int = 20) -> float:
-    fn()
-    sync()
-    per = []
-    for _ in range(rounds):
-        s = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        per.append((time.perf_counter() - s) / calls)
-    return round(statistics.median(per) * 1e6, 2)
 
 
 class Step:
@@ -80,9 +66,9 @@ def main() -> int:
     res: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "sms": sms, "jax": jax.__version__, "rows": []}
     t4, t16, tmix = (torch.from_numpy(x).cuda() for x in (own4, own16, mix))
     cuda = {
-        "own4096": queued_us(lambda: cz.zero(t4), torch.cuda.synchronize),
-        "own16384": queued_us(lambda: cz.zero(t16), torch.cuda.synchronize),
-        "g8": queued_us(lambda: cz.launch_routed(tmix, 0, 8 * BLOCKS), torch.cuda.synchronize),
+        "own4096": queued_us(lambda: cz.zero(t4), torch.cuda.synchronize, rounds=7),
+        "own16384": queued_us(lambda: cz.zero(t16), torch.cuda.synchronize, rounds=7),
+        "g8": queued_us(lambda: cz.launch_routed(tmix, 0, 8 * BLOCKS), torch.cuda.synchronize, rounds=7),
     }
     res["cuda_us"] = cuda
     configs: list[tuple[int | None, int, int]] = [(None, 16, 4)]
@@ -94,11 +80,11 @@ def main() -> int:
         row: dict[str, Any] = {"programs": programs, "chunk_rows": chunk_rows, "num_warps": warps}
         for name, ids in (("own4096", own4), ("own16384", own16)):
             st = Step(z, buf, jnp.asarray(ids.astype(np.int32)))
-            row[name] = queued_us(st, st.sync)
+            row[name] = queued_us(st, st.sync, rounds=7)
             buf = st.buf
         masked = jax.jit(z.apply_masked, donate_argnums=0)
         st = Step(masked, buf, jnp.asarray(np.where(mix < BLOCKS, mix, 0).astype(np.int32)), jnp.asarray(mix < BLOCKS))
-        row["g8"] = queued_us(st, st.sync)
+        row["g8"] = queued_us(st, st.sync, rounds=7)
         buf = st.buf
         for k in ("own4096", "own16384", "g8"):
             row[f"{k}_cuda_over_pallas"] = round(cuda[k] / row[k], 3)

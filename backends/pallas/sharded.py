@@ -24,11 +24,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError
+from kvlayout.errors import BackendError, LayoutBufferError
 from kvlayout.sharding import ShardedLayout
 
 from .plan import LANES, ROW_BYTES
-from .zeroer import PallasZeroer, check_id_array
+from .zeroer import BadIdCount, PallasZeroer, check_id_array
 
 #: Persistent GPU programs per SM for routed device ids (H200 sweep: 4 x 16 rows x 4 warps best).
 PERSISTENT_PROGRAMS_PER_SM = 4
@@ -86,7 +86,7 @@ class ShardedPallasZeroer:
         )
         self._jitted_local = jax.jit(self._traced_local, donate_argnums=0)
         self.trace_count = 0
-        self._err: jax.Array | None = None
+        self._bad = BadIdCount()
 
     def _check_interpret_mesh(self) -> None:
         """TPU interpret mode stages every callback operand on cpu:0; a shard running there
@@ -195,22 +195,14 @@ class ShardedPallasZeroer:
         if ids.shape[0] == 0:
             return buf
         out, err = self._jitted(buf, ids)
-        self._err = err if self._err is None else self._err + err
+        self._bad.add(err)
         return out
 
     zero_blocks = __call__
 
     def check(self) -> None:
         """Raise if a device batch so far had ids outside the global pool (synchronises; resets)."""
-        if self._err is not None:
-            count = int(self._err)
-            self._err = None
-            if count:
-                raise BlockIdError(
-                    f"device block_ids: {count} ids outside [0, {self.layout.num_blocks}); they wrote nothing on any shard",
-                    field="block_ids",
-                    value=count,
-                )
+        self._bad.check(self.layout.num_blocks, "they wrote nothing on any shard")
 
     def lower(self, num_ids: int) -> Any:
         """Lower the jitted sharded step for ``num_ids`` ids on this mesh (e.g. of TPU topology devices).

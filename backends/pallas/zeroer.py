@@ -54,6 +54,25 @@ def bucket_ids(host: np.ndarray) -> np.ndarray:
     return padded
 
 
+class BadIdCount:
+    """The device-side count of out-of-range ids, summed over steps without a host sync."""
+
+    def __init__(self) -> None:
+        self._err: jax.Array | None = None
+
+    def add(self, err: jax.Array) -> None:
+        self._err = err if self._err is None else self._err + err
+
+    def check(self, num_blocks: int, consequence: str) -> None:
+        """Raise if any step counted bad ids (synchronises; resets)."""
+        if self._err is None:
+            return
+        count = int(self._err)
+        self._err = None
+        if count:
+            raise BlockIdError(f"device block_ids: {count} ids outside [0, {num_blocks}); {consequence}", field="block_ids", value=count)
+
+
 def _interpret_params() -> Any:
     from jax.experimental.pallas import tpu as pltpu
 
@@ -106,7 +125,7 @@ class PallasZeroer:
         self.trace_count = 0
         self._calls: dict[tuple[int, int], Any] = {}
         self._jitted = jax.jit(self._apply, donate_argnums=0)
-        self._err: jax.Array | None = None
+        self._bad = BadIdCount()
 
     # ---- description --------------------------------------------------------------------
     @property
@@ -196,7 +215,7 @@ class PallasZeroer:
         if ids.shape[0] == 0:
             return buf
         out, err = self._jitted(buf, ids)
-        self._err = err if self._err is None else self._err + err
+        self._bad.add(err)
         return out
 
     zero_blocks = __call__
@@ -214,15 +233,7 @@ class PallasZeroer:
 
     def check(self) -> None:
         """Raise if any device-side id so far was out of range (synchronises; resets)."""
-        if self._err is not None:
-            count = int(self._err)
-            self._err = None
-            if count:
-                raise BlockIdError(
-                    f"device block_ids: {count} ids outside [0, {self.table.num_blocks}); they wrote nothing",
-                    field="block_ids",
-                    value=count,
-                )
+        self._bad.check(self.table.num_blocks, "they wrote nothing")
 
 
 def zero_blocks(table: SegmentTable, buf: jax.Array, block_ids: Any, **kwargs: Any) -> jax.Array:
