@@ -253,6 +253,86 @@ def run_jax(per_gpu: int) -> dict[str, Any]:
     return res
 
 
+def check_routed_one_gpu(per_shard: int = 25_000, shards: int = 4) -> dict[str, Any]:
+    """The routed device-id paths natively, with every shard of a 4-way pool on this one GPU.
+
+    torch: ``ShardedCudaZeroer`` over 4 buffers (so each launch packs its own ids out of
+    4 x 4,096), plus CUDA-graph capture and replay of a step. JAX: the persistent Pallas
+    kernel (what block_sharded device ids use) with the other shards' ids as invalid slots.
+    Everything compared with the torch reference.
+    """
+    import jax
+    import jax.numpy as jnp
+    import kvlayout_pallas as kp
+    from kvlayout_cuda import ShardedCudaZeroer
+    from kvlayout_cuda.testing import device_poison, torch_reference_zero
+
+    lay = shard_spec(K.preset("dsv4").with_num_blocks(per_shard * shards), {"x": shards}, block_axes=("x",))
+    bufs = [device_poison(lay.shard_bytes, "cuda", seed=300 + k) for k in range(shards)]
+    refs = [b.clone() for b in bufs]
+    z = ShardedCudaZeroer(lay, bufs, max_batch=BATCH * shards)
+    batches = batches_for(lay, seed=13)
+    for ids in batches[:2]:
+        z.zero(torch.from_numpy(ids).cuda())
+    z.zero(torch.tensor([7, lay.num_blocks + 3], device="cuda"))  # one bad id: written nowhere, flagged
+    flagged = False
+    try:
+        z.check()
+    except K.BlockIdError:
+        flagged = True
+    # CUDA graph: capture one step on a static ids tensor, replay it with two other batches
+    static = torch.from_numpy(batches[2]).cuda()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        z.zero(static)  # warm-up outside the capture (lazy allocations, compilation)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        z.zero(static)
+    replays = [batches_for(lay, seed=s)[0] for s in (21, 22)]
+    for ids in replays:
+        static.copy_(torch.from_numpy(ids))
+        graph.replay()
+    torch.cuda.synchronize()
+    z.check()
+    done = [*batches[:2], np.array([7]), batches[2], *replays]
+    equal = []
+    for k in range(shards):
+        words = refs[k][: lay.local_table.total_bytes].view(torch.int32)
+        for ids in done:
+            torch_reference_zero(words, lay.local_table, torch.from_numpy(lay.local_ids(k, ids)).cuda())
+        torch.cuda.synchronize()
+        equal.append(bool(torch.equal(bufs[k], refs[k])))
+    del bufs, refs, z, graph
+    torch.cuda.empty_cache()
+    # JAX: the persistent kernel of block_sharded device ids, shard 1's view of a 4-way batch
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    pz = kp.PallasZeroer(lay.local_table, programs=kp.sharded.PERSISTENT_PROGRAMS_PER_SM * sms)
+    rows = pz.buffer_shape[0]
+    owner = device_poison(rows * 512, "cuda", seed=400)
+    ref = owner.clone()
+    step = jax.jit(pz.apply_masked, donate_argnums=0)
+    buf = jax.dlpack.from_dlpack(owner.view(torch.int32).view(rows, 128))
+    lo, bps = 1 * lay.blocks_per_shard, lay.blocks_per_shard
+    jdone = []
+    for ids in batches[:2]:
+        own = (ids >= lo) & (ids < lo + bps)
+        buf = step(buf, jnp.asarray(np.where(own, ids - lo, 0).astype(np.int32)), jnp.asarray(own))
+        jdone.append(ids[own] - lo)
+    buf.block_until_ready()
+    words = ref[: lay.local_table.total_bytes].view(torch.int32)
+    for local in jdone:
+        torch_reference_zero(words, lay.local_table, torch.from_numpy(local).cuda())
+    torch.cuda.synchronize()
+    jax_equal = bool(torch.equal(owner, ref))
+    del buf, owner, ref
+    torch.cuda.empty_cache()
+    return {"shards_on_one_gpu": shards, "blocks_per_shard": per_shard, "torch_equal_per_shard": equal,
+            "torch_bad_id_flagged": flagged, "torch_graph_replays": len(replays), "jax_persistent_equal": jax_equal,
+            "jax_persistent_programs": pz.programs}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -271,6 +351,8 @@ def main() -> int:
         res["torch_path"] = run_torch(ngpu, args.blocks, args.out)
     if not args.skip_jax:
         res["jax_path"] = run_jax(args.blocks)
+    if not (args.skip_jax or args.skip_torch):
+        res["routed_one_gpu"] = check_routed_one_gpu()
     res["seconds"] = round(time.time() - t0, 1)
     ok = True
     rows = []
@@ -285,6 +367,9 @@ def main() -> int:
             m = res["jax_path"][mode]
             ok &= all(m["equal_to_torch_reference_per_gpu"]) and m["in_place_same_pointers"] and m["sharding_kept"] and m["bad_ids_flagged"]
             rows.append(("jax", mode, f"{ngpu}-GPU queued", all(m["equal_to_torch_reference_per_gpu"]), m["sharded_us"], m["single_us"], m["ratio_sharded_over_single"]))
+    if "routed_one_gpu" in res:
+        r1 = res["routed_one_gpu"]
+        ok &= all(r1["torch_equal_per_shard"]) and r1["torch_bad_id_flagged"] and r1["jax_persistent_equal"]
     res["all_ok"] = bool(ok)
     with open(os.path.join(args.out, "gpu_sharded.json"), "w") as f:
         json.dump(res, f, indent=1)
@@ -293,6 +378,11 @@ def main() -> int:
     print(f"{'path':6} {'mode':14} {'timing':15} {'equal':6} {'sharded us':>11} {'single us':>10} {'ratio':>6}")
     for p, mode, where, eq, sh, si, ratio in rows:
         print(f"{p:6} {mode:14} {where:15} {eq!s:6} {sh:11.1f} {si:10.1f} {ratio:6.3f}")
+    if "routed_one_gpu" in res:
+        r1 = res["routed_one_gpu"]
+        print(f"routed device ids, {r1['shards_on_one_gpu']} shards on one GPU: torch equal per shard {r1['torch_equal_per_shard']} "
+              f"(incl. {r1['torch_graph_replays']} CUDA-graph replays), bad id flagged {r1['torch_bad_id_flagged']}; "
+              f"JAX persistent kernel ({r1['jax_persistent_programs']} programs) equal {r1['jax_persistent_equal']}")
     print("ALL OK" if ok else "FAILURES")
     return 0 if ok else 1
 
