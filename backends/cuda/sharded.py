@@ -27,7 +27,7 @@ from kvlayout.errors import BlockIdError, LayoutBufferError
 from kvlayout.sharding import ShardedLayout
 
 from ._mode import DEVICE_TYPE
-from .zeroer import CudaZeroer
+from .zeroer import CudaZeroer, check_id_tensor
 
 
 class ShardedCudaZeroer:
@@ -91,17 +91,12 @@ class ShardedCudaZeroer:
             return
         if isinstance(block_ids, torch.Tensor):
             block_ids = block_ids.detach().numpy()
-        ids = self.layout.validate_ids(block_ids)
+        ids = self.layout.validate_ids(block_ids)  # once, against the global pool
         for k, z in self.zeroers.items():
-            local = self.layout._owned(k, ids)
-            if local.size:
-                z.zero(local)
+            z.zero_validated(self.layout._owned(k, ids))
 
     def _zero_device(self, ids: torch.Tensor) -> None:
-        if ids.dtype not in (torch.int32, torch.int64):
-            raise BlockIdError(f"block_ids dtype = {ids.dtype}: must be int32 or int64", field="block_ids.dtype", value=str(ids.dtype))
-        if ids.dim() != 1:
-            raise BlockIdError(f"block_ids shape = {tuple(ids.shape)}: must be 1-D", field="block_ids", value=tuple(ids.shape))
+        check_id_tensor(ids)
         if ids.numel() == 0:
             return
         ids = ids.contiguous()

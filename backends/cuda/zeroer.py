@@ -53,6 +53,14 @@ def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
     return flat[offset : offset + table.total_bytes].view(torch.int32)
 
 
+def check_id_tensor(ids: torch.Tensor) -> None:
+    """Device ids must be a 1-D int32/int64 tensor (values are checked in the kernel)."""
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise BlockIdError(f"block_ids dtype = {ids.dtype}: must be int32 or int64", field="block_ids.dtype", value=str(ids.dtype))
+    if ids.dim() != 1:
+        raise BlockIdError(f"block_ids shape = {tuple(ids.shape)}: must be 1-D", field="block_ids", value=tuple(ids.shape))
+
+
 class CudaZeroer:
     """Zero block ids of one buffer laid out by ``table``, in one Triton launch per step.
 
@@ -152,25 +160,23 @@ class CudaZeroer:
         ):
             if MODE == "native" and block_ids.device != self.device:
                 raise BlockIdError(f"block_ids device = {block_ids.device}: must be {self.device}", field="block_ids.device", value=str(block_ids.device))
-            if block_ids.dtype not in (torch.int32, torch.int64):
-                raise BlockIdError(f"block_ids dtype = {block_ids.dtype}: must be int32 or int64", field="block_ids.dtype", value=str(block_ids.dtype))
-            if block_ids.dim() != 1:
-                raise BlockIdError(f"block_ids shape = {tuple(block_ids.shape)}: must be 1-D", field="block_ids", value=tuple(block_ids.shape))
+            check_id_tensor(block_ids)
             dev_ids = block_ids.contiguous()
             if MODE != "native":  # CPU tensors under the interpreter are host ids: validate
                 normalize_block_ids(dev_ids.numpy(), self.table.num_blocks)
-        else:
-            if isinstance(block_ids, torch.Tensor):
-                block_ids = block_ids.detach().cpu().numpy()
-            ids = normalize_block_ids(block_ids, self.table.num_blocks)
-            if ids.size > self.max_batch:
-                raise BlockIdError(f"block_ids: batch of {ids.size} exceeds max_batch {self.max_batch}", field="block_ids", value=ids.size)
-            if ids.size == 0:
-                return
-            dev_ids = self._stage(ids)
-        if dev_ids.numel() == 0:
+            if dev_ids.numel():
+                self._launch(dev_ids)
             return
-        self._launch(dev_ids)
+        if isinstance(block_ids, torch.Tensor):
+            block_ids = block_ids.detach().cpu().numpy()
+        self.zero_validated(normalize_block_ids(block_ids, self.table.num_blocks))
+
+    def zero_validated(self, ids: np.ndarray) -> None:
+        """Zero host ids already validated against ``[0, num_blocks)`` (int64 ``[n]``): stage, launch."""
+        if ids.size > self.max_batch:
+            raise BlockIdError(f"block_ids: batch of {ids.size} exceeds max_batch {self.max_batch}", field="block_ids", value=ids.size)
+        if ids.size:
+            self._launch(self._stage(ids))
 
     def _launch(self, dev_ids: torch.Tensor, id_lo: int = 0, id_limit: int | None = None, *, counted: bool = False) -> None:
         """One launch over device ids.

@@ -32,6 +32,8 @@ from .zeroer import BadIdCount, PallasZeroer, check_id_array
 
 #: Persistent GPU programs per SM for routed device ids (H200 sweep: 4 x 16 rows x 4 warps best).
 PERSISTENT_PROGRAMS_PER_SM = 4
+#: SMs assumed when a device does not report ``core_count`` (an H200's 132).
+DEFAULT_SMS = 132
 
 
 def _check_mesh(layout: ShardedLayout, mesh: Mesh) -> None:
@@ -68,7 +70,7 @@ class ShardedPallasZeroer:
         # grid is faster, 229 against 270 us: bench/results/h200-sharded/pallas_persistent.json).
         self.local_routed = self.local
         if self.local.kernel == "triton" and layout.block_shards > 1 and kwargs.get("programs") is None:
-            sms = getattr(mesh.devices.flat[0], "core_count", None) or 132
+            sms = getattr(mesh.devices.flat[0], "core_count", None) or DEFAULT_SMS
             self.local_routed = PallasZeroer(layout.local_table, **{**kwargs, "programs": PERSISTENT_PROGRAMS_PER_SM * int(sms)})
         self.shard_rows = layout.shard_bytes // ROW_BYTES
         self.spec = P(layout.shard_axes or None, None)
