@@ -39,8 +39,8 @@ def main() -> int:
         print("needs a CUDA device", file=sys.stderr)
         return 2
     import jax
-    import kvlayout_cuda as kc
-    import kvlayout_pallas as kp
+    import kvlayout.backends.cuda as kc
+    import kvlayout.backends.pallas as kp
 
     table = K.plan(K.preset("dsv4").with_num_blocks(BLOCKS))
     rng = np.random.default_rng(3)

@@ -26,7 +26,7 @@ import statistics
 import sys
 from collections.abc import Callable
 
-import kvlayout_cuda as kc
+import kvlayout.backends.cuda as kc
 import numpy as np
 import torch
 import triton
@@ -162,7 +162,7 @@ def _pallas_setup(table: K.SegmentTable, buf: torch.Tensor) -> Callable[[int, li
     try:
         import jax
         import jax.numpy as jnp
-        import kvlayout_pallas as kp
+        import kvlayout.backends.pallas as kp
     except Exception as e:  # pragma: no cover - GPU machine only
         print(f"pallas timings skipped: {e}", file=sys.stderr)
         return None

@@ -13,7 +13,7 @@ import time
 
 import jax
 import jax.numpy as jnp
-import kvlayout_pallas as kp
+import kvlayout.backends.pallas as kp
 import numpy as np
 
 import kvlayout as K

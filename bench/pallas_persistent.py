@@ -51,8 +51,8 @@ def main() -> int:
         return 2
     import jax
     import jax.numpy as jnp
-    import kvlayout_cuda as kc
-    import kvlayout_pallas as kp
+    import kvlayout.backends.cuda as kc
+    import kvlayout.backends.pallas as kp
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     table = K.plan(K.preset("dsv4").with_num_blocks(BLOCKS))

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kvlayout_pallas.plan import plan_rows
+from kvlayout.backends.pallas.plan import plan_rows
 
 import kvlayout as K
 

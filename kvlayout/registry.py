@@ -8,15 +8,13 @@ backend is asked for, so ``import kvlayout`` stays free of torch and JAX.
 
 from __future__ import annotations
 
-import glob
 import importlib
-import importlib.util
 import logging
 import os
-import sys
 from importlib import metadata
 from typing import Any
 
+from . import hardware
 from .backend import Backend
 from .errors import BackendError
 
@@ -27,8 +25,8 @@ log = logging.getLogger("kvlayout")
 #: name -> (target, extra that installs its dependencies)
 BUILTIN: dict[str, tuple[str, str | None]] = {
     "reference": ("kvlayout.reference:ReferenceBackend", None),
-    "cuda": ("kvlayout_cuda:CudaBackend", "cuda"),
-    "pallas": ("kvlayout_pallas:PallasBackend", "pallas"),
+    "cuda": ("kvlayout.backends.cuda:CudaBackend", "cuda"),
+    "pallas": ("kvlayout.backends.pallas:PallasBackend", "pallas"),
 }
 #: third-party modules each extra brings, to turn an ImportError into an install hint
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
@@ -101,37 +99,12 @@ def _import_target(target: str, name: str, extra: str | None) -> type[Backend]:
     return cls
 
 
-def _jax_may_have_accelerator() -> bool:
-    """Whether asking JAX for its default device can answer TPU/GPU.
-
-    Importing JAX with libtpu installed but no TPU attached spends seconds probing, so JAX
-    is only asked when it is already imported, a CUDA plugin is installed, or a TPU device
-    node exists.
-    """
-    if "jax" in sys.modules:
-        return True
-    if importlib.util.find_spec("jax") is None:
-        return False
-    for plugin in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
-        try:
-            if importlib.util.find_spec(plugin) is not None:
-                return True
-        except ModuleNotFoundError:
-            continue
-    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
-
-
 def _auto() -> tuple[str, str]:
     """Pick a backend from the hardware: CUDA via torch, then TPU/GPU via JAX, else NumPy."""
-    if importlib.util.find_spec("torch") is not None and importlib.util.find_spec("triton") is not None:
-        import torch
-
-        if torch.cuda.is_available():
-            return "cuda", f"torch sees CUDA device {torch.cuda.get_device_name(0)!r}"
-    if _jax_may_have_accelerator():
-        import jax
-
-        plat = jax.default_backend()
+    if hardware.installed("triton") and hardware.torch_cuda():
+        return "cuda", "torch sees a CUDA device"
+    if hardware.jax_may_have_accelerator():
+        plat = hardware.jax_platform()
         if plat in ("tpu", "gpu", "cuda"):
             return "pallas", f"JAX's default device is a {plat}"
     return "reference", "no CUDA device seen by torch+triton and no TPU/GPU seen by JAX (or those extras are not installed)"

@@ -16,8 +16,8 @@ ranks map to mesh coordinates row-major, as in ``Mesh(np.arange(world).reshape(s
 
 The *gathered* buffer puts shard ``k`` at byte ``k * shard_bytes``; its contract is the
 union, over shards, of the local table's contract for the ids routed there, shifted by
-the shard's offset. Everything here is NumPy only; the JAX (``kvlayout_pallas``) and
-torch (``kvlayout_cuda``) zeroers consume it.
+the shard's offset. Everything here is NumPy only; the JAX (``kvlayout.backends.pallas``) and
+torch (``kvlayout.backends.cuda``) zeroers consume it.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ import os
 import sys
 import time
 
-import kvlayout_cuda as kc
+import kvlayout.backends.cuda as kc
 import numpy as np
 import torch
-from kvlayout_cuda.testing import device_poison, torch_reference_zero
+from kvlayout.backends.cuda.testing import device_poison, torch_reference_zero
 
 import kvlayout as K
 from kvlayout.conformance import run_case

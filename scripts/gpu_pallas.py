@@ -20,10 +20,10 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import kvlayout_pallas as kp  # noqa: E402
+import kvlayout.backends.pallas as kp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from kvlayout_cuda.testing import device_poison, torch_reference_zero  # noqa: E402
+from kvlayout.backends.cuda.testing import device_poison, torch_reference_zero  # noqa: E402
 
 import kvlayout as K  # noqa: E402
 from kvlayout.conformance import run_case  # noqa: E402

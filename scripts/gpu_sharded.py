@@ -108,8 +108,8 @@ def median_us(samples: list[float]) -> float:
 # --------------------------------------------------------------------------- torch path
 def torch_rank(rank: int, world: int, per_gpu: int, init_file: str, out_dir: str) -> None:
     import torch.distributed as dist
-    from kvlayout_cuda import CudaZeroer, ShardedCudaZeroer
-    from kvlayout_cuda.testing import device_poison, torch_reference_zero
+    from kvlayout.backends.cuda import CudaZeroer, ShardedCudaZeroer
+    from kvlayout.backends.cuda.testing import device_poison, torch_reference_zero
 
     torch.cuda.set_device(rank)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -179,9 +179,9 @@ def run_torch(world: int, per_gpu: int, out_dir: str) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- JAX path
 def run_jax(per_gpu: int) -> dict[str, Any]:
     import jax
-    import kvlayout_pallas as kp
+    import kvlayout.backends.pallas as kp
     from jax.sharding import Mesh
-    from kvlayout_cuda.testing import device_poison, torch_reference_zero
+    from kvlayout.backends.cuda.testing import device_poison, torch_reference_zero
 
     gpus = jax.devices("gpu")
     mesh = Mesh(np.array(gpus), ("x",))
@@ -263,9 +263,9 @@ def check_routed_one_gpu(per_shard: int = 25_000, shards: int = 4) -> dict[str, 
     """
     import jax
     import jax.numpy as jnp
-    import kvlayout_pallas as kp
-    from kvlayout_cuda import ShardedCudaZeroer
-    from kvlayout_cuda.testing import device_poison, torch_reference_zero
+    import kvlayout.backends.pallas as kp
+    from kvlayout.backends.cuda import ShardedCudaZeroer
+    from kvlayout.backends.cuda.testing import device_poison, torch_reference_zero
 
     lay = shard_spec(K.preset("dsv4").with_num_blocks(per_shard * shards), {"x": shards}, block_axes=("x",))
     bufs = [device_poison(lay.shard_bytes, "cuda", seed=300 + k) for k in range(shards)]

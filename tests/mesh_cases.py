@@ -23,7 +23,7 @@ if jax.device_count() < 9:
     pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=9 (run through tests/test_sharded_jax.py)", allow_module_level=True)
 
 import jax.numpy as jnp  # noqa: E402
-import kvlayout_pallas as kp  # noqa: E402
+import kvlayout.backends.pallas as kp  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 

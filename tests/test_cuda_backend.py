@@ -12,7 +12,7 @@ from kvlayout.conformance import run_case
 from kvlayout.testing import random_spec
 
 torch = pytest.importorskip("torch")
-kc = pytest.importorskip("kvlayout_cuda")
+kc = pytest.importorskip("kvlayout.backends.cuda")
 
 pytestmark = pytest.mark.skipif(kc.MODE != "interpreter", reason="CPU tests run the interpreter; GPU checks are in scripts/gpu_cuda.py")
 

@@ -21,7 +21,7 @@ from kvlayout.testing import random_spec
 
 jax = pytest.importorskip("jax")
 chex = pytest.importorskip("chex")
-kp = pytest.importorskip("kvlayout_pallas")
+kp = pytest.importorskip("kvlayout.backends.pallas")
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
@@ -217,7 +217,7 @@ MOSAIC = textwrap.dedent(
         import libtpu  # noqa: F401
     except ImportError as e:
         sys.exit(f"libtpu is not installed ({e}): pip install 'kvlayout[tpu-compile]' (scripts/test.sh does)")
-    import kvlayout as K, kvlayout_pallas as kp
+    import kvlayout as K, kvlayout.backends.pallas as kp
     from jax.experimental import topologies
     for topo_name in ("v5e=2x2", "v6e=2x2"):
         dev = topologies.get_topology_desc(topo_name, platform="tpu").devices[0]

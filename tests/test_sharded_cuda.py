@@ -9,7 +9,7 @@ import kvlayout as K
 from kvlayout.sharding import ShardedLayout, shard_spec
 
 torch = pytest.importorskip("torch")
-kc = pytest.importorskip("kvlayout_cuda")
+kc = pytest.importorskip("kvlayout.backends.cuda")
 
 pytestmark = pytest.mark.skipif(kc.MODE != "interpreter", reason="CPU tests run the interpreter; GPU runs are scripts/gpu_sharded.py")
 

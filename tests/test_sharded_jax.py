@@ -17,7 +17,7 @@ import kvlayout as K
 from kvlayout.sharding import shard_spec
 
 jax = pytest.importorskip("jax")
-kp = pytest.importorskip("kvlayout_pallas")
+kp = pytest.importorskip("kvlayout.backends.pallas")
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
@@ -66,7 +66,7 @@ SHARDED_MOSAIC = textwrap.dedent(
     except ImportError as e:
         sys.exit(f"libtpu is not installed ({e}): pip install 'kvlayout[tpu-compile]' (scripts/test.sh does)")
     import numpy as np
-    import kvlayout as K, kvlayout_pallas as kp
+    import kvlayout as K, kvlayout.backends.pallas as kp
     from kvlayout.sharding import shard_spec
     from jax.experimental import topologies
     from jax.sharding import Mesh

@@ -1,4 +1,4 @@
-"""kvlayout_cuda: the ``cuda`` backend, a Triton zeroer driven by the planner's table.
+"""kvlayout.backends.cuda: the ``cuda`` backend, a Triton zeroer driven by the planner's table.
 
 Natively on NVIDIA GPUs; without a CUDA device the same kernel runs under Triton's
 interpreter (switched on automatically before the kernel is defined). ``mode`` says which.

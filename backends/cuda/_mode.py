@@ -1,35 +1,50 @@
-"""Decide, once and before any kernel is defined, whether Triton runs natively or interpreted.
+"""Whether kvlayout's Triton kernels run natively or under Triton's interpreter.
 
-Triton reads ``TRITON_INTERPRET`` when a ``@triton.jit`` function is *defined*, so this
-module must run before :mod:`kvlayout_cuda.kernel` is imported. Without a CUDA device the
-interpreter is switched on automatically (CI, laptops), so the same kernel code runs.
+Decided once, from the hardware probe and the user's ``TRITON_INTERPRET`` (read, never
+written): without a CUDA device the interpreter is used. :func:`jit` defines kvlayout's own
+kernels accordingly, so no process-wide setting changes and other Triton code is unaffected.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
+from typing import Any
 
-import torch
+import triton
 
 from kvlayout.errors import BackendError
+from kvlayout.hardware import torch_cuda, triton_interpret_setting
 
 
 def _decide() -> str:
-    forced = os.environ.get("TRITON_INTERPRET", "").strip().lower()
-    if forced in ("1", "true", "on", "yes"):
+    forced = triton_interpret_setting()
+    if forced:
         return "interpreter"
-    if torch.cuda.is_available():
+    if torch_cuda():
         return "native"
-    if forced in ("0", "false", "off", "no"):
+    if forced is False:
         raise BackendError(
-            "backend 'cuda': TRITON_INTERPRET=0 but torch sees no CUDA device; unset it to run under Triton's interpreter",
+            "backend 'cuda': TRITON_INTERPRET=0 but torch sees no CUDA device; "
+            "unset it to run under Triton's interpreter",
             field="TRITON_INTERPRET",
-            value=forced,
+            value="0",
         )
-    os.environ["TRITON_INTERPRET"] = "1"
     return "interpreter"
 
 
 MODE = _decide()
 #: torch device buffers must live on: CUDA natively, the CPU under the interpreter.
 DEVICE_TYPE = "cuda" if MODE == "native" else "cpu"
+
+
+def jit(**kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``triton.jit`` natively; an interpreted kernel of the same source otherwise."""
+
+    def define(fn: Callable[..., Any]) -> Any:
+        if MODE == "native":
+            return triton.jit(fn, **kwargs)
+        from triton.runtime.interpreter import InterpretedFunction
+
+        return InterpretedFunction(fn, **kwargs)
+
+    return define

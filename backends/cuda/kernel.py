@@ -7,9 +7,8 @@ Work item ``u`` of a batch is (id ``u // W``, unit ``u % W``). A capped, persist
 strides over the ``num_ids * W`` items, so the grid never exceeds hardware limits, and
 each program stores ``sub_words``-wide vectors of zeros in an inner loop.
 
-This module must be imported only after :mod:`kvlayout_cuda._mode` has decided whether
-Triton runs natively or under its interpreter (the decision is read when the kernel is
-defined).
+Kernels are defined through :func:`._mode.jit`, which picks native Triton or its
+interpreter for these kernels only.
 """
 
 from __future__ import annotations
@@ -17,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import triton
 import triton.language as tl
 
 from kvlayout.table import SegmentTable
+
+from ._mode import jit
 
 #: CUDA's limit on grid dimension x.
 MAX_GRID_X = 2**31 - 1
@@ -77,7 +77,7 @@ def zero_units_numpy(words: np.ndarray, plan: UnitPlan, ids: np.ndarray) -> None
                 words[start : start + n] = 0
 
 
-@triton.jit(do_not_specialize=["num_units", "id_lo", "num_blocks", "id_limit", "total_items"])
+@jit(do_not_specialize=["num_units", "id_lo", "num_blocks", "id_limit", "total_items"])
 def zero_units_kernel(
     buf_ptr,  # int32 [total_bytes / 4] the layout's words
     ids_ptr,  # int32/int64 [num_ids] block ids (device)
@@ -127,7 +127,7 @@ def zero_units_kernel(
             tl.atomic_xchg(err_ptr + 1, gid)
 
 
-@triton.jit(do_not_specialize=["n", "id_lo", "num_blocks", "id_limit"])
+@jit(do_not_specialize=["n", "id_lo", "num_blocks", "id_limit"])
 def route_ids_kernel(
     ids_ptr,  # int32/int64 [n] global block ids (device)
     out_ptr,  # int64 [>= n] out: this buffer's local ids, packed at the front (any order)

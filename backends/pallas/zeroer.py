@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kvlayout.errors import BlockIdError, LayoutBufferError
+from kvlayout.hardware import jax_platform
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
 from kvlayout.verify import require_safe
@@ -28,7 +29,7 @@ KERNELS = ("tpu", "triton")
 
 def default_kernel() -> tuple[str, bool]:
     """(kernel, interpret) for JAX's default device."""
-    plat = jax.default_backend()
+    plat = jax_platform()
     if plat == "tpu":
         return "tpu", False
     if plat in ("gpu", "cuda"):

@@ -1,0 +1,55 @@
+"""The ``pallas`` backend's adapter to the :class:`kvlayout.Backend` protocol."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kvlayout.backend import Backend
+from kvlayout.errors import LayoutBufferError
+from kvlayout.table import SegmentTable
+
+from .plan import LANES, ROW_BYTES
+from .zeroer import PallasZeroer
+
+
+class PallasBackend(Backend):
+    """Backend protocol adapter: holds the current buffer and swaps in each donated result."""
+
+    name: ClassVar[str] = "pallas"
+    extra: ClassVar[str | None] = "pallas"
+
+    def __init__(self, table: SegmentTable, buffer: Any, *, offset: int = 0, **kwargs: Any) -> None:
+        self.table = table
+        self.offset = offset
+        self.zeroer = PallasZeroer(table, offset=offset, **kwargs)
+        self.zeroer._check_buffer(buffer)
+        self.buffer = buffer
+        self._nbytes: int | None = None
+
+    @property
+    def mode(self) -> str:
+        return self.zeroer.mode
+
+    def zero(self, block_ids: Any) -> None:
+        self.buffer = self.zeroer(self.buffer, block_ids)
+
+    @classmethod
+    def from_host(cls, table: SegmentTable, data: np.ndarray, *, offset: int = 0, **kwargs: Any) -> PallasBackend:
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if raw.size % 4:
+            raise LayoutBufferError(f"host bytes = {raw.size}: must be a multiple of 4", field="buffer.nbytes", value=raw.size)
+        rows = -(-raw.size // ROW_BYTES)
+        padded = np.zeros(rows * ROW_BYTES, np.uint8)
+        padded[: raw.size] = raw
+        be = cls(table, jnp.asarray(padded.view(np.int32).reshape(rows, LANES)), offset=offset, **kwargs)
+        be._nbytes = raw.size
+        return be
+
+    def to_host(self) -> np.ndarray:
+        self.zeroer.check()
+        out = np.asarray(jax.device_get(self.buffer)).reshape(-1).view(np.uint8)
+        return out[: self._nbytes].copy() if self._nbytes is not None else out.copy()
