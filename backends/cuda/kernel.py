@@ -8,7 +8,11 @@ strides over the ``num_ids * W`` items, so the grid never exceeds hardware limit
 each program stores ``sub_words``-wide vectors of zeros in an inner loop.
 
 Kernels are defined through :func:`._mode.jit`, which picks native Triton or its
-interpreter for these kernels only.
+interpreter for these kernels only. They therefore call no ``@triton.jit`` function of
+``triton.language.standard`` (``tl.zeros``, ``tl.sum``, ``tl.cumsum``, ``tl.max``): those are
+plain ``JITFunction`` objects unless ``TRITON_INTERPRET`` was set when Triton was imported,
+and cannot run inside an interpreted kernel. ``tl.full``, ``tl.reduce`` and
+``tl.associative_scan`` with combine functions defined here give the same IR natively.
 """
 
 from __future__ import annotations
@@ -77,6 +81,16 @@ def zero_units_numpy(words: np.ndarray, plan: UnitPlan, ids: np.ndarray) -> None
                 words[start : start + n] = 0
 
 
+@jit()
+def _add(a, b):  # combine function: sums and prefix sums (tl.sum / tl.cumsum without the standard library)
+    return a + b
+
+
+@jit()
+def _maximum(a, b):  # combine function: tl.max without the standard library
+    return tl.maximum(a, b)
+
+
 @jit(do_not_specialize=["num_units", "id_lo", "num_blocks", "id_limit", "total_items"])
 def zero_units_kernel(
     buf_ptr,  # int32 [total_bytes / 4] the layout's words
@@ -100,7 +114,7 @@ def zero_units_kernel(
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     offs = tl.arange(0, SUB)
-    zeros = tl.zeros([SUB], dtype=tl.int32)
+    zeros = tl.full([SUB], 0, tl.int32)
     if COUNTED:  # noqa: SIM108 (a constexpr branch: Triton specialises it away)
         total = tl.load(count_ptr).to(tl.int64) * num_units
     else:
@@ -150,10 +164,10 @@ def route_ids_kernel(
     local = gid - id_lo
     own = m & (local >= 0) & (local < num_blocks)
     own_i = own.to(tl.int32)
-    base = tl.atomic_add(count_ptr, tl.sum(own_i, axis=0))
-    tl.store(out_ptr + base + tl.cumsum(own_i, axis=0) - 1, local, mask=own)
+    base = tl.atomic_add(count_ptr, tl.reduce(own_i, 0, _add))
+    tl.store(out_ptr + base + tl.associative_scan(own_i, 0, _add) - 1, local, mask=own)
     bad = m & ((gid < 0) | (gid >= id_limit))
-    nbad = tl.sum(bad.to(tl.int64), axis=0)
+    nbad = tl.reduce(bad.to(tl.int64), 0, _add)
     if nbad > 0:
         tl.atomic_add(err_ptr, nbad)
-        tl.atomic_xchg(err_ptr + 1, tl.max(tl.where(bad, gid, -(2**62)), axis=0))
+        tl.atomic_xchg(err_ptr + 1, tl.reduce(tl.where(bad, gid, -(2**62)), 0, _maximum))
