@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,14 +36,17 @@ def test_prefix_table_rejected_with_spill_and_overrun() -> None:
     assert "UNSAFE" in rep.format()
 
 
-def test_planned_table_passes_at_ten_million_blocks_fast() -> None:
-    spec = K.preset("dsv4").with_num_blocks(10**7)
-    t0 = time.perf_counter()
-    table = K.plan(spec)
-    rep = K.verify(table)
-    dt = time.perf_counter() - t0
-    assert rep.ok
-    assert dt < 1.0, dt
+def test_planned_table_passes_at_ten_million_blocks() -> None:
+    """Correctness only: timing belongs in bench/bench_core.py, not in a unit test."""
+    table = K.plan(K.preset("dsv4").with_num_blocks(10**7))
+    assert K.verify(table).ok
+    # the row that ends highest, 128 B longer, runs 64 B into the next block's first row
+    rows = list(table.segments)
+    i = max(range(len(rows)), key=lambda r: rows[r].base + rows[r].span)
+    assert rows[i].base + rows[i].span == 149_696
+    rows[i] = K.Segment(rows[i].base, rows[i].stride, rows[i].span + 128)
+    rep = K.verify(K.SegmentTable(table.total_bytes, table.num_blocks, tuple(rows)))
+    assert rep.by_invariant(3) and rep.by_invariant(2)
 
 
 def test_invariant_1_and_4() -> None:
