@@ -1,46 +1,111 @@
-"""Write the notebooks in notebooks/ (outputs stripped; CI executes them: tests/test_notebooks.py).
+"""Build notebooks/NN_name.ipynb from the percent script notebooks/NN_name.py (outputs stripped).
 
-    python scripts/make_notebooks.py
+The notebooks are written as plain text, in the percent format jupytext reads: ``# %%`` starts a
+code cell, ``# %% [markdown]`` a markdown cell whose lines are ``# ``-commented markdown, and
+line magics are commented (``# %matplotlib inline``). This converter needs only nbformat; CI
+checks that the committed .ipynb files equal its output and executes them (tests/test_notebooks.py).
+
+    python scripts/make_notebooks.py          # rewrite every .ipynb from its .py
+    python scripts/make_notebooks.py --check  # exit 1 if a committed .ipynb is out of date
 """
 
 from __future__ import annotations
 
+import argparse
+import re
+import sys
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-NB = {
-    "01_dsv4_packed_layout.ipynb": [
-        ("md", "# Explore the DeepSeek-V4 packed layout\nPage arithmetic, why the block stride is not the zero span, and the pre-fix bug of vLLM #50276 drawn and caught by the verifier."),
-        ("code", "%matplotlib inline\nimport kvlayout as K\nfrom kvlayout.viz import byte_map, table_map, table_view\nspec = K.preset('dsv4-test')\nlayer = spec.groups[0].layers[0]\nprint(layer.stored_tokens, layer.real_page, layer.page, layer.gap)\nassert (layer.stored_tokens, layer.real_page, layer.page, layer.gap) == (64, 37376, 37440, 64)"),
-        ("md", "Four such layers share one row per block: the **block stride** is 4 padded pages, 149,760 B; the **zero span** of each layer is its real page, 37,376 B."),
-        ("code", "table = K.plan(spec)\nview = table_view(table)\nprint(view)\nassert all(s.stride == 149760 and s.span == 37376 for s in table.segments)\nbyte_map(spec);"),
-        ("md", "## The pre-fix table: the page size used as stride *and* span"),
-        ("code", "bad = K.SegmentTable(table.total_bytes, 100, tuple(K.Segment(s.base, 149760, 149760, s.group, s.layer) for s in table.segments))\nrep = K.verify(bad)\nprint(rep.format())\nassert not rep.ok\nassert {v.rows[0] for v in rep.by_invariant(3)} == {1, 2, 3}\nassert any('112320 B past' in v.message for v in rep.by_invariant(2))\nfig = table_map(bad)"),
-    ],
-    "02_choose_a_backend.ipynb": [
-        ("md", "# Choose a backend\n`KVLAYOUT_BACKEND` (or `--backend`, or an argument) picks the zeroer; `auto` picks from the hardware. Here every installed backend zeroes the same blocks and the results are compared byte for byte."),
-        ("code", "%matplotlib inline\nimport os\nos.environ.setdefault('JAX_PLATFORMS', 'cpu')\nimport kvlayout as K\nfrom kvlayout import registry\nfrom kvlayout.cli import installed_backends\nos.environ['KVLAYOUT_BACKEND'] = 'reference'\nprint(registry.resolve())\ntry:\n    os.environ['KVLAYOUT_BACKEND'] = 'tpu'\n    registry.resolve()\nexcept K.BackendError as e:\n    print(e)\nfinally:\n    del os.environ['KVLAYOUT_BACKEND']\nbackends = installed_backends()\nprint(sorted(backends))\nassert 'reference' in backends"),
-        ("code", "from kvlayout.conformance import run_case, GUARD_BYTES\nfrom kvlayout.viz import zero_diff\nimport numpy as np\ntable = K.plan(K.preset('dsv4-test'))\nids = [0, 1, 99]\nresults = {name: run_case(cls, table, ids) for name, cls in backends.items()}\nfor name, r in results.items():\n    print(name, r.mode, r.ok)\n    assert r.ok\nfirst = next(iter(results.values())).after\nassert all(np.array_equal(first, r.after) for r in results.values())\nzero_diff(K.poison_pattern(first.size), {n: r.after for n, r in results.items()}, table, ids, origin=GUARD_BYTES, region=(0, 2 * 149760));"),
-    ],
-    "03_bring_your_own_layout.ipynb": [
-        ("md", "# Bring your own layout\nWrite a spec in JSON or Python, plan it, prove it, draw it, zero it."),
-        ("code", "%matplotlib inline\nimport json\nimport kvlayout as K\nfrom kvlayout.viz import byte_map, table_view\nspec = K.KVCacheSpec.from_json(json.dumps({'version': 1, 'num_blocks': 32, 'layout': 'packed', 'groups': [\n  {'name': 'attn', 'layers': [\n    {'name': 'L0', 'kind': 'full', 'block_size': 16, 'num_kv_heads': 2, 'head_size': 64, 'dtype': 'bfloat16', 'alignment': 4096},\n    {'name': 'mamba0', 'kind': 'mamba', 'state_bytes': 6000, 'alignment': 512}]},\n  {'name': 'mla', 'layers': [{'name': 'M0', 'kind': 'mla', 'block_size': 16, 'head_size': 576, 'dtype': 'bfloat16'}]}]}))\ntable = K.plan(spec)\nprint(table_view(table))\nassert K.verify(table).ok\nbyte_map(spec);"),
-        ("code", "from kvlayout.conformance import run_case\nres = run_case(K.ReferenceBackend, table, [0, 7, 31])\nprint(res.check.describe(), res.check.zeroed_bytes)\nassert res.ok and res.check.zeroed_bytes == 3 * table.bytes_per_block"),
-    ],
-}
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+MARKER = re.compile(r"^# %%(?P<md> \[markdown\])?\s*$")
+ANY_MARKER = re.compile(r"^# ?%%")
+MAGIC = re.compile(r"^# (%[A-Za-z]\w*(?:\s.*)?)$")
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
-def main() -> None:
-    out = Path(__file__).resolve().parent.parent / "notebooks"
-    out.mkdir(exist_ok=True)
-    for name, cells in NB.items():
-        nb = new_notebook(cells=[new_markdown_cell(t) if k == "md" else new_code_cell(t) for k, t in cells])
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        nbformat.write(nb, out / name)
-        print("wrote", out / name)
+def _markdown(path: Path, start: int, lines: list[str]) -> str:
+    """Uncomment a markdown cell: every line is ``#`` or ``# text``."""
+    out = []
+    for i, line in enumerate(lines):
+        if line != "#" and not line.startswith("# "):
+            raise ValueError(f"{path}:{start + i}: a markdown cell line must start with '# ': {line!r}")
+        out.append(line[2:])
+    return "\n".join(out)
+
+
+def _code(lines: list[str]) -> str:
+    """Uncomment line magics (``# %matplotlib inline`` -> ``%matplotlib inline``)."""
+    return "\n".join(m[1] if (m := MAGIC.match(line)) else line for line in lines)
+
+
+def split_cells(path: Path) -> list[tuple[str, str]]:
+    """``(kind, source)`` for every cell of the percent script at ``path``, ``kind`` "markdown" or "code"."""
+    cells: list[tuple[str, int, list[str]]] = []
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        m = MARKER.match(line)
+        if m:
+            cells.append(("markdown" if m["md"] else "code", n + 1, []))
+        elif ANY_MARKER.match(line):
+            raise ValueError(f"{path}:{n}: unsupported cell marker {line!r}; use '# %%' or '# %% [markdown]'")
+        elif cells:
+            cells[-1][2].append(line)
+        elif line.strip():
+            raise ValueError(f"{path}:{n}: text before the first '# %%' cell marker")
+    out = []
+    for kind, start, lines in cells:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        while lines and not lines[0].strip():
+            lines.pop(0)
+            start += 1
+        out.append((kind, _markdown(path, start, lines) if kind == "markdown" else _code(lines)))
+    return out
+
+
+def build(path: Path) -> nbformat.NotebookNode:
+    """The notebook of the percent script ``path``: no outputs, cell ids numbered for stable diffs."""
+    cells = [
+        (new_markdown_cell if kind == "markdown" else new_code_cell)(source, id=f"cell-{i:02d}")
+        for i, (kind, source) in enumerate(split_cells(path))
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    return nb
+
+
+def render(path: Path) -> str:
+    """The .ipynb text that :func:`main` writes for ``path``."""
+    text = nbformat.writes(build(path))
+    return text if text.endswith("\n") else text + "\n"
+
+
+def sources(folder: Path = NOTEBOOKS) -> list[Path]:
+    """Every percent script in ``folder`` (``NN_name.py``)."""
+    return sorted(folder.glob("[0-9]*.py"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write (or with ``--check`` compare) every notebook; returns the exit status."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="report .ipynb files that differ from their .py")
+    args = ap.parse_args(argv)
+    stale = []
+    for src in sources():
+        dst = src.with_suffix(".ipynb")
+        text = render(src)
+        if args.check:
+            if not dst.exists() or dst.read_text() != text:
+                stale.append(dst)
+            continue
+        dst.write_text(text)
+        print("wrote", dst)
+    for dst in stale:
+        print(f"out of date: {dst} (run python scripts/make_notebooks.py)", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
