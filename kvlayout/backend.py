@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .errors import LayoutBufferError
+from . import validate
 from .table import SegmentTable
 
 
@@ -57,25 +57,9 @@ class Backend(abc.ABC):
 
 def validate_host_buffer(buf: Any, table: SegmentTable, offset: int) -> np.ndarray:
     """Check a NumPy buffer against a table; return its bytes as a uint8 ``[n]`` view."""
-    if not isinstance(buf, np.ndarray):
-        raise LayoutBufferError(f"buffer type = {type(buf).__name__}: must be a numpy.ndarray", field="buffer", value=type(buf).__name__)
-    if not buf.flags.c_contiguous:
-        raise LayoutBufferError("buffer: must be C-contiguous", field="buffer", value="non-contiguous")
-    if not buf.flags.writeable:
-        raise LayoutBufferError("buffer: must be writeable", field="buffer", value="read-only")
-    check_offset_and_size(offset, buf.nbytes, table)
-    return buf.reshape(-1).view(np.uint8)
+    return validate.host_buffer(buf, table.total_bytes, offset)
 
 
 def check_offset_and_size(offset: Any, nbytes: int, table: SegmentTable) -> None:
     """Shared size check: the layout ``[offset, offset + total_bytes)`` must fit the buffer."""
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
-        raise LayoutBufferError(f"offset = {offset!r}: must be a non-negative integer", field="offset", value=offset)
-    if offset % 4:
-        raise LayoutBufferError(f"offset = {offset}: must be a multiple of 4", field="offset", value=offset)
-    if nbytes < offset + table.total_bytes:
-        raise LayoutBufferError(
-            f"buffer bytes = {nbytes}: smaller than offset {offset} + total_bytes {table.total_bytes}",
-            field="buffer.nbytes",
-            value=nbytes,
-        )
+    validate.offset_and_size(offset, nbytes, table.total_bytes)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+E = TypeVar("E", bound="KVLayoutError")
 
 
 class KVLayoutError(ValueError):
@@ -40,4 +42,12 @@ class BackendError(KVLayoutError):
 
 def spec_error(field: str, value: Any, why: str) -> SpecError:
     """Build a :class:`SpecError` whose message is ``field = value: why``."""
-    return SpecError(f"{field} = {value!r}: {why}", field=field, value=value)
+    return bad_value(SpecError, field, value, why)
+
+
+def bad_value(cls: type[E], field: str, value: Any, why: str, *, shown: str | None = None) -> E:
+    """The one message form for bad input: ``field = value: why`` (value shown with repr, shortened)."""
+    shown = repr(value) if shown is None else shown
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return cls(f"{field} = {shown}: {why}", field=field, value=value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import spec_error
+from .ranges import MAX_BYTES
 from .spec import GroupSpec, KVCacheSpec, LayerSpec
 from .table import Segment, SegmentTable
 
@@ -96,7 +97,7 @@ def plan_layout(spec: KVCacheSpec) -> Layout:
             for j, layer in enumerate(g.layers):
                 placements.append(Placement(g.name, layer, j, off, block_stride, _split_parts(layer, off, block_stride, 0)))
                 off += layer.page
-        return Layout(spec, block_stride * n, tuple(placements), block_stride, ())
+        return Layout(spec, _bounded(block_stride * n, spec), tuple(placements), block_stride, ())
 
     # layer_major: slot j holds the j-th layer of every group.
     num_slots = max(len(g.layers) for g in spec.groups)
@@ -133,7 +134,16 @@ def plan_layout(spec: KVCacheSpec) -> Layout:
                 placements.append(Placement(g.name, layer, j, regions[j], sp // 2, parts))
             else:
                 placements.append(Placement(g.name, layer, j, regions[j], sp, _split_parts(layer, regions[j], sp, 0)))
-    return Layout(spec, region, tuple(placements), None, tuple(slot_pages))
+    return Layout(spec, _bounded(region, spec), tuple(placements), None, tuple(slot_pages))
+
+
+def _bounded(total_bytes: int, spec: KVCacheSpec) -> int:
+    """Refuse layouts whose buffer would reach 2**62 bytes (GEOMETRY.md section 8)."""
+    if total_bytes >= MAX_BYTES:
+        raise spec_error(
+            "num_blocks", spec.num_blocks, f"the layout would need {total_bytes} B; the limit is 2**62 - 1 (section 8)"
+        )
+    return total_bytes
 
 
 def _group_of(spec: KVCacheSpec, name: str) -> GroupSpec:

@@ -12,63 +12,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from . import validate
 from .backend import Backend, validate_host_buffer
-from .errors import BlockIdError
+from .errors import TableError, bad_value
+from .ranges import extent, merge_ranges
 from .table import SegmentTable
 
 BlockIds = Sequence[int] | np.ndarray
 
 
 def normalize_block_ids(block_ids: Any, num_blocks: int) -> np.ndarray:
-    """Validate a batch of block ids and return it as int64 ``[n]``.
-
-    Accepts a list, tuple or 1-D integer NumPy array. Empty is fine, duplicates are fine.
-    Rejects bools, floats, other types and anything outside ``[0, num_blocks)``.
-    """
-    if isinstance(block_ids, np.ndarray):
-        if block_ids.dtype == np.bool_ or not np.issubdtype(block_ids.dtype, np.integer):
-            raise BlockIdError(f"block_ids dtype = {block_ids.dtype}: must be an integer dtype", field="block_ids", value=str(block_ids.dtype))
-        if block_ids.ndim != 1:
-            raise BlockIdError(f"block_ids shape = {block_ids.shape}: must be 1-D", field="block_ids", value=block_ids.shape)
-        ids = block_ids.astype(np.int64, copy=False)
-        if np.issubdtype(block_ids.dtype, np.unsignedinteger) and block_ids.size and block_ids.max() > np.iinfo(np.int64).max:
-            raise BlockIdError("block_ids: value too large for int64", field="block_ids", value=int(block_ids.max()))
-    elif isinstance(block_ids, (list, tuple)):
-        for i, v in enumerate(block_ids):
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-                raise BlockIdError(f"block_ids[{i}] = {v!r}: must be an integer", field=f"block_ids[{i}]", value=v)
-        try:
-            ids = np.array([int(v) for v in block_ids], dtype=np.int64)
-        except OverflowError as e:
-            raise BlockIdError(f"block_ids: {e}", field="block_ids", value=None) from None
-    else:
-        raise BlockIdError(
-            f"block_ids = {block_ids!r}: must be a list, tuple or integer NumPy array", field="block_ids", value=block_ids
-        )
-    bad = np.flatnonzero((ids < 0) | (ids >= num_blocks))
-    if bad.size:
-        i = int(bad[0])
-        raise BlockIdError(
-            f"block_ids[{i}] = {int(ids[i])}: outside [0, {num_blocks}) ({bad.size} bad ids; nothing was written)",
-            field=f"block_ids[{i}]",
-            value=int(ids[i]),
-        )
-    return ids
-
-
-def merge_ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Sort and merge half-open ranges; returns int64 ``[k, 2]``, touching ranges joined."""
-    if starts.size == 0:
-        return np.zeros((0, 2), np.int64)
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(s.size, bool)
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    out_s = s[idx]
-    out_e = run_end[np.r_[idx[1:] - 1, s.size - 1]]
-    return np.stack([out_s, out_e], axis=1).astype(np.int64)
+    """Validate a batch of block ids and return it as int64 ``[n]`` (see :func:`kvlayout.validate.block_ids`)."""
+    return validate.block_ids(block_ids, num_blocks)
 
 
 def expected_zeroed(table: SegmentTable, block_ids: BlockIds) -> np.ndarray:
@@ -117,25 +72,24 @@ def zero_blocks_numpy(buf: np.ndarray, table: SegmentTable, block_ids: BlockIds,
         return
     _check_rows_in_bounds(table, data.nbytes - offset)
     for s in table.segments:
-        start = offset + s.base
+        # a [num_blocks, span] view starting at the row's lowest block (negative strides too)
+        low = 0 if s.stride >= 0 else table.num_blocks - 1
+        start = offset + s.base + low * s.stride
         view = np.lib.stride_tricks.as_strided(
-            data[start:], shape=(table.num_blocks, s.span), strides=(s.stride, 1), writeable=True
+            data[start:], shape=(table.num_blocks, s.span), strides=(abs(s.stride), 1), writeable=True
         )
-        view[ids] = 0
+        view[ids if s.stride >= 0 else table.num_blocks - 1 - ids] = 0
 
 
 def _check_rows_in_bounds(table: SegmentTable, nbytes: int) -> None:
-    from .errors import TableError
-
-    n = table.num_blocks
+    """Refuse rows that leave the buffer or clear nothing (the reference never writes out of bounds)."""
     for r, s in enumerate(table.segments):
-        lo = min(s.base, s.base + (n - 1) * s.stride)
-        hi = max(s.base, s.base + (n - 1) * s.stride) + s.span
-        if lo < 0 or hi > nbytes or s.stride < 0 or s.span <= 0:
-            raise TableError(
-                f"segments[{r}] ({s.label}) reaches [{lo}, {hi}) outside the buffer of {nbytes} B: run `kvlayout check`",
-                field=f"segments[{r}]",
-                value=(s.base, s.stride, s.span),
+        lo, hi = extent(s.base, s.stride, s.span, table.num_blocks)
+        if lo < 0 or hi > nbytes or s.span <= 0 or s.span % 4:
+            raise bad_value(
+                TableError, f"table.segments[{r}]", (s.base, s.stride, s.span),
+                f"({s.label}) reaches [{lo}, {hi}): outside the buffer of {nbytes} B, or no whole-word span; "
+                "run `kvlayout check`",
             )
 
 

@@ -69,31 +69,37 @@ def requested_name(name: str | None = None) -> tuple[str, str]:
     return "auto", "default"
 
 
+def _missing(e: ImportError, target: str, mod_name: str, name: str, extra: str | None) -> BackendError:
+    """Turn an ImportError into the ``pip install 'kvlayout[extra]'`` that fixes it, when one does."""
+    missing = getattr(e, "name", None) or ""
+    hint_extra = extra
+    if hint_extra is None:
+        for ex, mods in EXTRA_MODULES.items():
+            if missing.split(".")[0] in mods:
+                hint_extra = ex
+    if hint_extra and (missing.split(".")[0] in EXTRA_MODULES.get(hint_extra, ()) or missing == mod_name):
+        return BackendError(
+            f"backend {name!r} needs the {hint_extra!r} extra (missing module {missing!r}): "
+            f"pip install 'kvlayout[{hint_extra}]'",
+            field="backend",
+            value=name,
+        )
+    return BackendError(f"backend {name!r}: cannot import {target!r}: {e}", field="backend", value=name)
+
+
 def _import_target(target: str, name: str, extra: str | None) -> type[Backend]:
     mod_name, _, attr = target.partition(":")
     if not mod_name or not attr:
         raise BackendError(f"backend target = {target!r}: must be 'module:attr'", field="backend", value=target)
     try:
         mod = importlib.import_module(mod_name)
+        cls = getattr(mod, attr)  # lazy packages import their dependencies here
     except ImportError as e:
-        missing = getattr(e, "name", None) or ""
-        hint_extra = extra
-        if hint_extra is None:
-            for ex, mods in EXTRA_MODULES.items():
-                if missing.split(".")[0] in mods:
-                    hint_extra = ex
-        if hint_extra and (missing.split(".")[0] in EXTRA_MODULES.get(hint_extra, ()) or missing == mod_name):
-            raise BackendError(
-                f"backend {name!r} needs the {hint_extra!r} extra (missing module {missing!r}): "
-                f"pip install 'kvlayout[{hint_extra}]'",
-                field="backend",
-                value=name,
-            ) from None
-        raise BackendError(f"backend {name!r}: cannot import {target!r}: {e}", field="backend", value=name) from None
-    try:
-        cls = getattr(mod, attr)
+        raise _missing(e, target, mod_name, name, extra) from None
     except AttributeError:
-        raise BackendError(f"backend {name!r}: module {mod_name!r} has no attribute {attr!r}", field="backend", value=name) from None
+        raise BackendError(
+            f"backend {name!r}: module {mod_name!r} has no attribute {attr!r}", field="backend", value=name
+        ) from None
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise BackendError(f"backend {name!r}: {target!r} is not a kvlayout.Backend subclass", field="backend", value=name)
     return cls

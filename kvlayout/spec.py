@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from .errors import SpecError, spec_error
+from .ranges import MAX_BLOCKS, MAX_BYTES, round_up
+from .validate import check_int, check_name
 
 SPEC_VERSION = 1
 
@@ -35,20 +37,12 @@ FP8_DS_MLA_TOKEN_BYTES = 584
 LAYOUTS = ("packed", "layer_major")
 
 
-def round_up(x: int, m: int) -> int:
-    """Smallest multiple of ``m`` that is ``>= x``."""
-    return -(-x // m) * m
-
-
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _check_pos_int(where: str, name: str, v: object) -> None:
-    if not _is_int(v):
-        raise spec_error(f"{where}.{name}", v, "must be an integer")
-    if v <= 0:  # type: ignore[operator]
-        raise spec_error(f"{where}.{name}", v, "must be positive")
+    check_int(SpecError, f"{where}.{name}", v, lo=1)
 
 
 def _check_dtype(where: str, name: str, v: object) -> None:
@@ -69,6 +63,7 @@ class LayerSpec:
     @property
     def where(self) -> str:
         """How error messages name this layer."""
+        check_name(SpecError, "layer.name", self.name)
         return f"layer {self.name!r}"
 
     @property
@@ -102,11 +97,11 @@ class LayerSpec:
         return getattr(self, "block_size", None)
 
     def _validate_common(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise spec_error("layer.name", self.name, "must be a non-empty string")
         a = self.alignment_bytes
         if a is not None:
             _check_pos_int(self.where, "alignment", a)
+        if self.real_page >= MAX_BYTES or self.page >= MAX_BYTES:
+            raise spec_error(f"{self.where}.real_page", self.real_page, "page bytes must be below 2**62 (section 8)")
         if self.real_page % 4:
             raise spec_error(f"{self.where}.real_page", self.real_page, "page bytes must be a multiple of 4")
         if self.page % 4:
@@ -258,10 +253,14 @@ class GroupSpec:
     kernel_block_size: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise spec_error("group.name", self.name, "must be a non-empty string")
+        check_name(SpecError, "group.name", self.name)
+        if isinstance(self.layers, list):
+            object.__setattr__(self, "layers", tuple(self.layers))
         if not isinstance(self.layers, tuple) or not self.layers:
-            raise spec_error(f"group {self.name!r}.layers", self.layers, "must be a non-empty list")
+            raise spec_error(f"group {self.name!r}.layers", self.layers, "must be a non-empty list or tuple")
+        for i, layer in enumerate(self.layers):
+            if not isinstance(layer, LayerSpec):
+                raise spec_error(f"group {self.name!r}.layers[{i}]", layer, "must be a layer spec")
         if self.kernel_block_size is not None:
             _check_pos_int(f"group {self.name!r}", "kernel_block_size", self.kernel_block_size)
 
@@ -299,11 +298,16 @@ class KVCacheSpec:
     def __post_init__(self) -> None:
         if self.version != SPEC_VERSION:
             raise spec_error("version", self.version, f"only version {SPEC_VERSION} is supported")
-        _check_pos_int("spec", "num_blocks", self.num_blocks)
-        if self.layout not in LAYOUTS:
+        check_int(SpecError, "num_blocks", self.num_blocks, lo=1, hi=MAX_BLOCKS)
+        if not isinstance(self.layout, str) or self.layout not in LAYOUTS:
             raise spec_error("layout", self.layout, f"valid layouts: {', '.join(LAYOUTS)}")
+        if isinstance(self.groups, list):
+            object.__setattr__(self, "groups", tuple(self.groups))
         if not isinstance(self.groups, tuple) or not self.groups:
-            raise spec_error("groups", self.groups, "must be a non-empty list")
+            raise spec_error("groups", self.groups, "must be a non-empty list or tuple")
+        for i, g in enumerate(self.groups):
+            if not isinstance(g, GroupSpec):
+                raise spec_error(f"groups[{i}]", g, "must be a GroupSpec")
         seen_groups: set[str] = set()
         seen_layers: set[str] = set()
         for g in self.groups:

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TableError
+from .errors import TableError, bad_value
+from .ranges import MAX_BLOCKS, MAX_BYTES, extent
+from .validate import check_int, check_name
 
 TABLE_VERSION = 1
 
@@ -66,6 +68,25 @@ class SegmentTable:
     padding: tuple[Segment, ...] = field(default=(), compare=False)
     #: True when the planner made this table (so ``padding`` is known, possibly empty).
     planned: bool = field(default=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_int(TableError, "table.total_bytes", self.total_bytes, lo=0)
+        n = check_int(TableError, "table.num_blocks", self.num_blocks, lo=0, hi=MAX_BLOCKS)
+        if not isinstance(self.segments, tuple):
+            object.__setattr__(self, "segments", tuple(self.segments))
+        for what, rows in (("segments", self.segments), ("padding", self.padding)):
+            for i, r in enumerate(rows):
+                if not isinstance(r, Segment):
+                    raise bad_value(TableError, f"table.{what}[{i}]", r, "must be a Segment")
+                for k in ("base", "stride", "span"):
+                    check_int(TableError, f"table.{what}[{i}].{k}", getattr(r, k), lo=-(MAX_BYTES - 1))
+                lo, hi = extent(r.base, r.stride, r.span, max(n, 1))
+                if lo <= -MAX_BYTES or hi >= MAX_BYTES:
+                    raise bad_value(
+                        TableError, f"table.{what}[{i}]", (r.base, r.stride, r.span),
+                        f"reaches bytes [{lo}, {hi}) over {n} blocks: extents must stay within "
+                        "(-2**62, 2**62) (GEOMETRY.md section 8)",
+                    )
 
     def __len__(self) -> int:
         return len(self.segments)
@@ -143,50 +164,40 @@ class SegmentTable:
 
     @classmethod
     def from_dict(cls, data: object) -> SegmentTable:
-        """Parse the table JSON of GEOMETRY.md section 4 (types checked, values not: see verify)."""
+        """Parse the table JSON of GEOMETRY.md section 4 (types and limits checked; safety: see verify)."""
         if not isinstance(data, Mapping):
-            raise TableError(f"table = {data!r}: must be a JSON object", field="table", value=data)
+            raise bad_value(TableError, "table", data, "must be a JSON object")
         for k in ("total_bytes", "num_blocks", "segments"):
             if k not in data:
-                raise TableError(f"table.{k}: missing required field", field=k, value=None)
-        unknown = set(data) - {"version", "total_bytes", "num_blocks", "segments"}
+                raise bad_value(TableError, f"table.{k}", None, "missing required field")
+        unknown = sorted(set(data) - {"version", "total_bytes", "num_blocks", "segments"})
         if unknown:
-            k = sorted(unknown)[0]
-            raise TableError(f"table.{k} = {data[k]!r}: unknown field", field=k, value=data[k])
+            raise bad_value(TableError, f"table.{unknown[0]}", data[unknown[0]], "unknown field")
         if data.get("version", TABLE_VERSION) != TABLE_VERSION:
-            raise TableError(f"table.version = {data['version']!r}: only version 1 is supported", field="version", value=data["version"])
-        total, nb = data["total_bytes"], data["num_blocks"]
-        for k, v in (("total_bytes", total), ("num_blocks", nb)):
-            if not _is_int(v) or v < 0:
-                raise TableError(f"table.{k} = {v!r}: must be a non-negative integer", field=k, value=v)
+            raise bad_value(TableError, "table.version", data["version"], "only version 1 is supported")
+        total = check_int(TableError, "table.total_bytes", data["total_bytes"], lo=0)
+        nb = check_int(TableError, "table.num_blocks", data["num_blocks"], lo=0, hi=MAX_BLOCKS)
         raw = data["segments"]
         if not isinstance(raw, list):
-            raise TableError(f"table.segments = {raw!r}: must be a list", field="segments", value=raw)
+            raise bad_value(TableError, "table.segments", raw, "must be a list")
         segs = []
         for i, r in enumerate(raw):
-            path = f"segments[{i}]"
+            path = f"table.segments[{i}]"
             if not isinstance(r, Mapping):
-                raise TableError(f"{path} = {r!r}: must be an object", field=path, value=r)
+                raise bad_value(TableError, path, r, "must be an object")
+            extra = sorted(set(r) - {"base", "stride", "span", "group", "layer", "part", "virtual_index"})
+            if extra:
+                raise bad_value(TableError, f"{path}.{extra[0]}", r[extra[0]], "unknown field")
+            nums = {}
             for k in ("base", "stride", "span"):
                 if k not in r:
-                    raise TableError(f"{path}.{k}: missing required field", field=f"{path}.{k}", value=None)
-                if not _is_int(r[k]):
-                    raise TableError(f"{path}.{k} = {r[k]!r}: must be an integer", field=f"{path}.{k}", value=r[k])
-            extra = set(r) - {"base", "stride", "span", "group", "layer", "part", "virtual_index"}
-            if extra:
-                k = sorted(extra)[0]
-                raise TableError(f"{path}.{k} = {r[k]!r}: unknown field", field=f"{path}.{k}", value=r[k])
-            segs.append(
-                Segment(
-                    base=r["base"],
-                    stride=r["stride"],
-                    span=r["span"],
-                    group=str(r.get("group", "")),
-                    layer=str(r.get("layer", "")),
-                    part=str(r.get("part", "page")),
-                    virtual_index=int(r.get("virtual_index", 0)),
-                )
-            )
+                    raise bad_value(TableError, f"{path}.{k}", None, "missing required field")
+                nums[k] = check_int(TableError, f"{path}.{k}", r[k], lo=-(MAX_BYTES - 1))
+            names = {k: check_name(TableError, f"{path}.{k}", r.get(k, d), empty=True)
+                     for k, d in (("group", ""), ("layer", ""), ("part", "page"))}
+            vi = check_int(TableError, f"{path}.virtual_index", r.get("virtual_index", 0), lo=0)
+            segs.append(Segment(nums["base"], nums["stride"], nums["span"], names["group"], names["layer"],
+                                names["part"], vi))
         return cls(total_bytes=total, num_blocks=nb, segments=tuple(segs))
 
     @classmethod
@@ -196,10 +207,6 @@ class SegmentTable:
         except json.JSONDecodeError as e:
             raise TableError(f"table is not valid JSON: {e}", field="json", value=None) from e
         return cls.from_dict(data)
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _provenance(row: Segment, sources: Iterable[Segment]) -> Segment:

@@ -1,24 +1,39 @@
 """Static verifier: proves the invariants of GEOMETRY.md section 3 for every block id.
 
-Nothing here loops over blocks for the tables the planner makes. Each pair of rows with the
-same stride is decided in closed form: blocks ``b`` and ``b' = b + k`` of rows ``i`` and
-``j`` overlap iff ``d + k*stride`` lies in ``(-span_j, span_i)`` with ``d = base_j - base_i``,
-an interval of integers ``k`` that is computed directly. Pairs of rows whose extents are
-disjoint are dismissed first. Only pairs with *different* strides and overlapping extents
-(never produced by the planner, possible in a hand-written table) fall back to a vectorised
-scan over the blocks of one row.
+Exact and bounded (section 8): all arithmetic is on Python ints or on int64 values that the
+table's limits keep below 2**63; time is O(R log R) in the rows R and never depends on
+``num_blocks``; memory is O(R).
+
+- Rows with one stride ``s`` form a class. Block ``b`` of a class is its block-0 footprint
+  shifted by ``b*s``, so two blocks of one class collide iff two footprint points differ by
+  ``k*s`` with ``1 <= |k| <= n-1``. Reduced modulo ``s`` (a circle), each row is one or two
+  arcs with a *winding* ``base // s``; a sweep over the circle keeps the windings of the
+  arcs covering the current point in a sorted set and asks, as each arc starts, whether
+  another winding lies within ``n-1`` of its own. Clusters of rows further apart than
+  ``(n-1)*s``, or no wider than ``s``, are decided without the sweep.
+- Rows of different strides whose extents meet are decided pair by pair by counting the
+  block pairs ``(b, b')`` that overlap with floor sums (no loop over blocks); a table with
+  more such pairs than :data:`MAX_CROSS_PAIRS` is refused (an answer, never a wrong one).
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import TableError
+from .ranges import MAX_BYTES, floor_sum, merge_ranges
 from .table import Segment, SegmentTable
 
-_CHUNK = 1 << 20
-_MAX_PER_INVARIANT = 64
+#: Violations listed per invariant (the verdict counts all of them).
+MAX_PER_INVARIANT = 64
+#: Pairs of rows with different strides and meeting extents decided exactly (about 0.2 ms each).
+MAX_CROSS_PAIRS = 5_000
+#: Pairs of stride classes whose extents meet, looked at before refusing.
+MAX_CLASS_PAIRS = 50_000
 
 INVARIANT_NAMES = {
     1: "alignment (base, stride, span multiples of 4; span > 0)",
@@ -71,14 +86,15 @@ class VerifyReport:
         return {r for v in self.violations if inv is None or v.invariant == inv for r in v.rows}
 
     def format(self) -> str:
-        head = (
-            f"{self.num_rows} rows, {self.num_blocks} blocks, total_bytes {self.total_bytes}: "
-            + ("SAFE" if self.ok else f"UNSAFE ({len(self.violations)} violations)")
-        )
+        verdict = "SAFE" if self.ok else f"UNSAFE ({len(self.violations)} violations)"
+        head = f"{self.num_rows} rows, {self.num_blocks} blocks, total_bytes {self.total_bytes}: {verdict}"
         lines = [head]
         for inv in (1, 2, 3, 4):
             if inv == 4 and not self.padding_checked:
-                lines.append("  invariant 4 (padding untouched): not checked, the table carries no layout (check the spec instead)")
+                lines.append(
+                    "  invariant 4 (padding untouched): not checked, the table carries no layout "
+                    "(check the spec instead)"
+                )
                 continue
             vs = self.by_invariant(inv)
             lines.append(f"  invariant {inv} ({INVARIANT_NAMES[inv]}): {'ok' if not vs else 'BROKEN'}")
@@ -98,111 +114,382 @@ class VerifyReport:
         }
 
 
-def _fdiv(a: np.ndarray, b: np.ndarray | np.integer) -> np.ndarray:
-    return np.floor_divide(a, b)
+# --------------------------------------------------------------------------- two rows, any strides
+#: (base, stride, span) of one row, Python ints
+Row = tuple[int, int, int]
 
 
-def _cdiv(a: np.ndarray, b: np.ndarray | np.integer) -> np.ndarray:
-    return -np.floor_divide(-a, b)
+def _switch(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """First ``b`` in ``[lo, hi)`` where a monotone ``pred`` differs from ``pred(lo)``; None if never."""
+    if hi - lo <= 1:
+        return None
+    first = pred(lo)
+    if pred(hi - 1) == first:
+        return None
+    a, e = lo, hi - 1
+    while e - a > 1:
+        mid = (a + e) // 2
+        if pred(mid) == first:
+            a = mid
+        else:
+            e = mid
+    return e
 
 
-def _pair_overlaps(
-    a: tuple[np.ndarray, np.ndarray, np.ndarray],
-    b: tuple[np.ndarray, np.ndarray, np.ndarray],
-    n: int,
-    *,
-    same_set: bool,
-    allow_same_block: bool,
-) -> list[tuple[int, int, int, int]]:
-    """All row pairs (i of a, j of b) whose blocks overlap, each with one witness (bi, bj).
+def _count_1d(g: int, low: int, high: int, lo: int, hi: int) -> tuple[int, int]:
+    """``[first, last]`` of the ``b`` in ``[lo, hi)`` with ``low < b*g < high``."""
+    if g == 0:
+        return (lo, hi - 1) if low < 0 < high else (lo, lo - 1)
+    if g > 0:
+        bmin, bmax = low // g + 1, (high - 1) // g
+    else:
+        bmin, bmax = (-high) // -g + 1, (-low - 1) // -g
+    return max(bmin, lo), min(bmax, hi - 1)
 
-    With ``same_set`` only ``i <= j`` is considered. With ``allow_same_block=False`` the
-    witness must have ``bi != bj`` (block isolation); otherwise any blocks count (padding).
+
+class _Pair:
+    """Block pairs ``(b, b')`` at which row ``i`` block ``b`` overlaps row ``j`` block ``b'``.
+
+    Overlap iff ``low < b*si + c*t < high`` with ``c`` the other row's block (or ``n-1-c``
+    when its stride is positive), so for each ``b`` the ``c`` form one interval whose ends
+    are floors of linear functions of ``b``; sums of them are floor sums.
     """
-    ab, as_, asp = a
-    bb, bs, bsp = b
-    if len(ab) == 0 or len(bb) == 0 or n == 0:
+
+    def __init__(self, ri: Row, rj: Row, n: int) -> None:
+        (bi, si, pi), (bj, sj, pj) = ri, rj
+        self.n, self.si, self.sj = n, si, sj
+        d = bj - bi
+        self.low, self.high = d - pi, d + pj  # overlap iff low < b*si - b'*sj < high
+        t = -sj
+        self.flip = t < 0  # count over c = n-1-b' so that the coefficient of c is positive
+        if self.flip:
+            self.low, self.high, t = self.low - (n - 1) * t, self.high - (n - 1) * t, -t
+        self.t = t
+
+    def c_range(self, b: int) -> tuple[int, int]:
+        """``[first, last]`` of the other row's (transformed) blocks overlapping block ``b``."""
+        n, t = self.n, self.t
+        if t == 0:
+            return (0, n - 1) if self.low < b * self.si < self.high else (0, -1)
+        return max((self.low - b * self.si) // t + 1, 0), min((self.high - 1 - b * self.si) // t, n - 1)
+
+    def other_block(self, c: int) -> int:
+        return self.n - 1 - c if self.flip else c
+
+    def count(self, lo: int, hi: int) -> int:
+        """Overlapping ``(b, b')`` with ``b`` in ``[lo, hi)``, ``b'`` in ``[0, n)``."""
+        if hi <= lo or self.high - self.low < 2:
+            return 0
+        n, t, si, low, high = self.n, self.t, self.si, self.low, self.high
+        if t == 0:
+            first, last = _count_1d(si, low, high, lo, hi)
+            return max(0, last - first + 1) * n
+
+        def c_lo(b: int) -> int:
+            return (low - b * si) // t + 1
+
+        def c_hi(b: int) -> int:
+            return (high - 1 - b * si) // t
+
+        preds = (
+            lambda b: c_hi(b) < 0,
+            lambda b: c_lo(b) > n - 1,
+            lambda b: c_lo(b) <= 0,
+            lambda b: c_hi(b) >= n - 1,
+        )
+        cuts = {lo, hi}
+        for p in preds:
+            x = _switch(p, lo, hi)
+            if x is not None:
+                cuts.add(x)
+        edges = sorted(cuts)
+        total = 0
+        for a, e in zip(edges, edges[1:]):
+            if c_hi(a) < 0 or c_lo(a) > n - 1:
+                continue
+            m = e - a
+            hi_sum = m * (n - 1) if c_hi(a) >= n - 1 else floor_sum(m, t, -si, high - 1 - a * si)
+            lo_sum = 0 if c_lo(a) <= 0 else floor_sum(m, t, -si, low - a * si) + m
+            total += hi_sum - lo_sum + m
+        return total
+
+    def same_block(self, lo: int, hi: int) -> tuple[int, int]:
+        """``[first, last]`` of the ``b`` in ``[lo, hi)`` where both rows overlap in block ``b``."""
+        if self.high - self.low < 2:
+            return lo, lo - 1
+        d_low, d_high = self.low, self.high
+        if self.flip:  # undo the shift: same block means b' = b in the original blocks
+            d_low, d_high = d_low - (self.n - 1) * self.t, d_high - (self.n - 1) * self.t
+        return _count_1d(self.si - self.sj, d_low, d_high, lo, hi)
+
+    def witness(self, cross_block: bool) -> tuple[int, int] | None:
+        """The smallest ``b`` (and one ``b'``) with an overlap; ``b' != b`` if ``cross_block``."""
+
+        def found(m: int) -> int:
+            c = self.count(0, m)
+            if cross_block:
+                first, last = self.same_block(0, m)
+                c -= max(0, last - first + 1)
+            return c
+
+        n = self.n
+        if found(n) <= 0:
+            return None
+        a, e = 0, n  # found(a) == 0 < found(e)
+        while e - a > 1:
+            mid = (a + e) // 2
+            if found(mid) > 0:
+                e = mid
+            else:
+                a = mid
+        b = e - 1
+        c0, c1 = self.c_range(b)
+        for c in range(c0, min(c1, c0 + 1) + 1):
+            if not cross_block or self.other_block(c) != b:
+                return b, self.other_block(c)
+        raise AssertionError("unreachable: counted an overlap without a witness")  # pragma: no cover
+
+
+def pair_witness(ri: Row, rj: Row, n: int, *, cross_block: bool) -> tuple[int, int] | None:
+    """Blocks ``(b, b')`` where row ``ri`` of ``b`` overlaps row ``rj`` of ``b'``, or None.
+
+    ``cross_block``: only ``b != b'`` counts (block isolation); else any blocks (padding).
+    Exact for any strides and ``n``; O(log) floor sums and bisections, no loop over blocks.
+    """
+    if n <= 0 or ri[2] <= 0 or rj[2] <= 0:
+        return None
+    return _Pair(ri, rj, n).witness(cross_block)
+
+
+# --------------------------------------------------------------------------- one stride class
+class _SortedKeys:
+    """A sorted set of tuples in buckets (insert/remove in O(sqrt) memmoves, not O(size))."""
+
+    LOAD = 256
+
+    def __init__(self) -> None:
+        self.buckets: list[list[tuple[int, int]]] = []
+        self.maxes: list[tuple[int, int]] = []
+
+    def add(self, key: tuple[int, int]) -> None:
+        if not self.buckets:
+            self.buckets.append([key])
+            self.maxes.append(key)
+            return
+        i = min(bisect.bisect_left(self.maxes, key), len(self.buckets) - 1)
+        b = self.buckets[i]
+        bisect.insort(b, key)
+        if len(b) > 2 * self.LOAD:
+            self.buckets[i : i + 1] = [b[: self.LOAD], b[self.LOAD :]]
+            self.maxes[i : i + 1] = [b[self.LOAD - 1], b[-1]]
+        else:
+            self.maxes[i] = b[-1]
+
+    def remove(self, key: tuple[int, int]) -> None:
+        i = bisect.bisect_left(self.maxes, key)
+        b = self.buckets[i]
+        del b[bisect.bisect_left(b, key)]
+        if b:
+            self.maxes[i] = b[-1]
+        else:
+            del self.buckets[i]
+            del self.maxes[i]
+
+    def iter_from(self, key: tuple[int, int]) -> Iterator[tuple[int, int]]:
+        i = bisect.bisect_left(self.maxes, key)
+        if i == len(self.buckets):
+            return
+        yield from self.buckets[i][bisect.bisect_left(self.buckets[i], key) :]
+        for b in self.buckets[i + 1 :]:
+            yield from b
+
+
+#: (row a, block of a, row b, block of b): row a's bytes in its block meet row b's in its block
+Hit = tuple[int, int, int, int]
+
+
+def _arcs(base: int, span: int, s: int) -> list[tuple[int, int, int]]:
+    """``(start, end, winding)`` arcs of ``[base, base + span)`` on the circle of length ``s``."""
+    w, r = divmod(base, s)
+    if r + span <= s:
+        return [(r, r + span, w)]
+    return [(r, s, w), (0, r + span - s, w + 1)]
+
+
+def _sweep(items: list[tuple[int, int, int, int]], s: int, n: int, same_kind: bool, want: int) -> list[Hit]:
+    """Arcs of ``items`` = (base, span, row, kind) that meet at windings ``k`` apart, ``|k| <= n-1``.
+
+    ``same_kind``: hits between items of one kind with ``k != 0`` (isolation); else hits
+    between kind 0 and kind 1 with any ``k`` (rows against padding). Blocks are returned in
+    the class's own (normalised) numbering: ``(row, k, other_row, 0)``.
+    """
+    arcs: list[tuple[int, int, int, int, int]] = []  # start, end, winding, row, kind
+    for base, span, row, kind in items:
+        arcs.extend((a, e, w, row, kind) for a, e, w in _arcs(base, span, s))
+    events = sorted([(a[1], 0, k) for k, a in enumerate(arcs)] + [(a[0], 1, k) for k, a in enumerate(arcs)])
+    active = (_SortedKeys(), _SortedKeys())
+    hits: list[Hit] = []
+    seen: set[tuple[int, int]] = set()
+    reach = n - 1
+    for _, starting, k in events:
+        _, _, w, row, kind = arcs[k]
+        if not starting:
+            active[kind].remove((w, k))
+            continue
+        other = active[kind] if same_kind else active[1 - kind]
+        windows = ((w - reach, w - 1), (w + 1, w + reach)) if same_kind else ((w - reach, w + reach),)
+        for lo_w, hi_w in windows:
+            for w2, k2 in other.iter_from((lo_w, -1)):
+                if w2 > hi_w:
+                    break
+                row2 = arcs[k2][3]
+                pair = (min(row, row2), max(row, row2)) if same_kind else (row, row2) if kind == 0 else (row2, row)
+                if pair in seen:
+                    continue
+                seen.add(pair)
+                # the arcs meet at this circle point, at windings w (this row) and w2 (the other)
+                hit = (row2, w - w2, row, 0) if w2 <= w else (row, w2 - w, row2, 0)
+                if not same_kind and (hit[0] == row) == (kind == 1):  # rows first, then padding
+                    hit = (hit[2], hit[3], hit[0], hit[1])
+                hits.append(hit)
+                if len(hits) >= want:
+                    return hits
+        active[kind].add((w, k))
+    return hits
+
+
+def _wide_clusters(base: np.ndarray, end: np.ndarray, gap: int, s: int) -> list[np.ndarray]:
+    """Index groups of rows that need the sweep: clusters wider than ``s`` after splitting at gaps >= ``gap``.
+
+    Rows further apart than ``gap = (n-1)*s`` never meet at blocks ``|k| <= n-1``; a cluster no
+    wider than ``s`` holds no two points a whole stride apart. Both tests are vectorised.
+    """
+    order = np.argsort(base, kind="stable")
+    b, e = base[order], np.maximum.accumulate(end[order])
+    split = (b[1:] - e[:-1] >= gap) if gap < MAX_BYTES else np.zeros(b.size - 1, bool)
+    starts = np.r_[0, np.flatnonzero(split) + 1]
+    width = np.maximum.reduceat(e, starts) - b[starts]
+    ends = np.r_[starts[1:], b.size]
+    return [order[a:z] for a, z in zip(starts[width > s].tolist(), ends[width > s].tolist())]
+
+
+def _class_isolation(idx: np.ndarray, base: np.ndarray, span: np.ndarray, s: int, n: int, want: int) -> list[Hit]:
+    """Block-isolation hits among rows ``idx`` of one class (stride ``s > 0``, normalised bases)."""
+    hits: list[Hit] = []
+    long = span > s
+    for r in idx[long].tolist():  # a row wider than its stride meets itself one block later
+        hits.append((r, 0, r, 1))
+    keep = ~long
+    idx, base, span = idx[keep], base[keep], span[keep]
+    if idx.size < 1 or len(hits) >= want:
+        return hits[:want]
+    for grp in _wide_clusters(base, base + span, min((n - 1) * s, MAX_BYTES), s):
+        items = [(int(base[g]), int(span[g]), int(idx[g]), 0) for g in grp]
+        hits += _sweep(items, s, n, True, want - len(hits))
+        if len(hits) >= want:
+            break
+    return hits
+
+
+def _class_padding(
+    idx: np.ndarray, base: np.ndarray, span: np.ndarray, pidx: np.ndarray, pbase: np.ndarray, pspan: np.ndarray,
+    s: int, n: int, want: int,
+) -> list[Hit]:
+    """Rows of one class (no wider than ``s``) clearing gaps of the same class, at any two blocks."""
+    if idx.size == 0 or pidx.size == 0:
         return []
-    if same_set:
-        ii, jj = np.triu_indices(len(ab))
-    else:
-        ii, jj = (x.ravel() for x in np.meshgrid(np.arange(len(ab)), np.arange(len(bb)), indexing="ij"))
-    last_i, last_j = ab[ii] + (n - 1) * as_[ii], bb[jj] + (n - 1) * bs[jj]
-    lo_i, hi_i = np.minimum(ab[ii], last_i), np.maximum(ab[ii], last_i) + asp[ii]
-    lo_j, hi_j = np.minimum(bb[jj], last_j), np.maximum(bb[jj], last_j) + bsp[jj]
-    cand = (lo_i < hi_j) & (lo_j < hi_i)
-    if not allow_same_block and n < 2:
-        return []
-    ii, jj = ii[cand], jj[cand]
-    si, sj = as_[ii], bs[jj]
-    d = bb[jj] - ab[ii]
-    spi, spj = asp[ii], bsp[jj]
-    out: list[tuple[int, int, int, int]] = []
-
-    eq = si == sj
-    # stride 0 on both rows: the same bytes for every block.
-    z = eq & (si == 0)
-    hit = z & (-spj < d) & (d < spi)
-    for i, j in zip(ii[hit], jj[hit]):
-        out.append((int(i), int(j), 0, 0 if allow_same_block else 1))
-    # equal positive strides: closed form in k = bj - bi.
-    e = eq & (si > 0)
-    ei, ej, es, ed, espi, espj = ii[e], jj[e], si[e], d[e], spi[e], spj[e]
-    kmin = np.maximum(_fdiv(-espj - ed, es) + 1, -(n - 1))
-    kmax = np.minimum(_cdiv(espi - ed, es) - 1, n - 1)
-    if allow_same_block:
-        k = np.clip(0, kmin, kmax)
-        ok = kmin <= kmax
-    else:
-        kpos = np.maximum(kmin, 1)
-        kneg = np.minimum(kmax, -1)
-        has_pos = kpos <= kmax
-        has_neg = kneg >= kmin
-        k = np.where(has_pos, kpos, kneg)
-        ok = has_pos | has_neg
-    for i, j, kk in zip(ei[ok], ej[ok], k[ok]):
-        kk = int(kk)
-        out.append((int(i), int(j), max(0, -kk), max(0, kk)))
-    # different or negative strides: vectorised scan over the blocks of one row.
-    rest = ~(z | e)
-    for i, j in zip(ii[rest], jj[rest]):
-        w = _scan_pair(int(ab[i]), int(as_[i]), int(asp[i]), int(bb[j]), int(bs[j]), int(bsp[j]), n, allow_same_block)
-        if w is not None:
-            out.append((int(i), int(j), w[0], w[1]))
-    return out
+    hits: list[Hit] = []
+    # the same block: intersect the rows' block-0 footprint with each gap (vectorised)
+    u = merge_ranges(base, base + span)
+    j = np.searchsorted(u[:, 0], pbase + pspan, side="left") - 1
+    meet = np.flatnonzero((j >= 0) & (u[np.maximum(j, 0), 1] > pbase))
+    for p in meet[:want].tolist():
+        x = max(int(pbase[p]), int(u[j[p], 0]))  # a byte in both the gap and the footprint
+        r = int(np.flatnonzero((base <= x) & (x < base + span))[0])
+        hits.append((int(idx[r]), 0, int(pidx[p]), 0))
+    # other blocks: only clusters wider than one stride can reach them
+    allb = np.concatenate([base, pbase])
+    alle = np.concatenate([base + span, pbase + pspan])
+    kind = np.r_[np.zeros(idx.size, np.int64), np.ones(pidx.size, np.int64)]
+    ids = np.r_[idx, pidx]
+    for grp in _wide_clusters(allb, alle, min((n - 1) * s, MAX_BYTES), s):
+        if len(hits) >= want or kind[grp].min() == kind[grp].max():
+            continue
+        items = [(int(allb[g]), int(alle[g] - allb[g]), int(ids[g]), int(kind[g])) for g in grp]
+        hits += _sweep(items, s, n, False, want - len(hits))
+    return list(dict.fromkeys(hits))[:want]
 
 
-def _scan_pair(bi: int, si: int, pi: int, bj: int, sj: int, pj: int, n: int, allow_same: bool) -> tuple[int, int] | None:
-    """First (b, b') with overlapping blocks, scanning b over row i in chunks."""
-    swapped = False
-    if sj == 0:  # the inner row must move with its block id: swap roles
-        bi, si, pi, bj, sj, pj = bj, sj, pj, bi, si, pi
-        swapped = True
-    flip = sj < 0  # walk row j backwards: b' -> n-1-b' has stride -sj
-    if flip:
-        bj, sj = bj + (n - 1) * sj, -sj
-    for start in range(0, n, _CHUNK):
-        blk = np.arange(start, min(n, start + _CHUNK), dtype=np.int64)
-        p = bi + blk * si
-        lo = np.maximum(_fdiv(p - pj - bj, np.int64(sj)) + 1, 0)
-        hi = np.minimum(_cdiv(p + pi - bj, np.int64(sj)) - 1, n - 1)
-        if flip:
-            lo, hi = n - 1 - hi, n - 1 - lo
-        ok = lo <= hi
-        if not allow_same:
-            ok &= ~((lo == hi) & (lo == blk))
-        idx = np.flatnonzero(ok)
-        if idx.size:
-            b0 = int(blk[idx[0]])
-            l0 = int(lo[idx[0]])
-            b1 = l0 if (allow_same or l0 != b0) else l0 + 1
-            return (b1, b0) if swapped else (b0, b1)
-    return None
+# --------------------------------------------------------------------------- rows of different strides
+def _meeting_pairs(lo: np.ndarray, hi: np.ndarray, budget: int) -> np.ndarray:
+    """``[k, 2]`` index pairs ``i < j`` whose ``[lo, hi)`` meet; TableError beyond ``budget``."""
+    order = np.argsort(lo, kind="stable")
+    slo, shi = lo[order], hi[order]
+    end = np.searchsorted(slo, shi, side="left")
+    pos = np.arange(order.size)
+    cnt = np.maximum(end - pos - 1, 0)
+    total = int(cnt.sum())
+    if total > budget:
+        raise _TooMany(total)
+    first = np.repeat(pos, cnt)
+    offs = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    a, b = order[first], order[first + 1 + offs]
+    return np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1)
 
 
-def _rng(base: int, stride: int, span: int, b: int) -> tuple[int, int]:
-    s = base + b * stride
-    return s, s + span
+class _TooMany(Exception):
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+
+def _cross_candidates(lo: np.ndarray, hi: np.ndarray, cls: np.ndarray) -> np.ndarray:
+    """``[k, 2]`` row pairs of different classes whose extents meet (stride-0 rows: own classes)."""
+    keys, inv = np.unique(cls, return_inverse=True)
+    if keys.size < 2:
+        return np.zeros((0, 2), np.int64)
+    # class hulls first: only rows of classes whose hulls meet can meet
+    hlo = np.full(keys.size, np.iinfo(np.int64).max)
+    hhi = np.full(keys.size, np.iinfo(np.int64).min)
+    np.minimum.at(hlo, inv, lo)
+    np.maximum.at(hhi, inv, hi)
+    cpairs = _meeting_pairs(hlo, hhi, MAX_CLASS_PAIRS)
+    order = np.argsort(inv, kind="stable")
+    starts = np.searchsorted(inv[order], np.arange(keys.size + 1))
+    out: list[np.ndarray] = []
+    total = 0
+    for ca, cb in cpairs.tolist():
+        both = np.concatenate([order[starts[ca] : starts[ca + 1]], order[starts[cb] : starts[cb + 1]]])
+        try:
+            pr = both[_meeting_pairs(lo[both], hi[both], MAX_CROSS_PAIRS - total)]
+        except _TooMany as e:
+            raise _TooMany(total + e.count) from None
+        pr = pr[inv[pr[:, 0]] != inv[pr[:, 1]]]
+        total += len(pr)
+        out.append(pr)
+    return np.concatenate(out) if out else np.zeros((0, 2), np.int64)
+
+
+# --------------------------------------------------------------------------- the verifier
+def _class_keys(stride: np.ndarray) -> np.ndarray:
+    """Sweep classes: one per nonzero stride value; stride-0 rows each get their own key."""
+    keys = stride.copy()
+    zero = np.flatnonzero(stride == 0)
+    keys[zero] = MAX_BYTES + zero  # unique, never a real stride
+    return keys
+
+
+def _normalised(base: np.ndarray, stride: np.ndarray, n: int) -> np.ndarray:
+    """Bases after renumbering blocks ``b -> n-1-b`` in negative-stride rows (stride becomes positive)."""
+    return np.where(stride < 0, base + (n - 1) * stride, base)
+
+
+def _to_blocks(b: int, stride: int, n: int) -> int:
+    return n - 1 - b if stride < 0 else b
+
+
+def _rng(s: Segment, b: int) -> tuple[int, int]:
+    start = s.base + b * s.stride
+    return start, start + s.span
 
 
 def verify(table: SegmentTable) -> VerifyReport:
@@ -213,7 +500,7 @@ def verify(table: SegmentTable) -> VerifyReport:
     dropped: dict[int, int] = {}
 
     def add(v: Violation) -> None:
-        if len(viol[v.invariant]) < _MAX_PER_INVARIANT:
+        if len(viol[v.invariant]) < MAX_PER_INVARIANT:
             viol[v.invariant].append(v)
         else:
             dropped[v.invariant] = dropped.get(v.invariant, 0) + 1
@@ -221,85 +508,167 @@ def verify(table: SegmentTable) -> VerifyReport:
     def name(r: int) -> str:
         return f"row {r} ({segs[r].label})"
 
-    # 1. multiples of 4, span > 0
-    for r, s in enumerate(segs):
+    base, stride, span = table.bases, table.strides, table.spans
+    # 1. multiples of 4, span > 0 (vectorised; messages only for the rows that break it)
+    for r in np.flatnonzero((base % 4 != 0) | (stride % 4 != 0) | (span % 4 != 0) | (span <= 0)).tolist():
+        s = segs[r]
         bad = [f"{k} {v}" for k, v in (("base", s.base), ("stride", s.stride), ("span", s.span)) if v % 4]
         if s.span <= 0:
             bad.append(f"span {s.span} is not positive")
-        if bad:
-            add(Violation(1, (r,), (), None, f"{name(r)}: {', '.join(bad)} (must be multiples of 4, span > 0)"))
+        add(Violation(1, (r,), (), None, f"{name(r)}: {', '.join(bad)} (must be multiples of 4, span > 0)"))
+    if n == 0 or not segs:
+        return VerifyReport(len(segs), n, total, _flat(viol), table.planned or bool(table.padding), dropped)
 
-    base, stride, span = table.bases, table.strides, table.spans
-    if n > 0 and len(segs):
-        # 2. in bounds, at both ends of the block range
-        first = np.minimum(base, base + (n - 1) * stride)
-        last_end = np.maximum(base, base + (n - 1) * stride) + span
-        for r in np.flatnonzero(first < 0).tolist():
-            s = segs[r]
-            b = 0 if s.base < 0 else n - 1
-            lo, hi = _rng(s.base, s.stride, s.span, b)
-            add(Violation(2, (int(r),), (b,), (lo, hi), f"{name(int(r))}: block {b} starts at {lo}, {-lo} B before the buffer"))
-        for r in np.flatnonzero(last_end > total).tolist():
-            s = segs[r]
-            if s.stride > 0:
-                b_first = max(0, (total - s.span - s.base) // s.stride + 1)
-                b_last = n - 1
-            elif s.stride < 0:
-                b_first, b_last = 0, 0
-            else:
-                b_first = b_last = 0
-            lo, hi = _rng(s.base, s.stride, s.span, b_last)
-            add(
-                Violation(
-                    2,
-                    (int(r),),
-                    (b_first, b_last),
-                    (max(lo, total), hi),
-                    f"{name(int(r))}: block {b_last} ends at {hi}, {hi - total} B past total_bytes {total}"
-                    f" (first block out of bounds: {b_first})",
-                )
-            )
-        # 3. block isolation over all pairs of rows, a row with itself included
-        for i, j, bi_r, bj_r in _pair_overlaps((base, stride, span), (base, stride, span), n, same_set=True, allow_same_block=False):
-            a0, a1 = _rng(segs[i].base, segs[i].stride, segs[i].span, bi_r)
-            c0, c1 = _rng(segs[j].base, segs[j].stride, segs[j].span, bj_r)
+    # 2. in bounds, at both ends of the block range (int64 is exact: extents are below 2**62)
+    lo = np.minimum(base, base + (n - 1) * stride)
+    hi = np.maximum(base, base + (n - 1) * stride) + span
+    for r in np.flatnonzero(lo < 0).tolist():
+        s = segs[r]
+        b = 0 if s.base < 0 else n - 1
+        start, _ = _rng(s, b)
+        add(Violation(2, (r,), (b,), (start, min(0, start + s.span)),
+                      f"{name(r)}: block {b} starts at {start}, {-start} B before the buffer"))
+    for r in np.flatnonzero(hi > total).tolist():
+        s = segs[r]
+        if s.stride > 0:
+            b_first, b_last = max(0, (total - s.span - s.base) // s.stride + 1), n - 1
+        else:
+            b_first = b_last = 0
+        a, e = _rng(s, b_last)
+        add(Violation(2, (r,), (b_first, b_last), (max(a, total), e),
+                      f"{name(r)}: block {b_last} ends at {e}, {e - total} B past total_bytes {total}"
+                      f" (first block out of bounds: {b_first})"))
+
+    live = np.flatnonzero(span > 0)  # rows with no bytes meet nothing (invariant 1 reports them)
+    nb = _normalised(base, stride, n)
+    keys = _class_keys(stride)
+    truncated_pairs = 0
+
+    # 3. block isolation: within stride classes by the circle sweep, across classes pair by pair
+    if n >= 2:
+        hits: list[Hit] = []
+        for r in live[stride[live] == 0].tolist():
+            hits.append((r, 0, r, 1))
+        for k in np.unique(keys[live]).tolist():
+            if k >= MAX_BYTES:
+                continue
+            idx = live[keys[live] == k]
+            step = abs(int(k))
+            for ra, ba, rb, bb in _class_isolation(idx, nb[idx], span[idx], step, n, MAX_PER_INVARIANT + 1):
+                hits.append((ra, _to_blocks(ba, int(k), n), rb, _to_blocks(bb, int(k), n)))
+        try:
+            cand = _cross_candidates(lo[live], hi[live], keys[live])
+        except _TooMany as e:
+            raise _refuse(e.count, n) from None
+        for a, b in live[cand].tolist() if len(cand) else []:
+            w = pair_witness(_row(segs[a]), _row(segs[b]), n, cross_block=True)
+            if w is not None:
+                hits.append((a, w[0], b, w[1]))
+        for ra, ba, rb, bb in hits:
+            if ba > bb:  # say it as "the lower block spills into the higher one"
+                ra, ba, rb, bb = rb, bb, ra, ba
+            a0, a1 = _rng(segs[ra], ba)
+            c0, c1 = _rng(segs[rb], bb)
             ov = (max(a0, c0), min(a1, c1))
-            if bi_r > bj_r:  # say it as "the lower block spills into the higher one"
-                i, j, bi_r, bj_r, a0, a1, c0, c1 = j, i, bj_r, bi_r, c0, c1, a0, a1
-            add(
-                Violation(
-                    3,
-                    (i, j) if i != j else (i,),
-                    (bi_r, bj_r),
-                    ov,
-                    f"{name(i)} of block {bi_r} [{a0}, {a1}) spills into {name(j)} of block {bj_r} "
-                    f"[{c0}, {c1}): bytes [{ov[0]}, {ov[1]}) belong to both",
-                )
-            )
-        # 4. padding untouched
-        if table.padding:
-            pb = np.array([p.base for p in table.padding], np.int64)
-            ps = np.array([p.stride for p in table.padding], np.int64)
-            pp = np.array([p.span for p in table.padding], np.int64)
-            hits = _pair_overlaps((base, stride, span), (pb, ps, pp), n, same_set=False, allow_same_block=True)
-            for i, j, bi_r, bj_r in hits:
-                a0, a1 = _rng(segs[i].base, segs[i].stride, segs[i].span, bi_r)
-                pad = table.padding[j]
-                c0, c1 = _rng(pad.base, pad.stride, pad.span, bj_r)
-                ov = (max(a0, c0), min(a1, c1))
-                add(
-                    Violation(
-                        4,
-                        (i,),
-                        (bi_r, bj_r),
-                        ov,
-                        f"{name(i)}: block {bi_r} clears [{ov[0]}, {ov[1]}), alignment padding of layer "
-                        f"{pad.layer!r} in block {bj_r}",
-                    )
-                )
+            add(Violation(3, (ra, rb) if ra != rb else (ra,), (ba, bb), ov,
+                          f"{name(ra)} of block {ba} [{a0}, {a1}) spills into {name(rb)} of block {bb} "
+                          f"[{c0}, {c1}): bytes [{ov[0]}, {ov[1]}) belong to both"))
 
-    flat = tuple(v for inv in (1, 2, 3, 4) for v in viol[inv])
-    return VerifyReport(len(segs), n, total, flat, table.planned or bool(table.padding), dropped)
+    # 4. padding untouched, at any two blocks
+    if table.padding:
+        pad = table.padding
+        pb = np.array([p.base for p in pad], np.int64)
+        ps = np.array([p.stride for p in pad], np.int64)
+        pp = np.array([p.span for p in pad], np.int64)
+        pk = np.where(ps == 0, -1, ps)  # stride-0 gaps are decided pair by pair
+        phits: list[Hit] = []
+        for k in np.unique(keys[live]).tolist():
+            if k >= MAX_BYTES:
+                continue
+            idx = live[keys[live] == k]
+            step = abs(int(k))
+            pidx = np.flatnonzero((pk == k) & (pp > 0) & (pp <= step))
+            for ra, ba, pj, bj in _class_padding(idx, nb[idx], span[idx], pidx, _normalised(pb, ps, n)[pidx],
+                                                 pp[pidx], step, n, MAX_PER_INVARIANT + 1):
+                phits.append((ra, _to_blocks(ba, int(k), n), pj, _to_blocks(bj, int(k), n)))
+        # gaps of other strides (never made by the planner): pair by pair over meeting extents
+        plo = np.minimum(pb, pb + (n - 1) * ps)
+        phi = np.maximum(pb, pb + (n - 1) * ps) + pp
+        for j in np.flatnonzero(pp > 0).tolist():
+            wide = pp[j] > abs(int(ps[j]))  # gaps wider than their stride are not swept
+            other = (keys[live] != ps[j]) | (ps[j] == 0) | wide | (span[live] > abs(int(ps[j])))
+            rows = live[(lo[live] < phi[j]) & (plo[j] < hi[live]) & other]
+            if rows.size > MAX_CROSS_PAIRS:
+                truncated_pairs += int(rows.size)
+                continue
+            for a in rows.tolist():
+                w = pair_witness(_row(segs[a]), _row(pad[j]), n, cross_block=False)
+                if w is not None:
+                    phits.append((a, w[0], j, w[1]))
+        for i, bi, j, bj in phits:
+            a0, a1 = _rng(segs[i], bi)
+            c0, c1 = _rng(pad[j], bj)
+            ov = (max(a0, c0), min(a1, c1))
+            add(Violation(4, (i,), (bi, bj), ov,
+                          f"{name(i)}: block {bi} clears [{ov[0]}, {ov[1]}), alignment padding of layer "
+                          f"{pad[j].layer!r} in block {bj}"))
+    if truncated_pairs:
+        dropped[4] = dropped.get(4, 0) + truncated_pairs
+    return VerifyReport(len(segs), n, total, _flat(viol), table.planned or bool(table.padding), dropped)
+
+
+def _flat(viol: dict[int, list[Violation]]) -> tuple[Violation, ...]:
+    return tuple(v for inv in (1, 2, 3, 4) for v in viol[inv])
+
+
+def _row(s: Segment) -> Row:
+    return (s.base, s.stride, s.span)
+
+
+def _refuse(count: int, n: int) -> TableError:
+    return TableError(
+        f"table = {count} pairs of rows with different strides and meeting extents: kvlayout decides at most "
+        f"{MAX_CROSS_PAIRS} such pairs exactly in its time bound (GEOMETRY.md section 8); give overlapping "
+        "rows one stride, or split the table",
+        field="table.segments",
+        value=count,
+    )
+
+
+def overlaps_within_block(table: SegmentTable) -> list[tuple[int, int, int]]:
+    """``(i, j, b)`` with ``i < j``: rows that overlap inside the same block ``b`` (first block each).
+
+    Kernels that clear whole rows by DMA and partial rows by read-modify-write need rows that
+    are disjoint within every block. Same-stride rows are compared at block 0; rows of other
+    strides pair by pair, exactly.
+    """
+    n = table.num_blocks
+    segs = table.segments
+    if n == 0 or len(segs) < 2:
+        return []
+    base, stride, span = table.bases, table.strides, table.spans
+    out: list[tuple[int, int, int]] = []
+    for k in np.unique(stride).tolist():
+        idx = np.flatnonzero((stride == k) & (span > 0))
+        order = idx[np.argsort(base[idx], kind="stable")]
+        run_end, run_row = None, -1
+        for r in order.tolist():
+            if run_end is not None and segs[r].base < run_end:
+                out.append((min(run_row, r), max(run_row, r), 0))
+            if run_end is None or segs[r].base + segs[r].span > run_end:
+                run_end, run_row = segs[r].base + segs[r].span, r
+    lo = np.minimum(base, base + (n - 1) * stride)
+    hi = np.maximum(base, base + (n - 1) * stride) + span
+    live = np.flatnonzero(span > 0)
+    try:
+        cand = _cross_candidates(lo[live], hi[live], stride[live])
+    except _TooMany as e:
+        raise _refuse(e.count, n) from None
+    for a, b in live[cand].tolist() if len(cand) else []:
+        first, last = _Pair(_row(segs[a]), _row(segs[b]), n).same_block(0, n)
+        if first <= last:
+            out.append((min(a, b), max(a, b), first))
+    return sorted(out)
 
 
 def require_safe(table: SegmentTable) -> VerifyReport:
@@ -308,12 +677,21 @@ def require_safe(table: SegmentTable) -> VerifyReport:
     Every kernel-backed zeroer calls this at construction, so no kernel ever runs an
     unproven table.
     """
-    from .errors import TableError
-
     report = verify(table)
     if not report.ok:
-        raise TableError(f"refusing an unsafe table: {report.violations[0].message}", field="table", value=len(report.violations))
+        first = report.violations[0].message
+        raise TableError(f"refusing an unsafe table: {first}", field="table", value=len(report.violations))
     return report
 
 
-__all__ = ["require_safe", "Violation", "VerifyReport", "verify", "INVARIANT_NAMES", "Segment"]
+__all__ = [
+    "INVARIANT_NAMES",
+    "MAX_CROSS_PAIRS",
+    "Segment",
+    "VerifyReport",
+    "Violation",
+    "overlaps_within_block",
+    "pair_witness",
+    "require_safe",
+    "verify",
+]

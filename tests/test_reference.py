@@ -97,7 +97,7 @@ def test_accepted_id_forms() -> None:
 
 def test_buffer_checks() -> None:
     t = K.plan(K.preset("dsv4-test"))
-    with pytest.raises(LayoutBufferError, match=r"buffer bytes = 14975999: smaller than offset 0 \+ total_bytes 14976000"):
+    with pytest.raises(LayoutBufferError, match=r"buffer.nbytes = 14975999: smaller than offset 0 \+ total_bytes 14976000"):
         K.ReferenceBackend(t, np.zeros(t.total_bytes - 1, np.uint8))
     with pytest.raises(LayoutBufferError, match="numpy.ndarray"):
         K.ReferenceBackend(t, [0] * 10)

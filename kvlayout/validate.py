@@ -1,0 +1,110 @@
+"""One place for input rules: integers in range, names, block ids, offsets and host buffers.
+
+Every rule raises a :class:`~kvlayout.errors.KVLayoutError` subclass whose message is
+``field = value: why`` (:func:`~kvlayout.errors.bad_value`), before anything is written.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+import numpy as np
+
+from .errors import BlockIdError, KVLayoutError, LayoutBufferError, bad_value
+from .ranges import MAX_BLOCKS, MAX_BYTES
+
+
+def is_int(v: object) -> bool:
+    """A real integer (bools are not)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def check_int(
+    cls: type[KVLayoutError], field: str, v: object, *, lo: int | None = None, hi: int = MAX_BYTES - 1
+) -> int:
+    """``v`` as an int in ``[lo, hi]``; the error says which bound it broke."""
+    if not is_int(v):
+        raise bad_value(cls, field, v, "must be an integer")
+    x = int(v)  # type: ignore[call-overload]
+    if lo is not None and x < lo:
+        raise bad_value(cls, field, x, "must be positive" if lo == 1 else f"must be at least {lo}")
+    if x > hi:
+        limit = "2**62 - 1" if hi == MAX_BYTES - 1 else "2**31 - 1" if hi == MAX_BLOCKS else str(hi)
+        raise bad_value(cls, field, x, f"must be at most {limit} (GEOMETRY.md section 8)")
+    return x
+
+
+def check_name(cls: type[KVLayoutError], field: str, v: object, *, empty: bool = False) -> str:
+    """A printable string (no control characters: names end up in terminal output)."""
+    if not isinstance(v, str) or (not v and not empty):
+        raise bad_value(cls, field, v, "must be a non-empty string" if not empty else "must be a string")
+    if len(v) > 4096:
+        raise bad_value(cls, field, v, "must be at most 4096 characters")
+    if any(unicodedata.category(c)[0] == "C" for c in v):
+        raise bad_value(cls, field, v, "must not contain control characters")
+    return v
+
+
+def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
+    """Validate a batch of block ids; returns int64 ``[n]`` (empty and duplicates are fine).
+
+    Accepts a list, tuple or 1-D integer NumPy array; rejects bools, floats, other types and
+    anything outside ``[0, num_blocks)``. Lists are checked by C-speed passes (``map(type)``,
+    NumPy), not by a Python loop, except to name the first bad element.
+    """
+    if isinstance(ids, np.ndarray):
+        if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
+            raise bad_value(BlockIdError, "block_ids.dtype", str(ids.dtype), "must be an integer dtype",
+                            shown=str(ids.dtype))
+        if ids.ndim != 1:
+            raise bad_value(BlockIdError, "block_ids.shape", ids.shape, "must be 1-D", shown=str(ids.shape))
+        if np.issubdtype(ids.dtype, np.unsignedinteger) and ids.size and int(ids.max()) >= num_blocks:
+            i = int(np.argmax(ids >= num_blocks))
+            raise bad_value(BlockIdError, f"block_ids[{i}]", int(ids[i]), f"outside [0, {num_blocks})")
+        arr = ids.astype(np.int64, copy=False)
+    elif isinstance(ids, (list, tuple)):
+        if not all(t is int or issubclass(t, np.integer) for t in set(map(type, ids))):  # C-speed pass
+            i, v = next((i, v) for i, v in enumerate(ids) if not is_int(v))
+            raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer (nothing was written)")
+        try:
+            arr = np.array(ids, dtype=np.int64) if ids else np.zeros(0, np.int64)
+        except OverflowError:
+            i, v = next((i, v) for i, v in enumerate(ids) if not -(2**63) <= int(v) < 2**63)
+            raise bad_value(BlockIdError, f"block_ids[{i}]", v, f"outside [0, {num_blocks})") from None
+    else:
+        raise bad_value(BlockIdError, "block_ids", ids, "must be a list, tuple or integer NumPy array")
+    bad = np.flatnonzero((arr < 0) | (arr >= num_blocks)) if arr.size else np.zeros(0, np.int64)
+    if bad.size:
+        i = int(bad[0])
+        raise bad_value(
+            BlockIdError, f"block_ids[{i}]", int(arr[i]),
+            f"outside [0, {num_blocks}) ({bad.size} bad ids; nothing was written)",
+        )
+    return arr.astype(np.int64, copy=False)
+
+
+def offset_and_size(offset: Any, nbytes: int, total_bytes: int) -> int:
+    """The layout ``[offset, offset + total_bytes)`` must fit ``nbytes``; ``offset`` a multiple of 4."""
+    if not is_int(offset) or int(offset) < 0:
+        raise bad_value(LayoutBufferError, "offset", offset, "must be a non-negative integer")
+    if int(offset) % 4:
+        raise bad_value(LayoutBufferError, "offset", offset, "must be a multiple of 4")
+    if nbytes < int(offset) + total_bytes:
+        raise bad_value(
+            LayoutBufferError, "buffer.nbytes", nbytes,
+            f"smaller than offset {int(offset)} + total_bytes {total_bytes}",
+        )
+    return int(offset)
+
+
+def host_buffer(buf: Any, total_bytes: int, offset: Any) -> np.ndarray:
+    """A writeable, C-contiguous NumPy buffer holding the layout; returns its bytes as uint8 ``[n]``."""
+    if not isinstance(buf, np.ndarray):
+        raise bad_value(LayoutBufferError, "buffer", type(buf).__name__, "must be a numpy.ndarray")
+    if not buf.flags.c_contiguous:
+        raise bad_value(LayoutBufferError, "buffer", "non-contiguous", "must be C-contiguous")
+    if not buf.flags.writeable:
+        raise bad_value(LayoutBufferError, "buffer", "read-only", "must be writeable")
+    offset_and_size(offset, buf.nbytes, total_bytes)
+    return buf.reshape(-1).view(np.uint8)
