@@ -210,7 +210,11 @@ def random_table(
     groups = tuple(f"g{i}" for i in range(rng.randint(1, 3)))
     strides = (0, 4, 8, 12, 16, 24, 32, 48, 64, -8, -16, -32)
     rows: list[Segment] = []
-    for _ in range(rng.randint(1, max_rows)):
+    todo = rng.randint(1, max_rows)
+    if rng.random() < 0.5:  # a safe table and at most one near miss
+        safe = random_safe_table(rng.randrange(2**32), max_rows=max_rows, max_blocks=max_blocks)
+        n, rows, todo = safe.num_blocks, list(safe.segments), rng.choice((0, 0, 1))
+    for _ in range(todo):
         span = 4 * rng.randint(1, 12)
         mode = rng.random() if rows else 1.0
         if mode < 0.35:  # k strides after another row, shifted by less than, exactly or more than a span
@@ -241,14 +245,14 @@ def random_table(
             vals[field] += rng.choice((1, 2, 3))
             rows[i] = Segment(vals["base"], vals["stride"], vals["span"], r.group, r.layer)
     extent = max(max(r.base, r.base + (n - 1) * r.stride) + r.span for r in rows)
-    total = max(0, extent + rng.choice((0, 0, 0, -4, 4, 64, -rows[0].span)))
+    total = max(0, extent + rng.choice((0, 0, 0, 0, 4, 64, -4, -rows[0].span)))
     padding: list[Segment] = []
     if rng.random() < 0.35:
         for _ in range(rng.randint(1, 2)):
             r = rng.choice(rows)
             if r.stride < 0:
                 continue
-            off = rng.choice((r.span, r.span + 4, r.span - 4, -4))
+            off = rng.choice((r.span, r.span, r.span + 4, r.span + 8, r.span - 4, -4))
             if r.base + off >= 0:
                 padding.append(Segment(r.base + off, r.stride, rng.choice((4, 8)), "", r.layer, "padding"))
     return SegmentTable(total, n, tuple(rows), tuple(padding), bool(padding) or rng.random() < 0.5)
@@ -296,12 +300,12 @@ def random_safe_table(seed: int, *, max_rows: int = 8, max_blocks: int = 6) -> S
         lo = min(cand.base, cand.base + (n - 1) * cand.stride)
         if lo < 0:
             continue
-        mine = {
-            x: b
-            for b in range(n)
-            for x in range(cand.base + b * cand.stride, cand.base + b * cand.stride + cand.span)
-        }
-        if any(owner.get(x, b) != b for x, b in mine.items()):
+        mine: dict[int, int] = {}
+        clash = False
+        for b in range(n):
+            for x in range(cand.base + b * cand.stride, cand.base + b * cand.stride + cand.span):
+                clash = clash or owner.get(x, b) != b or mine.setdefault(x, b) != b
+        if clash:
             continue
         owner.update(mine)
         rows.append(cand)
