@@ -12,19 +12,25 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from . import registry
 from .conformance import GUARD_BYTES, run_case
-from .errors import KVLayoutError, SpecError
+from .errors import KVLayoutError, SpecError, TableError
 from .planner import Layout, plan_layout
 from .presets import PRESETS, preset
 from .reference import normalize_block_ids, poison_pattern
 from .spec import KVCacheSpec
 from .table import SegmentTable
+from .validate import read_json_file
 from .verify import verify
+
+#: Largest layout ``zero``/``shard``/``plot --kind diff`` run on a host buffer (they need a few copies).
+MAX_HOST_BYTES = 2**30
+#: Most block ids ``--blocks`` may name.
+MAX_CLI_IDS = 10_000_000
 
 
 class UsageError(KVLayoutError):
@@ -35,9 +41,16 @@ def _add_source(p: argparse.ArgumentParser, *, table: bool = False) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log backend choices")
     p.add_argument("spec", nargs="?", help="spec JSON file (GEOMETRY.md section 4)")
     p.add_argument("--preset", choices=sorted(PRESETS), help="use a built-in spec instead of SPEC.json")
-    p.add_argument("--num-blocks", type=int, help="override the spec's num_blocks")
+    p.add_argument("--num-blocks", type=_count, help="override the spec's num_blocks")
     if table:
         p.add_argument("--table", help="check a segment table JSON instead of a spec")
+
+
+def _count(text: str) -> int:
+    """A plain decimal count for argparse (no sign, no underscores)."""
+    if not re.fullmatch(r"[0-9]{1,19}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative decimal integer")
+    return int(text)
 
 
 def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
@@ -46,16 +59,11 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
     if args.preset:
         spec = preset(args.preset)
     elif args.spec:
-        path = Path(args.spec)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise SpecError(f"spec file {args.spec!r}: {e.strerror}", field="spec", value=args.spec) from None
-        spec = KVCacheSpec.from_json(text)
+        spec = KVCacheSpec.from_dict(read_json_file(SpecError, "spec file", args.spec))
     else:
         raise UsageError("missing SPEC.json (or --preset NAME)", field="spec", value=None)
     if args.num_blocks is not None:
-        spec = KVCacheSpec(num_blocks=args.num_blocks, layout=spec.layout, groups=spec.groups)
+        spec = spec.with_num_blocks(args.num_blocks)
     return spec
 
 
@@ -76,6 +84,8 @@ def _fmt_table(layout: Layout | None, table: SegmentTable) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.compact and not args.json:
+        raise UsageError("--compact only applies with --json", field="compact", value=True)
     spec = _load_spec(args)
     layout = plan_layout(spec)
     table = layout.table()
@@ -89,11 +99,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.table:
         if args.spec or args.preset:
             raise UsageError("give --table or a spec, not both", field="table", value=args.table)
-        try:
-            text = Path(args.table).read_text()
-        except OSError as e:
-            raise UsageError(f"table file {args.table!r}: {e.strerror}", field="table", value=args.table) from None
-        table = SegmentTable.from_json(text)
+        if args.num_blocks is not None:
+            raise UsageError("--num-blocks applies to specs; a table JSON fixes its own num_blocks",
+                             field="num_blocks", value=args.num_blocks)
+        table = SegmentTable.from_dict(read_json_file(TableError, "table file", args.table))
     else:
         table = plan_layout(_load_spec(args)).table()
     report = verify(table)
@@ -101,18 +110,44 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def parse_blocks(text: str) -> list[int]:
-    """``"0,5,99"`` -> ``[0, 5, 99]``; ranges ``a-b`` allowed; empty means no blocks."""
-    out: list[int] = []
+def parse_blocks(text: str, num_blocks: int) -> np.ndarray:
+    """``"0,5,99"`` -> int64 ``[0, 5, 99]``; ranges ``a-b`` (inclusive, ``a <= b``); empty means none.
+
+    Every item is checked against ``[0, num_blocks)`` and the total against
+    :data:`MAX_CLI_IDS` before anything is expanded.
+    """
+    spans: list[tuple[int, int]] = []
+    count = 0
     for tok in (t.strip() for t in text.split(",")):
         if not tok:
             continue
-        m = re.fullmatch(r"(\d+)-(\d+)", tok)
-        try:
-            out.extend(range(int(m[1]), int(m[2]) + 1) if m else [int(tok)])
-        except ValueError:
-            raise UsageError(f"--blocks item {tok!r}: not an integer", field="blocks", value=tok) from None
-    return out
+        m = re.fullmatch(r"([0-9]{1,19})(?:-([0-9]{1,19}))?", tok)
+        if not m:
+            raise UsageError(f"--blocks item {tok!r}: must be N or A-B (decimal digits)", field="blocks", value=tok)
+        a = int(m[1])
+        b = int(m[2]) if m[2] is not None else a
+        if a > b:
+            raise UsageError(f"--blocks item {tok!r}: range is descending", field="blocks", value=tok)
+        if b >= num_blocks:
+            raise UsageError(f"--blocks item {tok!r}: block {b} outside [0, {num_blocks})", field="blocks", value=tok)
+        count += b - a + 1
+        if count > MAX_CLI_IDS:
+            raise UsageError(f"--blocks names more than {MAX_CLI_IDS} ids", field="blocks", value=count)
+        spans.append((a, b + 1))
+    if not spans:
+        return np.zeros(0, np.int64)
+    return np.concatenate([np.arange(a, e, dtype=np.int64) for a, e in spans])
+
+
+def _host_sized(nbytes: int, what: str) -> None:
+    """Refuse host buffers above :data:`MAX_HOST_BYTES` before allocating them."""
+    if nbytes > MAX_HOST_BYTES:
+        raise UsageError(
+            f"{what} = {nbytes} B: above the {MAX_HOST_BYTES} B this command checks on the host; "
+            "use --num-blocks N to check the same layout with a smaller pool",
+            field="total_bytes",
+            value=nbytes,
+        )
 
 
 def run_zero(table: SegmentTable, block_ids: Sequence[int] | np.ndarray, backend: str | None = None) -> dict[str, Any]:
@@ -137,7 +172,9 @@ def cmd_zero(args: argparse.Namespace) -> int:
     table = plan_layout(_load_spec(args)).table()
     if args.blocks is None:
         raise UsageError("--blocks is required (e.g. --blocks 0,5,99)", field="blocks", value=None)
-    rep = run_zero(table, parse_blocks(args.blocks), args.backend)
+    ids = parse_blocks(args.blocks, table.num_blocks)
+    _host_sized(table.total_bytes, "total_bytes")
+    rep = run_zero(table, ids, args.backend)
     chk = rep.pop("_check")
     if args.json:
         print(json.dumps(rep))
@@ -173,11 +210,13 @@ def cmd_shard(args: argparse.Namespace) -> int:
         raise UsageError("--mesh is required (e.g. --mesh dp=2,tp=4)", field="mesh", value=None)
     lay = shard_spec(_load_spec(args), parse_mesh(args.mesh), block_axes=_axes(args.block_axes), head_axes=_axes(args.head_axes))
     report = lay.verify()
+    if args.blocks is not None:
+        _host_sized(lay.gathered_bytes, "gathered bytes")
     out: dict[str, Any] = {**lay.to_dict(), "safe": report.ok}
     routes = []
     check = None
     if args.blocks is not None:
-        ids = lay.validate_ids(parse_blocks(args.blocks))  # exit 2 before anything on a bad id
+        ids = lay.validate_ids(parse_blocks(args.blocks, lay.num_blocks))  # exit 2 before anything
         routes = [r.tolist() for r in lay.route(ids)]
         out["block_ids"] = ids.tolist()
         out["local_ids"] = routes
@@ -203,9 +242,22 @@ def cmd_shard(args: argparse.Namespace) -> int:
     return 0 if report.ok and (check is None or check.matches) else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvlayout", description="Plan, verify and zero paged KV-cache layouts.")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    from . import __version__
+
+    p = _Parser(
+        prog="kvlayout",
+        description="Plan, verify and zero paged KV-cache layouts (contract: docs/GEOMETRY.md).",
+    )
+    p.add_argument("--version", action="version", version=f"kvlayout {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     pp = sub.add_parser("plan", help="plan a spec and print its segment table")
     _add_source(pp)
@@ -258,8 +310,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise UsageError("kvlayout plot needs matplotlib: pip install 'kvlayout[notebook]'", field="plot", value=None) from None
     from .viz import byte_map, table_map, zero_diff
 
+    out = Path(args.out)
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise UsageError(f"--out {args.out!r}: the file must end in .png, .svg or .pdf", field="out", value=args.out)
+    if not out.parent.is_dir():
+        raise UsageError(f"--out {args.out!r}: folder {str(out.parent)!r} does not exist", field="out", value=args.out)
     spec = _load_spec(args)
-    blocks = parse_blocks(args.blocks) if args.blocks else None
+    blocks = parse_blocks(args.blocks, spec.num_blocks).tolist() if args.blocks else None
     if args.kind == "map":
         fig = byte_map(spec, blocks)
     elif args.kind == "table":
@@ -268,6 +325,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         from .reference import ReferenceBackend
 
         table = plan_layout(spec).table()
+        _host_sized(table.total_bytes, "total_bytes")
         ids = blocks if blocks is not None else [0]
         res = run_case(ReferenceBackend, table, ids)
         from .reference import poison_pattern
@@ -301,6 +359,11 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return 0 if not failures else 1
 
 
+def _one_line(text: str) -> str:
+    """Messages stay one line and free of terminal control characters."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -308,7 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KVLayoutError as e:
-        print(f"kvlayout {args.cmd}: error: {e}", file=sys.stderr)
+        print(f"kvlayout {args.cmd}: error: {_one_line(str(e))}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"kvlayout {args.cmd}: error: out of host memory (try a smaller --num-blocks)", file=sys.stderr)
         return 2
     except BrokenPipeError:  # pragma: no cover - e.g. `kvlayout plan | head`
         return 0

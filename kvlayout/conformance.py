@@ -7,6 +7,8 @@ guard``, zero a batch, read the bytes back and compare every byte with the contr
 
 from __future__ import annotations
 
+import shlex
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,9 +84,11 @@ class Failure:
 
     def format(self) -> str:
         ids = ",".join(str(i) for i in self.block_ids)
+        spec, backend, blocks = shlex.quote(self.spec_json), shlex.quote(self.backend), shlex.quote(ids)
         return (
             f"FAIL backend={self.backend} case={self.case} block_ids=[{ids}]\n  {self.detail}\n"
-            f"  replay: echo '{self.spec_json}' > spec.json && kvlayout zero spec.json --blocks {ids} --backend {self.backend}"
+            f"  replay: printf '%s' {spec} > spec.json && kvlayout zero spec.json --blocks {blocks} "
+            f"--backend {backend}"
         )
 
 
@@ -165,7 +169,10 @@ def run_conformance(backends: dict[str, type[Backend]], quick: bool = False) -> 
     failures: list[Failure] = []
     images: dict[str, dict[str, np.ndarray]] = {}
     for name, cls in backends.items():
+        print(f"conformance: {name}: {len(cases)} cases ...", file=sys.stderr, flush=True)
         found, imgs = run_battery(cls, cases)
+        print(f"conformance: {name}: {len(cases) - len({f.case for f in found})} passed, {len(found)} failures",
+              file=sys.stderr, flush=True)
         failures += found
         images[name] = imgs
     names = list(images)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from .errors import SpecError, spec_error
 from .ranges import MAX_BLOCKS, MAX_BYTES, round_up
-from .validate import check_int, check_name
+from .validate import check_int, check_name, parse_json
 
 SPEC_VERSION = 1
 
@@ -344,12 +344,8 @@ class KVCacheSpec:
         return spec_from_dict(data)
 
     @classmethod
-    def from_json(cls, text: str) -> KVCacheSpec:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SpecError(f"spec is not valid JSON: {e}", field="json", value=None) from e
-        return spec_from_dict(data)
+    def from_json(cls, text: str | bytes) -> KVCacheSpec:
+        return spec_from_dict(parse_json(SpecError, "spec", text))
 
 
 # --------------------------------------------------------------------------- JSON parsing

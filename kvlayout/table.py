@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import TableError, bad_value
 from .ranges import MAX_BLOCKS, MAX_BYTES, extent
-from .validate import check_int, check_name
+from .validate import check_int, check_name, parse_json
 
 TABLE_VERSION = 1
 
@@ -201,12 +201,8 @@ class SegmentTable:
         return cls(total_bytes=total, num_blocks=nb, segments=tuple(segs))
 
     @classmethod
-    def from_json(cls, text: str) -> SegmentTable:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TableError(f"table is not valid JSON: {e}", field="json", value=None) from e
-        return cls.from_dict(data)
+    def from_json(cls, text: str | bytes) -> SegmentTable:
+        return cls.from_dict(parse_json(TableError, "table", text))
 
 
 def _provenance(row: Segment, sources: Iterable[Segment]) -> Segment:

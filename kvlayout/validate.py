@@ -108,3 +108,36 @@ def host_buffer(buf: Any, total_bytes: int, offset: Any) -> np.ndarray:
         raise bad_value(LayoutBufferError, "buffer", "read-only", "must be writeable")
     offset_and_size(offset, buf.nbytes, total_bytes)
     return buf.reshape(-1).view(np.uint8)
+
+
+#: Largest JSON file the command line reads (a 100,000-row table is about 12 MB).
+MAX_JSON_BYTES = 64 * 2**20
+
+
+def parse_json(cls: type[KVLayoutError], what: str, text: str | bytes) -> Any:
+    """``json.loads`` with every failure as ``cls``: bad syntax, bad UTF-8, nesting too deep."""
+    import json
+
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise bad_value(cls, what, f"byte {e.start}", "is not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise cls(f"{what} is not valid JSON: {e}", field="json", value=None) from None
+    except RecursionError:
+        raise bad_value(cls, what, "nested arrays/objects", "nesting too deep") from None
+
+
+def read_json_file(cls: type[KVLayoutError], what: str, path: str) -> Any:
+    """Read and parse a JSON file of at most :data:`MAX_JSON_BYTES` (``/dev/zero`` is refused, not read)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+    except OSError as e:
+        raise bad_value(cls, what, path, e.strerror or str(e)) from None
+    if len(data) > MAX_JSON_BYTES:
+        raise bad_value(cls, what, path, f"larger than {MAX_JSON_BYTES} B")
+    return parse_json(cls, f"{what} {path!r}", data)

@@ -72,7 +72,7 @@ def test_spec_file_and_table_file(tmp_path: Path, capsys: pytest.CaptureFixture[
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["zero", "--preset", "dsv4-test", "--blocks", "0,100", "--backend", "reference"], "block_ids[1] = 100"),
+        (["zero", "--preset", "dsv4-test", "--blocks", "0,100", "--backend", "reference"], "block 100 outside [0, 100)"),
         (["zero", "--preset", "dsv4-test", "--blocks", "0,x"], "'x'"),
         (["zero", "--preset", "dsv4-test", "--blocks", "0", "--backend", "nope"], "Invalid value 'nope'"),
         (["plan", "/nonexistent.json"], "/nonexistent.json"),
@@ -132,7 +132,7 @@ def test_shard_routes_and_proves(capsys: pytest.CaptureFixture[str]) -> None:
         (["--mesh", "dp2"], "--mesh item 'dp2'"),
         ([], "--mesh is required"),
         (["--mesh", "tp=3", "--head-axes", "tp"], "num_kv_heads = 8: not divisible by mesh axis 'tp' of size 3"),
-        (["--mesh", "dp=2", "--block-axes", "dp", "--blocks", "0,64"], "block_ids[1] = 64: outside [0, 64)"),
+        (["--mesh", "dp=2", "--block-axes", "dp", "--blocks", "0,64"], "block 64 outside [0, 64)"),
         (["--mesh", "dp=2", "--block-axes", "x"], "'x' is not a mesh axis"),
     ],
 )
