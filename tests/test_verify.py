@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -285,10 +286,10 @@ def test_report_helpers_and_require_safe() -> None:
     assert (
         rep.rows_violating() == {0, 1, 2} and rep.rows_violating(3) == {0, 1} and rep.rows_violating(1) == {2}
     )
-    d = rep.to_dict()
+    d: dict[str, Any] = rep.to_dict()
     assert d["ok"] is False and d["num_rows"] == 3 and d["num_blocks"] == 3 and d["total_bytes"] == 112
-    assert [v["invariant"] for v in d["violations"]] == [1, 3]  # type: ignore[index]
-    assert d["violations"][1]["name"] == "block isolation" and d["violations"][1]["byte_range"] == [32, 48]  # type: ignore[index]
+    assert [v["invariant"] for v in d["violations"]] == [1, 3]
+    assert d["violations"][1]["name"] == "block isolation" and d["violations"][1]["byte_range"] == [32, 48]
     text = rep.format()
     assert "3 rows, 3 blocks, total_bytes 112: UNSAFE (2 violations)" in text
     assert "invariant 3 (block isolation): BROKEN" in text and "invariant 2 (in bounds): ok" in text
