@@ -302,14 +302,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-    except ImportError:
-        raise UsageError("kvlayout plot needs matplotlib: pip install 'kvlayout[notebook]'", field="plot", value=None) from None
-    from .viz import byte_map, table_map, zero_diff
-
     out = Path(args.out)
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"--out {args.out!r}: the file must end in .png, .svg or .pdf", field="out", value=args.out)
@@ -317,19 +309,26 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out!r}: folder {str(out.parent)!r} does not exist", field="out", value=args.out)
     spec = _load_spec(args)
     blocks = parse_blocks(args.blocks, spec.num_blocks).tolist() if args.blocks else None
+    table = plan_layout(spec).table()
+    if args.kind == "diff":
+        _host_sized(table.total_bytes, "total_bytes")
+    try:  # only once the input is known good: importing matplotlib takes seconds
+        import matplotlib
+
+        matplotlib.use("Agg")
+    except ImportError:
+        raise UsageError("kvlayout plot needs matplotlib: pip install 'kvlayout[notebook]'", field="plot",
+                         value=None) from None
+    from .reference import ReferenceBackend
+    from .viz import byte_map, table_map, zero_diff
+
     if args.kind == "map":
         fig = byte_map(spec, blocks)
     elif args.kind == "table":
-        fig = table_map(plan_layout(spec).table(), blocks)
+        fig = table_map(table, blocks)
     else:
-        from .reference import ReferenceBackend
-
-        table = plan_layout(spec).table()
-        _host_sized(table.total_bytes, "total_bytes")
         ids = blocks if blocks is not None else [0]
         res = run_case(ReferenceBackend, table, ids)
-        from .reference import poison_pattern
-
         fig = zero_diff(poison_pattern(res.after.size), {"reference": res.after}, table, ids, origin=GUARD_BYTES)
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")

@@ -35,6 +35,7 @@ from .planner import plan
 from .reference import ZeroCheck, compare_to_ranges, expected_zeroed, merge_ranges, normalize_block_ids, zero_blocks_numpy
 from .spec import FullAttentionSpec, GroupSpec, KVCacheSpec
 from .table import SegmentTable
+from .validate import check_int
 from .verify import VerifyReport, require_safe, verify
 
 MODES = ("replicated", "block_sharded")
@@ -287,6 +288,7 @@ def split_heads(spec: KVCacheSpec, ways: int, axis: str = "heads") -> KVCacheSpe
     ``mla`` latents are shared by all heads and ``mamba`` state is opaque, so both are kept
     whole on every shard (use :meth:`ShardedLayout.from_local` for another split).
     """
+    check_int(SpecError, "ways", ways, lo=1)
     if ways == 1:
         return spec
     groups = []

@@ -298,7 +298,7 @@ class KVCacheSpec:
     def __post_init__(self) -> None:
         if self.version != SPEC_VERSION:
             raise spec_error("version", self.version, f"only version {SPEC_VERSION} is supported")
-        check_int(SpecError, "num_blocks", self.num_blocks, lo=1, hi=MAX_BLOCKS)
+        check_int(SpecError, "num_blocks", self.num_blocks, lo=0, hi=MAX_BLOCKS)
         if not isinstance(self.layout, str) or self.layout not in LAYOUTS:
             raise spec_error("layout", self.layout, f"valid layouts: {', '.join(LAYOUTS)}")
         if isinstance(self.groups, list):

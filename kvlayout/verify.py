@@ -32,6 +32,8 @@ from .table import Segment, SegmentTable
 MAX_PER_INVARIANT = 64
 #: Pairs of rows with different strides and meeting extents decided exactly (about 0.2 ms each).
 MAX_CROSS_PAIRS = 5_000
+#: Meeting pairs of rows enumerated at once (vectorised) before going class pair by class pair.
+MAX_MEETING_PAIRS = 2_000_000
 #: Pairs of stride classes whose extents meet, looked at before refusing.
 MAX_CLASS_PAIRS = 50_000
 
@@ -447,6 +449,15 @@ def _cross_candidates(lo: np.ndarray, hi: np.ndarray, cls: np.ndarray) -> np.nda
     keys, inv = np.unique(cls, return_inverse=True)
     if keys.size < 2:
         return np.zeros((0, 2), np.int64)
+    try:  # few meeting pairs in all (the usual case): take them all, keep those across classes
+        pr = _meeting_pairs(lo, hi, MAX_MEETING_PAIRS)
+    except _TooMany:
+        pass
+    else:
+        pr = pr[inv[pr[:, 0]] != inv[pr[:, 1]]]
+        if len(pr) > MAX_CROSS_PAIRS:
+            raise _TooMany(len(pr))
+        return pr
     # class hulls first: only rows of classes whose hulls meet can meet
     hlo = np.full(keys.size, np.iinfo(np.int64).max)
     hhi = np.full(keys.size, np.iinfo(np.int64).min)
