@@ -188,7 +188,8 @@ def rich_spec_dict(seed: int, *, layout: str | None = None, invalid: float = 0.0
             base = min(sizes) if sizes else 4
             group["kernel_block_size"] = max(1, rng.choice((base, base // 2, base // 4, 3, 2 * base)))
         groups.append(group)
-    return {"version": 1, "num_blocks": rng.randint(1, 6), "layout": lay, "groups": groups}
+    n = rng.randint(1, 6) if rng.random() < 0.97 else rng.choice((0, -1))
+    return {"version": 1, "num_blocks": n, "layout": lay, "groups": groups}
 
 
 def _row(rng: random.Random, groups: tuple[str, ...], base: int, stride: int, span: int) -> Segment:

@@ -61,7 +61,7 @@ def page(layer: Mapping[str, Any]) -> int:
 
 def spec_problem(spec: Mapping[str, Any]) -> str | None:
     """Why loading ``spec`` must fail (sections 1, 2, 4), or ``None`` if it must load."""
-    if spec.get("num_blocks", 0) <= 0:
+    if spec["num_blocks"] < 0:
         return "num_blocks"
     names: set[str] = set()
     for g in spec["groups"]:

@@ -104,7 +104,7 @@ L0 = ["groups", 0, "layers", 0]
         (_mut([*L0, "head_size"], 0), "head_size", 0),
         (_mut([*L0, "compress_ratio"], 3), "compress_ratio", 3),
         (_mut([*L0, "alignment"], 0), "alignment", 0),
-        (_mut(["num_blocks"], 0), "num_blocks", 0),
+        (_mut(["num_blocks"], -1), "num_blocks", -1),
         (_mut(["layout"], "interleaved"), "layout", "interleaved"),
         (_mut(["version"], 2), "version", 2),
         (_mut(["groups"], []), "groups", []),
