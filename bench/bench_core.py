@@ -12,24 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
-from collections.abc import Callable
+import sys
 from pathlib import Path
 
 import numpy as np
 
 import kvlayout as K
 
-
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import median_s  # noqa: E402  (bench/ holds the one timing helper)
 
 
 def main() -> None:
@@ -47,7 +38,7 @@ def main() -> None:
             return K.verify(K.plan(spec)).ok
 
         assert job()
-        t = median_time(job, args.repeats)
+        t = median_s(job, args.repeats)
         plan_rows.append({"num_blocks": n, "rows": 181, "plan_table_verify_ms": t * 1e3})
     results["plan"] = plan_rows
 
@@ -60,8 +51,8 @@ def main() -> None:
         ids = rng.choice(n_blocks, size=batch, replace=False)
         nbytes = batch * table.bytes_per_block
         flat = np.ones(nbytes, np.uint8)
-        t_ref = median_time(lambda ids=ids: K.zero_blocks_numpy(buf, table, ids), args.repeats)
-        t_fill = median_time(lambda flat=flat: flat.fill(0), args.repeats)
+        t_ref = median_s(lambda ids=ids: K.zero_blocks_numpy(buf, table, ids), args.repeats)
+        t_fill = median_s(lambda flat=flat: flat.fill(0), args.repeats)
         zero_rows.append(
             {
                 "batch": batch,

@@ -20,3 +20,14 @@ def queued_us(fn: Callable[[], Any], sync: Callable[[], Any], rounds: int = 9, c
         sync()
         per.append((time.perf_counter() - s) / calls)
     return round(statistics.median(per) * 1e6, 2)
+
+
+def median_s(fn: Callable[[], Any], repeats: int = 5) -> float:
+    """Seconds per call on the host: median of ``repeats`` timed calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        s = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - s)
+    return statistics.median(times)
