@@ -1,0 +1,395 @@
+"""Native caches (GEOMETRY.md section 9): a list of typed arrays, page (block) axis first.
+
+TPU serving stacks (tpu-inference, sglang-jax, JetStream) keep the KV cache as one array
+per layer or overlaid slot, e.g. ``(pages, page_size, heads_x2 // packing, packing,
+head_dim)``, never as one flat buffer. Zeroing block ``b`` sets ``leaf[b]`` to zero in
+every zeroed leaf. In the contract's terms each leaf is a buffer of its own with a single
+row: base 0, stride = span = the logical bytes of one page. So the verifier, the reference
+and the conformance suite apply to every leaf unchanged.
+
+NumPy only, like the rest of the core: no JAX import. The JSON form::
+
+    {"version": 1, "layout": "native",
+     "leaves": [{"name": "layer.0", "shape": [1024, 16, 4, 2, 128], "dtype": "bfloat16",
+                 "group": "full"}]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import SpecError, spec_error
+from .ranges import MAX_BLOCKS, MAX_BYTES
+from .reference import expected_zeroed, normalize_block_ids, zero_blocks_numpy
+from .spec import DTYPE_SIZES, SPEC_VERSION
+from .table import Segment, SegmentTable
+from .validate import check_int, check_name, is_int, parse_json
+from .verify import VerifyReport, verify
+
+#: The ``layout`` of a native spec's JSON.
+NATIVE_LAYOUT = "native"
+
+#: Bytes per element of every dtype a native leaf may have (the layer dtypes plus the
+#: integer and fp8 variants TPU stacks hold caches in).
+NATIVE_DTYPE_SIZES: Mapping[str, int] = {
+    **DTYPE_SIZES,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e4m3b11fnuz": 1,
+    "float8_e8m0fnu": 1,
+}
+
+_LEAF_KEYS = ("name", "shape", "dtype", "group", "zeroed")
+
+
+def dtype_name(dtype: Any) -> str:
+    """The canonical name of a dtype given as a string, a NumPy/JAX dtype or a scalar type."""
+    if isinstance(dtype, str):
+        return dtype
+    name = getattr(dtype, "name", None)
+    if isinstance(name, str):
+        return name
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype)
+
+
+@dataclass(frozen=True)
+class NativeLeaf:
+    """One typed cache array: ``shape[0]`` pages of ``shape[1:]`` elements of ``dtype``.
+
+    ``group`` is the cache group the leaf belongs to (per-group zeroing, section 7);
+    ``zeroed=False`` marks a leaf zeroing never touches (state addressed by request slot).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    group: str = ""
+    zeroed: bool = True
+
+    def __post_init__(self) -> None:
+        check_name(SpecError, "leaf.name", self.name)
+        where = f"leaf {self.name!r}"
+        if isinstance(self.shape, list):
+            object.__setattr__(self, "shape", tuple(self.shape))
+        if not isinstance(self.shape, tuple):
+            raise spec_error(f"{where}.shape", self.shape, "must be a list or tuple of integers")
+        if len(self.shape) < 2:
+            why = "needs rank >= 2: the page axis first, then the page"
+            raise spec_error(f"{where}.shape", self.shape, why)
+        for i, d in enumerate(self.shape):
+            if not is_int(d):
+                raise spec_error(f"{where}.shape[{i}]", d, "must be an integer")
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        check_int(SpecError, f"{where}.shape[0]", self.shape[0], lo=0, hi=MAX_BLOCKS)
+        for i, d in enumerate(self.shape[1:], start=1):
+            check_int(SpecError, f"{where}.shape[{i}]", d, lo=1)
+        if not isinstance(self.dtype, str) or self.dtype not in NATIVE_DTYPE_SIZES:
+            why = f"unknown dtype; valid: {', '.join(NATIVE_DTYPE_SIZES)}"
+            raise spec_error(f"{where}.dtype", self.dtype, why)
+        check_name(SpecError, f"{where}.group", self.group, empty=True)
+        if not isinstance(self.zeroed, bool):
+            raise spec_error(f"{where}.zeroed", self.zeroed, "must be true or false")
+        page = self.page_bytes
+        if page >= MAX_BYTES or self.total_bytes >= MAX_BYTES:
+            why = "page and array bytes must be below 2**62 (section 8)"
+            raise spec_error(f"{where}.shape", self.shape, why)
+        if page % 4:
+            why = f"one page is {page} B: must be a multiple of 4 (invariant 1)"
+            raise spec_error(f"{where}.shape", self.shape, why)
+
+    # ---- page arithmetic (bytes) ------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        """Pages in the array: its leading dimension."""
+        return self.shape[0]
+
+    @property
+    def page_shape(self) -> tuple[int, ...]:
+        """Shape of one page, ``leaf[b]``."""
+        return self.shape[1:]
+
+    @property
+    def itemsize(self) -> int:
+        return NATIVE_DTYPE_SIZES[self.dtype]
+
+    @property
+    def page_bytes(self) -> int:
+        """Logical bytes of one page: ``prod(shape[1:]) * itemsize`` (stride and span of its row)."""
+        return math.prod(self.shape[1:]) * self.itemsize
+
+    @property
+    def total_bytes(self) -> int:
+        """Logical bytes of the whole array."""
+        return self.num_blocks * self.page_bytes
+
+    def table(self, zeroed: bool | None = None) -> SegmentTable:
+        """The leaf as a buffer of its own: one row (base 0, stride = span = page bytes), or none."""
+        rows: tuple[Segment, ...] = ()
+        if self.zeroed if zeroed is None else zeroed:
+            rows = (Segment(0, self.page_bytes, self.page_bytes, self.group, self.name, "page"),)
+        return SegmentTable(self.total_bytes, self.num_blocks, rows, planned=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``name``, ``shape``, ``dtype``, then ``group`` and ``zeroed`` when not the default."""
+        out: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        if self.group:
+            out["group"] = self.group
+        if not self.zeroed:
+            out["zeroed"] = False
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "leaf") -> NativeLeaf:
+        if not isinstance(data, Mapping):
+            raise spec_error(path, data, "must be a JSON object")
+        for k in ("name", "shape", "dtype"):
+            if k not in data:
+                raise spec_error(f"{path}.{k}", None, "missing required field")
+        for k in data:
+            if k not in _LEAF_KEYS:
+                raise spec_error(f"{path}.{k}", data[k], f"unknown field; allowed: {', '.join(_LEAF_KEYS)}")
+        shape = data["shape"]
+        if not isinstance(shape, list):
+            raise spec_error(f"{path}.shape", shape, "must be a JSON list of integers")
+        try:
+            return cls(
+                name=data["name"], shape=tuple(shape), dtype=data["dtype"], group=data.get("group", ""),
+                zeroed=data.get("zeroed", True),
+            )
+        except SpecError as e:
+            raise SpecError(f"{path}: {e}", field=e.field, value=e.value) from None
+
+
+@dataclass(frozen=True)
+class NativeCacheSpec:
+    """A native cache: its leaves in pytree order. Every leaf has the same number of pages,
+    so a block id names page ``b`` of every leaf."""
+
+    leaves: tuple[NativeLeaf, ...]
+    version: int = SPEC_VERSION
+
+    def __post_init__(self) -> None:
+        if self.version != SPEC_VERSION:
+            raise spec_error("version", self.version, f"only version {SPEC_VERSION} is supported")
+        if isinstance(self.leaves, list):
+            object.__setattr__(self, "leaves", tuple(self.leaves))
+        if not isinstance(self.leaves, tuple) or not self.leaves:
+            raise spec_error("leaves", self.leaves, "must be a non-empty list or tuple of NativeLeaf")
+        seen: set[str] = set()
+        for i, leaf in enumerate(self.leaves):
+            if not isinstance(leaf, NativeLeaf):
+                raise spec_error(f"leaves[{i}]", leaf, "must be a NativeLeaf")
+            if leaf.name in seen:
+                raise spec_error(f"leaves[{i}].name", leaf.name, "duplicate leaf name")
+            seen.add(leaf.name)
+            if leaf.num_blocks != self.leaves[0].num_blocks:
+                raise spec_error(
+                    f"leaves[{i}].shape[0]", leaf.num_blocks,
+                    f"every leaf needs the same number of pages "
+                    f"({self.leaves[0].name!r} has {self.leaves[0].num_blocks})",
+                )
+
+    @property
+    def layout(self) -> str:
+        return NATIVE_LAYOUT
+
+    @property
+    def num_blocks(self) -> int:
+        """Pages of every leaf: block ids lie in ``[0, num_blocks)``."""
+        return self.leaves[0].num_blocks
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Group names in first-seen order."""
+        return tuple(dict.fromkeys(leaf.group for leaf in self.leaves))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(leaf.name for leaf in self.leaves)
+
+    @property
+    def bytes_per_block(self) -> int:
+        """Bytes zeroing one block clears over every zeroed leaf."""
+        return sum(leaf.page_bytes for leaf in self.leaves if leaf.zeroed)
+
+    def leaf(self, name: str) -> NativeLeaf:
+        for leaf in self.leaves:
+            if leaf.name == name:
+                return leaf
+        raise spec_error("leaf", name, f"no such leaf; leaves: {', '.join(self.names)}")
+
+    def check_group(self, group: str | None) -> str | None:
+        """``group`` if it names a group of this spec (or is ``None``: every group)."""
+        if group is not None and group not in self.groups:
+            valid = ", ".join(repr(g) for g in self.groups)
+            raise spec_error("group", group, f"no such group; valid groups: {valid}")
+        return group
+
+    def zeroed_mask(self, group: str | None = None) -> tuple[bool, ...]:
+        """Per leaf: does zeroing (of ``group``, or of every group) clear it?"""
+        self.check_group(group)
+        return tuple(leaf.zeroed and (group is None or leaf.group == group) for leaf in self.leaves)
+
+    def with_num_blocks(self, num_blocks: int) -> NativeCacheSpec:
+        """The same leaves with another number of pages."""
+        return NativeCacheSpec(
+            tuple(NativeLeaf(x.name, (num_blocks, *x.page_shape), x.dtype, x.group, x.zeroed)
+                  for x in self.leaves),
+            self.version,
+        )
+
+    # ---- JSON ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        leaves = [leaf.to_dict() for leaf in self.leaves]
+        return {"version": self.version, "layout": NATIVE_LAYOUT, "leaves": leaves}
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: object) -> NativeCacheSpec:
+        """Parse and validate the JSON form (``layout`` must be ``"native"``)."""
+        if not isinstance(data, Mapping):
+            raise spec_error("spec", data, "must be a JSON object")
+        for k in ("layout", "leaves"):
+            if k not in data:
+                raise spec_error(f"spec.{k}", None, "missing required field")
+        for k in data:
+            if k not in ("version", "layout", "leaves"):
+                raise spec_error(f"spec.{k}", data[k], "unknown field; allowed: layout, leaves, version")
+        if data["layout"] != NATIVE_LAYOUT:
+            raise spec_error("layout", data["layout"], f"a native spec has layout {NATIVE_LAYOUT!r}")
+        version = data.get("version", SPEC_VERSION)
+        if not is_int(version):
+            raise spec_error("version", version, "must be a JSON integer")
+        raw = data["leaves"]
+        if not isinstance(raw, list) or not raw:
+            raise spec_error("leaves", raw, "must be a non-empty list")
+        return cls(tuple(NativeLeaf.from_dict(r, f"leaves[{i}]") for i, r in enumerate(raw)), version)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> NativeCacheSpec:
+        return cls.from_dict(parse_json(SpecError, "spec", text))
+
+
+def native_tables(spec: NativeCacheSpec, group: str | None = None) -> dict[str, SegmentTable]:
+    """One table per leaf, by name: a single row (base 0, stride = span = page bytes) for
+    every leaf zeroing clears (of ``group``, when given), no rows for the others."""
+    if not isinstance(spec, NativeCacheSpec):
+        raise spec_error("spec", type(spec).__name__, "must be a kvlayout.native.NativeCacheSpec")
+    mask = spec.zeroed_mask(group)
+    return {leaf.name: leaf.table(zeroed=z) for leaf, z in zip(spec.leaves, mask)}
+
+
+def verify_native(spec: NativeCacheSpec, group: str | None = None) -> dict[str, VerifyReport]:
+    """The verifier's report for every leaf's table (section 3 invariants, per leaf)."""
+    return {name: verify(t) for name, t in native_tables(spec, group).items()}
+
+
+def expected_zeroed_native(
+    spec: NativeCacheSpec, block_ids: Any, group: str | None = None
+) -> dict[str, np.ndarray]:
+    """The contract per leaf: merged ``[k, 2]`` byte ranges of its logical bytes that zeroing clears."""
+    ids = normalize_block_ids(block_ids, spec.num_blocks)
+    return {name: expected_zeroed(t, ids) for name, t in native_tables(spec, group).items()}
+
+
+def zero_native_numpy(
+    arrays: Sequence[np.ndarray], spec: NativeCacheSpec, block_ids: Any, group: str | None = None
+) -> None:
+    """NumPy reference: zero ``block_ids`` in place in host arrays (one per leaf, spec order),
+    through each leaf's table, so it is the contract's byte set by construction.
+
+    Ids are validated first: a bad id writes nothing in any array.
+    """
+    ids = normalize_block_ids(block_ids, spec.num_blocks)
+    arrays = list(arrays)
+    if len(arrays) != len(spec.leaves):
+        raise spec_error("arrays", len(arrays), f"needs one array per leaf ({len(spec.leaves)})")
+    for i, (a, leaf) in enumerate(zip(arrays, spec.leaves)):
+        if not isinstance(a, np.ndarray) or a.nbytes != leaf.total_bytes:
+            got = getattr(a, "nbytes", type(a).__name__)
+            why = f"must be a NumPy array of {leaf.total_bytes} B ({leaf.name!r})"
+            raise spec_error(f"arrays[{i}]", got, why)
+    for a, t in zip(arrays, native_tables(spec, group).values()):
+        if len(t):
+            zero_blocks_numpy(a, t, ids)
+
+
+def spec_from_arrays(
+    arrays: Sequence[Any] | Mapping[str, Any],
+    groups: Sequence[str] | Mapping[str, str] | str | None = None,
+    *,
+    names: Sequence[str] | None = None,
+    zeroed: Sequence[bool] | None = None,
+) -> NativeCacheSpec:
+    """A native spec from arrays (anything with ``.shape`` and ``.dtype``: NumPy or JAX
+    arrays, ``jax.ShapeDtypeStruct``), already flattened in pytree order.
+
+    Names: the mapping's keys, else ``names``, else ``leaf0``, ``leaf1``, ... ``groups``: one
+    name for all, one per leaf, or a mapping from leaf name to group (missing: ``""``).
+    """
+    if isinstance(arrays, Mapping):
+        keys = [check_name(SpecError, "arrays key", k) for k in arrays]
+        items = list(arrays.values())
+        if names is not None:
+            raise spec_error("names", names, "give names or a mapping of arrays, not both")
+        names = keys
+    elif isinstance(arrays, Sequence) and not isinstance(arrays, (str, bytes)):
+        items = list(arrays)
+    else:
+        raise spec_error("arrays", type(arrays).__name__, "must be a sequence or a mapping of arrays")
+    n = len(items)
+    if names is None:
+        names = [f"leaf{i}" for i in range(n)]
+    names = list(names)
+    if len(names) != n:
+        raise spec_error("names", len(names), f"needs one name per array ({n})")
+    if groups is None or isinstance(groups, str):
+        group_of = [groups or ""] * n
+    elif isinstance(groups, Mapping):
+        unknown = sorted(set(groups) - set(names))
+        if unknown:
+            why = f"no such leaf; leaves: {', '.join(names)}"
+            raise spec_error(f"groups[{unknown[0]!r}]", groups[unknown[0]], why)
+        group_of = [groups.get(x, "") for x in names]
+    else:
+        group_of = list(groups)
+        if len(group_of) != n:
+            raise spec_error("groups", len(group_of), f"needs one group per array ({n})")
+    zs = [True] * n if zeroed is None else list(zeroed)
+    if len(zs) != n:
+        raise spec_error("zeroed", len(zs), f"needs one flag per array ({n})")
+    leaves = []
+    for i, a in enumerate(items):
+        if not (hasattr(a, "shape") and hasattr(a, "dtype")):
+            raise spec_error(f"arrays[{i}]", type(a).__name__, "must have .shape and .dtype")
+        leaves.append(NativeLeaf(names[i], tuple(a.shape), dtype_name(a.dtype), group_of[i], zs[i]))
+    return NativeCacheSpec(tuple(leaves))
+
+
+__all__ = [
+    "NATIVE_DTYPE_SIZES",
+    "NATIVE_LAYOUT",
+    "NativeCacheSpec",
+    "NativeLeaf",
+    "dtype_name",
+    "expected_zeroed_native",
+    "native_tables",
+    "spec_from_arrays",
+    "verify_native",
+    "zero_native_numpy",
+]
