@@ -350,8 +350,9 @@ def _sweep(items: list[tuple[int, int, int, int]], s: int, n: int, same_kind: bo
                     continue
                 seen.add(pair)
                 # the arcs meet at this circle point, at windings w (this row) and w2 (the other)
-                hit = (row2, w - w2, row, 0) if w2 <= w else (row, w2 - w, row2, 0)
-                if not same_kind and (hit[0] == row) == (kind == 1):  # rows first, then padding
+                new_first = w2 > w
+                hit = (row, w2 - w, row2, 0) if new_first else (row2, w - w2, row, 0)
+                if not same_kind and new_first == (kind == 1):  # rows first, then padding
                     hit = (hit[2], hit[3], hit[0], hit[1])
                 hits.append(hit)
                 if len(hits) >= want:
