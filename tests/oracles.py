@@ -9,12 +9,22 @@ wrong core of :mod:`kvlayout.planted` (must not).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvlayout.errors import SpecError
 from kvlayout.table import SegmentTable
+
+#: Fraction of the usual seed counts (scripts/mutation.sh runs the property tests smaller).
+SCALE = float(os.environ.get("KVLAYOUT_TEST_SCALE", "1"))
+
+
+def seeds(count: int, start: int = 0) -> range:
+    """``count`` seeds from ``start``, scaled by :data:`SCALE`."""
+    return range(start, start + max(1, int(count * SCALE)))
+
 
 # ---------------------------------------------------------------- section 1: pages
 ITEMSIZE = {

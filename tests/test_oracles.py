@@ -16,7 +16,7 @@ from kvlayout.testing import random_spec, rich_spec_dict
 
 from . import oracles as O
 
-SEEDS = range(400)
+SEEDS = O.seeds(400)
 
 
 def _load(d: dict) -> K.KVCacheSpec | None:
@@ -59,7 +59,7 @@ def test_spec_loading_and_pages_match_contract(layout: str) -> None:
             assert layer.gap == O.page(raw) - O.real_page(raw), (seed, raw)
             assert layer.zeroed == (raw["kind"] != "mamba")
             already_aligned += bool(raw.get("alignment")) and O.real_page(raw) % raw["alignment"] == 0
-    assert loaded > 150 and already_aligned > 100  # valid specs, many pages already aligned
+    assert loaded > 0.35 * len(SEEDS) and already_aligned > 0.25 * len(SEEDS)  # valid, many already aligned
 
 
 @pytest.mark.parametrize("layout", ["packed", "layer_major"])
@@ -67,12 +67,12 @@ def test_planner_matches_contract_on_rich_specs(layout: str) -> None:
     specs = loadable_specs(layout)
     assert O.check_planner(K.plan, specs) == []
     errors = sum(O.expected_plan(s.to_dict()).error is not None for s in specs)
-    assert 10 < errors < len(specs) // 2  # both outcomes are exercised
+    assert 0 < errors < len(specs) // 2  # both outcomes are exercised
 
 
 @pytest.mark.parametrize("layout", ["packed", "layer_major"])
 def test_layout_fields_match_contract(layout: str) -> None:
-    for spec in loadable_specs(layout, range(200)):
+    for spec in loadable_specs(layout, O.seeds(200)):
         ex = O.expected_plan(spec.to_dict())
         if ex.error is not None:
             continue
@@ -87,7 +87,7 @@ def test_layout_fields_match_contract(layout: str) -> None:
 
 
 def test_planner_matches_contract_on_conformance_specs() -> None:
-    specs = [random_spec(seed) for seed in range(150)]
+    specs = [random_spec(seed) for seed in O.seeds(150)]
     assert O.check_planner(K.plan, specs) == []
 
 

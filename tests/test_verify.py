@@ -188,7 +188,7 @@ def _check_witnesses(t: K.SegmentTable, rep: K.VerifyReport, witnesses_4: bool =
 
 def test_verifier_matches_brute_force_on_rich_tables() -> None:
     """Rows of several groups, k strides apart, equal/other/zero/negative strides, touching spans."""
-    tables = [random_table(seed, max_rows=6, max_blocks=9) for seed in range(1200)]
+    tables = [random_table(seed, max_rows=6, max_blocks=9) for seed in O.seeds(1200)]
     assert O.check_verifier(K.verify, tables) == []
     for t in tables:
         _check_witnesses(t, K.verify(t), witnesses_4=False)  # see test_padding_witness_names_meeting_blocks
@@ -207,7 +207,7 @@ def test_padding_witness_names_meeting_blocks() -> None:
 
 
 def test_verifier_matches_brute_force_with_more_blocks() -> None:
-    tables = [random_table(seed, max_rows=4, max_blocks=40) for seed in range(10_000, 10_200)]
+    tables = [random_table(seed, max_rows=4, max_blocks=40) for seed in O.seeds(200, 10_000)]
     assert O.check_verifier(K.verify, tables) == []
 
 
@@ -215,7 +215,7 @@ def test_verifier_at_the_last_block_pair() -> None:
     """Rows that meet only between blocks 0 and n-1 (k = n-1 strides apart), or just miss (k = n)."""
     rng = random.Random(19)
     tables = []
-    for _ in range(400):
+    for _ in O.seeds(400):
         n = rng.randint(2, 24)
         s1 = rng.choice((16, 32, 48, 64))
         s2 = rng.choice((s1, s1, 2 * s1, s1 + 16, -s1))
@@ -226,7 +226,7 @@ def test_verifier_at_the_last_block_pair() -> None:
         total = max(max(r.base, r.base + (n - 1) * r.stride) + r.span for r in rows)
         tables.append(K.SegmentTable(total, n, rows))
     assert O.check_verifier(K.verify, tables) == []
-    assert 50 < sum(not K.verify(t).ok for t in tables) < 350
+    assert 0.1 * len(tables) < sum(not K.verify(t).ok for t in tables) < 0.9 * len(tables)
 
 
 def test_verifier_decides_far_blocks_without_looping() -> None:
@@ -248,7 +248,7 @@ def test_overlaps_within_block_matches_brute_force() -> None:
     """Pairs of rows sharing bytes inside one block, with the first such block."""
     from kvlayout.verify import overlaps_within_block
 
-    for seed in range(400):
+    for seed in O.seeds(400):
         t = random_table(seed, max_rows=5, max_blocks=6)
         if any(s.span <= 0 for s in t.segments):
             continue

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Mutation testing of the code that decides what is safe (issue 19), with mutmut 3.x.
+#
+#   scripts/mutation.sh                 # every target module
+#   scripts/mutation.sh spec planner    # some of them (names below)
+#
+# mutmut goes into its own venv (.venv-mutation); the test venv (.venv, made by
+# scripts/test.sh) lends it numpy, hypothesis, torch and triton through a .pth line, without
+# its editable kvlayout. The sources are staged in $KVLAYOUT_MUTATION_WORK with the backends
+# at their import paths (kvlayout/backends/cuda, .../pallas), mutmut runs the fast test subset
+# below on every mutant, and the table of killed / survived / equivalent mutants per module is
+# written to bench/results/mutation.md and .json. Survivors listed with a reason in
+# scripts/mutation_equivalent.txt count as equivalent; every other survivor is a missing test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${KVLAYOUT_MUTATION_VENV:-.venv-mutation}
+TEST_VENV=${KVLAYOUT_TEST_VENV:-.venv}
+WORK=${KVLAYOUT_MUTATION_WORK:-/tmp/kvlayout-mutation}
+OUT=${KVLAYOUT_MUTATION_OUT:-bench/results}
+JOBS=${KVLAYOUT_MUTATION_JOBS:-$(nproc)}
+
+declare -A TARGETS=(
+  [spec]=kvlayout/spec.py
+  [planner]=kvlayout/planner.py
+  [table]=kvlayout/table.py
+  [verify]=kvlayout/verify.py
+  [reference]=kvlayout/reference.py
+  [validate]=kvlayout/validate.py
+  [ranges]=kvlayout/ranges.py
+  [cuda-plan]=kvlayout/backends/cuda/kernel.py
+  [pallas-plan]=kvlayout/backends/pallas/plan.py
+)
+ORDER=(ranges spec planner table validate reference cuda-plan pallas-plan verify)
+# per module, the fast tests that exercise it (mutmut runs, per mutant, those that reach the function)
+declare -A TESTS=(
+  [ranges]="tests/test_ranges.py tests/test_table.py"
+  [spec]="tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py"
+  [planner]="tests/test_oracles.py tests/test_planner.py tests/test_regressions_19.py"
+  [table]="tests/test_table.py tests/test_regressions_19.py"
+  [validate]="tests/test_reference.py tests/test_table.py tests/test_spec.py"
+  [reference]="tests/test_reference.py"
+  [cuda-plan]="tests/test_host_plans.py"
+  [pallas-plan]="tests/test_host_plans.py"
+  [verify]="tests/test_verify.py tests/test_regressions_19.py"
+)
+# seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
+export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
+
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=("${ORDER[@]}")
+for n in "${names[@]}"; do
+  [ -n "${TARGETS[$n]:-}" ] || { echo "unknown target '$n'; valid: ${ORDER[*]}" >&2; exit 2; }
+done
+
+[ -x "$TEST_VENV/bin/python" ] || { echo "no test venv at $TEST_VENV: run scripts/test.sh first" >&2; exit 2; }
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "mutmut==3.8.1" 2>&1 | grep -v '^WARNING: Location' || true
+lend=$("$TEST_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+own=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$lend" > "$own/kvlayout_test_venv.pth"
+
+run_one() {  # stage the sources and one module's tests, run mutmut, keep its results
+  local n=$1 w="$WORK/$1"
+  rm -rf "$w" && mkdir -p "$w/tests"
+  cp -r kvlayout "$w/kvlayout"
+  rm -rf "$w/kvlayout/backends/cuda" "$w/kvlayout/backends/pallas"
+  cp -r backends/cuda "$w/kvlayout/backends/cuda"
+  cp -r backends/pallas "$w/kvlayout/backends/pallas"
+  # shellcheck disable=SC2086
+  cp tests/__init__.py tests/conftest.py tests/oracles.py ${TESTS[$n]} "$w/tests/"
+  find "$w" -name __pycache__ -prune -exec rm -rf {} +
+  {
+    echo '[tool.mutmut]'
+    echo 'source_paths = ["kvlayout"]'
+    echo "only_mutate = [\"${TARGETS[$n]}\"]"
+    printf 'pytest_add_cli_args_test_selection = ['; for t in ${TESTS[$n]}; do printf '"%s", ' "$t"; done; echo ']'
+    echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "--hypothesis-seed=0", "-x", "-q"]'
+    echo 'use_git_change_detection = false'
+    echo '[tool.pytest.ini_options]'
+    echo 'testpaths = ["tests"]'
+  } > "$w/pyproject.toml"
+  local start=$SECONDS
+  (cd "$w" && "$ROOT/$VENV/bin/mutmut" run --max-children "$JOBS" > mutmut-run.log 2>&1) \
+    || { tail -40 "$w/mutmut-run.log"; return 1; }
+  echo "$n $(( SECONDS - start ))" >> "$WORK/seconds.txt"
+  (cd "$w" && "$ROOT/$VENV/bin/mutmut" results --all true > results.txt
+   grep -E ': (survived|no tests|timeout|suspicious)$' results.txt | sed 's/^ *//; s/:.*//' | while read -r m; do
+     "$ROOT/$VENV/bin/mutmut" show "$m" > "show.$m.txt" 2>&1 || true
+   done)
+}
+
+export JAX_PLATFORMS=cpu TPU_SKIP_MDS_QUERY=1 HYPOTHESIS_PROFILE=ci PYTHONDONTWRITEBYTECODE=1
+mkdir -p "$WORK" && rm -f "$WORK/seconds.txt"
+for n in "${names[@]}"; do
+  echo "== $n: ${TARGETS[$n]} with ${TESTS[$n]}"
+  run_one "$n"
+done
+cd "$WORK"
+
+# the table (bench/results/mutation.md, .json), merged with earlier runs of other modules
+"$ROOT/$TEST_VENV/bin/python" - "$ROOT" "$OUT" "$JOBS" "${names[@]}" <<'PY'
+import json, pathlib, re, subprocess, sys, datetime
+root, out, jobs, *names = sys.argv[1:]
+secs = {k: int(v) for k, v in (l.split() for l in pathlib.Path("seconds.txt").read_text().splitlines())}
+out = pathlib.Path(root) / out
+targets = {"spec": "kvlayout.spec", "planner": "kvlayout.planner", "table": "kvlayout.table",
+           "verify": "kvlayout.verify", "reference": "kvlayout.reference", "validate": "kvlayout.validate",
+           "ranges": "kvlayout.ranges", "cuda-plan": "kvlayout.backends.cuda.kernel",
+           "pallas-plan": "kvlayout.backends.pallas.plan"}
+equiv = []  # (module, function, mutated line, reason)
+for line in (pathlib.Path(root) / "scripts/mutation_equivalent.txt").read_text().splitlines():
+    if line.strip() and not line.startswith("#"):
+        mod, fn, code, why = (x.strip() for x in line.split(" | ", 3))
+        equiv.append((mod, fn, code, why))
+
+def parse(name):
+    mod, _, rest = name.rpartition(".")
+    fn = re.sub(r"__mutmut_\d+$", "", rest).removeprefix("x_").replace("\u01c1", ".").strip(".")
+    return mod, fn
+
+def added_lines(name, key):
+    p = pathlib.Path(key) / f"show.{name}.txt"
+    text = p.read_text() if p.exists() else ""
+    return [l[1:].strip() for l in text.splitlines() if l.startswith("+") and not l.startswith("+++")]
+
+rows = {}
+results = [(k, line) for k in names for line in (pathlib.Path(k) / "results.txt").read_text().splitlines()]
+for key, line in results:
+    if ":" not in line:
+        continue
+    name, status = (x.strip() for x in line.rsplit(":", 1))
+    mod, fn = parse(name)
+    if targets[key] != mod:
+        continue
+    r = rows.setdefault(key, {"module": mod, "total": 0, "killed": 0, "survived": 0, "equivalent": 0,
+                              "timeout": 0, "no_tests": 0, "other": 0, "survivors": [], "equivalents": []})
+    r["total"] += 1
+    if status == "killed":
+        r["killed"] += 1
+    elif status == "timeout":
+        r["timeout"] += 1  # counted as killed in the score: the mutant never finished
+    elif status in ("survived", "no tests", "suspicious"):
+        code = added_lines(name, key)
+        why = next((w for m, f, c, w in equiv if m == mod and f == fn and c in code), None)
+        entry = {"mutant": name, "function": fn, "status": status, "mutated": code[:3]}
+        if why:
+            r["equivalent"] += 1
+            r["equivalents"].append(entry | {"reason": why})
+        else:
+            r["survived" if status != "no tests" else "no_tests"] += 1
+            r["survivors"].append(entry)
+    else:
+        r["other"] += 1
+path = out / "mutation.json"
+old = json.loads(path.read_text()) if path.exists() else {"modules": {}}
+old["modules"].update(rows)
+old["runs"] = old.get("runs", []) + [{
+    "date": datetime.date.today().isoformat(), "modules": names, "seconds": secs, "jobs": int(jobs),
+    "test_scale": float(__import__("os").environ.get("KVLAYOUT_TEST_SCALE", "1")),
+    "commit": subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True).stdout.strip(),
+    "command": "scripts/mutation.sh " + " ".join(names), "tool": "mutmut 3.8.1"}]
+path.write_text(json.dumps(old, indent=1) + "\n")
+lines = ["# Mutation testing (issue 19)", "",
+         "`scripts/mutation.sh [MODULE ...]`: mutmut 3.8.1 over the core and the backends' host-side plans,",
+         "fast subset of tests (`TESTS` in the script). Score = (killed + timeout) / (total - equivalent).",
+         "Equivalent mutants and their reasons: `scripts/mutation_equivalent.txt`.", "",
+         "| module | mutants | killed | timeout | equivalent | survived | no tests | score |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|"]
+for key in ["ranges", "spec", "planner", "table", "validate", "reference", "cuda-plan", "pallas-plan", "verify"]:
+    r = old["modules"].get(key)
+    if not r:
+        continue
+    live = r["total"] - r["equivalent"]
+    score = 100.0 * (r["killed"] + r["timeout"]) / live if live else 100.0
+    lines.append(f"| {r['module']} | {r['total']} | {r['killed']} | {r['timeout']} | {r['equivalent']} | "
+                 f"{r['survived']} | {r['no_tests']} | {score:.1f}% |")
+lines += ["", "Runs (seconds per module):"] + [
+    f"- {x['date']} {x['commit']} `{x['command']}` {x['seconds']} on {x['jobs']} cores" for x in old["runs"][-6:]] + [""]
+left = [(k, s) for k, r in old["modules"].items() for s in r["survivors"]]
+lines.append(f"## Surviving mutants ({len(left)})" if left else "## Surviving mutants: none")
+for k, s in left:
+    lines.append(f"- {k} `{s['function']}` ({s['status']}): `{' / '.join(s['mutated'])}`")
+(out / "mutation.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines[:20]))
+PY

@@ -1,0 +1,224 @@
+"""The segment table: coalescing on arbitrary verified tables, columns, groups, JSON (GEOMETRY.md 3, 4, 7)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import kvlayout as K
+from kvlayout.errors import TableError
+from kvlayout.testing import random_safe_table, random_table
+
+from . import oracles as O
+
+
+def _verified_tables() -> list[K.SegmentTable]:
+    """Safe by construction, and random tables the verifier proves safe (different strides, groups)."""
+    out = [random_safe_table(seed) for seed in O.seeds(400)]
+    for seed in O.seeds(600):
+        t = random_table(seed, misaligned=0)
+        if K.verify(t).ok:
+            out.append(t)
+    assert len(out) > 0.5 * (len(O.seeds(400)) + len(O.seeds(600)))
+    return out
+
+
+def test_coalescing_keeps_every_block_of_verified_tables() -> None:
+    tables = _verified_tables()
+    assert O.check_coalescer(lambda t: t.coalesced(), tables) == []
+    for t in tables:
+        c = t.coalesced()
+        assert K.verify(c).ok
+        # rows of one stride keep their own bytes: strides never mix, even where blocks agree (n = 1)
+        for s in {r.stride for r in t.segments}:
+            want = O.union_bytes([(r.base, r.base + r.span) for r in t.segments if r.stride == s])
+            got = O.union_bytes([(r.base, r.base + r.span) for r in c.segments if r.stride == s])
+            assert want == got, (t, c)
+        assert {r.stride for r in c.segments} == {r.stride for r in t.segments}
+
+
+def test_coalescing_is_maximal_sorted_and_idempotent() -> None:
+    """No two rows of one stride touch after coalescing; rows sorted by (base, stride)."""
+    for t in _verified_tables():
+        c = t.coalesced()
+        keys = [(r.base, r.stride) for r in c.segments]
+        assert keys == sorted(keys)
+        by_stride: dict[int, list[K.Segment]] = {}
+        for r in c.segments:
+            by_stride.setdefault(r.stride, []).append(r)
+        for rows in by_stride.values():
+            for a, b in zip(rows, rows[1:]):
+                assert a.base + a.span < b.base, (a, b)
+        assert c.coalesced().segments == c.segments
+        assert c.total_bytes == t.total_bytes and c.num_blocks == t.num_blocks
+
+
+def test_coalescing_provenance_and_padding() -> None:
+    pad = (K.Segment(40, 64, 8, "", "x", "padding"),)
+    t = K.SegmentTable(
+        256,
+        4,
+        (
+            K.Segment(16, 64, 8, "g2", "L2", "k", 1),
+            K.Segment(0, 64, 16, "g1", "L1", "page", 0),
+            K.Segment(0, 64, 8, "g1", "L1b", "page", 0),
+            K.Segment(48, 64, 8, "g3", "L3", "v", 2),
+            K.Segment(0, 32, 4, "g4", "L4", "page", 3),
+        ),
+        pad,
+        True,
+    )
+    c = t.coalesced()
+    assert c.padding is pad and c.planned
+    assert c.segments == (
+        K.Segment(0, 32, 4, "g4", "L4", "page", 3),  # alone: kept as it was
+        K.Segment(
+            0, 64, 24, "g1+g2", "L1+L1b+L2", "page+k", 0
+        ),  # widest first, then same base, then touching
+        K.Segment(48, 64, 8, "g3", "L3", "v", 2),  # 8 B after the run: not merged
+    )
+    assert not K.SegmentTable(0, 0, ()).coalesced().segments
+
+
+def test_bytes_per_block_and_columns() -> None:
+    for seed in O.seeds(300):
+        t = random_table(seed, misaligned=0)
+        assert t.bytes_per_block == len(O.block_bytes(t, 0)), t
+        cols = t.columns()
+        assert cols.dtype == np.int64 and cols.shape == (len(t), 3)
+        assert cols.tolist() == [[s.base, s.stride, s.span] for s in t.segments]
+    empty = K.SegmentTable(0, 3, ())
+    assert (
+        empty.bytes_per_block == 0 and empty.columns().shape == (0, 3) and empty.columns().dtype == np.int64
+    )
+    nested = K.SegmentTable(
+        64, 1, (K.Segment(0, 0, 32), K.Segment(8, 0, 8), K.Segment(40, 0, 8), K.Segment(44, 0, 12))
+    )
+    assert nested.bytes_per_block == 32 + 16
+
+
+def test_labels_groups_and_for_group() -> None:
+    assert K.Segment(0, 4, 4, "g", "l", "k", 0).label == "g/l/k"
+    assert K.Segment(0, 4, 4, "g", "l", "v", 2).label == "g/l/v[2]"
+    t = K.SegmentTable(
+        64, 2, (K.Segment(0, 32, 8, "b"), K.Segment(8, 32, 8, "a"), K.Segment(16, 32, 8, "b")), (), True
+    )
+    assert t.groups == ("b", "a")
+    assert t.for_group(None) is t
+    b = t.for_group("b")
+    assert [s.base for s in b.segments] == [0, 16] and b.planned and b.total_bytes == 64 and b.num_blocks == 2
+    with pytest.raises(TableError, match=r"group = 'c': unknown group; valid groups: 'b', 'a'"):
+        t.for_group("c")
+    with pytest.raises(TableError, match=r"valid groups: none"):
+        K.SegmentTable(64, 2, ()).for_group("a")
+
+
+def test_json_round_trip_of_random_tables() -> None:
+    for seed in O.seeds(200):
+        t = random_table(seed)
+        d = json.loads(t.to_json())
+        assert d["version"] == 1 and d["total_bytes"] == t.total_bytes and d["num_blocks"] == t.num_blocks
+        assert d["segments"] == [
+            {
+                "base": s.base,
+                "stride": s.stride,
+                "span": s.span,
+                "group": s.group,
+                "layer": s.layer,
+                "part": s.part,
+                "virtual_index": s.virtual_index,
+            }
+            for s in t.segments
+        ]
+        again = K.SegmentTable.from_json(t.to_json(indent=2))
+        assert again == t and again.segments == t.segments and not again.planned and again.padding == ()
+    minimal = K.SegmentTable.from_dict(
+        {"total_bytes": 8, "num_blocks": 2, "segments": [{"base": 0, "stride": 4, "span": 4}]}
+    )
+    assert minimal.segments == (K.Segment(0, 4, 4, "", "", "page", 0),)
+
+
+ROW = {"base": 0, "stride": 4, "span": 4}
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ([], r"table = \[\]: must be a JSON object"),
+        ({"num_blocks": 1, "segments": []}, r"table.total_bytes = None: missing required field"),
+        ({"total_bytes": 1, "segments": []}, r"table.num_blocks = None: missing required field"),
+        ({"total_bytes": 1, "num_blocks": 1}, r"table.segments = None: missing required field"),
+        (
+            {"total_bytes": 1, "num_blocks": 1, "segments": [], "zz": 1, "extra": 2},
+            r"table.extra = 2: unknown field",
+        ),
+        (
+            {"version": 2, "total_bytes": 1, "num_blocks": 1, "segments": []},
+            r"table.version = 2: only version 1",
+        ),
+        ({"total_bytes": -1, "num_blocks": 1, "segments": []}, r"table.total_bytes = -1: must be at least 0"),
+        (
+            {"total_bytes": 1, "num_blocks": 2**31, "segments": []},
+            r"table.num_blocks = 2147483648: must be at most 2\*\*31 - 1",
+        ),
+        ({"total_bytes": 1, "num_blocks": 1, "segments": {}}, r"table.segments = \{\}: must be a list"),
+        ({"total_bytes": 1, "num_blocks": 1, "segments": [3]}, r"table.segments\[0\] = 3: must be an object"),
+        (
+            {"total_bytes": 1, "num_blocks": 1, "segments": [dict(ROW, a=1, b=2)]},
+            r"table.segments\[0\].a = 1: unknown field",
+        ),
+        (
+            {"total_bytes": 1, "num_blocks": 1, "segments": [{"base": 0, "span": 4}]},
+            r"segments\[0\].stride = None: missing",
+        ),
+        (
+            {"total_bytes": 1, "num_blocks": 1, "segments": [dict(ROW, span=True)]},
+            r"segments\[0\].span = True: must be an integer",
+        ),
+        (
+            {"total_bytes": 1, "num_blocks": 1, "segments": [dict(ROW, base=-(2**62))]},
+            r"segments\[0\].base = -4611686018427387904",
+        ),
+        (
+            {"total_bytes": 1, "num_blocks": 1, "segments": [dict(ROW, group=3)]},
+            r"segments\[0\].group = 3: must be a string",
+        ),
+        (
+            {"total_bytes": 1, "num_blocks": 1, "segments": [dict(ROW, part="a\nb")]},
+            r"segments\[0\].part = 'a\\nb': must not contain",
+        ),
+        (
+            {"total_bytes": 1, "num_blocks": 1, "segments": [dict(ROW, virtual_index=-1)]},
+            r"virtual_index = -1: must be at least 0",
+        ),
+    ],
+)
+def test_table_json_rejections_name_field_and_value(data: object, message: str) -> None:
+    with pytest.raises(TableError, match=message):
+        K.SegmentTable.from_dict(data)
+
+
+def test_table_construction_limits() -> None:
+    """Section 8: extents below 2**62, num_blocks at most 2**31 - 1, rows are Segments."""
+    ok = K.SegmentTable(0, 2**31 - 1, (K.Segment(0, 2**30, 4),))
+    assert ok.num_blocks == 2**31 - 1
+    with pytest.raises(
+        TableError, match=r"table.segments\[0\] = .*reaches bytes \[0, 4611686018427387908\) over 3 blocks"
+    ):
+        K.SegmentTable(0, 3, (K.Segment(0, 2**61, 4),))
+    with pytest.raises(TableError, match=r"table.padding\[0\] = .*reaches bytes"):
+        K.SegmentTable(0, 3, (), (K.Segment(-(2**61), -(2**61), 4),))
+    with pytest.raises(TableError, match=r"table.segments\[1\] = \(0, 4, 4\): must be a Segment"):
+        K.SegmentTable(0, 1, (K.Segment(0, 4, 4), (0, 4, 4)))  # type: ignore[arg-type]
+    as_list = K.SegmentTable(8, 1, [K.Segment(0, 4, 4)])  # type: ignore[arg-type]
+    assert as_list.segments == (K.Segment(0, 4, 4),)
+    with pytest.raises(TableError, match=r"table.num_blocks = -1"):
+        K.SegmentTable(0, -1, ())
+    with pytest.raises(
+        TableError, match=r"table.total_bytes = 4611686018427387904: must be at most 2\*\*62 - 1"
+    ):
+        K.SegmentTable(2**62, 1, ())
+    # one block: the stride never applies, so only base and span count
+    assert K.SegmentTable(0, 1, (K.Segment(0, 2**62 - 8, 4),)).num_blocks == 1
