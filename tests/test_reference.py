@@ -121,3 +121,27 @@ def test_reference_refuses_out_of_bounds_table() -> None:
     bad = K.SegmentTable(1024, 4, (K.Segment(0, 512, 512),))
     with pytest.raises(K.TableError, match="outside the buffer"):
         K.zero_blocks_numpy(np.ones(1024, np.uint8), bad, [0])
+
+
+def test_reference_clears_exactly_the_oracles_bytes() -> None:
+    """expected_zeroed and the in-place zeroer against per-block bytes written from the contract."""
+    from kvlayout.testing import random_safe_table
+
+    from . import oracles as O
+
+    rng = np.random.default_rng(19)
+    for seed in O.seeds(150):
+        t = random_safe_table(seed)
+        ids = sorted({int(x) for x in rng.integers(0, t.num_blocks, 3)})
+        want = set().union(*(O.block_bytes(t, b) for b in ids))
+        assert O.union_bytes([tuple(r) for r in K.expected_zeroed(t, ids).tolist()]) == want
+        buf = K.poison_pattern(t.total_bytes + 8)
+        before = buf.copy()
+        K.zero_blocks_numpy(buf, t, ids + ids[:1])
+        changed = set(np.flatnonzero(buf != before).tolist())
+        assert changed == want and not buf[sorted(want)].any(), (t, ids)
+        ranges = K.expected_zeroed(t, ids)
+        assert ranges.dtype == np.int64 and ranges.shape[1:] == (2,)
+        assert (ranges[1:, 0] > ranges[:-1, 1]).all()  # merged: sorted, neither touching nor overlapping
+    assert K.expected_zeroed(K.SegmentTable(0, 2, ()), [1]).shape == (0, 2)
+    assert K.expected_zeroed(K.plan(K.preset("dsv4-test")), []).shape == (0, 2)
