@@ -24,7 +24,7 @@ import numpy as np
 
 from kvlayout.errors import TableError
 from kvlayout.table import SegmentTable
-from kvlayout.verify import _pair_overlaps
+from kvlayout.verify import overlaps_within_block
 
 LANES = 128
 ROW_BYTES = 4 * LANES
@@ -61,16 +61,15 @@ class RowPlan:
 
 def check_rows_disjoint_per_block(table: SegmentTable) -> None:
     """Reject tables whose rows overlap within one block (a full-row DMA could race an RMW)."""
-    b, s, p = table.bases, table.strides, table.spans
-    hits = _pair_overlaps((b, s, p), (b, s, p), table.num_blocks, same_set=True, allow_same_block=True)
-    for i, j, bi, bj in hits:
-        if i != j and bi == bj:
-            raise TableError(
-                f"segments[{i}] and segments[{j}] overlap inside block {bi}: the pallas backend needs per-block disjoint rows "
-                "(coalesce the table)",
-                field="table",
-                value=(i, j),
-            )
+    hits = overlaps_within_block(table)
+    if hits:
+        i, j, b = hits[0]
+        raise TableError(
+            f"segments[{i}] and segments[{j}] overlap inside block {b}: the pallas backend needs "
+            "per-block disjoint rows (coalesce the table)",
+            field="table",
+            value=(i, j),
+        )
 
 
 def plan_rows(table: SegmentTable, offset: int = 0, tile_rows: int = 64) -> RowPlan:
