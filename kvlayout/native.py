@@ -69,14 +69,16 @@ def dtype_name(dtype: Any) -> str:
 class NativeLeaf:
     """One typed cache array: ``shape[0]`` pages of ``shape[1:]`` elements of ``dtype``.
 
-    ``group`` is the cache group the leaf belongs to (per-group zeroing, section 7);
+    ``group`` is the cache group the leaf belongs to (per-group zeroing, section 7), or a
+    tuple of groups for a slot array overlaid by layers of several groups (zeroing any of
+    them clears it);
     ``zeroed=False`` marks a leaf zeroing never touches (state addressed by request slot).
     """
 
     name: str
     shape: tuple[int, ...]
     dtype: str
-    group: str = ""
+    group: str | tuple[str, ...] = ""
     zeroed: bool = True
 
     def __post_init__(self) -> None:
@@ -99,7 +101,17 @@ class NativeLeaf:
         if not isinstance(self.dtype, str) or self.dtype not in NATIVE_DTYPE_SIZES:
             why = f"unknown dtype; valid: {', '.join(NATIVE_DTYPE_SIZES)}"
             raise spec_error(f"{where}.dtype", self.dtype, why)
-        check_name(SpecError, f"{where}.group", self.group, empty=True)
+        if isinstance(self.group, list):
+            object.__setattr__(self, "group", tuple(self.group))
+        if isinstance(self.group, tuple):
+            if not self.group:
+                raise spec_error(f"{where}.group", self.group, "a tuple of groups must not be empty")
+            for i, g in enumerate(self.group):
+                check_name(SpecError, f"{where}.group[{i}]", g)
+            if len(set(self.group)) != len(self.group):
+                raise spec_error(f"{where}.group", self.group, "names a group twice")
+        else:
+            check_name(SpecError, f"{where}.group", self.group, empty=True)
         if not isinstance(self.zeroed, bool):
             raise spec_error(f"{where}.zeroed", self.zeroed, "must be true or false")
         page = self.page_bytes
@@ -109,6 +121,16 @@ class NativeLeaf:
         if page % 4:
             why = f"one page is {page} B: must be a multiple of 4 (invariant 1)"
             raise spec_error(f"{where}.shape", self.shape, why)
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        """Every group the leaf belongs to (one, unless it is an overlaid slot)."""
+        return self.group if isinstance(self.group, tuple) else (self.group,)
+
+    @property
+    def group_label(self) -> str:
+        """The groups as one string (``a+b`` for an overlaid slot), as table provenance writes them."""
+        return "+".join(self.group_names)
 
     # ---- page arithmetic (bytes) ------------------------------------------------------------
     @property
@@ -139,14 +161,14 @@ class NativeLeaf:
         """The leaf as a buffer of its own: one row (base 0, stride = span = page bytes), or none."""
         rows: tuple[Segment, ...] = ()
         if self.zeroed if zeroed is None else zeroed:
-            rows = (Segment(0, self.page_bytes, self.page_bytes, self.group, self.name, "page"),)
+            rows = (Segment(0, self.page_bytes, self.page_bytes, self.group_label, self.name, "page"),)
         return SegmentTable(self.total_bytes, self.num_blocks, rows, planned=True)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``name``, ``shape``, ``dtype``, then ``group`` and ``zeroed`` when not the default."""
         out: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
         if self.group:
-            out["group"] = self.group
+            out["group"] = list(self.group) if isinstance(self.group, tuple) else self.group
         if not self.zeroed:
             out["zeroed"] = False
         return out
@@ -214,7 +236,7 @@ class NativeCacheSpec:
     @property
     def groups(self) -> tuple[str, ...]:
         """Group names in first-seen order."""
-        return tuple(dict.fromkeys(leaf.group for leaf in self.leaves))
+        return tuple(dict.fromkeys(g for leaf in self.leaves for g in leaf.group_names))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -241,7 +263,7 @@ class NativeCacheSpec:
     def zeroed_mask(self, group: str | None = None) -> tuple[bool, ...]:
         """Per leaf: does zeroing (of ``group``, or of every group) clear it?"""
         self.check_group(group)
-        return tuple(leaf.zeroed and (group is None or leaf.group == group) for leaf in self.leaves)
+        return tuple(leaf.zeroed and (group is None or group in leaf.group_names) for leaf in self.leaves)
 
     def with_num_blocks(self, num_blocks: int) -> NativeCacheSpec:
         """The same leaves with another number of pages."""
@@ -331,7 +353,7 @@ def zero_native_numpy(
 
 def spec_from_arrays(
     arrays: Sequence[Any] | Mapping[str, Any],
-    groups: Sequence[str] | Mapping[str, str] | str | None = None,
+    groups: Sequence[str | tuple[str, ...]] | Mapping[str, str | tuple[str, ...]] | str | None = None,
     *,
     names: Sequence[str] | None = None,
     zeroed: Sequence[bool] | None = None,
@@ -340,7 +362,8 @@ def spec_from_arrays(
     arrays, ``jax.ShapeDtypeStruct``), already flattened in pytree order.
 
     Names: the mapping's keys, else ``names``, else ``leaf0``, ``leaf1``, ... ``groups``: one
-    name for all, one per leaf, or a mapping from leaf name to group (missing: ``""``).
+    name for all, one per leaf, or a mapping from leaf name to group (missing: ``""``); a
+    leaf's group may be a tuple of names (an overlaid slot).
     """
     if isinstance(arrays, Mapping):
         keys = [check_name(SpecError, "arrays key", k) for k in arrays]
@@ -358,6 +381,7 @@ def spec_from_arrays(
     names = list(names)
     if len(names) != n:
         raise spec_error("names", len(names), f"needs one name per array ({n})")
+    group_of: list[str | tuple[str, ...]]
     if groups is None or isinstance(groups, str):
         group_of = [groups or ""] * n
     elif isinstance(groups, Mapping):

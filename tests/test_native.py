@@ -150,3 +150,21 @@ def test_spec_from_arrays() -> None:
         spec_from_arrays(arrays, ["g"])
     with pytest.raises(K.SpecError, match=".shape and .dtype"):
         spec_from_arrays([3])
+
+
+def test_overlaid_slot_leaf_belongs_to_several_groups() -> None:
+    """A slot array shared by layers of two groups is cleared when either group is zeroed."""
+    spec = NativeCacheSpec((
+        NativeLeaf("slot0", (4, 8, 128), "bfloat16", ("full", "swa")),
+        NativeLeaf("full1", (4, 8, 128), "bfloat16", "full"),
+        NativeLeaf("swa1", (4, 2, 128), "bfloat16", "swa"),
+    ))
+    assert spec.groups == ("full", "swa")
+    assert spec.zeroed_mask("swa") == (True, False, True) and spec.zeroed_mask("full") == (True, True, False)
+    assert native_tables(spec)["slot0"].segments[0].group == "full+swa"
+    d = spec.to_dict()
+    assert d["leaves"][0]["group"] == ["full", "swa"] and NativeCacheSpec.from_dict(d) == spec
+    with pytest.raises(K.SpecError, match="names a group twice"):
+        NativeLeaf("x", (4, 8), "float32", ("a", "a"))
+    with pytest.raises(K.SpecError, match="must not be empty"):
+        NativeLeaf("x", (4, 8), "float32", ())
