@@ -122,8 +122,47 @@ def check_shards(lay: ShardedLayout, datas: list[np.ndarray], bufs: list[Any], i
 
 
 
+@needs_pallas
+@pytest.mark.parametrize("kernel", ["tpu", "triton"])
+def test_pallas_zeroer_threads_own_buffers_and_bad_id_count(kernel: str) -> None:
+    """4 threads call one PallasZeroer on their own buffers while one of them checks: every
+    buffer gets exactly its ids, and every bad id is reported exactly once."""
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(6))
+    z = kp.PallasZeroer(t, kernel=kernel, interpret=True)
+    datas = [K.poison_pattern(z.buffer_shape[0] * 512, seed=k + 1) for k in range(4)]
+    bufs = [jnp.asarray(d.view(np.int32).reshape(z.buffer_shape)) for d in datas]
+    reported: list[int] = []
+
+    def step(k: int, r: int) -> None:
+        bufs[k] = z(bufs[k], jnp.array([(k + r) % 6, -1, 1000 + r], jnp.int32))
+        if k == 0:
+            try:
+                z.check()
+            except K.BlockIdError as e:
+                reported.append(int(e.value))
+
+    run_in_threads(4, 3, step)
+    try:
+        z.check()
+    except K.BlockIdError as e:
+        reported.append(int(e.value))
+    assert sum(reported) == 4 * 3 * 2
+    for k in range(4):
+        got = np.asarray(bufs[k]).reshape(-1).view(np.uint8)
+        chk = K.reference.compare_to_contract(datas[k], got, t, [(k + r) % 6 for r in range(3)])
+        assert chk.matches, (k, chk.describe())
 
 
+@needs_pallas
+def test_pallas_backend_threads_chain_the_buffer() -> None:
+    """Concurrent zero() calls on one PallasBackend: each donated buffer is chained, nothing lost."""
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(8))
+    data = K.poison_pattern(t.total_bytes)
+    be = kp.PallasBackend.from_host(t, data)
+
+    run_in_threads(4, 2, lambda k, r: be.zero([k * 2 + r]))
+    chk = K.reference.compare_to_contract(data, be.to_host(), t, list(range(8)))
+    assert chk.matches, chk.describe()
 
 
 # ============================================================================ 2. x64
@@ -140,8 +179,39 @@ def x64(request: pytest.FixtureRequest) -> Iterator[bool]:
         jax.config.update("jax_enable_x64", prev)
 
 
+@needs_pallas
+@pytest.mark.parametrize(("kernel", "programs"), [("tpu", None), ("triton", None), ("triton", 3)])
+def test_pallas_kernels_with_and_without_x64(x64: bool, kernel: str, programs: int | None) -> None:
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(6))
+    z = kp.PallasZeroer(t, kernel=kernel, interpret=True, programs=programs)
+    data = K.poison_pattern(z.buffer_shape[0] * 512)
+    buf = jnp.asarray(data.view(np.int32).reshape(z.buffer_shape))
+    buf = z(buf, [1, 4])  # host ids
+    wide = jnp.int64 if x64 else jnp.int32
+    ids = jnp.array([5, -1, 2**32 + 3 if x64 else 7], wide)  # 2**32 + 3 must not wrap to block 3
+    assert ids.dtype == wide
+    buf = z(buf, ids)
+    got = np.asarray(buf).reshape(-1).view(np.uint8)
+    chk = K.reference.compare_to_contract(data, got, t, [1, 4, 5])
+    assert chk.matches, chk.describe()
+    with pytest.raises(K.BlockIdError, match=r"device block_ids: 2 ids outside \[0, 6\)"):
+        z.check()
 
 
+@needs_pallas
+def test_sharded_pallas_with_x64(x64: bool) -> None:
+    from jax.sharding import Mesh
+
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(6), {"x": 1}, block_axes=("x",))
+    z = kp.ShardedPallasZeroer(lay, Mesh(np.array(jax.devices()[:1]), ("x",)))
+    data = K.poison_pattern(lay.gathered_bytes)
+    buf = z(z.make_buffer(data), [1])
+    wide = jnp.int64 if x64 else jnp.int32
+    buf = z(buf, jnp.array([4, 2**32 + 2 if x64 else -2], wide))
+    chk = lay.compare(data, z.to_host(buf), [1, 4])
+    assert chk.matches, chk.describe()
+    with pytest.raises(K.BlockIdError, match="1 ids outside"):
+        z.check()
 
 
 # ============================================================================ 3. sharded host validation
@@ -163,6 +233,20 @@ def _readonly_numpy(n: int) -> np.ndarray:
 # ============================================================================ 5. tables without rows
 
 
+@needs_pallas
+@pytest.mark.parametrize(("kernel", "programs"), [("tpu", None), ("triton", None), ("triton", 2)])
+def test_pallas_table_without_rows(kernel: str, programs: int | None) -> None:
+    t = mamba_only()
+    z = kp.PallasZeroer(t, kernel=kernel, interpret=True, programs=programs)
+    data = K.poison_pattern(z.buffer_shape[0] * 512)
+    buf = jnp.asarray(data.view(np.int32).reshape(z.buffer_shape))
+    buf = z(buf, [0, 3])
+    buf = z(buf, jnp.array([1, 7], jnp.int32))
+    assert np.array_equal(np.asarray(buf).reshape(-1).view(np.uint8), data)
+    with pytest.raises(K.BlockIdError, match="1 ids outside"):
+        z.check()
+    res = K.conformance.run_case(kp.PallasBackend, t, [0, 1, 2, 3])
+    assert res.ok and res.check.zeroed_bytes == 0
 
 
 # ============================================================================ 6. int32 limits
@@ -174,10 +258,34 @@ def _lane_table(num_blocks: int) -> SegmentTable:
 TRITON_MAX_BLOCKS = (2**31 - 1) // 127 + 1  # 16,909,321: lane0 = 127 * (num_blocks - 1) <= 2**31 - 1
 
 
+@needs_pallas
+def test_pallas_triton_refuses_tables_beyond_int32_lanes() -> None:
+    z = kp.PallasZeroer(_lane_table(TRITON_MAX_BLOCKS), kernel="triton", interpret=True)
+    assert z.table.num_blocks == TRITON_MAX_BLOCKS
+    with pytest.raises(K.TableError, match=f"at most {TRITON_MAX_BLOCKS} blocks") as e:
+        kp.PallasZeroer(_lane_table(TRITON_MAX_BLOCKS + 1), kernel="triton", interpret=True)
+    assert e.value.field == "table.num_blocks" and e.value.value == TRITON_MAX_BLOCKS + 1
+    assert f"table.num_blocks = {TRITON_MAX_BLOCKS + 1}" in str(e.value)
+    # the TPU kernel adds whole rows per block (int32 row offsets, checked by the planner): accepted
+    assert kp.PallasZeroer(_lane_table(TRITON_MAX_BLOCKS + 1), kernel="tpu", interpret=True).plan.period == 128
 
 
+@needs_pallas
+def test_pallas_triton_refuses_buffers_beyond_int32_rows() -> None:
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(4))
+    z = kp.PallasZeroer(t, kernel="triton", interpret=True)
+    big = jax.ShapeDtypeStruct((2**31, 128), jnp.int32)  # never allocated: traced only
+    ids = jax.ShapeDtypeStruct((8,), jnp.int32)
+    with pytest.raises(K.LayoutBufferError, match="buffer rows = 2147483648") as e:
+        jax.eval_shape(z.apply, big, ids)
+    assert e.value.field == "buffer.shape"
 
 
+@needs_pallas
+def test_pallas_host_ids_checked_before_int32_cast() -> None:
+    assert kp.zeroer.bucket_ids(np.array([3, 2**31 - 1])).dtype == np.int32
+    with pytest.raises(K.BlockIdError, match="id 2147483648 does not fit int32"):
+        kp.zeroer.bucket_ids(np.array([3, 2**31]))
 
 
 # ============================================================================ 7. API misuse
@@ -205,6 +313,13 @@ PALLAS_MISUSE = [
 ]
 
 
+@needs_pallas
+@pytest.mark.parametrize(("field", "value"), PALLAS_MISUSE)
+def test_pallas_option_misuse(field: str, value: Any) -> None:
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(2))
+    with pytest.raises(K.KVLayoutError) as e:
+        kp.PallasZeroer(t, **{field: value})
+    _assert_names(e.value, field, value)
 
 
 CUDA_MISUSE = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, ClassVar
 
 import jax
@@ -17,7 +18,10 @@ from .zeroer import PallasZeroer
 
 
 class PallasBackend(Backend):
-    """Backend protocol adapter: holds the current buffer and swaps in each donated result."""
+    """Backend protocol adapter: holds the current buffer and swaps in each donated result.
+
+    Thread safe: a lock chains concurrent :meth:`zero` calls through the held buffer.
+    """
 
     name: ClassVar[str] = "pallas"
     extra: ClassVar[str | None] = "pallas"
@@ -29,13 +33,15 @@ class PallasBackend(Backend):
         self.zeroer._check_buffer(buffer)
         self.buffer = buffer
         self._nbytes: int | None = None
+        self._lock = threading.Lock()
 
     @property
     def mode(self) -> str:
         return self.zeroer.mode
 
     def zero(self, block_ids: Any) -> None:
-        self.buffer = self.zeroer(self.buffer, block_ids)
+        with self._lock:
+            self.buffer = self.zeroer(self.buffer, block_ids)
 
     @classmethod
     def from_host(cls, table: SegmentTable, data: np.ndarray, *, offset: int = 0, **kwargs: Any) -> PallasBackend:
@@ -51,5 +57,6 @@ class PallasBackend(Backend):
 
     def to_host(self) -> np.ndarray:
         self.zeroer.check()
-        out = np.asarray(jax.device_get(self.buffer)).reshape(-1).view(np.uint8)
+        with self._lock:
+            out = np.asarray(jax.device_get(self.buffer)).reshape(-1).view(np.uint8)
         return out[: self._nbytes].copy() if self._nbytes is not None else out.copy()

@@ -29,9 +29,16 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
 from kvlayout.table import SegmentTable
 
-from .plan import LANES, RowPlan
+from .plan import INT32_MAX, LANES, RowPlan
+
+
+def _all_lanes() -> Any:
+    """Every lane of a row, from an int32 start: a bare ``:`` starts at an int64 0 under
+    ``jax_enable_x64``, which dynamic_slice refuses beside the int32 row index."""
+    return pl.ds(jnp.int32(0), LANES)
 
 
 # --------------------------------------------------------------------------- TPU kernel
@@ -72,8 +79,8 @@ def _tpu_kernel(
 
             @pl.when(ok)
             def _() -> None:
-                c = jax.lax.rem(b, period)
-                q = jax.lax.div(b, period)
+                c = jax.lax.rem(b, jnp.int32(period))  # int32 constants: x64 mode would make them int64
+                q = jax.lax.div(b, jnp.int32(period))
                 fn(c, q)
 
             return carry
@@ -195,7 +202,8 @@ def _triton_kernel(
     lanes = jax.lax.broadcasted_iota(jnp.int32, (chunk_rows, LANES), 1)
     w = (rows - r0) * LANES + lanes - a0
     mask = ok & (w >= 0) & (w < span)
-    pltriton.store(buf_ref.at[pl.ds(start, chunk_rows), :], jnp.zeros((chunk_rows, LANES), jnp.int32), mask=mask)
+    zeros = jnp.zeros((chunk_rows, LANES), jnp.int32)
+    pltriton.store(buf_ref.at[pl.ds(start, chunk_rows), _all_lanes()], zeros, mask=mask)
 
 
 def _triton_persistent_kernel(
@@ -239,21 +247,75 @@ def _triton_persistent_kernel(
         start = jnp.clip(r0 + chunk * chunk_rows, 0, total_rows - chunk_rows)
         w = (start + rows_iota - r0) * LANES + lanes - a0
         mask = ok & (w >= 0) & (w < span)
-        pltriton.store(buf_ref.at[pl.ds(start, chunk_rows), :], zeros, mask=mask)
+        pltriton.store(buf_ref.at[pl.ds(start, chunk_rows), _all_lanes()], zeros, mask=mask)
         return carry
 
     jax.lax.fori_loop(0, trips, body, jnp.int32(0))
 
 
 def triton_units(table: SegmentTable, offset: int, chunk_rows: int) -> np.ndarray:
-    """int32 ``[U, 6]`` units for the GPU kernel: each segment cut into ``chunk_rows`` chunks."""
+    """int64 ``[U, 6]`` units for the GPU kernel: each segment cut into ``chunk_rows`` chunks.
+
+    The kernel holds them as int32: :func:`check_triton_int32` proves that they and every
+    intermediate of the kernel's arithmetic fit first.
+    """
     out = []
     for s in table.segments:
         bw, sw, spw = (s.base + offset) // 4, s.stride // 4, s.span // 4
         rows_touched = (LANES - 1 + spw) // LANES + 1
         for k in range(-(-rows_touched // chunk_rows)):
             out.append((bw // LANES, bw % LANES, sw // LANES, sw % LANES, spw, k))
-    return np.array(out, np.int32).reshape(-1, 6)
+    return np.array(out, np.int64).reshape(-1, 6)
+
+
+def effective_chunk_rows(total_rows: int, chunk_rows: int) -> int:
+    """Rows per store: ``chunk_rows``, or the largest power of two that fits a smaller buffer."""
+    if total_rows < chunk_rows:
+        return max(1, 1 << (total_rows.bit_length() - 1))
+    return chunk_rows
+
+
+def check_triton_int32(units: np.ndarray, table: SegmentTable, total_rows: int, chunk_rows: int) -> None:
+    """Refuse a table or buffer whose Pallas-Triton lane and row arithmetic would overflow int32.
+
+    For the largest block id ``b = num_blocks - 1`` (every term grows with ``b``) the kernel
+    computes ``lane0 = base_lane + b * stride_lanes``, ``r0 = base_row + b * stride_rows +
+    lane0 // 128``, the chunk's first row ``r0 + chunk * chunk_rows``, rows up to
+    ``total_rows`` and word offsets up to ``(chunk + 1) * chunk_rows * 128`` inside a span.
+    ``lane0`` is what bounds ``num_blocks``: up to 127 lanes per block, so about 2**24 blocks.
+    """
+    if total_rows > INT32_MAX - chunk_rows:
+        raise LayoutBufferError(
+            f"buffer rows = {total_rows}: the Pallas-Triton kernel indexes rows in int32 (at most "
+            f"{INT32_MAX - chunk_rows} rows with chunk_rows {chunk_rows})",
+            field="buffer.shape",
+            value=total_rows,
+        )
+    if units.size == 0:
+        return
+    num_blocks = table.num_blocks
+    b = max(num_blocks - 1, 0)
+    br, bl, sr, sl, spw, k = (units[:, c].astype(object) for c in range(6))  # Python ints: exact
+    lane0 = bl + b * sl
+    worst = int(np.argmax(lane0))
+    if lane0[worst] > INT32_MAX:
+        most = min((INT32_MAX - int(x)) // int(y) + 1 for x, y in zip(bl, sl) if y)
+        raise TableError(
+            f"table.num_blocks = {num_blocks}: the Pallas-Triton kernel computes lane offsets in int32; "
+            f"block {b} needs {lane0[worst]} > 2**31 - 1 (this table allows at most {most} blocks)",
+            field="table.num_blocks",
+            value=num_blocks,
+        )
+    row_end = br + b * sr + lane0 // LANES + (k + 1) * chunk_rows
+    words = (k + 2) * chunk_rows * LANES
+    for name, arr in (("row", row_end), ("word offset in a span", words), ("span in words", spw)):
+        if max(arr) > INT32_MAX:
+            raise TableError(
+                f"table.total_bytes = {table.total_bytes}: a {name} of {max(arr)} is beyond the "
+                "Pallas-Triton kernel's int32 arithmetic",
+                field="table.total_bytes",
+                value=table.total_bytes,
+            )
 
 
 def triton_zero_call(
@@ -270,9 +332,10 @@ def triton_zero_call(
     ``programs=None``: one program per (id slot, unit); else that many persistent programs
     striding over the live items only.
     """
-    if total_rows < chunk_rows:
-        chunk_rows = max(1, 1 << (total_rows.bit_length() - 1))
-    units = triton_units(table, offset, chunk_rows)
+    chunk_rows = effective_chunk_rows(total_rows, chunk_rows)
+    units64 = triton_units(table, offset, chunk_rows)
+    check_triton_int32(units64, table, total_rows, chunk_rows)
+    units = units64.astype(np.int32)
     if programs is None:
         kernel = partial(_triton_kernel, num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows)
     else:
@@ -283,7 +346,16 @@ def triton_zero_call(
     def f(ids: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:
         from jax.experimental.pallas import triton as pltriton
 
-        grid = (ids.shape[0], units.shape[0]) if programs is None else (max(1, min(programs, ids.shape[0] * units.shape[0])),)
+        if units.shape[0] == 0:  # a table without rows (only mamba layers): nothing to write
+            return buf
+        items = ids.shape[0] * units.shape[0]
+        if programs is not None and items > INT32_MAX - programs:  # the persistent kernel's int32 item index
+            raise BlockIdError(
+                f"block_ids: {ids.shape[0]} ids x {units.shape[0]} units = {items} work items, beyond int32",
+                field="block_ids",
+                value=ids.shape[0],
+            )
+        grid = (ids.shape[0], units.shape[0]) if programs is None else (max(1, min(programs, items)),)
         call = pl.pallas_call(
             kernel,
             grid=grid,

@@ -24,11 +24,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from kvlayout.errors import BackendError, LayoutBufferError
+from kvlayout.errors import BackendError, LayoutBufferError, TableError
 from kvlayout.sharding import ShardedLayout
 
 from .plan import LANES, ROW_BYTES
-from .zeroer import BadIdCount, PallasZeroer, check_id_array
+from .zeroer import BadIdCount, PallasZeroer, check_id_array, ids_in_range, run_step
 
 #: Persistent GPU programs per SM for routed device ids (H200 sweep: 4 x 16 rows x 4 warps best).
 PERSISTENT_PROGRAMS_PER_SM = 4
@@ -54,9 +54,16 @@ class ShardedPallasZeroer:
     Construct once per (layout, mesh): every shard's table is verified and planned. Then
     ``buf = zeroer(buf, block_ids)`` per step; :meth:`apply` is the traceable form for a
     user's own ``jax.jit``. Keyword arguments go to the per-shard :class:`PallasZeroer`.
+
+    Thread safe as :class:`PallasZeroer` is: concurrent calls on different buffers are fine
+    (the bad-id count is locked); calls on one (donated) buffer must be chained.
     """
 
     def __init__(self, layout: ShardedLayout, mesh: Mesh, **kwargs: Any) -> None:
+        if not isinstance(layout, ShardedLayout):
+            kind = type(layout).__name__
+            msg = f"layout type = {kind}: must be a kvlayout.ShardedLayout"
+            raise TableError(msg, field="layout", value=kind)
         layout.require_safe()
         _check_mesh(layout, mesh)
         if "offset" in kwargs:
@@ -179,7 +186,8 @@ class ShardedPallasZeroer:
         """Traceable: ``(buf, global ids int[n]) -> (buf, number of ids outside the pool)``."""
         ids = jnp.asarray(block_ids)
         check_id_array(ids)
-        out, bad = self._step(buf, ids.astype(jnp.int32))
+        ids32, ok = ids_in_range(ids, self.layout.num_blocks)  # no wide id wraps into the pool
+        out, bad = self._step(buf, jnp.where(ok, ids32, -1))
         return out, bad
 
     def _traced(self, buf: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -191,12 +199,12 @@ class ShardedPallasZeroer:
         self._check_buffer(buf)
         if not isinstance(block_ids, jax.Array):
             local = self.route_host(block_ids)  # the global pool; raises before anything runs
-            return buf if local is None else self._jitted_local(buf, local)
+            return buf if local is None else run_step(self.local.serialised, self._jitted_local, buf, local)
         ids = block_ids
         check_id_array(ids)
         if ids.shape[0] == 0:
             return buf
-        out, err = self._jitted(buf, ids)
+        out, err = run_step(self.local.serialised, self._jitted, buf, ids)
         self._bad.add(err)
         return out
 

@@ -5,24 +5,29 @@ layout at byte ``offset``; :meth:`PallasZeroer.buffer_shape` gives the rows need
 kernel is chosen from JAX's default device: the Mosaic TPU kernel on TPUs, the Triton
 lowering on NVIDIA GPUs, and on the CPU the TPU kernel in Pallas's TPU interpret mode
 (race detection on, NaN-initialised scratch) so the TPU code path is what runs.
+
+Both kernels work with ``jax_enable_x64`` on or off: ids are int32 inside the kernels,
+and ids of wider dtypes are range-checked before they are narrowed, so none wraps into
+``[0, num_blocks)``.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kvlayout.errors import BlockIdError, LayoutBufferError
+from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, TableError
 from kvlayout.hardware import jax_platform
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
 from kvlayout.verify import require_safe
 
-from .kernels import tpu_zero_call, triton_zero_call
-from .plan import LANES, ROW_BYTES, RowPlan, check_rows_disjoint_per_block, plan_rows
+from .kernels import check_triton_int32, effective_chunk_rows, tpu_zero_call, triton_units, triton_zero_call
+from .plan import INT32_MAX, LANES, ROW_BYTES, RowPlan, check_rows_disjoint_per_block, plan_rows
 
 KERNELS = ("tpu", "triton")
 
@@ -37,6 +42,38 @@ def default_kernel() -> tuple[str, bool]:
     return "tpu", True
 
 
+def check_table(table: Any) -> SegmentTable:
+    """The first argument of every zeroer: a :class:`SegmentTable` (checked before anything else)."""
+    if not isinstance(table, SegmentTable):
+        kind = type(table).__name__
+        raise TableError(f"table type = {kind}: must be a kvlayout.SegmentTable", field="table", value=kind)
+    return table
+
+
+def check_option(name: str, value: Any, *, power_of_two: bool = False, limit: int = INT32_MAX) -> int:
+    """A positive integer option (not a bool), optionally a power of two, at most ``limit``."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer)) and 0 < value <= limit
+    if ok and power_of_two:
+        ok = value & (value - 1) == 0
+    if not ok:
+        what = "a positive power of two" if power_of_two else "a positive integer"
+        raise BackendError(f"{name} = {value!r}: must be {what}, at most {limit}", field=name, value=value)
+    return int(value)
+
+
+def ids_in_range(ids: jax.Array, limit: int) -> tuple[jax.Array, jax.Array]:
+    """Traceable: ``(int32 ids, ids in [0, limit))`` for integer ids of any dtype.
+
+    The range is checked in the ids' own dtype before narrowing (out-of-range slots become
+    0 and are masked off), so an int64 id such as ``2**32 + 3`` is counted bad instead of
+    wrapping to block 3.
+    """
+    if jnp.iinfo(ids.dtype).max <= INT32_MAX:  # exact in int32; also keeps ``limit`` representable
+        ids = ids.astype(jnp.int32)
+    ok = (ids >= 0) & (ids < limit)
+    return jnp.where(ok, ids, 0).astype(jnp.int32), ok
+
+
 def check_id_array(ids: Any) -> None:
     """Device ids must be a 1-D integer array (values are checked in the kernel)."""
     if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
@@ -47,8 +84,11 @@ def bucket_ids(host: np.ndarray) -> np.ndarray:
     """Validated unique host ids padded (with duplicates of the first) to a power of two >= 8.
 
     Few distinct shapes, so steps with different batch sizes do not retrace; duplicates are
-    taken once by the kernel.
+    taken once by the kernel. Ids are checked to fit int32 before the cast.
     """
+    if host.size and (int(host.min()) < 0 or int(host.max()) > INT32_MAX):
+        bad = int(host.max()) if int(host.max()) > INT32_MAX else int(host.min())
+        raise BlockIdError(f"block_ids: id {bad} does not fit int32", field="block_ids", value=bad)
     bucket = max(8, 1 << int(host.size - 1).bit_length())
     padded = np.full(bucket, host[0], np.int32)
     padded[: host.size] = host
@@ -56,22 +96,43 @@ def bucket_ids(host: np.ndarray) -> np.ndarray:
 
 
 class BadIdCount:
-    """The device-side count of out-of-range ids, summed over steps without a host sync."""
+    """The device-side count of out-of-range ids, summed over steps without a host sync.
+
+    Thread safe: steps in several threads may add while another thread checks; every bad id
+    is reported by exactly one :meth:`check`.
+    """
 
     def __init__(self) -> None:
         self._err: jax.Array | None = None
+        self._lock = threading.Lock()
 
     def add(self, err: jax.Array) -> None:
-        self._err = err if self._err is None else self._err + err
+        with self._lock:
+            self._err = err if self._err is None else self._err + err
 
     def check(self, num_blocks: int, consequence: str) -> None:
         """Raise if any step counted bad ids (synchronises; resets)."""
-        if self._err is None:
+        with self._lock:
+            err, self._err = self._err, None
+        if err is None:
             return
-        count = int(self._err)
-        self._err = None
+        count = int(err)
         if count:
             raise BlockIdError(f"device block_ids: {count} ids outside [0, {num_blocks}); {consequence}", field="block_ids", value=count)
+
+
+#: TPU interpret mode keeps its simulated memory in process-wide state set up and torn down
+#: by every call, so two interpreted calls must never overlap (threads): see :func:`run_step`.
+_TPU_INTERPRET_LOCK = threading.Lock()
+
+
+def run_step(serialise: bool, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``; with ``serialise`` (TPU interpret mode) under a process-wide lock and
+    waited for, so no other thread's interpreted call runs meanwhile."""
+    if not serialise:
+        return fn(*args)
+    with _TPU_INTERPRET_LOCK:
+        return jax.block_until_ready(fn(*args))
 
 
 def _interpret_params() -> Any:
@@ -88,6 +149,12 @@ class PallasZeroer:
     (error, nothing runs); a ``jax.Array`` of ids is used as is and checked in the kernel
     (out-of-range ids write nothing; :meth:`check` raises). Inside a user's own
     ``jax.jit`` use :meth:`apply`, which returns ``(buf, bad_id_count)``.
+
+    Thread safe: several threads may call one zeroer at once, each with its own buffer (the
+    kernel cache and the bad-id count are locked; in TPU interpret mode, whose simulator is
+    process-wide, calls are serialised and waited for). A buffer is donated, so calls on one
+    buffer must be chained by the caller: the result of one is the input of the next.
+    Inside a user's jit (:meth:`apply`) in TPU interpret mode, do not run two steps at once.
     """
 
     def __init__(
@@ -104,26 +171,38 @@ class PallasZeroer:
         num_warps: int = 4,
         programs: int | None = None,
     ) -> None:
+        check_table(table)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 or offset % 4:
+            msg = f"offset = {offset!r}: must be a non-negative multiple of 4"
+            raise LayoutBufferError(msg, field="offset", value=offset)
+        tile_rows = check_option("tile_rows", tile_rows, limit=1 << 16)
+        self.ids_per_step = check_option("ids_per_step", ids_per_step, limit=1 << 16)
+        self.chunk_rows = check_option("chunk_rows", chunk_rows, power_of_two=True, limit=1 << 16)
+        self.num_warps = check_option("num_warps", num_warps, power_of_two=True, limit=32)
+        #: GPU kernel: None = a program per (id slot, unit); N = N persistent programs over live items
+        self.programs = None if programs is None else check_option("programs", programs)
+        if interpret is not None and not isinstance(interpret, bool):
+            msg = f"interpret = {interpret!r}: must be True, False or None"
+            raise BackendError(msg, field="interpret", value=interpret)
+        if kernel is not None and kernel not in KERNELS:
+            msg = f"kernel = {kernel!r}: valid kernels: {', '.join(KERNELS)}"
+            raise LayoutBufferError(msg, field="kernel", value=kernel)
         require_safe(table)
         self.table = table
         self.kernel_table = table.coalesced() if coalesce else table
         check_rows_disjoint_per_block(self.kernel_table)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 or offset % 4:
-            raise LayoutBufferError(f"offset = {offset!r}: must be a non-negative multiple of 4", field="offset", value=offset)
         self.offset = offset
         auto_kernel, auto_interp = default_kernel()
         self.kernel = kernel or auto_kernel
-        if self.kernel not in KERNELS:
-            raise LayoutBufferError(f"kernel = {self.kernel!r}: valid kernels: {', '.join(KERNELS)}", field="kernel", value=self.kernel)
         self.interpret = auto_interp if interpret is None else interpret
         self.plan: RowPlan = plan_rows(self.kernel_table, offset, tile_rows)
         self.rows = self.plan.rows_needed
-        self.ids_per_step = ids_per_step
-        self.chunk_rows = chunk_rows
-        self.num_warps = num_warps
-        #: GPU kernel: None = a program per (id slot, unit); N = N persistent programs over live items
-        self.programs = programs
+        if self.kernel == "triton":  # refuse now what the kernel's int32 arithmetic cannot hold
+            chunk = effective_chunk_rows(self.rows, self.chunk_rows)
+            units = triton_units(self.kernel_table, offset, chunk)
+            check_triton_int32(units, self.kernel_table, self.rows, chunk)
         self.trace_count = 0
+        self._lock = threading.Lock()
         self._calls: dict[tuple[int, int], Any] = {}
         self._jitted = jax.jit(self._apply, donate_argnums=0)
         self._bad = BadIdCount()
@@ -158,33 +237,41 @@ class PallasZeroer:
     # ---- the traced step ------------------------------------------------------------------
     def _call_for(self, n_pad: int, total_rows: int) -> Any:
         key = (n_pad, total_rows)
-        if key not in self._calls:
-            if self.kernel == "tpu":
-                interp = _interpret_params() if self.interpret else False
-                self._calls[key] = tpu_zero_call(self.plan, n_pad, self.ids_per_step, interp)
-            else:
-                self._calls[key] = triton_zero_call(
-                    self.kernel_table, self.offset, total_rows, self.chunk_rows, self.num_warps, self.interpret, self.programs
-                )
-        return self._calls[key]
+        with self._lock:
+            if key not in self._calls:
+                if self.kernel == "tpu":
+                    interp = _interpret_params() if self.interpret else False
+                    self._calls[key] = tpu_zero_call(self.plan, n_pad, self.ids_per_step, interp)
+                else:
+                    self._calls[key] = triton_zero_call(
+                        self.kernel_table,
+                        self.offset,
+                        total_rows,
+                        self.chunk_rows,
+                        self.num_warps,
+                        self.interpret,
+                        self.programs,
+                    )
+            return self._calls[key]
 
     def apply(self, buf: jax.Array, block_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Traceable step: ``(buf, ids int32[n]) -> (buf, number of out-of-range ids)``."""
         self._check_buffer(buf)
         ids = jnp.asarray(block_ids)
         check_id_array(ids)
-        n = ids.shape[0]
-        if n == 0:
+        if ids.shape[0] == 0:
             return buf, jnp.zeros((), jnp.int32)
-        ids = ids.astype(jnp.int32)
-        bad = jnp.sum((ids < 0) | (ids >= self.table.num_blocks)).astype(jnp.int32)
-        return self.apply_masked(buf, ids, jnp.ones((n,), jnp.bool_)), bad
+        ids32, ok = ids_in_range(ids, self.table.num_blocks)
+        bad = jnp.sum(~ok).astype(jnp.int32)
+        return self.apply_masked(buf, ids32, ok), bad
 
     def apply_masked(self, buf: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.Array:
         """Traceable: zero ``ids[valid]`` (int32 ``[n]``, bool ``[n]``); invalid slots are skipped.
 
         Used by the sharded zeroer, where ids owned by other shards are not errors.
         """
+        if len(self.kernel_table) == 0:  # only mamba layers: no rows, nothing to write
+            return buf
         n = ids.shape[0]
         # invalid slots become num_blocks (out of range: the kernel skips them); sorting then
         # puts equal ids side by side, so each id is taken once
@@ -215,9 +302,14 @@ class PallasZeroer:
             ids = jnp.asarray(bucket_ids(host))
         if ids.shape[0] == 0:
             return buf
-        out, err = self._jitted(buf, ids)
+        out, err = run_step(self.serialised, self._jitted, buf, ids)
         self._bad.add(err)
         return out
+
+    @property
+    def serialised(self) -> bool:
+        """Whether calls hold the process-wide TPU-interpret lock (the TPU kernel in interpret mode)."""
+        return self.kernel == "tpu" and bool(self.interpret)
 
     zero_blocks = __call__
 
