@@ -286,12 +286,18 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--json", action="store_true", help="print the sharded layout (and routing) as JSON")
     ps.set_defaults(func=cmd_shard)
 
-    pm = sub.add_parser("plot", help="draw the block byte map (needs the notebook extra)")
+    pm = sub.add_parser("plot", help="draw a layout: byte map, table rows, zeroing, bytes per step (notebook extra)")
     _add_source(pm)
-    pm.add_argument("--out", required=True, help="FILE.png or FILE.svg")
+    pm.add_argument("--table", help="draw a segment table JSON instead of a spec (--kind table or steps)")
+    pm.add_argument("--out", required=True, help="FILE.png, FILE.svg or FILE.pdf")
     pm.add_argument("--blocks", help="block ids to draw (default: first, second, middle, last); for --kind diff: ids to zero")
-    pm.add_argument("--kind", choices=("map", "table", "diff"), default="map",
-                    help="map: layers per block; table: what each table row clears (spill in red); diff: reference zeroing, changed bytes")
+    pm.add_argument("--kind", choices=("map", "table", "diff", "steps"), default=None,
+                    help="map (default for a spec): lanes per group shape, gaps at byte scale; table (default for "
+                         "--table): what each row clears, red only where unsafe; diff: reference zeroing, changed "
+                         "bytes; steps: bytes written per step, per-group against all-group zeroing")
+    pm.add_argument("--compare", metavar="KEY=VALUE[,...]",
+                    help="draw the spec above a variant of it: layout=NAME, tp=N, dtype=NAME, num_blocks=N, "
+                         "preset=NAME or spec=FILE (e.g. --compare layout=layer_major or --compare tp=2)")
     pm.set_defaults(func=cmd_plot)
 
     pf = sub.add_parser("conformance", help="run the conformance battery on one or every installed backend")
@@ -307,10 +313,31 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out!r}: the file must end in .png, .svg or .pdf", field="out", value=args.out)
     if not out.parent.is_dir():
         raise UsageError(f"--out {args.out!r}: folder {str(out.parent)!r} does not exist", field="out", value=args.out)
-    spec = _load_spec(args)
-    blocks = parse_blocks(args.blocks, spec.num_blocks).tolist() if args.blocks else None
-    table = plan_layout(spec).table()
-    if args.kind == "diff":
+    from .viz import describe_changes, parse_compare, variant  # no matplotlib: the input is checked first
+
+    kind = args.kind or ("table" if args.table else "map")
+    spec: KVCacheSpec | None = None
+    if args.table:
+        if args.spec or args.preset:
+            raise UsageError("give --table or a spec, not both", field="table", value=args.table)
+        if args.num_blocks is not None or args.compare is not None or kind not in ("table", "steps"):
+            raise UsageError("--table draws --kind table or steps (a table JSON has no layout: --compare, "
+                             "--num-blocks and --kind map/diff need a spec)", field="table", value=args.table)
+        table = SegmentTable.from_dict(read_json_file(TableError, "table file", args.table))
+    else:
+        spec = _load_spec(args)
+        table = plan_layout(spec).table()
+    other: KVCacheSpec | None = None
+    changes: list[tuple[str, str]] = []
+    if args.compare is not None:
+        if kind != "map" or spec is None:
+            raise UsageError("--compare draws two byte maps: use it without --kind (or with --kind map)",
+                             field="compare", value=args.compare)
+        changes = parse_compare(args.compare)
+        other = variant(spec, changes)
+        plan_layout(other)  # a variant that cannot be planned is exit 2 here, before matplotlib
+    blocks = parse_blocks(args.blocks, table.num_blocks).tolist() if args.blocks else None
+    if kind == "diff":
         _host_sized(table.total_bytes, "total_bytes")
     try:  # only once the input is known good: importing matplotlib takes seconds
         import matplotlib
@@ -320,12 +347,17 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise UsageError("kvlayout plot needs matplotlib: pip install 'kvlayout[notebook]'", field="plot",
                          value=None) from None
     from .reference import ReferenceBackend
-    from .viz import byte_map, table_map, zero_diff
+    from .viz import byte_map, bytes_per_step, compare_maps, table_map, zero_diff
 
-    if args.kind == "map":
-        fig = byte_map(spec, blocks)
-    elif args.kind == "table":
+    name = args.preset or Path(args.spec or args.table or "spec").name
+    if other is not None and spec is not None:
+        fig = compare_maps(spec, other, (name, f"{name} with {describe_changes(changes)}"), blocks)
+    elif kind == "map" and spec is not None:
+        fig = byte_map(spec, blocks, title=name)
+    elif kind == "table":
         fig = table_map(table, blocks)
+    elif kind == "steps":
+        fig = bytes_per_step(spec if spec is not None else table)
     else:
         ids = blocks if blocks is not None else [0]
         res = run_case(ReferenceBackend, table, ids)
