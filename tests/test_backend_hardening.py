@@ -101,6 +101,31 @@ def sync() -> None:
 
 
 # ============================================================================ 1. threads
+@needs_cuda
+def test_cuda_zeroer_threads_zero_disjoint_ids_exactly() -> None:
+    """4 threads x 8 rounds through one CudaZeroer, each thread its own ids (host lists and
+    device tensors): every id is zeroed, nothing else (8 blocks are never zeroed)."""
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(40))
+    data = K.poison_pattern(t.total_bytes + 2 * GUARD)
+    buf = on_device(data)
+    z = kc.CudaZeroer(t, buf, offset=GUARD, max_programs=4)
+    n_threads, rounds = 4, 8
+
+    def ids_of(k: int, r: int) -> int:
+        return k * rounds + r  # thread k owns [8k, 8k + 8)
+
+    def step(k: int, r: int) -> None:
+        with thread_stream():
+            b = ids_of(k, r)
+            z.zero(torch.tensor([b], device=kc.DEVICE_TYPE) if k % 2 else [b])
+            sync()
+
+    run_in_threads(n_threads, rounds, step)
+    sync()
+    z.check()
+    done = [ids_of(k, r) for k in range(n_threads) for r in range(rounds)]
+    chk = K.reference.compare_to_contract(data, host(buf), t, done, origin=GUARD)
+    assert chk.matches, chk.describe()
 
 
 def shard_buffers(lay: ShardedLayout) -> tuple[list[np.ndarray], list[Any]]:
@@ -118,8 +143,53 @@ def check_shards(lay: ShardedLayout, datas: list[np.ndarray], bufs: list[Any], i
         assert chk.matches, (k, chk.describe())
 
 
+@needs_cuda
+def test_sharded_cuda_zeroer_threads() -> None:
+    """Host and device batches from 4 threads through one ShardedCudaZeroer (routed kernel path)."""
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(16), {"dp": 4}, block_axes=("dp",))
+    datas, bufs = shard_buffers(lay)
+    z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD, max_programs=4)
+
+    def step(k: int, r: int) -> None:
+        with thread_stream():
+            b = r * 4 + k  # every round touches every shard; ids 12..15 are never zeroed
+            z.zero(torch.tensor([b], device=kc.DEVICE_TYPE) if k % 2 else [b])
+            sync()
+
+    run_in_threads(4, 3, step)
+    sync()
+    z.check()
+    check_shards(lay, datas, bufs, list(range(12)))
 
 
+@needs_cuda
+def test_cuda_check_reports_each_bad_device_id_once_across_threads() -> None:
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(8))
+    data = K.poison_pattern(t.total_bytes)
+    buf = on_device(data)
+    z = kc.CudaZeroer(t, buf, max_programs=2)
+    reported: list[int] = []
+    lock = threading.Lock()
+
+    def step(k: int, r: int) -> None:
+        with thread_stream():
+            z._launch(torch.tensor([k, -1 - r], device=kc.DEVICE_TYPE))  # one good, one bad id
+            sync()
+        try:
+            z.check()
+        except K.BlockIdError as e:
+            with lock:
+                m = re.search(r"(\d+) work items", str(e))
+                assert m is not None, str(e)
+                reported.append(int(m.group(1)))
+
+    run_in_threads(3, 3, step)
+    with contextlib.suppress(K.BlockIdError):
+        z.check()  # nothing left: every thread checked after its own launch
+    units = z.plan.units_per_block
+    assert sum(reported) == 3 * 3 * units
+    chk = K.reference.compare_to_contract(data, host(buf), t, [0, 1, 2])
+    assert chk.matches, chk.describe()
 
 
 @needs_pallas
@@ -215,6 +285,18 @@ def test_sharded_pallas_with_x64(x64: bool) -> None:
 
 
 # ============================================================================ 3. sharded host validation
+@needs_cuda
+@pytest.mark.parametrize("bad", [[1, 5, 16], [-3, 2], [0, 2**40]])
+def test_sharded_cuda_cpu_tensor_with_a_bad_id_writes_nothing(bad: list[int]) -> None:
+    """A CPU tensor holds host ids in both modes: validated against the global pool before any launch."""
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(16), {"dp": 4}, block_axes=("dp",))
+    datas, bufs = shard_buffers(lay)
+    z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD)
+    with pytest.raises(K.BlockIdError, match=r"outside \[0, 16\)"):
+        z.zero(torch.tensor(bad))
+    sync()
+    assert all(np.array_equal(host(b), datas[k]) for k, b in enumerate(bufs))
+    z.check()  # nothing was launched: no device-side flag either
 
 
 # ============================================================================ 4. read-only memory
@@ -224,13 +306,60 @@ def _readonly_numpy(n: int) -> np.ndarray:
     return a
 
 
+@needs_cuda
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(_readonly_numpy, id="numpy-writeable-false"),
+        pytest.param(lambda n: np.frombuffer(bytes(K.poison_pattern(n)), np.uint8), id="frombuffer-bytes"),
+        pytest.param(lambda n: _readonly_numpy(n).__dlpack__(max_version=(1, 0)), id="read-only-capsule"),
+    ],
+)
+def test_from_dlpack_refuses_read_only_memory(make: Callable[[int], Any]) -> None:
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(2))
+    obj = make(t.total_bytes)
+    before = np.array(obj, copy=True) if isinstance(obj, np.ndarray) else None
+    with pytest.raises(K.LayoutBufferError, match=r"buffer = \w+ \(read-only\)") as e:
+        kc.CudaZeroer.from_dlpack(obj, t)
+    assert e.value.field == "buffer"
+    if before is not None:
+        assert np.array_equal(obj, before)
 
 
+@needs_cuda
+def test_from_dlpack_refuses_objects_without_dlpack() -> None:
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(2))
+    with pytest.raises(K.LayoutBufferError, match="buffer type = bytes: not importable through DLPack"):
+        kc.CudaZeroer.from_dlpack(bytes(t.total_bytes), t)
 
 
+@needs_cuda
+@pytest.mark.skipif(
+    kc is None or kc.MODE != "interpreter", reason="host memory is the buffer only under the interpreter"
+)
+def test_from_dlpack_writeable_numpy_zeroed_in_place() -> None:
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(3))
+    data = K.poison_pattern(t.total_bytes)
+    owner = data.copy()
+    kc.CudaZeroer.from_dlpack(owner, t).zero([1])
+    chk = K.reference.compare_to_contract(data, owner, t, [1])
+    assert chk.matches, chk.describe()
 
 
 # ============================================================================ 5. tables without rows
+@needs_cuda
+def test_cuda_table_without_rows() -> None:
+    t = mamba_only()
+    data = K.poison_pattern(t.total_bytes)
+    buf = on_device(data)
+    z = kc.CudaZeroer(t, buf)
+    z.zero([0, 3])
+    z.zero(torch.tensor([1], device=kc.DEVICE_TYPE))
+    z._launch(torch.tensor([2, 9], device=kc.DEVICE_TYPE))  # the kernel still bounds-checks device ids
+    sync()
+    assert np.array_equal(host(buf), data)
+    with pytest.raises(K.BlockIdError, match=r"e\.g\. 9"):
+        z.check()
 
 
 @needs_pallas
@@ -341,10 +470,47 @@ CUDA_MISUSE = [
 ]
 
 
+@needs_cuda
+@pytest.mark.parametrize(("field", "value"), CUDA_MISUSE)
+def test_cuda_option_misuse(field: str, value: Any) -> None:
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(2))
+    data = K.poison_pattern(t.total_bytes + 8)
+    buf = on_device(data)
+    with pytest.raises(K.KVLayoutError) as e:
+        kc.CudaZeroer(t, buf, **{field: value})
+    _assert_names(e.value, field, value)
+    assert np.array_equal(host(buf), data)
 
 
+@needs_cuda
+def test_plan_units_misuse_is_a_kvlayout_error() -> None:
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(2))
+    with pytest.raises(K.BackendError) as e:
+        kc.plan_units(t, chunk_words=6)
+    _assert_names(e.value, "chunk_words", 6)
 
 
+@pytest.mark.parametrize("bad", ["table.json", None, 3, {"segments": []}])
+def test_non_table_first_argument(bad: Any) -> None:
+    ran = 0
+    if kc is not None:
+        with pytest.raises(K.TableError) as e:
+            kc.CudaZeroer(bad, torch.zeros(64, dtype=torch.uint8, device=kc.DEVICE_TYPE))
+        assert e.value.field == "table" and f"table type = {type(bad).__name__}" in str(e.value)
+        with pytest.raises(K.TableError, match="layout type = "):
+            kc.ShardedCudaZeroer(bad, [])
+        ran += 1
+    if kp is not None:
+        with pytest.raises(K.TableError) as e:
+            kp.PallasZeroer(bad)
+        assert e.value.field == "table" and f"table type = {type(bad).__name__}" in str(e.value)
+        from jax.sharding import Mesh
+
+        with pytest.raises(K.TableError, match="layout type = "):
+            kp.ShardedPallasZeroer(bad, Mesh(np.array(jax.devices()[:1]), ("x",)))
+        ran += 1
+    if not ran:
+        pytest.skip("needs a backend extra")
 
 
 # ============================================================================ plan: per-block overlaps
@@ -365,3 +531,26 @@ def test_pallas_refuses_rows_overlapping_within_a_block() -> None:
 
 
 # ============================================================================ native only: CUDA graphs
+@needs_cuda
+@pytest.mark.skipif(kc is None or kc.MODE != "native", reason="CUDA graphs need a GPU")
+def test_cuda_graph_owns_its_buffers() -> None:
+    """A captured routed step keeps its own buffers: later eager calls never overwrite them."""
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(16), {"dp": 4}, block_axes=("dp",))
+    datas, bufs = shard_buffers(lay)
+    z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD)
+    static = torch.tensor([1, 6], device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        z.zero(static)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        z.zero(static)
+    z.zero(torch.tensor([9, 12], device="cuda"))  # eager, between capture and replay
+    static.copy_(torch.tensor([3, 14], device="cuda"))
+    graph.replay()
+    z.zero([0])
+    torch.cuda.synchronize()
+    z.check()
+    check_shards(lay, datas, bufs, [0, 1, 3, 6, 9, 12, 14])

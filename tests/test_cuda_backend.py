@@ -1,4 +1,7 @@
-"""The ``cuda`` backend's real Triton kernel under Triton's interpreter (CPU CI)."""
+"""The ``cuda`` backend's real Triton kernel: under Triton's interpreter in CPU CI, natively on a GPU.
+
+Every test runs in both modes: buffers and device ids live on ``kc.DEVICE_TYPE``.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +17,23 @@ from kvlayout.testing import random_spec
 torch = pytest.importorskip("torch")
 kc = pytest.importorskip("kvlayout.backends.cuda")
 
-pytestmark = pytest.mark.skipif(kc.MODE != "interpreter", reason="CPU tests run the interpreter; GPU checks are in scripts/gpu_cuda.py")
 
 
-def test_registered_and_interpreter_mode() -> None:
+def on_device(data: np.ndarray) -> torch.Tensor:
+    """A copy of host bytes on the backend's device (the CPU under the interpreter)."""
+    return torch.from_numpy(data.copy()).to(kc.DEVICE_TYPE)
+
+
+def host(buf: torch.Tensor) -> np.ndarray:
+    return buf.cpu().numpy()
+
+
+def test_registered_and_mode() -> None:
     cls = K.load_backend("cuda")
     assert cls is kc.CudaBackend
-    assert kc.MODE == "interpreter"
+    native = torch.cuda.is_available()
+    assert kc.MODE == "native" if native else kc.MODE == "interpreter"
+    assert kc.DEVICE_TYPE == "cuda" if native else kc.DEVICE_TYPE == "cpu"
 
 
 @pytest.mark.parametrize("name", ["dsv4-test", "dsv4"])
@@ -29,7 +42,7 @@ def test_presets_match_contract(name: str) -> None:
     n = t.num_blocks
     for ids in ([0], [n - 1], [0, 5, n - 1], [7, 7, 3, 7]):
         res = run_case(kc.CudaBackend, t, ids)
-        assert res.mode == "interpreter"
+        assert res.mode == kc.MODE
         assert res.ok, res.check.describe()
 
 
@@ -43,11 +56,11 @@ def test_all_blocks_and_llama() -> None:
 def test_uncoalesced_181_rows_and_small_chunks() -> None:
     t = K.plan(K.preset("dsv4").with_num_blocks(6))
     data = K.poison_pattern(t.total_bytes + 1024)
-    buf = torch.from_numpy(data.copy())
+    buf = on_device(data)
     z = kc.CudaZeroer(t, buf, offset=512, coalesce=False, chunk_words=1024, sub_words=256)
     assert len(z.kernel_table) == 181
     z.zero([1, 5])
-    chk = K.reference.compare_to_contract(data, buf.numpy(), t, [1, 5], origin=512)
+    chk = K.reference.compare_to_contract(data, host(buf), t, [1, 5], origin=512)
     assert chk.matches, chk.describe()
 
 
@@ -71,30 +84,30 @@ def test_random_specs(seed: int, data: st.DataObject) -> None:
 def test_bad_host_ids_write_nothing(ids: object) -> None:
     t = K.plan(K.preset("dsv4-test"))
     data = K.poison_pattern(t.total_bytes)
-    buf = torch.from_numpy(data.copy())
+    buf = on_device(data)
     z = kc.CudaZeroer(t, buf)
     with pytest.raises(K.BlockIdError):
         z.zero(ids)
-    assert (buf.numpy() == data).all()
+    assert (host(buf) == data).all()
 
 
 def test_device_tensor_ids_int32_and_int64() -> None:
     t = K.plan(K.preset("dsv4-test"))
     for dt in (torch.int32, torch.int64):
         data = K.poison_pattern(t.total_bytes)
-        buf = torch.from_numpy(data.copy())
-        kc.CudaZeroer(t, buf).zero(torch.tensor([2, 99], dtype=dt))
-        assert K.reference.compare_to_contract(data, buf.numpy(), t, [2, 99]).matches
+        buf = on_device(data)
+        kc.CudaZeroer(t, buf).zero(torch.tensor([2, 99], dtype=dt, device=kc.DEVICE_TYPE))
+        assert K.reference.compare_to_contract(data, host(buf), t, [2, 99]).matches
 
 
 def test_kernel_bounds_check_writes_nothing_and_flags() -> None:
     """Bypass host validation: the kernel itself must skip and flag out-of-range ids."""
     t = K.plan(K.preset("dsv4-test"))
     data = K.poison_pattern(t.total_bytes)
-    buf = torch.from_numpy(data.copy())
+    buf = on_device(data)
     z = kc.CudaZeroer(t, buf)
-    z._launch(torch.tensor([3, 100, -5], dtype=torch.int64))
-    chk = K.reference.compare_to_contract(data, buf.numpy(), t, [3])
+    z._launch(torch.tensor([3, 100, -5], dtype=torch.int64, device=kc.DEVICE_TYPE))
+    chk = K.reference.compare_to_contract(data, host(buf), t, [3])
     assert chk.matches, chk.describe()  # block 3 zeroed, nothing else touched
     with pytest.raises(K.BlockIdError, match=r"outside \[0, 100\)"):
         z.check()
@@ -103,17 +116,34 @@ def test_kernel_bounds_check_writes_nothing_and_flags() -> None:
 
 def test_buffer_validation() -> None:
     t = K.plan(K.preset("dsv4-test"))
+    dev = kc.DEVICE_TYPE
     with pytest.raises(K.LayoutBufferError, match="smaller than offset 0 \\+ total_bytes 14976000"):
-        kc.CudaZeroer(t, torch.zeros(t.total_bytes - 4, dtype=torch.uint8))
+        kc.CudaZeroer(t, torch.zeros(t.total_bytes - 4, dtype=torch.uint8, device=dev))
     with pytest.raises(K.LayoutBufferError, match="must be a torch.Tensor"):
         kc.CudaZeroer(t, np.zeros(t.total_bytes, np.uint8))
     with pytest.raises(K.LayoutBufferError, match="offset = 2"):
-        kc.CudaZeroer(t, torch.zeros(t.total_bytes + 8, dtype=torch.uint8), offset=2)
+        kc.CudaZeroer(t, torch.zeros(t.total_bytes + 8, dtype=torch.uint8, device=dev), offset=2)
     with pytest.raises(K.LayoutBufferError, match="contiguous"):
-        kc.CudaZeroer(t, torch.zeros(2, t.total_bytes // 2, dtype=torch.uint8).t())
-    # any dtype works: a float16 buffer of the right byte size
-    buf = torch.zeros(t.total_bytes // 2, dtype=torch.float16)
-    kc.CudaZeroer(t, buf).zero([1])
+        kc.CudaZeroer(t, torch.zeros(2, t.total_bytes // 2, dtype=torch.uint8, device=dev).t())
+    if kc.MODE == "native":  # natively a host tensor is refused; under the interpreter it is the buffer
+        with pytest.raises(K.LayoutBufferError, match="buffer device = cpu"):
+            kc.CudaZeroer(t, torch.zeros(t.total_bytes, dtype=torch.uint8))
+
+
+def test_float16_buffer_every_byte() -> None:
+    """Any dtype works: a poisoned float16 buffer (guard bands on both sides), checked byte for byte."""
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(6))
+    data = K.poison_pattern(t.total_bytes + 1024)
+    buf = on_device(data).view(torch.float16)
+    assert buf.dtype == torch.float16 and buf.numel() == (t.total_bytes + 1024) // 2
+    z = kc.CudaZeroer(t, buf, offset=512)
+    z.zero([1, 4])
+    z.zero(torch.tensor([5], device=kc.DEVICE_TYPE))
+    z.check()
+    got = host(buf.view(torch.uint8))
+    chk = K.reference.compare_to_contract(data, got, t, [1, 4, 5], origin=512)
+    assert chk.matches, chk.describe()
+    assert chk.zeroed_bytes == 3 * 4 * 37_376
 
 
 def test_unsafe_table_refused() -> None:
@@ -121,7 +151,7 @@ def test_unsafe_table_refused() -> None:
 
     t = prefix_table()
     with pytest.raises(K.TableError, match="unsafe table"):
-        kc.CudaZeroer(t, torch.zeros(t.total_bytes, dtype=torch.uint8))
+        kc.CudaZeroer(t, torch.zeros(t.total_bytes, dtype=torch.uint8, device=kc.DEVICE_TYPE))
 
 
 def test_launch_geometry_at_vllm_52058_scale() -> None:
@@ -152,8 +182,10 @@ def test_numpy_model_of_units_equals_contract() -> None:
 
 def test_from_dlpack_in_place() -> None:
     t = K.plan(K.preset("dsv4-test").with_num_blocks(4))
-    owner = torch.from_numpy(K.poison_pattern(t.total_bytes))
+    data = K.poison_pattern(t.total_bytes)
+    owner = on_device(data)
     z = kc.CudaZeroer.from_dlpack(owner, t)
     assert z.buffer.data_ptr() == owner.data_ptr()
     z.zero([2])
-    assert (owner.numpy()[2 * 149_760 : 2 * 149_760 + 37_376] == 0).all()
+    chk = K.reference.compare_to_contract(data, host(owner), t, [2])
+    assert chk.matches, chk.describe()

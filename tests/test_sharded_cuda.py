@@ -1,4 +1,7 @@
-"""torch path of sharded zeroing: one CudaZeroer per shard buffer (Triton interpreter on CPU)."""
+"""torch path of sharded zeroing: one CudaZeroer per shard buffer.
+
+Under Triton's interpreter on the CPU, natively on a GPU: every test runs in both modes.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +14,8 @@ from kvlayout.sharding import ShardedLayout, shard_spec
 torch = pytest.importorskip("torch")
 kc = pytest.importorskip("kvlayout.backends.cuda")
 
-pytestmark = pytest.mark.skipif(kc.MODE != "interpreter", reason="CPU tests run the interpreter; GPU runs are scripts/gpu_sharded.py")
-
 GUARD = 512
+DEV = kc.DEVICE_TYPE
 
 
 def shard_buffers(lay: ShardedLayout, seed: int = 7) -> tuple[np.ndarray, list[torch.Tensor]]:
@@ -22,14 +24,15 @@ def shard_buffers(lay: ShardedLayout, seed: int = 7) -> tuple[np.ndarray, list[t
     bufs = []
     for k in range(lay.num_shards):
         n = lay.shard_bytes + 2 * GUARD
-        bufs.append(torch.from_numpy(data[k * n : (k + 1) * n].copy()))
+        bufs.append(torch.from_numpy(data[k * n : (k + 1) * n].copy()).to(DEV))
     return data, bufs
 
 
 def check_equal_reference(lay: ShardedLayout, bufs: list[torch.Tensor], before: list[np.ndarray], ids: object) -> None:
     """Shard by shard: what changed is the local contract of the ids routed there, and nothing else."""
     for k, local in enumerate(lay.route(ids)):
-        chk = K.reference.compare_to_contract(before[k], bufs[k].numpy(), lay.local_table, local, origin=GUARD)
+        after = bufs[k].cpu().numpy()
+        chk = K.reference.compare_to_contract(before[k], after, lay.local_table, local, origin=GUARD)
         assert chk.matches, (k, chk.describe())
 
 
@@ -47,10 +50,10 @@ def test_both_modes_equal_reference_shard_by_shard(name: str, kind: str) -> None
     _, bufs = shard_buffers(lay)
     z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD)
     n = lay.num_blocks
-    before = [b.numpy().copy() for b in bufs]
+    before = [b.cpu().numpy().copy() for b in bufs]
     seen: list[int] = []
     for ids in ([0], [n - 1, 0, n // 2, n // 2], list(range(1, n, 3)), [n // 3]):
-        z.zero(torch.tensor(ids) if kind == "device" else ids)
+        z.zero(torch.tensor(ids, device=DEV) if kind == "device" else ids)
         seen += ids
         check_equal_reference(lay, bufs, before, seen)  # everything changed so far: the union of the batches
     z.check()
@@ -60,10 +63,10 @@ def test_ids_owned_by_one_shard_only() -> None:
     lay = LAYOUTS["block_1d"]()
     _, bufs = shard_buffers(lay)
     z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD)
-    before = [b.numpy().copy() for b in bufs]
-    z.zero(torch.tensor([8, 9, 11, 8], dtype=torch.int32))  # all on shard 2 (blocks 8..11)
+    before = [b.cpu().numpy().copy() for b in bufs]
+    z.zero(torch.tensor([8, 9, 11, 8], dtype=torch.int32, device=DEV))  # all on shard 2 (blocks 8..11)
     z.check()
-    changed = [bool((b.numpy() != before[k]).any()) for k, b in enumerate(bufs)]
+    changed = [bool((b.cpu().numpy() != before[k]).any()) for k, b in enumerate(bufs)]
     assert changed == [False, False, True, False]
     check_equal_reference(lay, bufs, before, [8, 9, 11])
 
@@ -72,24 +75,27 @@ def test_ids_owned_by_one_shard_only() -> None:
 def test_bad_host_ids_write_nothing_anywhere(bad: list) -> None:
     lay = LAYOUTS["block_1d"]()
     _, bufs = shard_buffers(lay)
-    before = [b.numpy().copy() for b in bufs]
+    before = [b.cpu().numpy().copy() for b in bufs]
     z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD)
     with pytest.raises(K.BlockIdError):
         z.zero(bad)
-    assert all(np.array_equal(b.numpy(), before[k]) for k, b in enumerate(bufs))
+    assert all(np.array_equal(b.cpu().numpy(), before[k]) for k, b in enumerate(bufs))
 
 
 def test_bad_device_ids_write_nothing_on_any_shard_then_check_raises() -> None:
     lay = LAYOUTS["block_1d"]()
     _, bufs = shard_buffers(lay)
-    before = [b.numpy().copy() for b in bufs]
+    before = [b.cpu().numpy().copy() for b in bufs]
     z = kc.ShardedCudaZeroer(lay, bufs, offset=GUARD)
-    z.zero(torch.tensor([1, 5, 16, -3]))
+    # the device path: what zero() does with a CUDA tensor natively (under the interpreter
+    # zero() validates CPU tensors on the host first: tests/test_backend_hardening.py)
+    launch = z.zero if kc.MODE == "native" else z._zero_device
+    launch(torch.tensor([1, 5, 16, -3], device=DEV))
     check_equal_reference(lay, bufs, before, [1, 5])  # 16 and -3 wrote nothing on any shard
     with pytest.raises(K.BlockIdError, match=r"outside \[0, 16\) \(e\.g\. (16|-3)\); they wrote nothing on any shard"):
         z.check()
     z.check()  # every shard's flag was reset
-    z.zero(torch.tensor([99], dtype=torch.int32))
+    launch(torch.tensor([99], dtype=torch.int32, device=DEV))
     check_equal_reference(lay, bufs, before, [1, 5])
     with pytest.raises(K.BlockIdError, match=r"e\.g\. 99"):
         z.check()
@@ -98,13 +104,14 @@ def test_bad_device_ids_write_nothing_on_any_shard_then_check_raises() -> None:
 def test_one_rank_holds_one_shard() -> None:
     lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2, "tp": 2}, block_axes=("dp",), head_axes=("tp",))
     _, bufs = shard_buffers(lay)
-    before = [b.numpy().copy() for b in bufs]
+    before = [b.cpu().numpy().copy() for b in bufs]
     z = kc.ShardedCudaZeroer.for_rank(lay, bufs[3], rank=3, offset=GUARD)  # dp=1, tp=1: blocks 4..7
     assert z.shards == (3,)
     z.zero([0, 5, 7])
     for k in range(3):
-        assert np.array_equal(bufs[k].numpy(), before[k])
-    chk = K.reference.compare_to_contract(before[3], bufs[3].numpy(), lay.local_table, [1, 3], origin=GUARD)
+        assert np.array_equal(bufs[k].cpu().numpy(), before[k])
+    after = bufs[3].cpu().numpy()
+    chk = K.reference.compare_to_contract(before[3], after, lay.local_table, [1, 3], origin=GUARD)
     assert chk.matches, chk.describe()
 
 
@@ -115,13 +122,13 @@ def test_buffer_errors() -> None:
         kc.ShardedCudaZeroer(lay, bufs[:3])
     with pytest.raises(K.LayoutBufferError, match="shard = 4"):
         kc.ShardedCudaZeroer(lay, {4: bufs[0]})
-    with pytest.raises(K.LayoutBufferError, match="buffer bytes"):
+    with pytest.raises(K.LayoutBufferError, match="smaller than offset 0"):
         kc.ShardedCudaZeroer(lay, {0: bufs[0][:100]})
     with pytest.raises(K.LayoutBufferError, match="rank = None: torch.distributed is not initialised"):
         kc.ShardedCudaZeroer.for_rank(lay, bufs[0])
     z = kc.ShardedCudaZeroer(lay, {1: bufs[1]}, offset=GUARD)
     with pytest.raises(K.BlockIdError, match="dtype = torch.float32"):
-        z.zero(torch.tensor([1.0]))
+        z.zero(torch.tensor([1.0], device=DEV))
 
 
 def _rank_main(rank: int, world: int, init: str, out_dir: str) -> None:
@@ -131,12 +138,12 @@ def _rank_main(rank: int, world: int, init: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": world}, block_axes=("dp",))
     data = K.poison_pattern(lay.shard_bytes, seed=rank)
-    buf = torch.from_numpy(data.copy())
+    buf = torch.from_numpy(data.copy()).to(DEV)
     z = kc.ShardedCudaZeroer.for_rank(lay, buf)  # rank from torch.distributed; no collective below
     z.zero([0, 3, 5, 6])
-    z.zero(torch.tensor([7]))
+    z.zero(torch.tensor([7], device=DEV))
     z.check()
-    np.save(f"{out_dir}/rank{rank}.npy", buf.numpy())
+    np.save(f"{out_dir}/rank{rank}.npy", buf.cpu().numpy())
     dist.destroy_process_group()
 
 
@@ -156,16 +163,18 @@ def test_route_kernel_packs_owned_ids_across_chunks() -> None:
     """launch_routed over 2,600 ids (3 chunks of 1,024): owned ones packed and counted, the rest skipped or flagged."""
     t = K.plan(K.preset("dsv4-test").with_num_blocks(8))
     data = K.poison_pattern(t.total_bytes)
-    buf = torch.from_numpy(data.copy())
+    buf = torch.from_numpy(data.copy()).to(DEV)
     z = kc.CudaZeroer(t, buf)
     rng = np.random.default_rng(5)
     ids = rng.integers(0, 64, 2600)  # a 64-block global pool; this buffer owns [16, 24)
     ids[[5, 1500]] = [64, -2]  # two bad ids
-    z.launch_routed(torch.from_numpy(ids), id_lo=16, id_limit=64)
+    z.launch_routed(torch.from_numpy(ids).to(DEV), id_lo=16, id_limit=64)
     own = ids[(ids >= 16) & (ids < 24)]
-    assert int(z._count[0]) == own.size
-    assert sorted(z._routed[: own.size].tolist()) == sorted((own - 16).tolist())
-    chk = K.reference.compare_to_contract(data, buf.numpy(), t, np.unique(own - 16))
+    slot = z._slots[0]  # one thread, one call: the first per-call slot was used
+    assert len(z._slots) == 1 and not slot.busy
+    assert int(slot.count[0]) == own.size
+    assert sorted(slot.routed[: own.size].tolist()) == sorted((own - 16).tolist())
+    chk = K.reference.compare_to_contract(data, buf.cpu().numpy(), t, np.unique(own - 16))
     assert chk.matches, chk.describe()
     with pytest.raises(K.BlockIdError):
         z.check()

@@ -7,7 +7,9 @@ kernels accordingly, so no process-wide setting changes and other Triton code is
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import triton
@@ -35,6 +37,17 @@ def _decide() -> str:
 MODE = _decide()
 #: torch device buffers must live on: CUDA natively, the CPU under the interpreter.
 DEVICE_TYPE = "cuda" if MODE == "native" else "cpu"
+
+
+#: Triton's interpreter keeps the grid position and its patches of ``triton.language`` in
+#: process-wide state, so two interpreted launches from different threads would corrupt each
+#: other: every launch of kvlayout's kernels holds this lock under the interpreter.
+_INTERPRETER_LOCK = threading.Lock()
+
+
+def launch_guard() -> AbstractContextManager[Any]:
+    """Held around every kernel launch: the interpreter's lock, nothing natively."""
+    return _INTERPRETER_LOCK if MODE != "native" else nullcontext()
 
 
 def jit(**kwargs: Any) -> Callable[[Callable[..., Any]], Any]:

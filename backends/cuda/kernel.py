@@ -11,8 +11,8 @@ Kernels are defined through :func:`._mode.jit`, which picks native Triton or its
 interpreter for these kernels only. They therefore call no ``@triton.jit`` function of
 ``triton.language.standard`` (``tl.zeros``, ``tl.sum``, ``tl.cumsum``, ``tl.max``): those are
 plain ``JITFunction`` objects unless ``TRITON_INTERPRET`` was set when Triton was imported,
-and cannot run inside an interpreted kernel. ``tl.full``, ``tl.reduce`` and
-``tl.associative_scan`` with combine functions defined here give the same IR natively.
+and cannot run inside an interpreted kernel. ``tl.full``, and ``tl.reduce`` /
+``tl.associative_scan`` with Triton's own combine functions, give the same IR natively.
 """
 
 from __future__ import annotations
@@ -22,12 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 import triton.language as tl
 
+from kvlayout.errors import BackendError
 from kvlayout.table import SegmentTable
 
 from ._mode import jit
 
 #: CUDA's limit on grid dimension x.
 MAX_GRID_X = 2**31 - 1
+#: Unit lengths are int32 words.
+MAX_CHUNK_WORDS = 2**30
 
 
 @dataclass(frozen=True)
@@ -47,9 +50,26 @@ class UnitPlan:
 
 
 def plan_units(table: SegmentTable, chunk_words: int = 8192) -> UnitPlan:
-    """Cut every row into units of at most ``chunk_words`` words (host side, once)."""
-    if chunk_words <= 0 or chunk_words % 4:
-        raise ValueError(f"chunk_words = {chunk_words}: must be a positive multiple of 4")
+    """Cut every row into units of at most ``chunk_words`` words (host side, once).
+
+    A table without rows (only ``mamba`` layers) gets one empty unit, so device ids are
+    still bounds-checked by the kernel while nothing is written.
+    """
+    if (
+        isinstance(chunk_words, bool)
+        or not isinstance(chunk_words, (int, np.integer))
+        or not 0 < chunk_words <= MAX_CHUNK_WORDS
+        or chunk_words % 4
+    ):
+        raise BackendError(
+            f"chunk_words = {chunk_words!r}: must be a positive multiple of 4, at most {MAX_CHUNK_WORDS}",
+            field="chunk_words",
+            value=chunk_words,
+        )
+    chunk_words = int(chunk_words)
+    if len(table) == 0:
+        empty = np.zeros(1, np.int64)
+        return UnitPlan(empty, empty.copy(), np.zeros(1, np.int32), chunk_words, table.num_blocks, True)
     base = table.bases // 4
     stride = table.strides // 4
     span = table.spans // 4
@@ -82,13 +102,19 @@ def zero_units_numpy(words: np.ndarray, plan: UnitPlan, ids: np.ndarray) -> None
 
 
 @jit()
-def _add(a, b):  # combine function: sums and prefix sums (tl.sum / tl.cumsum without the standard library)
+def _add(a, b):  # combine function: sums and prefix sums (tl.sum / tl.cumsum without calling them)
     return a + b
 
 
 @jit()
-def _maximum(a, b):  # combine function: tl.max without the standard library
+def _maximum(a, b):  # combine function: tl.max without calling it
     return tl.maximum(a, b)
+
+
+# Triton's own combine functions where it has them: the ones tl.sum / tl.max use natively, and
+# the interpreter reduces them with NumPy instead of one element at a time (1,024-id programs).
+_SUM = getattr(tl.standard, "_sum_combine", _add)
+_MAX = getattr(tl.standard, "_elementwise_max", _maximum)
 
 
 @jit(do_not_specialize=["num_units", "id_lo", "num_blocks", "id_limit", "total_items"])
@@ -164,10 +190,10 @@ def route_ids_kernel(
     local = gid - id_lo
     own = m & (local >= 0) & (local < num_blocks)
     own_i = own.to(tl.int32)
-    base = tl.atomic_add(count_ptr, tl.reduce(own_i, 0, _add))
-    tl.store(out_ptr + base + tl.associative_scan(own_i, 0, _add) - 1, local, mask=own)
+    base = tl.atomic_add(count_ptr, tl.reduce(own_i, 0, _SUM))
+    tl.store(out_ptr + base + tl.associative_scan(own_i, 0, _SUM) - 1, local, mask=own)
     bad = m & ((gid < 0) | (gid >= id_limit))
-    nbad = tl.reduce(bad.to(tl.int64), 0, _add)
+    nbad = tl.reduce(bad.to(tl.int64), 0, _SUM)
     if nbad > 0:
         tl.atomic_add(err_ptr, nbad)
-        tl.atomic_xchg(err_ptr + 1, tl.reduce(tl.where(bad, gid, -(2**62)), 0, _maximum))
+        tl.atomic_xchg(err_ptr + 1, tl.reduce(tl.where(bad, gid, -(2**62)), 0, _MAX))

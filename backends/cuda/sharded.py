@@ -6,7 +6,9 @@ with the step's global block ids. Ids are routed to the shards that own them and
 translated to local ids; nothing crosses devices and no collective runs.
 
 - Host ids (list, tuple, NumPy, CPU tensor) are validated against the global pool first:
-  a bad id raises and nothing is written on any shard.
+  a bad id raises and nothing is written on any shard. Under Triton's interpreter the
+  backend's tensors live on the CPU, so a CPU tensor is validated the same way before it
+  takes the device path below.
 - Device ids (a tensor on the backend's device type) are routed on the device with no
   host sync: in ``block_sharded`` mode a small kernel packs the ids in the shard's range
   as local ids and counts them, and the zero kernel walks only those
@@ -23,10 +25,10 @@ from typing import Any
 
 import torch
 
-from kvlayout.errors import BlockIdError, LayoutBufferError
+from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
 from kvlayout.sharding import ShardedLayout
 
-from ._mode import DEVICE_TYPE
+from ._mode import DEVICE_TYPE, MODE
 from .zeroer import CudaZeroer, check_id_tensor
 
 
@@ -36,6 +38,10 @@ class ShardedCudaZeroer:
     ``buffers`` maps shard index -> tensor (or is a sequence holding every shard, index =
     position). Each buffer holds the shard's local layout (``layout.local_table``) at
     ``offset``. Extra keyword arguments go to every :class:`CudaZeroer`.
+
+    Thread safe as its :class:`CudaZeroer` objects are: calls from several threads may
+    overlap (host routing works on per-call arrays; each shard's zeroer owns per-call
+    buffers); :meth:`check` reports each bad device id once.
     """
 
     def __init__(
@@ -46,6 +52,10 @@ class ShardedCudaZeroer:
         offset: int = 0,
         **kwargs: Any,
     ) -> None:
+        if not isinstance(layout, ShardedLayout):
+            kind = type(layout).__name__
+            msg = f"layout type = {kind}: must be a kvlayout.ShardedLayout"
+            raise TableError(msg, field="layout", value=kind)
         layout.require_safe()
         self.layout = layout
         if isinstance(buffers, Mapping):
@@ -87,6 +97,9 @@ class ShardedCudaZeroer:
     def zero(self, block_ids: Any) -> None:
         """Zero global ``block_ids`` in every shard held here (see the module notes)."""
         if isinstance(block_ids, torch.Tensor) and block_ids.device.type == DEVICE_TYPE:
+            if MODE != "native":  # a CPU tensor holds host ids: validate globally before any launch
+                check_id_tensor(block_ids)
+                self.layout.validate_ids(block_ids.detach().numpy())
             self._zero_device(block_ids)
             return
         if isinstance(block_ids, torch.Tensor):

@@ -1,15 +1,19 @@
 """Torch wrapper around the Triton zeroer: plan once per (table, buffer), launch every step.
 
-A step neither synchronises the host nor allocates device memory: host block ids are
-validated, written into a pinned staging slot and copied asynchronously into a device ids
-buffer made at construction; a staging slot is reused only once the event recorded after
-its copy has completed (otherwise another pinned host slot is added). Device id tensors
-are used as they are and bounds-checked inside the kernel; :meth:`CudaZeroer.check`
-reports bad ones later.
+A step does not synchronise the host: host block ids are validated, written into a pinned
+staging buffer and copied asynchronously into a device ids buffer. Both come from small
+pools: a call owns its buffers from staging to launch, and a buffer is reused only when
+no launch still in flight can read it (same stream, or the event recorded after its last
+use has completed); otherwise the pool grows by one. In steady state nothing is allocated.
+Device id tensors are used as they are and bounds-checked inside the kernel;
+:meth:`CudaZeroer.check` reports bad ones later.
 """
 
 from __future__ import annotations
 
+import ctypes
+import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,12 +21,12 @@ import torch
 import triton
 
 from kvlayout.backend import check_offset_and_size
-from kvlayout.errors import BlockIdError, LayoutBufferError
+from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, TableError
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
 from kvlayout.verify import require_safe
 
-from ._mode import DEVICE_TYPE, MODE
+from ._mode import DEVICE_TYPE, MODE, launch_guard
 from .kernel import UnitPlan, launch_grid, plan_units, route_ids_kernel, zero_units_kernel
 
 #: Tuned on an H200 (bench/bench_zero_gpu.py --designs): bench/results/h200-run3/gpu_zero.json.
@@ -34,6 +38,11 @@ DEFAULT_CACHE = ""
 DEFAULT_EVICT = "evict_first"
 #: Ids per program of the routing kernel.
 ROUTE_BLOCK = 1024
+#: Triton's store cache modifiers and eviction policies.
+CACHE_MODIFIERS = ("", ".wb", ".cg", ".cs", ".wt")
+EVICTION_POLICIES = ("", "evict_first", "evict_last")
+#: Largest launch option accepted (programs, warps, vector words).
+INT32_MAX = 2**31 - 1
 
 
 def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
@@ -53,6 +62,59 @@ def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
     return flat[offset : offset + table.total_bytes].view(torch.int32)
 
 
+def check_table(table: Any) -> SegmentTable:
+    """The first argument of every zeroer: a :class:`SegmentTable` (checked before anything else)."""
+    if not isinstance(table, SegmentTable):
+        kind = type(table).__name__
+        raise TableError(f"table type = {kind}: must be a kvlayout.SegmentTable", field="table", value=kind)
+    return table
+
+
+def check_option(name: str, value: Any, *, power_of_two: bool = False, limit: int = INT32_MAX) -> int:
+    """A positive integer launch option (not a bool), optionally a power of two, at most ``limit``."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer)) and 0 < value <= limit
+    if ok and power_of_two:
+        ok = value & (value - 1) == 0
+    if not ok:
+        what = "a positive power of two" if power_of_two else "a positive integer"
+        raise BackendError(f"{name} = {value!r}: must be {what}, at most {limit}", field=name, value=value)
+    return int(value)
+
+
+_DLPACK_READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY of DLManagedTensorVersioned.flags
+# own prototypes of the C API (setting restype on ctypes.pythonapi's shared functions would leak)
+_capsule_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+
+
+def _dlpack_read_only(obj: Any) -> bool:
+    """Whether ``obj`` (an array or a DLPack capsule) declares its memory read-only.
+
+    NumPy's flag is read directly; otherwise a DLPack 1.x (versioned) export is inspected:
+    its ``flags`` word follows the version, manager context and deleter. Producers of
+    unversioned capsules cannot say, and are taken as writeable.
+    """
+    if isinstance(obj, np.ndarray):
+        return not obj.flags.writeable
+    if hasattr(obj, "__dlpack__"):
+        try:
+            cap = obj.__dlpack__(max_version=(1, 0))
+        except (TypeError, BufferError):
+            return False
+    else:
+        cap = obj
+    try:
+        name = _capsule_name(cap)
+    except (TypeError, ValueError):
+        return False
+    if name != b"dltensor_versioned":
+        return False
+    ptr = _capsule_pointer(cap, name)
+    return bool(ctypes.c_uint64.from_address(ptr + 24).value & _DLPACK_READ_ONLY)
+
+
 def check_id_tensor(ids: torch.Tensor) -> None:
     """Device ids must be a 1-D int32/int64 tensor (values are checked in the kernel)."""
     if ids.dtype not in (torch.int32, torch.int64):
@@ -61,13 +123,47 @@ def check_id_tensor(ids: torch.Tensor) -> None:
         raise BlockIdError(f"block_ids shape = {tuple(ids.shape)}: must be 1-D", field="block_ids", value=tuple(ids.shape))
 
 
+@dataclass
+class _Slot:
+    """Per-call device buffers: host ids staged here, routed ids packed here, their live count."""
+
+    ids: torch.Tensor  # int64 [max_batch]
+    count: torch.Tensor  # int32 [1]
+    routed: torch.Tensor  # int64 [>= routed batch], grown on demand
+    stream: Any = None  # the stream of its last launch (native)
+    done: Any = None  # torch.cuda.Event recorded after that launch (native)
+    busy: bool = False  # owned by a call (or, captured, by a CUDA graph) now
+
+
+@dataclass
+class _Staging:
+    """A pinned host buffer the host ids of one call are written to before their async copy."""
+
+    pinned: torch.Tensor
+    view: np.ndarray
+    done: Any = None  # torch.cuda.Event recorded after the copy out of it
+    busy: bool = False
+
+
+def _capturing() -> bool:
+    return MODE == "native" and torch.cuda.is_current_stream_capturing()
+
+
 class CudaZeroer:
     """Zero block ids of one buffer laid out by ``table``, in one Triton launch per step.
 
     ``buffer`` is a contiguous tensor of any dtype (CUDA natively, CPU under the
     interpreter) holding at least ``offset + total_bytes`` bytes. ``max_batch`` bounds the
-    ids per step (the device ids buffer is allocated once). Memory owned elsewhere comes in
-    through :meth:`from_dlpack`. The table is verified first; an unsafe table is refused.
+    ids per host batch (the size of each device ids buffer). Memory owned elsewhere comes
+    in through :meth:`from_dlpack`. The table is verified first; an unsafe table is refused.
+
+    Thread safety: one zeroer may be called from several threads at once (e.g. on
+    disjoint ids). Every call stages its ids in buffers it owns until its launch is
+    enqueued, and a buffer is reused only once no launch in flight can read it; under the
+    interpreter, launches are serialised by a process-wide lock. Natively, launches go to
+    each thread's current stream: ordering writes to the same bytes across streams is
+    the caller's business. :meth:`check` reports bad device ids of launches that finished
+    before it, once each. A CUDA graph captured around a call owns that call's buffers.
     """
 
     def __init__(
@@ -85,28 +181,41 @@ class CudaZeroer:
         cache_modifier: str = DEFAULT_CACHE,
         eviction_policy: str = DEFAULT_EVICT,
     ) -> None:
+        check_table(table)
+        if max_batch is None:
+            max_batch = 1 << 16
+        int_like = isinstance(max_batch, (int, np.integer)) and not isinstance(max_batch, bool)
+        if not (int_like and 0 < max_batch <= INT32_MAX):
+            msg = f"max_batch = {max_batch!r}: must be a positive integer, at most {INT32_MAX}"
+            raise BlockIdError(msg, field="max_batch", value=max_batch)
+        self.sub_words = check_option("sub_words", sub_words, power_of_two=True, limit=1 << 16)
+        self.num_warps = check_option("num_warps", num_warps, power_of_two=True, limit=32)
+        if max_programs is not None:
+            max_programs = check_option("max_programs", max_programs)
+        for name, value, valid in (
+            ("cache_modifier", cache_modifier, CACHE_MODIFIERS),
+            ("eviction_policy", eviction_policy, EVICTION_POLICIES),
+        ):
+            if not isinstance(value, str) or value not in valid:
+                raise BackendError(f"{name} = {value!r}: must be one of {valid}", field=name, value=value)
         require_safe(table)
         self.table = table
         self.kernel_table = table.coalesced() if coalesce else table
+        self.plan: UnitPlan = plan_units(self.kernel_table, chunk_words)
         self.words = _as_words(buffer, table, offset)
         self.buffer = buffer
         self.offset = offset
         self.device = buffer.device
         self.mode = MODE
-        self.plan: UnitPlan = plan_units(self.kernel_table, chunk_words)
         dev = self.device
         self._ubase = torch.from_numpy(self.plan.base_words).to(dev)
         self._ustride = torch.from_numpy(self.plan.stride_words).to(dev)
         self._uwords = torch.from_numpy(self.plan.words).to(dev)
-        self._err = torch.zeros(2, dtype=torch.int64, device=dev)
-        self.max_batch = int(max_batch if max_batch is not None else 1 << 16)
-        if self.max_batch <= 0:
-            raise BlockIdError(f"max_batch = {self.max_batch}: must be positive", field="max_batch", value=self.max_batch)
-        self._dev_ids = torch.zeros(self.max_batch, dtype=torch.int64, device=dev)
-        self._count = torch.zeros(1, dtype=torch.int32, device=dev)
-        self._routed = torch.zeros(0, dtype=torch.int64, device=dev)  # grown on first routed launch
-        self.sub_words = sub_words
-        self.num_warps = num_warps
+        self._err = torch.zeros(2, dtype=torch.int64, device=dev)  # only ever added to by kernels
+        self._reported = 0  # bad work items check() has already reported
+        self.max_batch = int(max_batch)
+        # the count operand of uncounted launches (never read by them)
+        self._no_count = torch.zeros(1, dtype=torch.int32, device=dev)
         self.cache_modifier = cache_modifier
         self.eviction_policy = eviction_policy
         if max_programs is None:
@@ -116,38 +225,101 @@ class CudaZeroer:
             else:
                 max_programs = 64
         self.max_programs = int(max_programs)
-        self._slots: list[tuple[torch.Tensor, np.ndarray, torch.cuda.Event]] = []
-        self._next_slot = 0
+        self._lock = threading.Lock()
+        self._slots: list[_Slot] = [self._new_slot()]
+        self._staging: list[_Staging] = []
 
     @classmethod
     def from_dlpack(cls, obj: Any, table: SegmentTable, **kwargs: Any) -> CudaZeroer:
-        """Zero memory owned elsewhere (JAX, CuPy, ...) in place, through DLPack (no copy)."""
-        return cls(table, torch.utils.dlpack.from_dlpack(obj), **kwargs)
+        """Zero memory owned elsewhere (JAX, CuPy, ...) in place, through DLPack (no copy).
 
-    # ---- per step ----------------------------------------------------------------------
-    def _stage(self, ids: np.ndarray) -> torch.Tensor:
-        """Copy validated host ids to the device ids buffer without a host sync."""
+        Memory its owner declares read-only (a NumPy array with ``writeable=False``, one
+        made by ``np.frombuffer`` over ``bytes``, a DLPack 1.x export flagged read-only) is
+        refused: zeroing would write into it behind its owner's back.
+        """
+        check_table(table)
+        if _dlpack_read_only(obj):
+            raise LayoutBufferError(
+                f"buffer = {type(obj).__name__} (read-only): zeroing writes in place; pass writeable memory",
+                field="buffer",
+                value="read-only",
+            )
+        try:
+            tensor = torch.utils.dlpack.from_dlpack(obj)
+        except (AttributeError, BufferError, RuntimeError, TypeError, ValueError) as e:
+            kind = type(obj).__name__
+            msg = f"buffer type = {kind}: not importable through DLPack ({e})"
+            raise LayoutBufferError(msg, field="buffer", value=kind) from None
+        return cls(table, tensor, **kwargs)
+
+    # ---- per-call buffers ------------------------------------------------------------
+    def _new_slot(self) -> _Slot:
+        dev = self.device
+        return _Slot(
+            torch.zeros(self.max_batch, dtype=torch.int64, device=dev),
+            torch.zeros(1, dtype=torch.int32, device=dev),
+            torch.zeros(0, dtype=torch.int64, device=dev),
+        )
+
+    def _acquire(self) -> tuple[_Slot, Any]:
+        """A slot no launch in flight reads, owned by the caller until :meth:`_release`; and the stream."""
+        stream = torch.cuda.current_stream(self.device) if MODE == "native" else None
+        if _capturing():  # a fresh slot the graph keeps (no event queries during a capture)
+            slot = self._new_slot()
+            slot.busy = True
+            return slot, stream
+        with self._lock:
+            for slot in self._slots:
+                if not slot.busy and (slot.done is None or slot.stream == stream or slot.done.query()):
+                    slot.busy = True
+                    return slot, stream
+        slot = self._new_slot()
+        slot.busy = True
+        with self._lock:
+            self._slots.append(slot)
+        return slot, stream
+
+    def _release(self, slot: _Slot, stream: Any) -> None:
+        if _capturing():
+            return  # the captured graph reads this slot on every replay: never reuse it
+        if MODE == "native":
+            slot.done = slot.done or torch.cuda.Event()
+            slot.done.record(stream)
+            slot.stream = stream
+        with self._lock:
+            slot.busy = False
+
+    def _stage(self, ids: np.ndarray, slot: _Slot) -> torch.Tensor:
+        """Copy validated host ids into ``slot`` without a host sync."""
         k = ids.size
         if MODE != "native":
-            self._dev_ids[:k].copy_(torch.from_numpy(ids))
-            return self._dev_ids[:k]
-        slot = None
-        if self._slots:
-            cand = self._slots[self._next_slot]
-            if cand[2].query():
-                slot = cand
-                self._next_slot = (self._next_slot + 1) % len(self._slots)
-        if slot is None:  # the next slot's copy is still in flight: add one (pinned host memory)
+            slot.ids[:k].copy_(torch.from_numpy(ids))
+            return slot.ids[:k]
+        capturing = _capturing()
+        staging = None
+        if not capturing:
+            with self._lock:
+                for st in self._staging:
+                    if not st.busy and (st.done is None or st.done.query()):
+                        st.busy = True
+                        staging = st
+                        break
+        if staging is None:  # every pinned buffer is still being copied from: add one
             pinned = torch.empty(self.max_batch, dtype=torch.int64, pin_memory=True)
-            slot = (pinned, pinned.numpy(), torch.cuda.Event())
-            self._slots.insert(self._next_slot, slot)
-            self._next_slot = (self._next_slot + 1) % len(self._slots)
-        pinned, view, event = slot
-        view[:k] = ids
-        self._dev_ids[:k].copy_(pinned[:k], non_blocking=True)
-        event.record()
-        return self._dev_ids[:k]
+            staging = _Staging(pinned, pinned.numpy(), busy=True)
+            if not capturing:
+                with self._lock:
+                    self._staging.append(staging)
+        staging.view[:k] = ids
+        slot.ids[:k].copy_(staging.pinned[:k], non_blocking=True)
+        if not capturing:
+            staging.done = staging.done or torch.cuda.Event()
+            staging.done.record()
+            with self._lock:
+                staging.busy = False
+        return slot.ids[:k]
 
+    # ---- per step ----------------------------------------------------------------------
     def zero(self, block_ids: Any) -> None:
         """Zero ``block_ids``: host ids (list, tuple, NumPy, CPU tensor) or a device tensor.
 
@@ -175,38 +347,51 @@ class CudaZeroer:
         """Zero host ids already validated against ``[0, num_blocks)`` (int64 ``[n]``): stage, launch."""
         if ids.size > self.max_batch:
             raise BlockIdError(f"block_ids: batch of {ids.size} exceeds max_batch {self.max_batch}", field="block_ids", value=ids.size)
-        if ids.size:
-            self._launch(self._stage(ids))
+        if not ids.size:
+            return
+        slot, stream = self._acquire()
+        try:
+            self._launch(self._stage(ids, slot))
+        finally:
+            self._release(slot, stream)
 
-    def _launch(self, dev_ids: torch.Tensor, id_lo: int = 0, id_limit: int | None = None, *, counted: bool = False) -> None:
+    def _launch(
+        self,
+        dev_ids: torch.Tensor,
+        id_lo: int = 0,
+        id_limit: int | None = None,
+        *,
+        count: torch.Tensor | None = None,
+    ) -> None:
         """One launch over device ids.
 
         Ids in ``[id_lo, id_lo + num_blocks)`` zero local block ``id - id_lo``; ids outside
         ``[0, id_limit)`` (default ``num_blocks``) set the error flag; any other id belongs to
-        another shard and writes nothing. ``counted``: only the first ``self._count[0]`` ids
-        are live (packed by :meth:`launch_routed`).
+        another shard and writes nothing. ``count``: only the first ``count[0]`` ids are
+        live (packed by :meth:`launch_routed`).
         """
         programs, items = launch_grid(self.plan, dev_ids.numel(), self.max_programs)
-        self.last_compiled = zero_units_kernel[(programs,)](
-            self.words,
-            dev_ids,
-            self._ubase,
-            self._ustride,
-            self._uwords,
-            self._err,
-            self._count,
-            self.plan.units_per_block,
-            id_lo,
-            self.table.num_blocks,
-            self.table.num_blocks if id_limit is None else id_limit,
-            items,
-            SUB=self.sub_words,
-            ALIGNED=self.plan.aligned16,
-            CACHE=self.cache_modifier,
-            EVICT=self.eviction_policy,
-            COUNTED=counted,
-            num_warps=self.num_warps,
-        )
+        with launch_guard():
+            self.last_compiled = zero_units_kernel[(programs,)](
+                self.words,
+                dev_ids,
+                self._ubase,
+                self._ustride,
+                self._uwords,
+                self._err,
+                self._no_count if count is None else count,
+                self.plan.units_per_block,
+                id_lo,
+                self.table.num_blocks,
+                self.table.num_blocks if id_limit is None else id_limit,
+                items,
+                SUB=self.sub_words,
+                ALIGNED=self.plan.aligned16,
+                CACHE=self.cache_modifier,
+                EVICT=self.eviction_policy,
+                COUNTED=count is not None,
+                num_warps=self.num_warps,
+            )
 
     def launch_routed(self, dev_ids: torch.Tensor, id_lo: int, id_limit: int) -> None:
         """Zero the device ids this buffer owns, ``[id_lo, id_lo + num_blocks)``, of a global batch.
@@ -214,21 +399,36 @@ class CudaZeroer:
         No host sync: the count is reset, one program per 1,024 ids packs the owned ids as
         local ids and counts them (ids outside ``[0, id_limit)`` set the error flag), then the
         zero kernel walks only the packed ones. Ids owned by other shards cost one read, not
-        a work item each. Graph-capturable (the reset is a memset in the stream).
+        a work item each. Graph-capturable (the reset is a memset in the stream; the graph
+        keeps the buffers of the captured call).
         """
         n = dev_ids.numel()
-        if self._routed.numel() < n:
-            self._routed = torch.empty(max(n, self.max_batch), dtype=torch.int64, device=self.device)
-        self._count.zero_()
-        grid = (triton.cdiv(n, ROUTE_BLOCK),)
-        route_ids_kernel[grid](dev_ids, self._routed, self._count, self._err, n, id_lo, self.table.num_blocks, id_limit, BLOCK=ROUTE_BLOCK)
-        self._launch(self._routed[:n], counted=True)
+        slot, stream = self._acquire()
+        try:
+            if slot.routed.numel() < n:
+                slot.routed = torch.empty(max(n, self.max_batch), dtype=torch.int64, device=self.device)
+            slot.count.zero_()
+            grid = (triton.cdiv(n, ROUTE_BLOCK),)
+            with launch_guard():
+                route_ids_kernel[grid](
+                    dev_ids, slot.routed, slot.count, self._err, n, id_lo, self.table.num_blocks, id_limit,
+                    BLOCK=ROUTE_BLOCK,
+                )
+            self._launch(slot.routed[:n], count=slot.count)
+        finally:
+            self._release(slot, stream)
 
     def check(self) -> None:
-        """Raise if any device-side id so far was out of range (synchronises; resets the flag)."""
-        count, bad = (int(x) for x in self._err.tolist())
+        """Raise if device-side ids were out of range since the last check (synchronises the current stream).
+
+        The kernels only ever add to the device counter; each check reports what was added
+        since the previous one, so a check never races a launch in flight on another stream.
+        """
+        with self._lock:
+            total, bad = (int(x) for x in self._err.tolist())
+            count = total - self._reported
+            self._reported = total
         if count:
-            self._err.zero_()
             raise BlockIdError(
                 f"device block_ids: {count} work items had an id outside [0, {self.table.num_blocks}) (e.g. {bad}); they wrote nothing",
                 field="block_ids",
