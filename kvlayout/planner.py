@@ -1,25 +1,78 @@
-"""The planner: specs -> :class:`Layout` -> :class:`SegmentTable` (GEOMETRY.md section 2).
+"""The planner: specs -> :class:`Layout` -> :class:`SegmentTable` (GEOMETRY.md sections 2 and 6).
 
 This is the only place that decides where a layer's block lives. Backends get the table
 from here and never re-derive it from tensor strides, which is the class of bug
 (vLLM #50276, #52709) kvlayout exists to end.
+
+Design note: vLLM 0.33's layout algebra, as read from its source
+----------------------------------------------------------------
+
+vLLM 0.33 (``vllm/v1/kv_cache_layout.py``) names the physical order of the logical axes
+``[L, B, H, N, C]`` of a cache group: layer slot, block, head slot, state (token) in the
+block, content bytes of one (head, state) cell, K and V together. A layer's page is
+``H * N * C`` (``AttentionSpec``: ``H = num_head_slots or num_kv_heads``, ``N = block_size //
+tokens_per_state``, ``C = state_content_bytes or (head_size + head_size_v) * itemsize``),
+padded to ``page_size_padded`` when set (MLA: ``round_up(page, alignment)``). The six orders
+fall into two families, and kvlayout plans them as follows (``core/kv_cache_planning.py``,
+``kv_cache_interface.py``: ``get_kv_cache_config_from_groups``, ``compute_layout_strides``):
+
+- **Block-outermost** (``BLHNC`` = ``packed``, ``BLNHC``, ``BHLNC``): every group lays its layers
+  side by side in one block row and groups overlay from byte 0. The block stride is the widest
+  group's sum of (padded) pages, rounded up to the lcm of every layer's
+  ``block_stride_alignment`` (vLLM's ``_get_kv_cache_bytes_per_block``; for a ``MultipleOf(k)``
+  kernel-block constraint that is the page of a ``k``-token block). A layer starts where the
+  previous pages of its group end. Under ``BLHNC``/``BLNHC`` a layer's page is one contiguous
+  run per block (the two differ only inside the page), so it is one row. Under ``BHLNC`` the
+  head axis sits outside the layer axis: consecutive layers of equal geometry form a run
+  (vLLM's ``KVCacheTensor`` of same-spec layers), and head ``h`` of the ``i``-th of ``k``
+  layers of a run sits at ``run + h * k * N*C + i * N*C``: ``H`` rows per layer.
+- **Layer-outermost** (``LBHNC`` = ``layer_major``, ``LBNHC``, ``LHBNC``): each layer slot owns a
+  region of ``num_blocks`` blocks; groups overlay slot by slot (vLLM: layer ``j`` of every group
+  at the same offset, which vLLM only allows for uniform pages or one group; kvlayout takes the
+  largest page of the slot, so it agrees wherever vLLM plans). A layer's block stride is its
+  page rounded up to its ``block_stride_alignment`` (``_get_layer_block_stride``). Under
+  ``LBHNC``/``LBNHC`` a block is one run per layer; under ``LHBNC`` the heads sit outside the
+  blocks: head ``h`` of block ``b`` is at ``region + h * num_blocks * N*C + b * N*C``, one row
+  per head slot.
+
+vLLM refuses what its strides cannot express and so does kvlayout, with the field named:
+padding with several head slots outside ``B`` (``LHBNC``/``BHLNC``: ``compute_layout_strides``
+asserts a single head), a block stride rounded past the page under ``LHBNC`` ("cannot pad
+pages"), and virtual block splitting of padded pages. Where vLLM would plan an unsafe
+overlay (``LHBNC`` slots whose layers differ in head slots or page, where block ``b`` of one
+group shares bytes with another block of the other) kvlayout refuses the spec instead.
+
+Zeroing block ``b`` of a layer clears every logical byte of it (``H * N * C``, never the
+padding). vLLM's ``KVBlockZeroer`` builds one segment per index of an axis physically
+outside ``B`` (the heads under ``LHBNC``, and virtual sub-blocks), and under ``BHLNC`` one
+segment per layer spanning from its head 0 to the end of its head ``H-1``, over the other
+layers of its run; kvlayout's rows are per head run instead, so the union is the same
+when every layer of the run is zeroed and kvlayout never clears a layer that is not.
+The ``kv_split`` halves of section 2 (the older FlashAttention ``[2, B, ...]`` form) remain
+available in ``layer_major``/``LBHNC`` only.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .errors import spec_error
-from .ranges import MAX_BYTES
+from .ranges import MAX_BYTES, round_up
 from .spec import GroupSpec, KVCacheSpec, LayerSpec
 from .table import Segment, SegmentTable
+
+#: Orders whose outermost axis is the block (one block row holds every layer).
+BLOCK_OUTER = ("BLHNC", "BLNHC", "BHLNC")
+#: Orders whose outermost axis is the layer slot (one region of blocks per slot).
+LAYER_OUTER = ("LBHNC", "LBNHC", "LHBNC")
 
 
 @dataclass(frozen=True)
 class Part:
     """One contiguous per-block piece of a layer: the page, or its K or V half."""
 
-    name: str  # "page", "k" or "v"
+    name: str  # "page", "k", "v" or "head<h>" (one head slot of LHBNC/BHLNC)
     base: int  # byte offset of block 0
     stride: int  # bytes between consecutive block ids
     span: int  # real bytes per block (what zeroing clears)
@@ -57,6 +110,8 @@ class Layout:
     block_stride: int | None
     #: layer_major: padded bytes per block of each slot; packed: ``()``.
     slot_pages: tuple[int, ...]
+    #: The ``[L, B, H, N, C]`` order the layout was planned as (``packed`` -> ``BLHNC``).
+    order: str = ""
 
     @property
     def num_blocks(self) -> int:
@@ -73,38 +128,137 @@ class Layout:
         return build_table(self)
 
 
-def _split_parts(layer: LayerSpec, base: int, stride: int, region_half: int) -> tuple[Part, ...]:
+def _page_parts(layer: LayerSpec, base: int, stride: int, region_half: int, padded: int) -> tuple[Part, ...]:
+    """One row for the whole page, or K and V halves (``kv_split``)."""
     if layer.split_kv:
         half_real, half_pad = layer.real_page // 2, layer.page // 2
         return (
             Part("k", base, stride, half_real, half_pad),
             Part("v", base + region_half, stride, half_real, half_pad),
         )
-    return (Part("page", base, stride, layer.real_page, layer.page),)
+    return (Part("page", base, stride, layer.real_page, padded),)
 
 
-def plan_layout(spec: KVCacheSpec) -> Layout:
-    """Lay out every layer of ``spec`` in one flat buffer."""
+def _head_parts(layer: LayerSpec, base: int, head_pitch: int, stride: int, padded: int) -> tuple[Part, ...]:
+    """One row per head slot: head ``h`` at ``base + h * head_pitch`` (``LHBNC``/``BHLNC``)."""
+    h = layer.heads
+    span = layer.real_page // h
+    if span % 4:
+        raise spec_error(
+            f"{layer.where}.real_page", layer.real_page,
+            f"one head slot holds {span} B (N*C), not a multiple of 4: its rows cannot be zeroed in words",
+        )
+    if h == 1:
+        return (Part("page", base, stride, span, padded),)
+    return tuple(Part(f"head{i}", base + i * head_pitch, stride, span, span) for i in range(h))
+
+
+def _refuse_padding_with_heads(layer: LayerSpec, order: str) -> None:
+    """vLLM pads a page only where its heads are inside the block (``compute_layout_strides``)."""
+    if layer.heads > 1 and layer.page != layer.real_page:
+        field, value = ("padded_page", layer.padded_page_bytes) if layer.padded_page_bytes else (
+            "alignment", layer.alignment_bytes)
+        raise spec_error(
+            f"{layer.where}.{field}", value,
+            f"{order} cannot pad a page of {layer.heads} head slots (heads lie outside the page; vLLM "
+            "allows padding there only with one head slot)",
+        )
+
+
+def _refuse_kv_split(spec: KVCacheSpec, order: str) -> None:
+    allowed = order == "LBHNC"
+    for _, layer in spec.layers:
+        if layer.split_kv and not allowed:
+            raise spec_error(
+                f"{layer.where}.kv_split", True,
+                f"kv_split is an error in the {spec.layout} layout",
+            )
+
+
+def _runs(layers: tuple[LayerSpec, ...]) -> list[list[LayerSpec]]:
+    """Maximal runs of consecutive layers of equal geometry (vLLM's same-spec tensors)."""
+    runs: list[list[LayerSpec]] = []
+    for layer in layers:
+        if runs and runs[-1][0].geometry_key == layer.geometry_key:
+            runs[-1].append(layer)
+        else:
+            runs.append([layer])
+    return runs
+
+
+def _block_stride(spec: KVCacheSpec) -> int:
+    """Widest group's pages, rounded up to the lcm of every block-stride alignment (vLLM 0.33)."""
+    widest = max(sum(layer.page for layer in g.layers) for g in spec.groups)
+    lcm = 1
+    for _, layer in spec.layers:
+        lcm = math.lcm(lcm, layer.stride_alignment)
+        if lcm >= MAX_BYTES:
+            raise spec_error(
+                f"{layer.where}.block_stride_alignment", layer.stride_alignment,
+                f"the lcm of the block-stride alignments reaches {lcm}: the limit is 2**62 - 1 (section 8)",
+            )
+    stride = round_up(widest, lcm)
+    if stride % 4:
+        culprit = next(layer for _, layer in spec.layers if layer.stride_alignment % 4)
+        raise spec_error(
+            f"{culprit.where}.block_stride_alignment", culprit.stride_alignment,
+            f"aligns the block stride to {stride} B, not a multiple of 4",
+        )
+    return _bounded(stride, spec)
+
+
+def _plan_block_outer(spec: KVCacheSpec, order: str) -> Layout:
+    _refuse_kv_split(spec, order)
     n = spec.num_blocks
+    stride = _block_stride(spec)
     placements: list[Placement] = []
-    if spec.layout == "packed":
-        for _, layer in spec.layers:
-            if layer.split_kv:
-                raise spec_error(f"{layer.where}.kv_split", True, "kv_split is an error in the packed layout")
-        block_stride = max(sum(layer.page for layer in g.layers) for g in spec.groups)
-        for g in spec.groups:
+    for g in spec.groups:
+        if order != "BHLNC":
             off = 0
             for j, layer in enumerate(g.layers):
-                placements.append(Placement(g.name, layer, j, off, block_stride, _split_parts(layer, off, block_stride, 0)))
+                parts = _page_parts(layer, off, stride, 0, layer.page)
+                placements.append(Placement(g.name, layer, j, off, stride, parts))
                 off += layer.page
-        return Layout(spec, _bounded(block_stride * n, spec), tuple(placements), block_stride, ())
+            continue
+        run_off, j = 0, 0
+        for run in _runs(g.layers):
+            first = run[0]
+            _refuse_padding_with_heads(first, order)
+            pitch = first.page // first.heads  # N*C, or the padded page of a single head slot
+            for i, layer in enumerate(run):
+                base = run_off + i * pitch
+                parts = _head_parts(layer, base, len(run) * pitch, stride, layer.page)
+                placements.append(Placement(g.name, layer, j, base, stride, parts))
+                j += 1
+            run_off += len(run) * first.page
+    return Layout(spec, _bounded(stride * n, spec), tuple(placements), stride, (), order)
 
-    # layer_major: slot j holds the j-th layer of every group.
+
+def _layer_stride(layer: LayerSpec, order: str) -> int:
+    """A layer's own block stride in a layer-outer order: its page rounded to its alignment."""
+    stride = round_up(layer.page, layer.stride_alignment)
+    if stride % 4:
+        raise spec_error(
+            f"{layer.where}.block_stride_alignment", layer.stride_alignment,
+            f"aligns the block stride to {stride} B, not a multiple of 4",
+        )
+    if order == "LHBNC" and stride != layer.page:
+        raise spec_error(
+            f"{layer.where}.block_stride_alignment", layer.stride_alignment,
+            f"LHBNC cannot pad the page of {layer.page} B to a block stride of {stride} B (heads lie "
+            "outside the blocks; vLLM refuses it too)",
+        )
+    return stride
+
+
+def _plan_layer_outer(spec: KVCacheSpec, order: str) -> Layout:
+    _refuse_kv_split(spec, order)
+    n = spec.num_blocks
     num_slots = max(len(g.layers) for g in spec.groups)
     slot_pages = []
     for j in range(num_slots):
         in_slot = [g.layers[j] for g in spec.groups if j < len(g.layers)]
-        slot_pages.append(max(layer.page for layer in in_slot))
+        slot_pages.append(_bounded(max(_layer_stride(layer, order) for layer in in_slot), spec))
         splits = {layer.split_kv for layer in in_slot}
         if len(splits) > 1:
             bad = next(layer for layer in in_slot if layer.split_kv)
@@ -113,15 +267,32 @@ def plan_layout(spec: KVCacheSpec) -> Layout:
                 True,
                 f"every layer of slot {j} must agree on kv_split (halves and whole pages of one region overlap across blocks)",
             )
+        if order == "LHBNC":
+            for layer in in_slot:
+                _refuse_padding_with_heads(layer, order)
+            shapes = {(layer.heads, layer.page) for layer in in_slot}
+            if len(shapes) > 1 and any(layer.heads > 1 for layer in in_slot):
+                bad = next(layer for layer in in_slot if (layer.heads, layer.page) != (in_slot[0].heads, in_slot[0].page))
+                raise spec_error(
+                    f"{bad.where}.heads", bad.heads,
+                    f"every layer of slot {j} must agree on head slots and page under LHBNC (got "
+                    f"{sorted(shapes)}: block b of one group would share bytes with another block of the other)",
+                )
+    placements: list[Placement] = []
     region = 0
     regions = []
     for sp in slot_pages:
         regions.append(region)
-        region += sp * n
+        region = _bounded(region + sp * n, spec)
     for g in spec.groups:
         for j, layer in enumerate(g.layers):
             sp = slot_pages[j]
-            if layer.split_kv:
+            own = _layer_stride(layer, order)
+            if order == "LHBNC":
+                pitch = sp // layer.heads  # N*C per head slot (the whole slot page with one head)
+                parts = _head_parts(layer, regions[j], pitch * n, pitch, own)
+                placements_stride = pitch
+            elif layer.split_kv:
                 if sp % 2 or layer.real_page % 2:
                     raise spec_error(f"{layer.where}.kv_split", True, f"needs an even slot page ({sp}) and real page ({layer.real_page})")
                 if (sp // 2) % 4 or (layer.real_page // 2) % 4:
@@ -130,11 +301,21 @@ def plan_layout(spec: KVCacheSpec) -> Layout:
                         True,
                         f"half pages ({sp // 2} B stride, {layer.real_page // 2} B span) must be multiples of 4",
                     )
-                parts = _split_parts(layer, regions[j], sp // 2, sp // 2 * n)
-                placements.append(Placement(g.name, layer, j, regions[j], sp // 2, parts))
+                parts = _page_parts(layer, regions[j], sp // 2, sp // 2 * n, own)
+                placements_stride = sp // 2
             else:
-                placements.append(Placement(g.name, layer, j, regions[j], sp, _split_parts(layer, regions[j], sp, 0)))
-    return Layout(spec, _bounded(region, spec), tuple(placements), None, tuple(slot_pages))
+                parts = _page_parts(layer, regions[j], sp, 0, own)
+                placements_stride = sp
+            placements.append(Placement(g.name, layer, j, regions[j], placements_stride, parts))
+    return Layout(spec, region, tuple(placements), None, tuple(slot_pages), order)
+
+
+def plan_layout(spec: KVCacheSpec) -> Layout:
+    """Lay out every layer of ``spec`` in one flat buffer."""
+    order = spec.order
+    if order in BLOCK_OUTER:
+        return _plan_block_outer(spec, order)
+    return _plan_layer_outer(spec, order)
 
 
 def _bounded(total_bytes: int, spec: KVCacheSpec) -> int:
@@ -193,6 +374,12 @@ def _padding(layout: Layout) -> tuple[Segment, ...]:
             reals.append((part.base, part.base + part.span))
             if part.padded > part.span:
                 gaps.append((part.base + part.span, part.base + part.padded, p.layer.name))
+    stride = layout.block_stride
+    if stride is not None and layout.placements:
+        # block-stride alignment: the tail of every block row beyond the widest group
+        widest = max(sum(layer.page for layer in g.layers) for g in layout.spec.groups)
+        if stride > widest:
+            by_stride.setdefault(stride, ([], []))[0].append((widest, stride, ""))
     out: list[Segment] = []
     for stride, (gaps, reals) in by_stride.items():
         reals.sort()

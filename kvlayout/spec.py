@@ -34,7 +34,21 @@ DTYPE_SIZES: Mapping[str, int] = {
 FP8_DS_MLA = "fp8_ds_mla"
 FP8_DS_MLA_TOKEN_BYTES = 584
 
+#: kvlayout's own layout names (GEOMETRY.md section 2); aliases of two of vLLM's orders.
 LAYOUTS = ("packed", "layer_major")
+#: vLLM 0.33's physical orders of the logical axes ``[L, B, H, N, C]`` (``KVCacheLayout``).
+KV_CACHE_LAYOUTS = ("LBHNC", "LBNHC", "LHBNC", "BLHNC", "BLNHC", "BHLNC")
+#: ``packed`` is ``BLHNC`` and ``layer_major`` is ``LBHNC`` (GEOMETRY.md section 6).
+LAYOUT_ALIASES: Mapping[str, str] = {"packed": "BLHNC", "layer_major": "LBHNC"}
+#: Every name a spec's ``layout`` may take.
+ALL_LAYOUTS = LAYOUTS + KV_CACHE_LAYOUTS
+
+
+def layout_order(name: str) -> str:
+    """The ``[L, B, H, N, C]`` order a layout name stands for (``packed`` -> ``BLHNC``)."""
+    if not isinstance(name, str) or name not in ALL_LAYOUTS:
+        raise spec_error("layout", name, f"valid layouts: {', '.join(ALL_LAYOUTS)}")
+    return LAYOUT_ALIASES.get(name, name)
 
 
 def _is_int(v: object) -> bool:
@@ -43,6 +57,11 @@ def _is_int(v: object) -> bool:
 
 def _check_pos_int(where: str, name: str, v: object) -> None:
     check_int(SpecError, f"{where}.{name}", v, lo=1)
+
+
+def _check_opt_int(where: str, name: str, v: object, lo: int = 1) -> None:
+    if v is not None:
+        check_int(SpecError, f"{where}.{name}", v, lo=lo)
 
 
 def _check_dtype(where: str, name: str, v: object) -> None:
@@ -67,19 +86,52 @@ class LayerSpec:
         return f"layer {self.name!r}"
 
     @property
-    def real_page(self) -> int:
-        """Bytes of real data per block: what zeroing clears."""
+    def heads(self) -> int:
+        """``H``: head slots per block (1 for ``mla`` and ``mamba`` unless set)."""
+        return 1
+
+    @property
+    def states(self) -> int:
+        """``N``: stored states (tokens after compression) per block."""
+        return 1
+
+    @property
+    def content_bytes(self) -> int:
+        """``C``: bytes of one (head slot, state) cell; K and V together for attention."""
         raise NotImplementedError
+
+    @property
+    def real_page(self) -> int:
+        """Bytes of real data per block, ``H * N * C``: what zeroing clears."""
+        return self.heads * self.states * self.content_bytes
 
     @property
     def alignment_bytes(self) -> int | None:
         return getattr(self, "alignment", None)
 
     @property
+    def padded_page_bytes(self) -> int | None:
+        """An explicit padded page (vLLM's ``page_size_padded``), or ``None``."""
+        return getattr(self, "padded_page", None)
+
+    @property
+    def stride_alignment(self) -> int:
+        """Bytes a block stride holding this layer must be a multiple of (1 unless set)."""
+        return getattr(self, "block_stride_alignment", None) or 1
+
+    @property
     def page(self) -> int:
         """Padded page: the unit the planner lays out."""
+        pp = self.padded_page_bytes
+        if pp is not None:
+            return pp
         a = self.alignment_bytes
         return round_up(self.real_page, a) if a else self.real_page
+
+    @property
+    def geometry_key(self) -> tuple[tuple[str, Any], ...]:
+        """Every JSON field but the name: layers with equal keys have equal geometry."""
+        return tuple(sorted((k, v) for k, v in self.to_dict().items() if k != "name"))
 
     @property
     def gap(self) -> int:
@@ -100,14 +152,22 @@ class LayerSpec:
         a = self.alignment_bytes
         if a is not None:
             _check_pos_int(self.where, "alignment", a)
-        if self.real_page >= MAX_BYTES or self.page >= MAX_BYTES:
+        pp = self.padded_page_bytes
+        _check_opt_int(self.where, "padded_page", pp)
+        _check_opt_int(self.where, "block_stride_alignment", getattr(self, "block_stride_alignment", None))
+        if pp is not None and a is not None:
+            raise spec_error(f"{self.where}.padded_page", pp, "give alignment or padded_page, not both")
+        if self.real_page >= MAX_BYTES:
+            raise spec_error(f"{self.where}.real_page", self.real_page, "page bytes must be below 2**62 (section 8)")
+        if pp is not None and pp < self.real_page:
+            raise spec_error(f"{self.where}.padded_page", pp, f"smaller than the real page of {self.real_page} B")
+        if self.page >= MAX_BYTES:
             raise spec_error(f"{self.where}.real_page", self.real_page, "page bytes must be below 2**62 (section 8)")
         if self.real_page % 4:
             raise spec_error(f"{self.where}.real_page", self.real_page, "page bytes must be a multiple of 4")
         if self.page % 4:
-            raise spec_error(
-                f"{self.where}.alignment", a, f"padded page {self.page} B is not a multiple of 4"
-            )
+            field, value = ("padded_page", pp) if pp is not None else ("alignment", a)
+            raise spec_error(f"{self.where}.{field}", value, f"padded page {self.page} B is not a multiple of 4")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``name``, ``kind``, then every field that was set."""
@@ -119,9 +179,32 @@ class LayerSpec:
         return out
 
 
+def _check_states(layer: LayerSpec, tokens_per_state: int | None, states_per_token: int | None) -> None:
+    """``tokens_per_state`` divides ``block_size``; it and ``states_per_token`` are not both above 1."""
+    where = layer.where
+    _check_opt_int(where, "states_per_token", states_per_token)
+    if tokens_per_state is None:
+        return
+    _check_pos_int(where, "tokens_per_state", tokens_per_state)
+    bs = getattr(layer, "block_size", 1)
+    if bs % tokens_per_state:
+        raise spec_error(f"{where}.tokens_per_state", tokens_per_state, f"block_size {bs} is not a multiple of it")
+    if tokens_per_state > 1 and (states_per_token or 1) > 1:
+        raise spec_error(
+            f"{where}.states_per_token", states_per_token, "a state covers several tokens or a token several states"
+        )
+
+
 @dataclass(frozen=True)
 class FullAttentionSpec(LayerSpec):
-    """Full attention: K and V of ``block_size`` tokens per block."""
+    """Full attention: K and V of ``block_size`` tokens per block.
+
+    The optional fields are vLLM 0.33's richer attention specs: ``head_size_v`` (V heads of
+    another size), ``num_head_slots`` (``H`` when packing diverges from one slot per KV head),
+    ``state_content_bytes`` (``C`` of packed formats), ``tokens_per_state`` (several tokens per
+    stored state), ``states_per_token`` (several states per token), ``padded_page``
+    (``page_size_padded``) and ``block_stride_alignment`` (bytes a block stride is a multiple of).
+    """
 
     kind: ClassVar[str] = "full"
 
@@ -131,6 +214,13 @@ class FullAttentionSpec(LayerSpec):
     dtype: str
     alignment: int | None = None
     kv_split: bool | None = None
+    head_size_v: int | None = None
+    num_head_slots: int | None = None
+    state_content_bytes: int | None = None
+    tokens_per_state: int | None = None
+    states_per_token: int | None = None
+    padded_page: int | None = None
+    block_stride_alignment: int | None = None
 
     def __post_init__(self) -> None:
         for n in ("block_size", "num_kv_heads", "head_size"):
@@ -138,11 +228,31 @@ class FullAttentionSpec(LayerSpec):
         _check_dtype(self.where, "dtype", self.dtype)
         if self.kv_split is not None and not isinstance(self.kv_split, bool):
             raise spec_error(f"{self.where}.kv_split", self.kv_split, "must be true or false")
+        _check_opt_int(self.where, "head_size_v", self.head_size_v, lo=0)
+        _check_opt_int(self.where, "num_head_slots", self.num_head_slots)
+        _check_opt_int(self.where, "state_content_bytes", self.state_content_bytes)
+        _check_states(self, self.tokens_per_state, self.states_per_token)
+        if self.kv_split:
+            for n in ("head_size_v", "state_content_bytes"):
+                v = getattr(self, n)
+                if v is not None and (n != "head_size_v" or v != self.head_size):
+                    raise spec_error(f"{self.where}.{n}", v, "kv_split needs K and V halves of one size")
         self._validate_common()
 
     @property
-    def real_page(self) -> int:
-        return 2 * self.block_size * self.num_kv_heads * self.head_size * DTYPE_SIZES[self.dtype]
+    def heads(self) -> int:
+        return self.num_head_slots or self.num_kv_heads
+
+    @property
+    def states(self) -> int:
+        return self.block_size // (self.tokens_per_state or 1) * (self.states_per_token or 1)
+
+    @property
+    def content_bytes(self) -> int:
+        if self.state_content_bytes is not None:
+            return self.state_content_bytes
+        v = self.head_size if self.head_size_v is None else self.head_size_v
+        return (self.head_size + v) * DTYPE_SIZES[self.dtype]
 
 
 @dataclass(frozen=True)
@@ -171,9 +281,16 @@ class MLASpec(LayerSpec):
     compress_ratio: int | None = None
     token_bytes: int | None = None
     alignment: int | None = None
+    num_head_slots: int | None = None
+    states_per_token: int | None = None
+    window: int | None = None
+    padded_page: int | None = None
+    block_stride_alignment: int | None = None
 
     def __post_init__(self) -> None:
         _check_pos_int(self.where, "block_size", self.block_size)
+        _check_opt_int(self.where, "num_head_slots", self.num_head_slots)
+        _check_opt_int(self.where, "window", self.window)
         _check_pos_int(self.where, "head_size", self.head_size)
         if self.dtype is not None:
             _check_dtype(self.where, "dtype", self.dtype)
@@ -195,7 +312,20 @@ class MLASpec(LayerSpec):
                 )
         if self.token_bytes is not None:
             _check_pos_int(self.where, "token_bytes", self.token_bytes)
+        _check_states(self, self.compress_ratio, self.states_per_token)
         self._validate_common()
+
+    @property
+    def heads(self) -> int:
+        return self.num_head_slots or 1
+
+    @property
+    def states(self) -> int:
+        return self.stored_tokens * (self.states_per_token or 1)
+
+    @property
+    def content_bytes(self) -> int:
+        return self.bytes_per_token
 
     @property
     def ratio(self) -> int:
@@ -215,10 +345,6 @@ class MLASpec(LayerSpec):
         dt = self.cache_dtype if self.cache_dtype is not None else self.dtype
         return self.head_size * DTYPE_SIZES[dt or ""]
 
-    @property
-    def real_page(self) -> int:
-        return self.stored_tokens * self.bytes_per_token
-
 
 @dataclass(frozen=True)
 class MambaSpec(LayerSpec):
@@ -229,13 +355,15 @@ class MambaSpec(LayerSpec):
 
     state_bytes: int
     alignment: int | None = None
+    padded_page: int | None = None
+    block_stride_alignment: int | None = None
 
     def __post_init__(self) -> None:
         _check_pos_int(self.where, "state_bytes", self.state_bytes)
         self._validate_common()
 
     @property
-    def real_page(self) -> int:
+    def content_bytes(self) -> int:
         return self.state_bytes
 
 
@@ -299,8 +427,7 @@ class KVCacheSpec:
         if self.version != SPEC_VERSION:
             raise spec_error("version", self.version, f"only version {SPEC_VERSION} is supported")
         check_int(SpecError, "num_blocks", self.num_blocks, lo=0, hi=MAX_BLOCKS)
-        if not isinstance(self.layout, str) or self.layout not in LAYOUTS:
-            raise spec_error("layout", self.layout, f"valid layouts: {', '.join(LAYOUTS)}")
+        layout_order(self.layout)
         if isinstance(self.groups, list):
             object.__setattr__(self, "groups", tuple(self.groups))
         if not isinstance(self.groups, tuple) or not self.groups:
@@ -318,6 +445,11 @@ class KVCacheSpec:
                 if layer.name in seen_layers:
                     raise spec_error("layer.name", layer.name, "duplicate layer name")
                 seen_layers.add(layer.name)
+
+    @property
+    def order(self) -> str:
+        """The ``[L, B, H, N, C]`` order of ``layout`` (``packed`` -> ``BLHNC``)."""
+        return layout_order(self.layout)
 
     @property
     def layers(self) -> tuple[tuple[GroupSpec, LayerSpec], ...]:
@@ -390,6 +522,13 @@ _FIELD_TYPES: Mapping[str, str] = {
     "compress_ratio": "int",
     "token_bytes": "int",
     "state_bytes": "int",
+    "head_size_v": "int",
+    "num_head_slots": "int",
+    "state_content_bytes": "int",
+    "tokens_per_state": "int",
+    "states_per_token": "int",
+    "padded_page": "int",
+    "block_stride_alignment": "int",
 }
 
 
