@@ -44,6 +44,12 @@ def _add_source(p: argparse.ArgumentParser, *, table: bool = False) -> None:
     p.add_argument("--num-blocks", type=_count, help="override the spec's num_blocks")
     if table:
         p.add_argument("--table", help="check a segment table JSON instead of a spec")
+    m = p.add_argument_group("a model's config.json (kvlayout.models): the cache an engine allocates for it")
+    m.add_argument("--config", metavar="CONFIG.json", help="a Hugging Face config.json instead of SPEC.json")
+    m.add_argument("--engine", help="with --config: vllm (default) or tpu-inference")
+    m.add_argument("--tp", type=_count, help="with --config: tensor-parallel ranks (one rank's layout)")
+    m.add_argument("--kv-cache-dtype", help="with --config: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2")
+    m.add_argument("--block-size", type=_count, help="with --config: tokens per block (else the engine's)")
 
 
 def _count(text: str) -> int:
@@ -56,6 +62,23 @@ def _count(text: str) -> int:
 def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
     if args.spec and args.preset:
         raise UsageError("give SPEC.json or --preset, not both", field="spec", value=args.spec)
+    model_flags = {"--engine": args.engine, "--tp": args.tp, "--kv-cache-dtype": args.kv_cache_dtype,
+                   "--block-size": args.block_size}
+    if args.config:
+        if args.spec or args.preset:
+            raise UsageError("give --config or a spec (SPEC.json, --preset), not both", field="config",
+                             value=args.config)
+        from .models import DEFAULT_NUM_BLOCKS, from_config
+
+        args.model_spec = from_config(
+            args.config, engine=args.engine or "vllm", tp=1 if args.tp is None else args.tp,
+            kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,
+            num_blocks=DEFAULT_NUM_BLOCKS if args.num_blocks is None else args.num_blocks,
+        )
+        return args.model_spec.spec
+    given = [flag for flag, v in model_flags.items() if v is not None]
+    if given:
+        raise UsageError(f"{given[0]} applies with --config CONFIG.json only", field=given[0], value=None)
     if args.preset:
         spec = preset(args.preset)
     elif args.spec:
@@ -87,6 +110,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.compact and not args.json:
         raise UsageError("--compact only applies with --json", field="compact", value=True)
     spec = _load_spec(args)
+    model = getattr(args, "model_spec", None)
+    if model is not None and not args.json:  # --config: the one-screen summary (kvlayout.models)
+        from .models import summary
+
+        print(summary(model))
+        return 0
     layout = plan_layout(spec)
     table = layout.table()
     if args.coalesce:
