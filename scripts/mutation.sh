@@ -3,6 +3,7 @@
 #
 #   scripts/mutation.sh                 # every target module
 #   scripts/mutation.sh spec planner    # some of them (names below)
+#   KVLAYOUT_MUTATION_REPORT_ONLY=1 scripts/mutation.sh spec   # only rebuild the table
 #
 # mutmut goes into its own venv (.venv-mutation); the test venv (.venv, made by
 # scripts/test.sh) lends it numpy, hypothesis, torch and triton through a .pth line, without
@@ -91,11 +92,14 @@ run_one() {  # stage the sources and one module's tests, run mutmut, keep its re
 }
 
 export JAX_PLATFORMS=cpu TPU_SKIP_MDS_QUERY=1 HYPOTHESIS_PROFILE=ci PYTHONDONTWRITEBYTECODE=1
-mkdir -p "$WORK" && rm -f "$WORK/seconds.txt"
-for n in "${names[@]}"; do
-  echo "== $n: ${TARGETS[$n]} with ${TESTS[$n]}"
-  run_one "$n"
-done
+# KVLAYOUT_MUTATION_REPORT_ONLY=1: rebuild the table from the last run's results in $WORK
+if [ -z "${KVLAYOUT_MUTATION_REPORT_ONLY:-}" ]; then
+  mkdir -p "$WORK" && rm -f "$WORK/seconds.txt"
+  for n in "${names[@]}"; do
+    echo "== $n: ${TARGETS[$n]} with ${TESTS[$n]}"
+    run_one "$n"
+  done
+fi
 cd "$WORK"
 
 # the table (bench/results/mutation.md, .json), merged with earlier runs of other modules

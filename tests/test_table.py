@@ -222,3 +222,55 @@ def test_table_construction_limits() -> None:
         K.SegmentTable(2**62, 1, ())
     # one block: the stride never applies, so only base and span count
     assert K.SegmentTable(0, 1, (K.Segment(0, 2**62 - 8, 4),)).num_blocks == 1
+
+
+def test_table_limits_at_their_edges() -> None:
+    """Each bound of section 8 at the last accepted and the first refused value, with its message."""
+    with pytest.raises(TableError, match=r"table.total_bytes = -4: must be at least 0"):
+        K.SegmentTable(-4, 1, ())
+    with pytest.raises(TableError, match=r"table.num_blocks = 2147483648: must be at most 2\*\*31 - 1"):
+        K.SegmentTable(0, 2**31, ())
+    with pytest.raises(TableError, match=r"table.segments\[0\].base = True: must be an integer"):
+        K.SegmentTable(0, 1, (K.Segment(True, 0, 4),))  # type: ignore[arg-type]
+    with pytest.raises(TableError, match=r"table.padding\[0\].span = 2.5: must be an integer"):
+        K.SegmentTable(0, 1, (), (K.Segment(0, 0, 2.5),))  # type: ignore[arg-type]
+    low = -(2**62) + 1
+    assert K.SegmentTable(0, 1, (K.Segment(low, 0, 4),)).segments[0].base == low
+    with pytest.raises(
+        TableError,
+        match=r"table.segments\[0\].base = -4611686018427387904: must be at least -4611686018427387903",
+    ):
+        K.SegmentTable(0, 1, (K.Segment(low - 1, 0, 4),))
+    # one block: the stride is never used, so a huge stride is fine; two blocks reach past 2**62
+    assert K.SegmentTable(0, 1, (K.Segment(0, 2**62 - 1, 4),)).num_blocks == 1
+    assert K.SegmentTable(0, 0, (K.Segment(0, 2**62 - 1, 4),)).num_blocks == 0
+    with pytest.raises(TableError, match=r"reaches bytes \[0, 4611686018427387907\) over 2 blocks"):
+        K.SegmentTable(0, 2, (K.Segment(0, 2**62 - 1, 4),))
+    # extents exactly at -2**62 and 2**62 are refused; one word inside is accepted
+    msg = r"table.segments\[0\] = \(0, -2305843009213693952, 4\): reaches bytes \[-4611686018427387904, 4\) over 3 blocks: "
+    with pytest.raises(
+        TableError, match=msg + r"extents must stay within \(-2\*\*62, 2\*\*62\) \(GEOMETRY.md section 8\)"
+    ):
+        K.SegmentTable(0, 3, (K.Segment(0, -(2**61), 4),))
+    assert K.SegmentTable(0, 3, (K.Segment(4, -(2**61) + 4, 4),)).num_blocks == 3
+    with pytest.raises(TableError, match=r"reaches bytes \[0, 4611686018427387904\)"):
+        K.SegmentTable(0, 3, (K.Segment(0, 2**61 - 2, 4),))
+    assert K.SegmentTable(0, 3, (K.Segment(0, 2**61 - 4, 4),)).num_blocks == 3
+    # from JSON: num_blocks 0 is a valid pool, the most negative base is accepted
+    d = {
+        "total_bytes": 0,
+        "num_blocks": 0,
+        "segments": [{"base": low, "stride": 0, "span": 4, "virtual_index": 2}],
+    }
+    t = K.SegmentTable.from_dict(d)
+    assert t.num_blocks == 0 and t.segments[0].base == low and t.segments[0].virtual_index == 2
+
+
+def test_table_json_text_forms() -> None:
+    t = K.SegmentTable(64, 2, (K.Segment(0, 32, 8, "g", "l", "v", 3),))
+    assert "\n" not in t.to_json() and '\n  "total_bytes": 64' in t.to_json(indent=2)
+    assert K.SegmentTable.from_json(t.to_json()).segments[0].virtual_index == 3
+    assert K.SegmentTable.from_json(t.to_json().encode()).segments == t.segments
+    with pytest.raises(TableError, match=r"^table is not valid JSON") as ei:
+        K.SegmentTable.from_json("{nope")
+    assert ei.value.field == "json"
