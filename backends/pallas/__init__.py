@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backend import PallasBackend
+    from .native import CacheZeroer
     from .plan import RowPlan, plan_rows, zero_rows_numpy
     from .sharded import ShardedPallasZeroer
     from .zeroer import PallasZeroer, default_kernel, zero_blocks
@@ -27,11 +28,13 @@ _LAZY = {
     "plan_rows": ".plan",
     "zero_rows_numpy": ".plan",
     "ShardedPallasZeroer": ".sharded",
+    "CacheZeroer": ".native",
 }
 
-_SUBMODULES = ("backend", "kernels", "plan", "sharded", "zeroer")
+_SUBMODULES = ("backend", "kernels", "native", "native_kernels", "plan", "sharded", "zeroer")
 
 __all__ = [
+    "CacheZeroer",
     "PallasBackend",
     "PallasZeroer",
     "RowPlan",

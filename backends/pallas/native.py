@@ -1,0 +1,429 @@
+"""``CacheZeroer``: zero block ids of a native cache (a pytree of typed per-layer arrays).
+
+TPU serving stacks keep the KV cache as a list of ``jax.Array`` s with the page axis
+first, donated into every model step and sharded with each array's own PartitionSpec
+(GEOMETRY.md section 9). ``caches = z(caches, ids)`` sets ``leaf[b] = 0`` for every leaf
+and id, in place (jitted, donated, aliased), in each leaf's own shape and dtype: no flat
+view, so no relayout copy of the cache. With a mesh, the same body runs under
+``shard_map`` with every leaf's own sharding: a leaf split over data-parallel axes along
+its page axis zeroes only the ids its shard owns (as :class:`kvlayout.ShardedLayout`
+routes them); a leaf split along other axes zeroes its slice of every id. No gather, no
+collective.
+
+Bad ids: host ids are validated first (error, nothing runs). Device ids outside
+``[0, num_blocks)`` write nothing and are counted on the device; :meth:`CacheZeroer.check`
+raises. JAX indexing would clip them (tpu-inference #2366); these kernels never do.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, bad_value
+from kvlayout.hardware import jax_platform
+from kvlayout.native import NativeCacheSpec, native_tables, spec_from_arrays
+from kvlayout.reference import normalize_block_ids
+from kvlayout.verify import require_safe
+
+from .native_kernels import (
+    DEFAULT_BOX_ELEMENTS,
+    DEFAULT_MAX_INFLIGHT,
+    DEFAULT_TILE_BYTES,
+    INT32_MAX,
+    ids_per_step_for,
+    plan_tpu,
+    plan_triton,
+    tpu_native_call,
+    triton_native_call,
+)
+
+KERNELS = ("tpu", "triton")
+
+
+def native_default_kernel() -> tuple[str, bool]:
+    """(kernel, interpret) for JAX's default device: Mosaic on TPUs, Triton on GPUs, else
+    the TPU kernel in Pallas's TPU interpret mode."""
+    plat = jax_platform()
+    if plat == "tpu":
+        return "tpu", False
+    if plat in ("gpu", "cuda"):
+        return "triton", False
+    return "tpu", True
+
+
+def interpret_params() -> Any:
+    """TPU interpret mode with race detection and NaN-initialised scratch."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan")
+
+
+def _ids_in_range(ids: jax.Array, limit: int) -> tuple[jax.Array, jax.Array]:
+    """Traceable: ``(int32 ids, ids in [0, limit))``; checked in the ids' own dtype before
+    narrowing, so an int64 ``2**32 + 3`` is bad rather than block 3."""
+    if jnp.iinfo(ids.dtype).max <= INT32_MAX:
+        ids = ids.astype(jnp.int32)
+    ok = (ids >= 0) & (ids < limit)
+    return jnp.where(ok, ids, 0).astype(jnp.int32), ok
+
+
+def _check_id_array(ids: Any) -> None:
+    if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
+        shown = f"{ids.dtype}{tuple(ids.shape)}"
+        raise bad_value(BlockIdError, "block_ids", shown, "must be a 1-D integer array", shown=shown)
+
+
+def _bucket(host: np.ndarray) -> np.ndarray:
+    """Unique valid host ids padded with copies of the first to a power of two >= 8 (few
+    retraces; the kernel takes duplicates once)."""
+    bucket = max(8, 1 << int(host.size - 1).bit_length())
+    out = np.full(bucket, host[0], np.int32)
+    out[: host.size] = host
+    return out
+
+
+class _BadCount:
+    """Device-side count of out-of-range ids, summed over steps without a host sync."""
+
+    def __init__(self) -> None:
+        self._err: jax.Array | None = None
+        self._lock = threading.Lock()
+
+    def add(self, err: jax.Array) -> None:
+        with self._lock:
+            self._err = err if self._err is None else self._err + err
+
+    def check(self, num_blocks: int) -> None:
+        with self._lock:
+            err, self._err = self._err, None
+        count = 0 if err is None else int(err)
+        if count:
+            raise BlockIdError(
+                f"device block_ids: {count} ids outside [0, {num_blocks}); they wrote nothing",
+                field="block_ids", value=count,
+            )
+
+
+def _page_axes(spec: P) -> tuple[str, ...]:
+    """Mesh axes a PartitionSpec splits the page axis (dimension 0) over."""
+    first = spec[0] if len(spec) else None
+    if first is None:
+        return ()
+    return (first,) if isinstance(first, str) else tuple(first)
+
+
+class CacheZeroer:
+    """Zero block ids of a native cache: ``caches = z(caches, ids)``, in place.
+
+    ``caches`` is a pytree (e.g. a list) of arrays or ``jax.ShapeDtypeStruct`` s, page axis
+    first, all with the same number of pages. ``groups``: the cache group of each leaf
+    (one name for all, a sequence in pytree order, or a mapping from leaf name, e.g.
+    ``"3"`` or ``"layers.0.k"``, to group) for ``z(caches, ids, group=...)``. ``mesh``:
+    leaves are sharded over it, each by its own sharding (or ``partition_specs``).
+
+    :meth:`apply` is the traceable form for a user's own jitted, donated step. Thread
+    safe; calls on one (donated) cache must be chained by the caller.
+    """
+
+    def __init__(
+        self,
+        caches: Any,
+        groups: Sequence[str] | Mapping[str, str] | str | None = None,
+        mesh: Mesh | None = None,
+        *,
+        partition_specs: Any = None,
+        kernel: str | None = None,
+        interpret: bool | None = None,
+        tile_bytes: int = DEFAULT_TILE_BYTES,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        box_elements: int = DEFAULT_BOX_ELEMENTS,
+        num_warps: int = 4,
+    ) -> None:
+        paths, treedef = jax.tree_util.tree_flatten_with_path(caches)
+        self.treedef: Any = treedef
+        if not paths:
+            raise bad_value(LayoutBufferError, "caches", caches, "needs at least one array")
+        names = [jax.tree_util.keystr(p, simple=True, separator=".") or "leaf" for p, _ in paths]
+        leaves = [x for _, x in paths]
+        self.spec: NativeCacheSpec = spec_from_arrays(leaves, groups, names=names)
+        for t in native_tables(self.spec).values():
+            require_safe(t)  # one row per leaf: proven like any table (section 9)
+        if kernel is not None and kernel not in KERNELS:
+            raise bad_value(BackendError, "kernel", kernel, f"valid kernels: {', '.join(KERNELS)}")
+        if interpret is not None and not isinstance(interpret, bool):
+            raise bad_value(BackendError, "interpret", interpret, "must be True, False or None")
+        for name, v, lo in (("tile_bytes", tile_bytes, 1024), ("max_inflight", max_inflight, 1),
+                            ("box_elements", box_elements, 1), ("num_warps", num_warps, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise bad_value(BackendError, name, v, f"must be an integer >= {lo}")
+        for name, v in (("box_elements", box_elements), ("num_warps", num_warps)):
+            if v & (v - 1):
+                raise bad_value(BackendError, name, v, "must be a power of two")
+        auto_kernel, auto_interp = native_default_kernel()
+        self.kernel = kernel or auto_kernel
+        self.interpret = auto_interp if interpret is None else interpret
+        self.tile_bytes, self.max_inflight = tile_bytes, max_inflight
+        self.box_elements, self.num_warps = box_elements, num_warps
+        self.mesh = mesh
+        self.pspecs: tuple[P, ...] | None = None
+        self.local_shapes = tuple(leaf.shape for leaf in self.spec.leaves)
+        if mesh is not None:
+            self._init_mesh(mesh, leaves, partition_specs)
+        elif partition_specs is not None:
+            raise bad_value(LayoutBufferError, "partition_specs", partition_specs, "needs a mesh")
+        self.trace_count = 0
+        self._lock = threading.Lock()
+        self._calls: dict[tuple[Any, ...], Any] = {}
+        self._bad = _BadCount()
+        self._jitted = jax.jit(self._traced, donate_argnums=0, static_argnames="group")
+
+    # ---- mesh ---------------------------------------------------------------------------
+    def _init_mesh(self, mesh: Mesh, leaves: list[Any], partition_specs: Any) -> None:
+        if not isinstance(mesh, Mesh):
+            raise bad_value(LayoutBufferError, "mesh", type(mesh).__name__, "must be a jax.sharding.Mesh")
+        if partition_specs is None:
+            specs = []
+            for name, x in zip(self.spec.names, leaves):
+                sh = getattr(x, "sharding", None)
+                if not isinstance(sh, NamedSharding):
+                    raise bad_value(
+                        LayoutBufferError, f"leaf {name!r}.sharding", str(sh),
+                        "must be a NamedSharding over the mesh (or pass partition_specs)",
+                    )
+                specs.append(sh.spec)
+        else:
+            specs = jax.tree_util.tree_leaves(partition_specs, is_leaf=lambda s: isinstance(s, P))
+            if len(specs) != len(leaves) or not all(isinstance(s, P) for s in specs):
+                raise bad_value(
+                    LayoutBufferError, "partition_specs", partition_specs,
+                    f"needs one PartitionSpec per leaf ({len(leaves)})",
+                )
+        axes = [str(a) for a in mesh.axis_names]
+        local = []
+        for name, leaf, spec in zip(self.spec.names, self.spec.leaves, specs):
+            page_axes = _page_axes(spec)
+            order = [axes.index(a) for a in page_axes if a in axes]
+            if len(order) != len(page_axes) or order != sorted(order):
+                raise bad_value(
+                    LayoutBufferError, f"leaf {name!r}.sharding", str(spec),
+                    f"the page axis must be split over mesh axes in mesh order ({', '.join(axes)}), "
+                    "as ShardedLayout numbers block shards",
+                )
+            try:
+                shard = NamedSharding(mesh, spec).shard_shape(leaf.shape)
+            except ValueError as e:
+                raise bad_value(LayoutBufferError, f"leaf {name!r}.sharding", str(spec), str(e)) from None
+            local.append(tuple(shard))
+        self.pspecs = tuple(specs)
+        self.local_shapes = tuple(local)
+        self._check_interpret_mesh(mesh)
+
+    def _check_interpret_mesh(self, mesh: Mesh) -> None:
+        """TPU interpret mode stages its callbacks on cpu:0: a mesh holding cpu:0 deadlocks."""
+        if not (self.kernel == "tpu" and self.interpret and mesh.devices.size > 1):
+            return
+        cpu0 = jax.local_devices(backend="cpu")[0]
+        if cpu0 in set(mesh.devices.flat):
+            raise BackendError(
+                "pallas TPU interpret mode under shard_map deadlocks when the mesh includes cpu:0: build "
+                "the mesh from jax.devices()[1:] (force one more host device), or pass kernel='triton'",
+                field="mesh", value=str(cpu0),
+            )
+
+    @property
+    def shardings(self) -> tuple[Any, ...] | None:
+        """Each leaf's NamedSharding (``None`` without a mesh)."""
+        if self.mesh is None or self.pspecs is None:
+            return None
+        return tuple(NamedSharding(self.mesh, s) for s in self.pspecs)
+
+    # ---- description --------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        if self.kernel == "tpu":
+            return "tpu-interpret" if self.interpret else "native"
+        return "triton-interpret" if self.interpret else "native-gpu"
+
+    @property
+    def num_blocks(self) -> int:
+        return self.spec.num_blocks
+
+    def _selected(self, group: str | None) -> tuple[int, ...]:
+        return tuple(i for i, z in enumerate(self.spec.zeroed_mask(group)) if z)
+
+    def check_caches(self, caches: Any) -> list[Any]:
+        """The leaves of ``caches``, checked against the construction pytree (structure,
+        shapes, dtypes, and shardings with a mesh)."""
+        leaves, treedef = jax.tree_util.tree_flatten(caches)
+        if treedef != self.treedef:
+            why = f"must have the structure {self.treedef}"
+            raise bad_value(LayoutBufferError, "caches", str(treedef), why)
+        for name, leaf, x in zip(self.spec.names, self.spec.leaves, leaves):
+            if tuple(x.shape) != leaf.shape or jnp.dtype(x.dtype).name != leaf.dtype:
+                got = f"{jnp.dtype(x.dtype).name}{tuple(x.shape)}"
+                why = f"must be {leaf.dtype}{leaf.shape}"
+                raise bad_value(LayoutBufferError, f"leaf {name!r}", got, why, shown=got)
+        if self.shardings is not None:
+            for name, x, want in zip(self.spec.names, leaves, self.shardings):
+                sh = getattr(x, "sharding", None)
+                if isinstance(x, jax.Array) and not (isinstance(sh, jax.sharding.Sharding)
+                                                     and sh.is_equivalent_to(want, len(x.shape))):
+                    raise bad_value(
+                        LayoutBufferError, f"leaf {name!r}.sharding", str(sh),
+                        f"must be {want} (jax.device_put(leaf, z.shardings[i]))",
+                    )
+        return leaves
+
+    # ---- the traced step ------------------------------------------------------------------
+    def _call_for(self, sel: tuple[int, ...], n: int) -> tuple[Any, int]:
+        """The kernel over leaves ``sel`` (local shapes) for ``n`` ids: ``(f, padded id count)``."""
+        shapes = [(self.local_shapes[i], self.spec.leaves[i].dtype) for i in sel]
+        if self.kernel == "tpu":
+            plan = plan_tpu(shapes, tile_bytes=self.tile_bytes, names=[self.spec.names[i] for i in sel])
+            step = ids_per_step_for(plan, self.max_inflight)
+            n_pad = -(-n // step) * step
+        else:
+            n_pad = n
+        key = (sel, n_pad)
+        with self._lock:
+            if key not in self._calls:
+                if self.kernel == "tpu":
+                    interp = interpret_params() if self.interpret else False
+                    self._calls[key] = tpu_native_call(plan, n_pad, step, interp)
+                else:
+                    plans = plan_triton(shapes, self.box_elements)
+                    num_blocks = shapes[0][0][0]
+                    self._calls[key] = triton_native_call(plans, num_blocks, self.num_warps, self.interpret)
+            return self._calls[key], n_pad
+
+    def zero_local(self, leaves: Sequence[jax.Array], sel: tuple[int, ...], ids: jax.Array,
+                   valid: jax.Array) -> list[jax.Array]:
+        """Traceable, one device: zero ``ids[valid]`` (int32 ``[n]``, bool ``[n]``) in ``leaves``
+        (those of ``sel``, local shapes); invalid slots are skipped without an error."""
+        n = ids.shape[0]
+        num_blocks = self.local_shapes[sel[0]][0]
+        # invalid slots become num_blocks and sort last; equal ids side by side are taken once
+        s = jnp.sort(jnp.where(valid, ids, num_blocks).astype(jnp.int32))
+        take = jnp.concatenate([jnp.ones((1,), jnp.int32), (s[1:] != s[:-1]).astype(jnp.int32)])
+        count = jnp.sum(valid.astype(jnp.int32)).reshape(1)
+        f, n_pad = self._call_for(sel, n)
+        if n_pad != n:
+            s = jnp.concatenate([s, jnp.full((n_pad - n,), num_blocks, jnp.int32)])
+            take = jnp.concatenate([take, jnp.zeros((n_pad - n,), jnp.int32)])
+        return list(f(s, take, count, *leaves))
+
+    def _shard_body(self, sel: tuple[int, ...], mesh: Mesh, pspecs: tuple[P, ...]) -> Any:
+        """Inside shard_map: route the global ids to each leaf's shard, then zero locally.
+
+        Leaves whose page axis is split over the same mesh axes share one kernel call; a
+        leaf with an unsplit page axis owns every id (its shard zeroes its slice of each)."""
+        sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
+        by_axes: dict[tuple[str, ...], list[int]] = {}
+        for k, i in enumerate(sel):
+            by_axes.setdefault(_page_axes(pspecs[i]), []).append(k)
+
+        def body(leaves: list[jax.Array], ids: jax.Array, ok: jax.Array) -> list[jax.Array]:
+            out = list(leaves)
+            for axes, ks in by_axes.items():
+                bps = self.local_shapes[sel[ks[0]]][0]
+                j = jnp.zeros((), jnp.int32)
+                for a in axes:  # row-major over the page axes, as ShardedLayout numbers shards
+                    j = j * sizes[a] + jax.lax.axis_index(a).astype(jnp.int32)
+                lo = j * bps
+                keep = ok & (ids >= lo) & (ids < lo + bps)
+                local = jnp.where(keep, ids - lo, 0)
+                new = self.zero_local([leaves[k] for k in ks], tuple(sel[k] for k in ks), local, keep)
+                for k, v in zip(ks, new):
+                    out[k] = v
+            return out
+
+        return body
+
+    def apply(self, caches: Any, block_ids: Any, group: str | None = None) -> tuple[Any, jax.Array]:
+        """Traceable: ``(caches, global ids int[n]) -> (caches, number of ids outside the pool)``."""
+        leaves = self.check_caches(caches)
+        ids = jnp.asarray(block_ids)
+        _check_id_array(ids)
+        sel = self._selected(group)
+        if ids.shape[0] == 0:
+            return caches, jnp.zeros((), jnp.int32)
+        ids32, ok = _ids_in_range(ids, self.num_blocks)
+        bad = jnp.sum(~ok).astype(jnp.int32)
+        if not sel:
+            return caches, bad
+        mine = [leaves[i] for i in sel]
+        mesh, pspecs = self.mesh, self.pspecs
+        if mesh is None or pspecs is None:
+            new = self.zero_local(mine, sel, ids32, ok)
+        else:
+            specs = [pspecs[i] for i in sel]
+            step = jax.shard_map(
+                self._shard_body(sel, mesh, pspecs), mesh=mesh, in_specs=(specs, P(), P()), out_specs=specs,
+                check_vma=False,
+            )
+            new = step(mine, ids32, ok)
+        out = list(leaves)
+        for i, v in zip(sel, new):
+            out[i] = v
+        return self.treedef.unflatten(out), bad
+
+    def _traced(self, caches: Any, ids: jax.Array, group: str | None = None) -> tuple[Any, jax.Array]:
+        self.trace_count += 1
+        return self.apply(caches, ids, group)
+
+    # ---- per step -------------------------------------------------------------------------
+    def __call__(self, caches: Any, block_ids: Any, group: str | None = None) -> Any:
+        """Zero ``block_ids`` (global) in every leaf of ``caches`` (donated; of ``group`` if
+        given) and return the caches."""
+        self.check_caches(caches)
+        self.spec.check_group(group)
+        if isinstance(block_ids, jax.Array):
+            ids = block_ids
+            _check_id_array(ids)
+        else:
+            host = np.unique(normalize_block_ids(block_ids, self.num_blocks))  # raises before anything runs
+            if host.size == 0:
+                return caches
+            ids = jnp.asarray(_bucket(host))
+            if self.mesh is not None:
+                ids = jax.device_put(ids, NamedSharding(self.mesh, P()))
+        if ids.shape[0] == 0:
+            return caches
+        out, err = self._jitted(caches, ids, group=group)
+        self._bad.add(err)
+        return out
+
+    zero_blocks = __call__
+
+    def check(self) -> None:
+        """Raise if any device id so far was outside ``[0, num_blocks)`` (synchronises; resets)."""
+        self._bad.check(self.num_blocks)
+
+    def abstract_caches(self, device: Any = None) -> Any:
+        """The cache pytree as ``jax.ShapeDtypeStruct`` s (on ``device``, or sharded over the mesh)."""
+        shs = self.shardings
+        out = []
+        for k, leaf in enumerate(self.spec.leaves):
+            sh = shs[k] if shs is not None else None
+            if sh is None and device is not None:
+                sh = jax.sharding.SingleDeviceSharding(device)
+            out.append(jax.ShapeDtypeStruct(leaf.shape, jnp.dtype(leaf.dtype), sharding=sh))
+        return self.treedef.unflatten(out)
+
+    def lower(self, num_ids: int, device: Any = None, group: str | None = None) -> Any:
+        """Lower the jitted donated step for ``num_ids`` ids (e.g. on a TPU topology device or
+        mesh): ``lower(...).compile()`` runs the real compiler without running anything."""
+        if self.mesh is not None:
+            sh: Any = NamedSharding(self.mesh, P())
+        else:
+            sh = jax.sharding.SingleDeviceSharding(device) if device is not None else None
+        ids = jax.ShapeDtypeStruct((num_ids,), jnp.int32, sharding=sh)
+        return self._jitted.lower(self.abstract_caches(device), ids, group=group)

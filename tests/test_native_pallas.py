@@ -1,0 +1,350 @@
+"""CacheZeroer on CPU: the TPU kernel in interpret mode (race detection, NaN scratch), the
+Pallas-Triton kernel interpreted, their NumPy models, and the real Mosaic compiler.
+
+Every leaf starts as a poisoned pattern with no zero byte (``K.poison_pattern``); after each
+run every leaf must equal the NumPy reference (``zero_native_numpy``, through the leaf's
+one-row table) byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kvlayout as K
+from kvlayout.native import expected_zeroed_native, zero_native_numpy
+
+jax = pytest.importorskip("jax")
+kp = pytest.importorskip("kvlayout.backends.pallas")
+import jax.numpy as jnp  # noqa: E402
+from jax.experimental.pallas import tpu as pltpu  # noqa: E402
+from kvlayout.backends.pallas import native_kernels as nk  # noqa: E402
+
+N = 8  # pages per leaf: TPU interpret mode costs ~2.5 ms per DMA
+
+#: every shape the issue names, with tiny pages: tpu-inference attention (bf16 packing 2, fp8
+#: packing 4), MLA, DeepSeek-V4 uint8 roles, and arbitrary ranks (2 to 6) and dtypes
+SHAPES: dict[str, tuple[tuple[int, ...], str]] = {
+    "attn_bf16": ((N, 4, 2, 2, 128), "bfloat16"),
+    "attn_fp8": ((N, 4, 1, 4, 128), "float8_e4m3fn"),
+    "mla": ((N, 1, 32, 640), "bfloat16"),
+    "v4_nope": ((N, 4, 4, 128), "uint8"),
+    "v4_indexer": ((N, 1, 4, 256), "uint8"),
+    "rank2_f32": ((N, 200), "float32"),
+    "rank2_bf16": ((N, 256), "bfloat16"),
+    "rank2_u8": ((N, 512), "uint8"),
+    "rank3_i32": ((N, 3, 40), "int32"),
+    "rank6_f16": ((N, 2, 3, 2, 4, 8), "float16"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _reset_interpreter() -> Iterator[None]:
+    yield
+    pltpu.reset_tpu_interpret_mode_state()
+
+
+def poisoned(shape: Sequence[int], dtype: str, seed: int, *, finite: bool = False) -> np.ndarray:
+    """A host array of the no-zero-byte pattern. ``finite``: 16-bit float NaN/Inf patterns get
+    one exponent bit cleared (plain Pallas interpret runs bf16 stores through XLA:CPU, which
+    quiets NaN payloads; the TPU interpreter moves bytes and needs no such care)."""
+    dt = jnp.dtype(dtype)
+    raw = K.poison_pattern(int(np.prod(shape)) * dt.itemsize, seed=seed).copy()
+    if finite and dt.itemsize == 2 and dt.kind == "V" or finite and dt.name in ("bfloat16", "float16"):
+        w = raw.view(np.uint16)
+        exp = 0x7F80 if dt.name == "bfloat16" else 0x7C00
+        w[(w & exp) == exp] &= np.uint16(~0x4000 & 0xFFFF)  # high byte keeps a set bit: no zero byte
+    return raw.view(dt).reshape(tuple(shape))
+
+
+def host_cache(names: Sequence[str], *, finite: bool = False, shapes: dict | None = None) -> list[np.ndarray]:
+    shapes = shapes or SHAPES
+    return [poisoned(*shapes[n], seed=i, finite=finite) for i, n in enumerate(names)]
+
+
+def same_bytes(a: Any, b: np.ndarray) -> bool:
+    return np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+
+
+def run(
+    names: Sequence[str],
+    batches: Sequence[Any],
+    *,
+    groups: Any = None,
+    group: str | None = None,
+    shapes: dict | None = None,
+    **kw: Any,
+) -> tuple[Any, list[np.ndarray], list[Any]]:
+    """Zero every batch (lists: host ids, tuples: device ids) on a poisoned cache; check that
+    every call donates, and that every leaf equals the NumPy reference of the valid ids."""
+    finite = kw.get("kernel") == "triton"
+    host = host_cache(names, finite=finite, shapes=shapes)
+    caches = [jnp.asarray(a) for a in host]
+    z = kp.CacheZeroer(caches, groups, **kw)
+    seen: list[int] = []
+    for ids in batches:
+        old = caches
+        batch = jnp.asarray(np.array(ids, np.int32)) if isinstance(ids, tuple) else ids
+        caches = z(caches, batch, group=group)
+        if len(ids):
+            assert all(x.is_deleted() for i, x in enumerate(old) if z.spec.zeroed_mask(group)[i])  # donated
+        seen += [b for b in ids if 0 <= b < z.num_blocks]
+    ref = [a.copy() for a in host]
+    zero_native_numpy(ref, z.spec, seen, group=group)
+    exp = expected_zeroed_native(z.spec, seen, group=group)
+    for name, got, want, before in zip(z.spec.names, caches, ref, host):
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert same_bytes(got, want), name
+        assert K.reference.compare_to_ranges(before, np.asarray(got), exp[name]).matches, name
+    return z, host, caches
+
+
+# ---- the TPU kernel (interpret mode) ------------------------------------------------------------
+def test_every_shape_in_one_call_host_and_device_ids() -> None:
+    """All leaves in one kernel call: duplicates, the last page, page 0, device ids."""
+    z, _, _ = run(list(SHAPES), [[5, 0, 5], (N - 1, 2, 2), [N - 1]])
+    assert z.mode == "tpu-interpret" and z.kernel == "tpu"
+    assert z.trace_count == 2  # one host bucket, one device batch shape
+    plan = nk.plan_tpu([(s, d) for s, d in SHAPES.values()])
+    assert [lp.kind for lp in plan.leaves] == ["page"] * 5 + ["row", "rmw", "rmw", "page", "page"]
+
+
+def test_bad_device_ids_write_nothing_and_check_raises() -> None:
+    names = ["attn_bf16", "rank2_bf16", "v4_nope"]
+    z, _, _ = run(names, [(3, N, -1, 3, 2**31 - 1)])
+    with pytest.raises(K.BlockIdError, match=r"3 ids outside \[0, 8\); they wrote nothing"):
+        z.check()
+    z.check()  # reset
+    host = host_cache(names)
+    caches = z([jnp.asarray(a) for a in host], jnp.array([N, -5], jnp.int32))  # only bad ids: nothing at all
+    assert all(same_bytes(c, a) for c, a in zip(caches, host))
+    with pytest.raises(K.BlockIdError, match="2 ids outside"):
+        z.check()
+
+
+@pytest.mark.parametrize("ids", [[0, N], [-1], [True], [1.0], np.array([1.5])])
+def test_bad_host_ids_run_nothing(ids: Any) -> None:
+    host = host_cache(["attn_bf16", "rank2_u8"])
+    caches = [jnp.asarray(a) for a in host]
+    z = kp.CacheZeroer(caches)
+    with pytest.raises(K.BlockIdError):
+        z(caches, ids)
+    assert not any(c.is_deleted() for c in caches) and all(same_bytes(c, a) for c, a in zip(caches, host))
+
+
+def test_empty_batches_are_no_ops() -> None:
+    host = host_cache(["mla", "rank2_f32"])
+    caches = [jnp.asarray(a) for a in host]
+    z = kp.CacheZeroer(caches)
+    out = z(caches, [])
+    out = z(out, jnp.zeros((0,), jnp.int32))
+    assert out is caches and z.trace_count == 0
+    z.check()
+
+
+def test_per_group_and_overlaid_slot() -> None:
+    """Group 'swa' clears its own leaf and the slot shared with 'full'; 'full' stays intact."""
+    names = ["attn_bf16", "attn_fp8", "v4_nope"]
+    groups = [("full", "swa"), "full", "swa"]
+    z, _, _ = run(names, [[1, 6], (6, 3)], groups=groups, group="swa")
+    assert z.spec.zeroed_mask("swa") == (True, False, True)
+    with pytest.raises(K.SpecError, match="no such group; valid groups: 'full', 'swa'"):
+        z([jnp.zeros(SHAPES[n][0], SHAPES[n][1]) for n in names], [1], group="mla")
+
+
+def test_every_page_of_a_tiny_pool_and_chunked_tiles() -> None:
+    """Pages split into chunks (a 2 KiB tile budget): every page, every chunk, exact."""
+    shapes = {"big": ((4, 6, 2, 2, 128), "bfloat16"), "big3": ((4, 64, 256), "uint8")}
+    z, _, _ = run(list(shapes), [[0, 1, 2, 3]], shapes=shapes, tile_bytes=2048)
+    plan = nk.plan_tpu([shapes[n] for n in shapes], tile_bytes=2048)
+    assert [len(lp.chunks) for lp in plan.leaves] == [3, 2]
+
+
+def test_pytree_of_dicts_names_and_group_mapping() -> None:
+    shapes = {"k": ((N, 2, 128), "float32"), "v": ((N, 2, 128), "float32")}
+    host = {n: poisoned(*shapes[n], seed=i) for i, n in enumerate(shapes)}
+    caches = {"layers": [{n: jnp.asarray(host[n]) for n in shapes}]}
+    z = kp.CacheZeroer(caches, {"layers.0.v": "late"})
+    assert z.spec.names == ("layers.0.k", "layers.0.v") and z.spec.groups == ("", "late")
+    out = z(caches, [2, 4], group="late")
+    assert same_bytes(out["layers"][0]["k"], host["k"])
+    want = host["v"].copy()
+    want[[2, 4]] = 0
+    assert same_bytes(out["layers"][0]["v"], want)
+
+
+def test_apply_inside_a_donated_step_then_write_pages() -> None:
+    """The tpu-inference pattern: zero the step's new pages, then write new K/V into them
+    (finite poison: the step's own scatter runs on XLA:CPU, which quiets bf16 NaNs)."""
+    names = ["attn_bf16", "mla"]
+    host = host_cache(names, finite=True)
+    caches = [jnp.asarray(a) for a in host]
+    z = kp.CacheZeroer(caches)
+
+    def step(caches: list[jax.Array], new_ids: jax.Array, slot: jax.Array) -> tuple[list, jax.Array]:
+        caches, bad = z.apply(caches, new_ids)
+        k = caches[0]
+        caches[0] = k.at[slot, 0].set(jnp.ones(k.shape[2:], k.dtype))  # token 0 of the first new page
+        return caches, bad
+
+    f = jax.jit(step, donate_argnums=0)
+    out, bad = f(caches, jnp.array([3, 6, 3], jnp.int32), jnp.int32(3))
+    assert int(bad) == 0 and caches[0].is_deleted()
+    want = [a.copy() for a in host]
+    zero_native_numpy(want, z.spec, [3, 6])
+    want[0][3, 0] = 1
+    assert all(same_bytes(o, w) for o, w in zip(out, want))
+    hlo = f.lower(out, jnp.array([1], jnp.int32), jnp.int32(1)).as_text()
+    assert hlo.count("tf.aliasing_output") >= 2  # both leaves donated into the step
+
+
+def test_wide_ids_never_wrap() -> None:
+    """int64 ids (x64 on): 2**32 + 3 is out of range, not block 3."""
+    with jax.enable_x64(True):
+        host = host_cache(["rank3_i32"])
+        caches = [jnp.asarray(a) for a in host]
+        z = kp.CacheZeroer(caches)
+        out = z(caches, jnp.array([2**32 + 3, 1], jnp.int64))
+        want = host[0].copy()
+        want[1] = 0
+        assert same_bytes(out[0], want)
+        with pytest.raises(K.BlockIdError, match="1 ids outside"):
+            z.check()
+
+
+def test_validation() -> None:
+    host = host_cache(["attn_bf16", "rank2_f32"])
+    caches = [jnp.asarray(a) for a in host]
+    z = kp.CacheZeroer(caches)
+    with pytest.raises(K.LayoutBufferError, match="must have the structure"):
+        z(caches[:1], [0])
+    with pytest.raises(K.LayoutBufferError, match=r"leaf '1' = float32\(8, 100\): must be float32\(8, 200\)"):
+        z([caches[0], jnp.zeros((N, 100), jnp.float32)], [0])
+    with pytest.raises(K.LayoutBufferError, match="must be bfloat16"):
+        z([caches[0].astype(jnp.float16), caches[1]], [0])
+    with pytest.raises(K.BlockIdError, match="1-D integer array"):
+        z(caches, jnp.zeros((2, 2), jnp.int32))
+    with pytest.raises(K.SpecError, match="same number of pages"):
+        kp.CacheZeroer([jnp.zeros((4, 8)), jnp.zeros((5, 8))])
+    with pytest.raises(K.SpecError, match="rank >= 2"):
+        kp.CacheZeroer([jnp.zeros((4,))])
+    with pytest.raises(K.LayoutBufferError, match="multiple of 8"):
+        odd = [jnp.zeros((6, 256), jnp.bfloat16)]
+        kp.CacheZeroer(odd, kernel="tpu")(odd, [1])
+    with pytest.raises(K.BackendError, match="valid kernels"):
+        kp.CacheZeroer(caches, kernel="cuda")
+    with pytest.raises(K.BackendError, match="power of two"):
+        kp.CacheZeroer(caches, box_elements=1000)
+    with pytest.raises(K.LayoutBufferError, match="needs a mesh"):
+        kp.CacheZeroer(caches, partition_specs=[None, None])
+    assert not any(c.is_deleted() for c in caches)
+
+
+# ---- the Pallas-Triton kernel (interpreted) -----------------------------------------------------
+def test_triton_every_shape_host_device_and_bad_ids() -> None:
+    z, _, _ = run(list(SHAPES), [[5, 0, 5], (N - 1, 2, N, -3)], kernel="triton", interpret=True)
+    assert z.mode == "triton-interpret"
+    with pytest.raises(K.BlockIdError, match="2 ids outside"):
+        z.check()
+
+
+def test_triton_per_group_overlaid_and_odd_shapes() -> None:
+    """Odd page axes: boxes overlap at the end of an axis (zeros twice, never outside)."""
+    shapes = {"odd": ((5, 3, 7, 20), "float32"), "slot": ((5, 6, 2, 128), "bfloat16"),
+              "other": ((5, 12), "int32")}
+    run(list(shapes), [[4, 0], (2, 2)], shapes=shapes, groups=[("a", "b"), "a", "b"], group="b",
+        kernel="triton", interpret=True, box_elements=64)
+
+
+# ---- NumPy models of both kernels ----------------------------------------------------------------
+shape_st = st.lists(st.integers(1, 9), min_size=1, max_size=4).map(tuple)
+dtype_st = st.sampled_from(["float32", "bfloat16", "uint8", "int16"])
+
+
+@given(shape_st, dtype_st, st.integers(4096, 2**16), st.lists(st.integers(-2, 9), max_size=6))
+@settings(max_examples=60)
+def test_tpu_plan_model_equals_page_assignment(page: tuple, dtype: str, tile_bytes: int, ids: list) -> None:
+    size = jnp.dtype(dtype).itemsize
+    n = 8
+    page = (*page[:-1], page[-1] * max(1, 4 // size))  # whole 32-bit words per page
+    shape = (n, *page)
+    plan = nk.plan_tpu([(shape, dtype)], tile_bytes=tile_bytes)
+    a = poisoned(shape, dtype, 1)
+    b = a.copy()
+    nk.run_plan_numpy([a], plan, ids)
+    nk.zero_pages_numpy([b], ids, n)
+    assert same_bytes(a, b)
+    lp = plan.leaves[0]
+    if lp.kind == "page":  # chunks tile the first page axis exactly
+        assert [s for s, _ in lp.chunks] == list(range(0, shape[1], lp.chunk))
+        assert sum(c for _, c in lp.chunks) == shape[1]
+
+
+@given(shape_st, st.sampled_from([1, 2, 8, 64, 8192]), st.lists(st.integers(-2, 9), max_size=6))
+@settings(max_examples=60)
+def test_triton_box_model_equals_page_assignment(page: tuple, box_elements: int, ids: list) -> None:
+    shape = (8, *page)
+    (bp,) = nk.plan_triton([(shape, "float32")], box_elements)
+    assert all(b & (b - 1) == 0 and b <= d for b, d in zip(bp.box, page))
+    assert np.prod(bp.box) <= box_elements
+    a = poisoned(shape, "float32", 2)
+    b = a.copy()
+    nk.run_boxes_numpy([a], [bp], ids)
+    nk.zero_pages_numpy([b], ids, 8)
+    assert same_bytes(a, b)
+
+
+# ---- the real Mosaic compiler ---------------------------------------------------------------------
+MOSAIC = textwrap.dedent(
+    """
+    import re, sys
+    try:
+        import libtpu  # noqa: F401
+    except ImportError as e:
+        sys.exit(f"libtpu is not installed ({e}): pip install 'kvlayout[tpu-compile]' (scripts/test.sh does)")
+    import jax, jax.numpy as jnp
+    import kvlayout.backends.pallas as kp
+    from jax.experimental import topologies
+    from tests.native_hlo import cache_leaf_facts, evidence, TPU_INFERENCE_LEAVES
+    for topo in ("v5e=2x2", "v6e=2x2"):
+        dev = topologies.get_topology_desc(topo, platform="tpu").devices[0]
+        caches = [jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in TPU_INFERENCE_LEAVES]
+        z = kp.CacheZeroer(caches, kernel="tpu", interpret=False)
+        lowered = z.lower(4096, dev)
+        assert lowered.as_text().count("tf.aliasing_output") == len(caches), "a leaf is not donated"
+        hlo = lowered.compile().as_text()
+        facts = cache_leaf_facts(hlo, len(caches))
+        print("compiled", topo, facts, flush=True)
+    e = evidence("v5e=2x2")
+    flat, native, cache = e["flat"], e["native"], e["cache_bytes"]
+    print("flat", sorted(flat["forbidden_ops"]), flat["temp_size_in_bytes"] // cache, flush=True)
+    print("native", native["forbidden_ops"], native["temp_size_in_bytes"] < cache // 16, flush=True)
+    """
+)
+
+
+def test_mosaic_compiles_aliased_with_no_copy_of_any_leaf() -> None:
+    """v5e and v6e: every leaf aliased input to output; no copy/transpose/bitcast-convert/reshape
+    of a leaf anywhere in the optimised HLO (tests/native_hlo.py reads it)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
+    env.pop("XLA_FLAGS", None)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, "-c", MOSAIC]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=root)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    lines = [x for x in r.stdout.splitlines() if x.startswith("compiled")]
+    assert len(lines) == 2, r.stdout
+    for line in lines:
+        assert "'aliased': 7, 'touched': [], 'custom_calls': 1, 'forbidden_ops': []" in line, line
+    # the old flat path on the same kind of cache: relayout copies of the whole cache (README)
+    assert "flat ['bitcast-convert', 'copy', 'reshape'] 48" in r.stdout, r.stdout
+    assert "native [] True" in r.stdout, r.stdout
