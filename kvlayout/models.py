@@ -77,8 +77,15 @@ kvlayout's choices, where the engine's layout is not one of kvlayout's:
   them only with speculative decoding.
 - Mamba states take their page in every block and are never zeroed (section 1).
 
-``engine="tpu-inference"`` gives that stack's native per-layer arrays (GEOMETRY.md section 9),
-see :func:`native_from_config`.
+``engine="tpu-inference"`` gives that stack's native per-layer arrays (GEOMETRY.md section 9,
+:mod:`kvlayout.native`), built from vLLM's spec (tpu-inference copies vLLM's grouping): one
+array per layer slot, page axis first, shared by the slot's layers of every group.
+Attention: ``(pages, page_size, align(2 * kv_heads, packing) // packing, packing,
+align(head_dim, 128))``, ``packing = 32 // dtype bits``; MLA: ``(pages, page_size // 32, 32,
+align(kv_lora_rank, 128) + align(qk_rope_head_dim, 128))`` (tpu-inference 0.32.0, CONTEXT.md).
+Mamba states live per request slot there, outside the page arrays; the DeepSeek-V3.2/V4
+arrays are not modeled and refused. The page size is vLLM's rule above (tpu-inference's own
+default is not known here: pass ``block_size`` to match a deployment).
 """
 
 from __future__ import annotations
@@ -89,6 +96,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError, spec_error
+from .native import NativeCacheSpec, NativeLeaf
 from .planner import Layout, plan_layout
 from .spec import (
     DTYPE_SIZES,
@@ -438,6 +446,7 @@ class _Ctx:
     prefix: str  # "model.layers" or "language_model.model.layers"
     notes: list[str]
     kinds: dict[str, str]
+    mla_dims: tuple[int, int] | None = None  # (kv_lora_rank, qk_rope_head_dim) of an MLA model
 
     def num_layers(self) -> int:
         return self.cfg.req_int("num_hidden_layers", "the number of decoder layers")
@@ -493,6 +502,7 @@ def _mla_family(c: _Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     rank = c.cfg.req_int("kv_lora_rank", "the MLA latent (head size kv_lora_rank + qk_rope_head_dim)")
     rope = c.cfg.req_int("qk_rope_head_dim", "the MLA RoPE part (head size kv_lora_rank + qk_rope_head_dim)")
     head = rank + rope
+    c.mla_dims = (rank, rope)
     bs = c.block(VLLM_MLA_BLOCK_SIZE)
     v32 = c.family == "deepseek_v32" or c.cfg.has("index_topk")
     raw = "auto" if c.kv_cache_dtype is None else c.kv_cache_dtype
@@ -752,25 +762,16 @@ def _hybrid_family(c: _Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
 
 
 # --------------------------------------------------------------------------- entry points
-def from_config(
+def _build(
     config: Mapping[str, Any] | str | Path,
-    *,
-    engine: str = "vllm",
-    tp: int = 1,
-    dtype: str | None = None,
-    kv_cache_dtype: str | None = None,
-    block_size: int | None = None,
-    num_blocks: int = DEFAULT_NUM_BLOCKS,
-    mamba_ssm_cache_dtype: str | None = None,
-) -> ModelSpec:
-    """The spec ``engine`` allocates for the model of ``config`` (a dict or a path to
-    ``config.json``) on one of ``tp`` ranks, with the decisions made on the way."""
-    if engine not in ENGINES:
-        raise spec_error("engine", engine, f"valid: {', '.join(ENGINES)}")
-    if engine == "tpu-inference":
-        raise spec_error(
-            "engine", engine, "the native form is native_from_config(); from_config() gives vLLM's spec"
-        )
+    tp: int,
+    dtype: str | None,
+    kv_cache_dtype: str | None,
+    block_size: int | None,
+    num_blocks: int,
+    mamba_ssm_cache_dtype: str | None,
+) -> tuple[ModelSpec, _Ctx]:
+    """vLLM's spec for ``config`` and the context it was read in."""
     tp = _check_tp(tp)
     top = _Config(_load(config), "config")
     arch, family = _architecture(top)
@@ -802,7 +803,27 @@ def from_config(
     else:
         groups, kv, bs = _hybrid_family(c)
     spec = KVCacheSpec(num_blocks=num_blocks, layout="packed", groups=groups)
-    return ModelSpec(spec, arch, family, engine, tp, model_dtype, kv, bs, dict(c.kinds), tuple(notes))
+    return ModelSpec(spec, arch, family, "vllm", tp, model_dtype, kv, bs, dict(c.kinds), tuple(notes)), c
+
+
+def from_config(
+    config: Mapping[str, Any] | str | Path,
+    *,
+    engine: str = "vllm",
+    tp: int = 1,
+    dtype: str | None = None,
+    kv_cache_dtype: str | None = None,
+    block_size: int | None = None,
+    num_blocks: int = DEFAULT_NUM_BLOCKS,
+    mamba_ssm_cache_dtype: str | None = None,
+) -> ModelSpec | NativeModelSpec:
+    """What ``engine`` allocates for the model of ``config`` (a dict or a path to ``config.json``)
+    on one of ``tp`` ranks, with the decisions made on the way: a :class:`ModelSpec` for vLLM,
+    a :class:`NativeModelSpec` (typed per-layer arrays) for tpu-inference."""
+    if engine not in ENGINES:
+        raise spec_error("engine", engine, f"valid: {', '.join(ENGINES)}")
+    ms, c = _build(config, tp, dtype, kv_cache_dtype, block_size, num_blocks, mamba_ssm_cache_dtype)
+    return _tpu_inference(ms, c) if engine == "tpu-inference" else ms
 
 
 def spec_from_config(
@@ -815,8 +836,10 @@ def spec_from_config(
     block_size: int | None = None,
     num_blocks: int = DEFAULT_NUM_BLOCKS,
     mamba_ssm_cache_dtype: str | None = None,
-) -> KVCacheSpec:
-    """The kvlayout spec of what ``engine`` allocates for ``config`` (see :func:`from_config`)."""
+) -> KVCacheSpec | NativeCacheSpec:
+    """The kvlayout spec of what ``engine`` allocates for ``config`` (see :func:`from_config`):
+    a flat-buffer :class:`~kvlayout.KVCacheSpec` for vLLM, a
+    :class:`~kvlayout.native.NativeCacheSpec` of per-layer arrays for tpu-inference."""
     return from_config(
         config,
         engine=engine,
@@ -829,13 +852,110 @@ def spec_from_config(
     ).spec
 
 
+# --------------------------------------------------------------------------- tpu-inference
+#: tpu-inference pads the head size of its attention and MLA arrays to the TPU lane width.
+TPU_LANES = 128
+
+
+@dataclass(frozen=True)
+class NativeModelSpec:
+    """tpu-inference's cache for a config: typed per-layer arrays (GEOMETRY.md section 9)."""
+
+    spec: NativeCacheSpec
+    architecture: str
+    family: str
+    engine: str
+    tp: int
+    dtype: str
+    kv_cache_dtype: str
+    block_size: int  # tokens per page
+    kinds: Mapping[str, str]  # layer name -> kind label
+    shared_by: Mapping[str, tuple[str, ...]]  # array (leaf) name -> the layers that use it
+    notes: tuple[str, ...] = ()
+
+    @property
+    def bytes_per_block(self) -> int:
+        """Bytes of one page over every array: what one block id takes."""
+        return sum(leaf.page_bytes for leaf in self.spec.leaves)
+
+    @property
+    def blocks_per_gib(self) -> int:
+        return 2**30 // self.bytes_per_block
+
+
+def _align(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def _tpu_page_shape(layer: LayerSpec, c: _Ctx) -> tuple[tuple[int, ...], str]:
+    """One page of a layer's tpu-inference 0.32 array: its shape and dtype (CONTEXT.md)."""
+    if isinstance(layer, FullAttentionSpec):  # ragged paged attention v3: K and V interleaved on heads
+        packing = 4 // DTYPE_SIZES[layer.dtype]  # 32 bits // dtype bits
+        heads = _align(2 * layer.num_kv_heads, packing) // packing
+        return (layer.block_size, heads, packing, _align(layer.head_size, TPU_LANES)), layer.dtype
+    if isinstance(layer, MLASpec) and c.mla_dims is not None and layer.dtype is not None:
+        if layer.block_size % 32:
+            why = "tpu-inference's MLA arrays hold pages of a multiple of 32 tokens"
+            raise spec_error("block_size", layer.block_size, why)
+        rank, rope = c.mla_dims
+        return (layer.block_size // 32, 32, _align(rank, TPU_LANES) + _align(rope, TPU_LANES)), layer.dtype
+    raise spec_error("engine", "tpu-inference", f"no native array known for {layer.where}")
+
+
+def _tpu_inference(ms: ModelSpec, c: _Ctx) -> NativeModelSpec:
+    """tpu-inference's arrays for vLLM's spec ``ms``: one array per layer slot (vLLM's KV cache
+    tensors, shared by the slot's layers of every group), page axis first."""
+    if ms.family in ("deepseek_v32", "deepseek_v4"):
+        why = (
+            "tpu-inference's arrays for the DeepSeek-V3.2/V4 indexer, window and compressed caches are not "
+            "modeled (CONTEXT.md names only some of their roles)"
+        )
+        raise spec_error("engine", "tpu-inference", why)
+    notes = list(ms.notes)
+    groups = [[x for x in g.layers if not isinstance(x, MambaSpec)] for g in ms.spec.groups]
+    if any(isinstance(x, MambaSpec) for _, x in ms.spec.layers):
+        notes.append("Mamba states live per request slot in tpu-inference, outside the page arrays")
+    names = [g.name for g in ms.spec.groups]
+    leaves, shared = [], {}
+    for j in range(max(len(g) for g in groups)):
+        slot = [(names[i], g[j]) for i, g in enumerate(groups) if j < len(g)]
+        shapes = {_tpu_page_shape(layer, c) for _, layer in slot}
+        if len(shapes) != 1:
+            raise spec_error(
+                "engine", "tpu-inference", f"the layers of slot {j} need different arrays: {shapes}"
+            )
+        (shape, dt) = shapes.pop()
+        owners = {g for g, _ in slot}
+        name = f"kv_caches[{j}]"
+        leaves.append(
+            NativeLeaf(name, (ms.spec.num_blocks, *shape), dt, owners.pop() if len(owners) == 1 else "")
+        )
+        shared[name] = tuple(layer.name for _, layer in slot)
+    spec = NativeCacheSpec(tuple(leaves))
+    return NativeModelSpec(
+        spec,
+        ms.architecture,
+        ms.family,
+        "tpu-inference",
+        ms.tp,
+        ms.dtype,
+        ms.kv_cache_dtype,
+        ms.block_size,
+        ms.kinds,
+        shared,
+        tuple(notes),
+    )
+
+
 # --------------------------------------------------------------------------- one-screen summary
 def _n(x: int) -> str:
     return f"{x:,}"
 
 
-def summary(ms: ModelSpec, *, proof: bool = True) -> str:
+def summary(ms: ModelSpec | NativeModelSpec, *, proof: bool = True) -> str:
     """Groups, layers per group, page and padding per kind, bytes per block, blocks per GiB, the proof."""
+    if isinstance(ms, NativeModelSpec):
+        return _native_summary(ms, proof=proof)
     spec = ms.spec
     lines = [
         f"{ms.architecture} ({ms.family}) on {ms.engine}, tp {ms.tp} (one rank's cache)",
@@ -875,8 +995,39 @@ def summary(ms: ModelSpec, *, proof: bool = True) -> str:
     return "\n".join(lines)
 
 
+def _native_summary(ms: NativeModelSpec, *, proof: bool) -> str:
+    spec = ms.spec
+    lines = [
+        f"{ms.architecture} ({ms.family}) on {ms.engine}, tp {ms.tp} (one rank's arrays)",
+        f"dtype {ms.dtype}, KV cache {ms.kv_cache_dtype}, {ms.block_size}-token pages, "
+        f"{len(spec.leaves)} arrays of {spec.num_blocks} pages (GEOMETRY.md section 9)",
+    ]
+    lines += [f"note: {x}" for x in ms.notes]
+    lines.append(
+        f"  {'kind':<20} {'arrays':>6} {'layers':>6}  {'page shape':<24} {'dtype':<14} {'page B':>12}"
+    )
+    per_kind: dict[tuple[str, int, tuple[int, ...], str, int], int] = {}
+    for leaf in spec.leaves:
+        users = ms.shared_by[leaf.name]
+        kind = "+".join(dict.fromkeys(ms.kinds[x] for x in users))
+        key = (kind, len(users), leaf.page_shape, leaf.dtype, leaf.page_bytes)
+        per_kind[key] = per_kind.get(key, 0) + 1
+    for (kind, n_users, shape, dt, page), count in per_kind.items():
+        lines.append(f"  {kind:<20} {count:>6} {n_users:>6}  {str(shape):<24} {dt:<14} {_n(page):>12}")
+    lines.append(f"bytes per block {_n(ms.bytes_per_block)}; blocks per GiB {_n(ms.blocks_per_gib)}")
+    if proof:
+        from .native import verify_native
+
+        reports = verify_native(spec)
+        bad = [name for name, r in reports.items() if not r.ok]
+        verdict = "SAFE" if not bad else f"UNSAFE ({', '.join(bad[:3])})"
+        lines.append(f"zeroing: {len(reports)} single-row tables (base 0, stride = span = page): {verdict}")
+    return "\n".join(lines)
+
+
 __all__ = [
     "ARCHITECTURES",
+    "NativeModelSpec",
     "DEFAULT_NUM_BLOCKS",
     "ENGINES",
     "ModelSpec",

@@ -522,6 +522,87 @@ def test_summary_is_one_screen() -> None:
     assert text.rstrip().endswith("SAFE")
 
 
+# --------------------------------------------------------------------------- tpu-inference's arrays
+@pytest.mark.parametrize(
+    ("family", "kwargs", "arrays", "users", "page_shape", "dtype", "page"),
+    [
+        # K and V interleaved on heads, packing 32 // 16 = 2: 2 * 8 // 2 = 8 rows of 2; 16 * 8 * 2 * 128 * 2 B
+        ("llama", {}, 32, 1, (16, 8, 2, 128), "bfloat16", 65_536),
+        # 1 KV head per rank, fp8 packing 32 // 8 = 4: align(2, 4) // 4 = 1 row of 4: 16 * 1 * 4 * 128 * 1,
+        # twice vLLM's 4,096 B page (2 * 16 * 1 * 128 * 1): the heads are padded to the packing
+        ("llama", {"tp": 8, "kv_cache_dtype": "fp8"}, 32, 1, (16, 1, 4, 128), "float8_e4m3fn", 8_192),
+        # head_dim 64 padded to 128 lanes: 16 * 8 * 2 * 128 * 2 (vLLM: 32,768); 12 arrays, each shared by the
+        # sliding and the full layer of its slot (vLLM's two groups of 12)
+        ("gpt_oss", {}, 12, 2, (16, 8, 2, 128), "bfloat16", 65_536),
+        # MLA (pages, 64 // 32, 32, align(512, 128) + align(64, 128) = 640): 2 * 32 * 640 * 2 (vLLM: 73,728)
+        ("deepseek_v3", {}, 61, 1, (2, 32, 640), "bfloat16", 81_920),
+        # the 6 attention layers only: (544, 2 * 2 // 2 = 2, 2, 256), 544 * 2 * 2 * 256 * 2 = 1,114,112
+        ("qwen3_5", {}, 6, 1, (544, 2, 2, 256), "bfloat16", 1_114_112),
+    ],
+)
+def test_tpu_inference_arrays(
+    family: str,
+    kwargs: dict[str, Any],
+    arrays: int,
+    users: int,
+    page_shape: tuple[int, ...],
+    dtype: str,
+    page: int,
+) -> None:
+    from kvlayout.native import NativeCacheSpec, verify_native
+
+    ms = M.from_config(config(family), engine="tpu-inference", num_blocks=5, **kwargs)
+    assert isinstance(ms, M.NativeModelSpec) and ms.engine == "tpu-inference"
+    spec = ms.spec
+    assert isinstance(spec, NativeCacheSpec) and len(spec.leaves) == arrays
+    assert {(x.shape, x.dtype, x.page_bytes) for x in spec.leaves} == {((5, *page_shape), dtype, page)}
+    assert {len(ms.shared_by[x.name]) for x in spec.leaves} == {users}
+    assert ms.bytes_per_block == arrays * page
+    assert all(r.ok for r in verify_native(spec).values())
+    assert M.spec_from_config(config(family), engine="tpu-inference", num_blocks=5, **kwargs) == spec
+
+
+def test_tpu_inference_slots_and_zeroing() -> None:
+    import numpy as np
+
+    from kvlayout.native import zero_native_numpy
+
+    ms = M.from_config(config("gpt_oss"), engine="tpu-inference", num_blocks=3)
+    assert isinstance(ms, M.NativeModelSpec)
+    first = ms.spec.leaves[0]
+    assert first.name == "kv_caches[0]" and first.group == ""  # shared by two groups
+    assert ms.shared_by["kv_caches[0]"] == ("model.layers.0.attn.attn", "model.layers.1.attn.attn")
+    llama = M.from_config(config("llama"), engine="tpu-inference", num_blocks=3)
+    assert isinstance(llama, M.NativeModelSpec)
+    assert {x.group for x in llama.spec.leaves} == {"full"}  # one group: one array per layer
+    arrays = [np.full((3, 16, 8, 2, 128), 7, np.uint16) for _ in llama.spec.leaves]  # bf16-sized, poisoned
+    zero_native_numpy(arrays, llama.spec, [1])
+    for a in arrays:
+        assert not a[1].any() and (a[0] == 7).all() and (a[2] == 7).all()
+    hybrid = M.from_config(config("qwen3_5"), engine="tpu-inference")
+    assert any("request slot" in n for n in hybrid.notes)
+
+
+@pytest.mark.parametrize("family", ["deepseek_v32", "deepseek_v4"])
+def test_tpu_inference_refuses_what_it_does_not_model(family: str) -> None:
+    with pytest.raises(K.SpecError) as e:
+        M.from_config(config(family), engine="tpu-inference")
+    assert e.value.field == "engine"
+
+
+def test_tpu_inference_mla_pages_need_32_tokens() -> None:
+    with pytest.raises(K.SpecError) as e:
+        M.from_config(config("deepseek_v3"), engine="tpu-inference", block_size=48)
+    assert e.value.field == "block_size"
+
+
+def test_tpu_inference_summary() -> None:
+    text = M.summary(M.from_config(config("deepseek_v3"), engine="tpu-inference"))
+    assert "61 arrays of 16 pages" in text and "(2, 32, 640)" in text
+    assert "bytes per block 4,997,120; blocks per GiB 214" in text  # 61 * 81,920; 2**30 // 4,997,120
+    assert text.rstrip().endswith("SAFE")
+
+
 # --------------------------------------------------------------------------- vLLM's own functions
 # Not run yet: vLLM 0.33 is not installed in this environment. When it is (CPU install, see
 # CONTEXT.md), these compare the quantities vLLM computes from the same config.json on CPU:

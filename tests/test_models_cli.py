@@ -124,6 +124,25 @@ def test_missing_field_names_it(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert rc == 2 and "config.architectures[0] = 'MyNewModelForCausalLM': unknown architecture" in err
 
 
+def test_tpu_inference_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvlayout.native import NativeCacheSpec
+
+    rc, out, _ = run(capsys, "plan", "--config", LLAMA, "--engine", "tpu-inference")
+    assert (
+        rc == 0
+        and "32 arrays of 16 pages" in out
+        and "(16, 8, 2, 128)" in out
+        and out.rstrip().endswith("SAFE")
+    )
+    rc, out, _ = run(
+        capsys, "plan", "--config", LLAMA, "--engine", "tpu-inference", "--num-blocks", "2", "--json"
+    )
+    spec = NativeCacheSpec.from_json(out)
+    assert rc == 0 and spec.num_blocks == 2 and spec.leaves[0].shape == (2, 16, 8, 2, 128)
+    rc, out, err = run(capsys, "zero", "--config", LLAMA, "--engine", "tpu-inference", "--blocks", "0")
+    assert rc == 2 and not out and "plan` only" in err
+
+
 def test_python_dash_m_from_a_config_file() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "kvlayout", "plan", "--config", LLAMA, "--tp", "2"],
