@@ -68,18 +68,13 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
         if args.spec or args.preset:
             raise UsageError("give --config or a spec (SPEC.json, --preset), not both", field="config",
                              value=args.config)
-        from .models import DEFAULT_NUM_BLOCKS, ModelSpec, from_config
+        from .models import DEFAULT_NUM_BLOCKS, from_config
 
         args.model_spec = from_config(
             args.config, engine=args.engine or "vllm", tp=1 if args.tp is None else args.tp,
             kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,
             num_blocks=DEFAULT_NUM_BLOCKS if args.num_blocks is None else args.num_blocks,
         )
-        if not isinstance(args.model_spec, ModelSpec):  # tpu-inference: per-layer arrays, not a flat buffer
-            if args.cmd != "plan":
-                raise UsageError(f"--engine {args.engine}: native arrays are shown by `kvlayout plan` only; "
-                                 f"{args.cmd} takes vLLM's flat layout", field="engine", value=args.engine)
-            return None  # type: ignore[return-value]  # cmd_plan prints args.model_spec
         return args.model_spec.spec
     given = [flag for flag, v in model_flags.items() if v is not None]
     if given:
@@ -116,10 +111,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError("--compact only applies with --json", field="compact", value=True)
     spec = _load_spec(args)
     model = getattr(args, "model_spec", None)
-    if model is not None and (spec is None or not args.json):  # --config: the summary (kvlayout.models)
+    if model is not None and not args.json:  # --config: the one-screen summary (kvlayout.models)
         from .models import summary
 
-        print(model.spec.to_json(indent=None if args.compact else 1) if args.json else summary(model))
+        print(summary(model))
         return 0
     layout = plan_layout(spec)
     table = layout.table()
@@ -320,15 +315,17 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--json", action="store_true", help="print the sharded layout (and routing) as JSON")
     ps.set_defaults(func=cmd_shard)
 
-    pm = sub.add_parser("plot", help="draw a layout: byte map, table rows, zeroing, bytes per step (notebook extra)")
+    pm = sub.add_parser("plot", help="draw a layout: byte map, table rows, zeroing, bytes per step")
     _add_source(pm)
     pm.add_argument("--table", help="draw a segment table JSON instead of a spec (--kind table or steps)")
     pm.add_argument("--out", required=True, help="FILE.png, FILE.svg or FILE.pdf")
-    pm.add_argument("--blocks", help="block ids to draw (default: first, second, middle, last); for --kind diff: ids to zero")
+    pm.add_argument("--blocks", help="block ids to draw (default: first, second, middle, last); "
+                    "for --kind diff: ids to zero")
     pm.add_argument("--kind", choices=("map", "table", "diff", "steps"), default=None,
-                    help="map (default for a spec): lanes per group shape, gaps at byte scale; table (default for "
-                         "--table): what each row clears, red only where unsafe; diff: reference zeroing, changed "
-                         "bytes; steps: bytes written per step, per-group against all-group zeroing")
+                    help="map (default for a spec): lanes per group shape, gaps at byte scale; table "
+                         "(default for --table): what each row clears, red only where unsafe; diff: "
+                         "reference zeroing, changed bytes; steps: bytes written per step, per-group "
+                         "against all-group zeroing")
     pm.add_argument("--compare", metavar="KEY=VALUE[,...]",
                     help="draw the spec above a variant of it: layout=NAME, tp=N, dtype=NAME, num_blocks=N, "
                          "preset=NAME or spec=FILE (e.g. --compare layout=layer_major or --compare tp=2)")
@@ -344,15 +341,17 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_plot(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise UsageError(f"--out {args.out!r}: the file must end in .png, .svg or .pdf", field="out", value=args.out)
+        raise UsageError(f"--out {args.out!r}: the file must end in .png, .svg or .pdf", field="out",
+                         value=args.out)
     if not out.parent.is_dir():
-        raise UsageError(f"--out {args.out!r}: folder {str(out.parent)!r} does not exist", field="out", value=args.out)
+        raise UsageError(f"--out {args.out!r}: folder {str(out.parent)!r} does not exist", field="out",
+                         value=args.out)
     from .viz import describe_changes, parse_compare, variant  # no matplotlib: the input is checked first
 
     kind = args.kind or ("table" if args.table else "map")
     spec: KVCacheSpec | None = None
     if args.table:
-        if args.spec or args.preset:
+        if args.spec or args.preset or getattr(args, "config", None):
             raise UsageError("give --table or a spec, not both", field="table", value=args.table)
         if args.num_blocks is not None or args.compare is not None or kind not in ("table", "steps"):
             raise UsageError("--table draws --kind table or steps (a table JSON has no layout: --compare, "
@@ -383,7 +382,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from .reference import ReferenceBackend
     from .viz import byte_map, bytes_per_step, compare_maps, table_map, zero_diff
 
-    name = args.preset or Path(args.spec or args.table or "spec").name
+    config = getattr(args, "config", None)
+    name = args.preset or (Path(config).parent.name or "config" if config else Path(args.spec or args.table).name)
     if other is not None and spec is not None:
         fig = compare_maps(spec, other, (name, f"{name} with {describe_changes(changes)}"), blocks)
     elif kind == "map" and spec is not None:
@@ -395,7 +395,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     else:
         ids = blocks if blocks is not None else [0]
         res = run_case(ReferenceBackend, table, ids)
-        fig = zero_diff(poison_pattern(res.after.size), {"reference": res.after}, table, ids, origin=GUARD_BYTES)
+        before = poison_pattern(res.after.size)
+        fig = zero_diff(before, {"reference": res.after}, table, ids, origin=GUARD_BYTES)
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
     return 0

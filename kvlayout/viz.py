@@ -64,8 +64,22 @@ KIND_COLORS: Mapping[str, tuple[str, str]] = {
 }
 #: One colour per layer when a map shows few layers: tab20 without its reds and greys.
 LAYER_PALETTE = (
-    "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#9467bd", "#c5b0d5",
-    "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#bcbd22", "#dbdb8d", "#17becf", "#9edae5",
+    "#1f77b4",
+    "#aec7e8",
+    "#ff7f0e",
+    "#ffbb78",
+    "#2ca02c",
+    "#98df8a",
+    "#9467bd",
+    "#c5b0d5",
+    "#8c564b",
+    "#c49c94",
+    "#e377c2",
+    "#f7b6d2",
+    "#bcbd22",
+    "#dbdb8d",
+    "#17becf",
+    "#9edae5",
 )
 #: Most distinct layers a map colours one by one; beyond, it colours by kind.
 MAX_LAYER_COLORS = 8
@@ -90,7 +104,7 @@ def _short(name: str) -> str:
 
 # --------------------------------------------------------------------------- layer kinds and lanes
 def layer_kind(layer: LayerSpec) -> str:
-    """The legend kind of a layer: ``mamba``, ``indexer``, ``sliding window``, ``compressed`` or ``attention``."""
+    """The legend kind of a layer: mamba, indexer, sliding window, compressed or attention."""
     name = layer.name.lower()
     if isinstance(layer, MambaSpec):
         return "mamba"
@@ -158,7 +172,9 @@ class Geometry:
         pages = layout.slot_pages
         self.slot_x = [sum(pages[:j]) for j in range(len(pages))]
         self.regions = [sum(pages[:j]) * layout.num_blocks for j in range(len(pages))]
-        self.split = [any(p.layer.split_kv for p in layout.placements if p.slot == j) for j in range(len(pages))]
+        self.split = [
+            any(p.layer.split_kv for p in layout.placements if p.slot == j) for j in range(len(pages))
+        ]
         self.width = int(layout.block_stride) if layout.block_stride is not None else sum(pages)
 
     def box_x(self, p: Placement, part: str, base: int) -> int:
@@ -214,7 +230,9 @@ def group_lanes(layout: Layout, collapse: bool = True) -> list[Lane]:
             if p.group == g.name
             for part in p.parts
         )
-        key: tuple[Any, ...] = tuple((b.x, b.span, b.padded, b.part, layer_kind(b.placement.layer)) for b in boxes)
+        key: tuple[Any, ...] = tuple(
+            (b.x, b.span, b.padded, b.part, layer_kind(b.placement.layer)) for b in boxes
+        )
         if not collapse:
             key = (g.name, *key)
         shapes.setdefault(key, ([], boxes))[0].append(g.name)
@@ -267,7 +285,9 @@ def _as_layout(source: KVCacheSpec | Layout) -> Layout:
     return source if isinstance(source, Layout) else plan_layout(source)
 
 
-def _shown_blocks(n: int, blocks: Sequence[int] | None, per_block: int, max_lanes: int) -> tuple[list[int], bool]:
+def _shown_blocks(
+    n: int, blocks: Sequence[int] | None, per_block: int, max_lanes: int
+) -> tuple[list[int], bool]:
     """Blocks to draw: the asked ones, else first/second/middle/last, within ``max_lanes`` lanes."""
     limit = max(1, max_lanes // max(1, per_block))
     if n == 0:
@@ -292,8 +312,17 @@ class MapInfo:
     insets: list[str]
 
 
-def _draw_lanes(ax: Any, geo: Geometry, lanes: Sequence[Lane], colors: Sequence[dict[str, str]], block: int,
-                y: float, *, labels: bool, ghost: bool = False) -> list[float]:
+def _draw_lanes(
+    ax: Any,
+    geo: Geometry,
+    lanes: Sequence[Lane],
+    colors: Sequence[dict[str, str]],
+    block: int,
+    y: float,
+    *,
+    labels: bool,
+    ghost: bool = False,
+) -> list[float]:
     """Draw the lanes of one block from ``y`` down; returns their tops."""
     from matplotlib.patches import Rectangle
 
@@ -306,22 +335,57 @@ def _draw_lanes(ax: Any, geo: Geometry, lanes: Sequence[Lane], colors: Sequence[
             layer = b.placement.layer
             kw: dict[str, Any] = {"alpha": 0.35} if ghost else {}
             hatch = "...." if not layer.zeroed else None
-            ax.add_patch(Rectangle((b.x + shift, y), b.span, LANE_H, facecolor=cols[layer.name], edgecolor="white",
-                                   lw=0.4, hatch=hatch, zorder=1, gid=f"layer:{layer.name}", **kw))
+            ax.add_patch(
+                Rectangle(
+                    (b.x + shift, y),
+                    b.span,
+                    LANE_H,
+                    facecolor=cols[layer.name],
+                    edgecolor="white",
+                    lw=0.4,
+                    hatch=hatch,
+                    zorder=1,
+                    gid=f"layer:{layer.name}",
+                    **kw,
+                )
+            )
             if b.gap:
-                ax.add_patch(Rectangle((b.x + b.span + shift, y), b.gap, LANE_H, facecolor=PAD_COLOR, edgecolor="#777777",
-                                       hatch="///", lw=0, zorder=1, gid=f"gap:{layer.name}", **kw))
+                ax.add_patch(
+                    Rectangle(
+                        (b.x + b.span + shift, y),
+                        b.gap,
+                        LANE_H,
+                        facecolor=PAD_COLOR,
+                        edgecolor="#777777",
+                        hatch="///",
+                        lw=0,
+                        zorder=1,
+                        gid=f"gap:{layer.name}",
+                        **kw,
+                    )
+                )
             lo, hi = ax.get_xlim()
             if labels and not ghost and b.span >= 0.07 * (hi - lo):
                 text = _short(layer.name) if len(lane.groups) == 1 else layer_kind(layer)
-                ax.text(b.x + b.span / 2, y + LANE_H / 2, f"{text} {_fmt(b.span)} B", ha="center", va="center",
-                        fontsize=7, color="black", clip_on=True, zorder=3)
+                ax.text(
+                    b.x + b.span / 2,
+                    y + LANE_H / 2,
+                    f"{text} {_fmt(b.span)} B",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="black",
+                    clip_on=True,
+                    zorder=3,
+                )
         tops.append(y)
         y += 1.0
     return tops
 
 
-def _legend_handles(lanes: Sequence[Lane], colors: Sequence[dict[str, str]], mode: str, packed: bool) -> list[Any]:
+def _legend_handles(
+    lanes: Sequence[Lane], colors: Sequence[dict[str, str]], mode: str, packed: bool
+) -> list[Any]:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -334,15 +398,24 @@ def _legend_handles(lanes: Sequence[Lane], colors: Sequence[dict[str, str]], mod
                 layer = b.placement.layer
                 if layer.name not in seen:
                     seen.add(layer.name)
-                    handles.append(Patch(facecolor=cols[layer.name], label=f"{_short(layer.name)} ({layer_kind(layer)})"))
+                    handles.append(
+                        Patch(facecolor=cols[layer.name], label=f"{_short(layer.name)} ({layer_kind(layer)})")
+                    )
     else:
         kinds = [k for k in KIND_COLORS if any(layer_kind(layer) == k for layer in layers)]
         for k in kinds:
             label = "Mamba state (never zeroed)" if k == "mamba" else k
             handles.append(Patch(facecolor=KIND_COLORS[k][0], label=label))
     if any(b.gap for lane in lanes for b in lane.boxes):
-        handles.append(Patch(facecolor=PAD_COLOR, hatch="///", edgecolor="#777777", lw=0,
-                             label="alignment gap (never zeroed)"))
+        handles.append(
+            Patch(
+                facecolor=PAD_COLOR,
+                hatch="///",
+                edgecolor="#777777",
+                lw=0,
+                label="alignment gap (never zeroed)",
+            )
+        )
     if packed:
         handles.append(Line2D([], [], color=EDGE_COLOR, ls="--", lw=1, label="next block starts"))
     handles.append(Line2D([], [], color=EDGE_COLOR, lw=2.5, label="end of buffer"))
@@ -350,21 +423,44 @@ def _legend_handles(lanes: Sequence[Lane], colors: Sequence[dict[str, str]], mod
 
 
 def _arrow(ax: Any, x0: float, x1: float, y: float, text: str, color: str = EDGE_COLOR) -> None:
-    ax.annotate("", xy=(x1, y), xytext=(x0, y),
-                arrowprops={"arrowstyle": "<|-|>", "color": color, "lw": 1, "shrinkA": 0, "shrinkB": 0,
-                            "mutation_scale": 8})
+    ax.annotate(
+        "",
+        xy=(x1, y),
+        xytext=(x0, y),
+        arrowprops={
+            "arrowstyle": "<|-|>",
+            "color": color,
+            "lw": 1,
+            "shrinkA": 0,
+            "shrinkB": 0,
+            "mutation_scale": 8,
+        },
+    )
     lo, hi = ax.get_xlim()
     narrow = (x1 - x0) < 0.25 * (hi - lo)
-    ax.text(x0 if narrow else (x0 + x1) / 2, y - 0.12, text, ha="left" if narrow else "center", va="bottom",
-            fontsize=8, color=color, gid="arrow")
+    ax.text(
+        x0 if narrow else (x0 + x1) / 2,
+        y - 0.12,
+        text,
+        ha="left" if narrow else "center",
+        va="bottom",
+        fontsize=8,
+        color=color,
+        gid="arrow",
+    )
 
 
 def _gap_box(lanes: Sequence[Lane]) -> Box | None:
-    """The first alignment gap of the lane that sets the row width (else of any lane)."""
-    for lane in sorted(lanes, key=lambda la: -la.end):
-        gaps = sorted((b for b in lane.boxes if b.gap), key=lambda b: b.x)
-        if gaps:
-            return gaps[0]
+    """The first alignment gap of a zeroed layer in the widest lane (else of any lane, any layer)."""
+    ordered = sorted(lanes, key=lambda la: -la.end)
+    for zeroed_only in (True, False):
+        for lane in ordered:
+            gaps = sorted(
+                (b for b in lane.boxes if b.gap and (b.placement.layer.zeroed or not zeroed_only)),
+                key=lambda b: b.x,
+            )
+            if gaps:
+                return gaps[0]
     return None
 
 
@@ -375,17 +471,34 @@ def _header(ax: Any, geo: Geometry, lanes: Sequence[Lane]) -> None:
     if geo.packed:
         _arrow(ax, 0, geo.width, -2.35, f"stride {_fmt(geo.width)} B: block b starts at b \u00d7 stride")
     else:
-        _arrow(ax, 0, geo.width, -2.35, f"one block: {len(geo.slot_x)} slot pages, {_fmt(geo.width)} B "
-               "(slot j of block b at region(j) + b \u00d7 page(j))")
+        _arrow(
+            ax,
+            0,
+            geo.width,
+            -2.35,
+            f"one block: {len(geo.slot_x)} slot pages, {_fmt(geo.width)} B "
+            "(slot j of block b at region(j) + b \u00d7 page(j))",
+        )
     x0 = first.x
     what = {"k": "K half: ", "v": "V half: "}.get(first.part, "")
     if first.gap:
-        _arrow(ax, x0, x0 + first.padded, -1.55,
-               f"page {_fmt(first.padded)} B = span + {_fmt(first.gap)} B gap ({_short(first.placement.layer.name)})")
+        _arrow(
+            ax,
+            x0,
+            x0 + first.padded,
+            -1.55,
+            f"page {_fmt(first.padded)} B = span + {_fmt(first.gap)} B gap "
+            f"({_short(first.placement.layer.name)})",
+        )
         _arrow(ax, x0, x0 + first.span, -0.75, f"span {_fmt(first.span)} B: what zeroing clears")
     else:
-        _arrow(ax, x0, x0 + first.span, -0.75,
-               f"{what}span = page {_fmt(first.span)} B, no gap ({_short(first.placement.layer.name)})")
+        _arrow(
+            ax,
+            x0,
+            x0 + first.span,
+            -0.75,
+            f"{what}span = page {_fmt(first.span)} B, no gap ({_short(first.placement.layer.name)})",
+        )
 
 
 @dataclass(frozen=True)
@@ -411,8 +524,19 @@ def _insets(geo: Geometry, lanes: Sequence[Lane], shown: Sequence[int]) -> list[
         a, e = gb.x + gb.span, gb.x + gb.padded
         w = max(3 * gb.gap, 160)
         name = _short(gb.placement.layer.name)
-        out.append(_Inset("A", b0, a - w, e + w, f"alignment gap after {name} (block {b0})",
-                          ((a, f"{_fmt(geo.to_buffer(b0, a))}\nspan ends"), (e, f"{_fmt(geo.to_buffer(b0, e))}\npage ends"))))
+        out.append(
+            _Inset(
+                "A",
+                b0,
+                a - w,
+                e + w,
+                f"alignment gap after {name} (block {b0})",
+                (
+                    (a, f"{_fmt(geo.to_buffer(b0, a))}\nspan ends"),
+                    (e, f"{_fmt(geo.to_buffer(b0, e))}\npage ends"),
+                ),
+            )
+        )
     widest = max(lanes, key=lambda la: la.end)
     last = max(widest.boxes, key=lambda b: b.x + b.padded)
     tail = last.x + last.span
@@ -420,16 +544,39 @@ def _insets(geo: Geometry, lanes: Sequence[Lane], shown: Sequence[int]) -> list[
         return out
     w = max(3 * (geo.width - tail), 160)
     if geo.packed and n >= 2 and b0 + 1 < n:
-        out.append(_Inset("B", b0, tail - w, geo.width + w, f"block {b0} \u2192 block {b0 + 1} (stride boundary)",
-                          ((tail, f"{_fmt(geo.to_buffer(b0, tail))}\nlast span ends"),
-                           (geo.width, f"{_fmt(geo.to_buffer(b0 + 1, 0))}\nblock {b0 + 1} starts")), ghost=True))
-    out.append(_Inset("C", n - 1, tail - w, geo.width + w, f"end of the buffer (block {n - 1})",
-                      ((tail, f"{_fmt(geo.to_buffer(n - 1, tail))}\nlast span ends"),
-                       (geo.width, f"{_fmt(geo.layout.total_bytes)}\n= total_bytes"))))
+        out.append(
+            _Inset(
+                "B",
+                b0,
+                tail - w,
+                geo.width + w,
+                f"block {b0} \u2192 block {b0 + 1} (stride boundary)",
+                (
+                    (tail, f"{_fmt(geo.to_buffer(b0, tail))}\nlast span ends"),
+                    (geo.width, f"{_fmt(geo.to_buffer(b0 + 1, 0))}\nblock {b0 + 1} starts"),
+                ),
+                ghost=True,
+            )
+        )
+    out.append(
+        _Inset(
+            "C",
+            n - 1,
+            tail - w,
+            geo.width + w,
+            f"end of the buffer (block {n - 1})",
+            (
+                (tail, f"{_fmt(geo.to_buffer(n - 1, tail))}\nlast span ends"),
+                (geo.width, f"{_fmt(geo.layout.total_bytes)}\n= total_bytes"),
+            ),
+        )
+    )
     return out
 
 
-def _draw_inset(ax: Any, geo: Geometry, lanes: Sequence[Lane], colors: Sequence[dict[str, str]], ins: _Inset) -> None:
+def _draw_inset(
+    ax: Any, geo: Geometry, lanes: Sequence[Lane], colors: Sequence[dict[str, str]], ins: _Inset
+) -> None:
     from matplotlib.patches import Rectangle
 
     ax.set_xlim(ins.lo, ins.hi)
@@ -439,14 +586,34 @@ def _draw_inset(ax: Any, geo: Geometry, lanes: Sequence[Lane], colors: Sequence[
         _draw_lanes(ax, geo, lanes, colors, ins.block + 1, 0.0, labels=False, ghost=True)
     bottom = tops[-1] + LANE_H
     if ins.block == n - 1:
-        ax.add_patch(Rectangle((geo.width, -1.6), ins.hi - geo.width, bottom + 1.6, facecolor="white",
-                               edgecolor="#999999", hatch="xx", lw=0, zorder=2, gid="outside"))
+        ax.add_patch(
+            Rectangle(
+                (geo.width, -1.6),
+                ins.hi - geo.width,
+                bottom + 1.6,
+                facecolor="white",
+                edgecolor="#999999",
+                hatch="xx",
+                lw=0,
+                zorder=2,
+                gid="outside",
+            )
+        )
         ax.plot([geo.width, geo.width], [-1.6, bottom], color=EDGE_COLOR, lw=2.5, zorder=4)
     for k, (x, text) in enumerate(ins.marks):
         ax.plot([x, x], [-1.6, bottom], color=EDGE_COLOR, lw=0.8, ls=":", zorder=4)
         left = k == 0 and len(ins.marks) > 1
-        ax.text(x, -1.65, text, ha="right" if left else "left", va="bottom", fontsize=7, zorder=5,
-                multialignment="right" if left else "left", gid="mark")
+        ax.text(
+            x,
+            -1.65,
+            text,
+            ha="right" if left else "left",
+            va="bottom",
+            fontsize=7,
+            zorder=5,
+            multialignment="right" if left else "left",
+            gid="mark",
+        )
     xs = [x for x, _ in ins.marks]
     if len(xs) == 2 and xs[1] > xs[0]:
         _arrow(ax, xs[0], xs[1], -0.25, f"{_fmt(xs[1] - xs[0])} B")
@@ -455,12 +622,23 @@ def _draw_inset(ax: Any, geo: Geometry, lanes: Sequence[Lane], colors: Sequence[
     ax.set_yticks([t + LANE_H / 2 for t in tops], [lane.short_label for lane in lanes], fontsize=7)
     ax.set_xticks([])
     ax.set_title(f"{ins.letter}: {ins.title}", fontsize=8)
-    ax.set_xlabel(f"a {_fmt(int(ins.hi - ins.lo))} B window of the buffer (byte offsets as marked)", fontsize=7)
+    ax.set_xlabel(
+        f"a {_fmt(int(ins.hi - ins.lo))} B window of the buffer (byte offsets as marked)", fontsize=7
+    )
 
 
-def byte_map(spec_or_layout: KVCacheSpec | Layout, blocks: Sequence[int] | None = None, ax: Any = None, *,
-             collapse: bool = True, insets: bool | None = None, color_by: str = "auto", max_lanes: int = 24,
-             xmax: float | None = None, title: str | None = None) -> Any:
+def byte_map(
+    spec_or_layout: KVCacheSpec | Layout,
+    blocks: Sequence[int] | None = None,
+    ax: Any = None,
+    *,
+    collapse: bool = True,
+    insets: bool | None = None,
+    color_by: str = "auto",
+    max_lanes: int = 24,
+    xmax: float | None = None,
+    title: str | None = None,
+) -> Any:
     """Draw the block byte map; returns the matplotlib Figure.
 
     Lanes: one per (shown block, group shape); ``collapse=False`` gives every group its own.
@@ -479,9 +657,11 @@ def byte_map(spec_or_layout: KVCacheSpec | Layout, blocks: Sequence[int] | None 
     height = len(shown) * len(lanes) + BLOCK_GAP * (len(shown) - 1) + HEADER
     ins = _insets(geo, lanes, shown) if (insets if insets is not None else ax is None) else []
     if ax is None:
-        main_in = 1.1 + LANE_IN * height
+        main_in = 1.1 + max(0.2, min(LANE_IN, 6.5 / height)) * height  # lanes thinner past ~24 rows
         fig = plt.figure(figsize=(13, main_in + (2.6 if ins else 0) + 0.6), layout="constrained")
-        grid = fig.add_gridspec(2 if ins else 1, max(1, len(ins)), height_ratios=[main_in, 2.6] if ins else [1])
+        grid = fig.add_gridspec(
+            2 if ins else 1, max(1, len(ins)), height_ratios=[main_in, 2.6] if ins else [1]
+        )
         ax = fig.add_subplot(grid[0, :])
         inset_axes = [fig.add_subplot(grid[1, i]) for i in range(len(ins))]
     else:
@@ -499,30 +679,62 @@ def byte_map(spec_or_layout: KVCacheSpec | Layout, blocks: Sequence[int] | None 
         top, bottom = tops[0] - 0.1, tops[-1] + LANE_H + 0.1
         if n and b == n - 1:
             ax.plot([geo.width, geo.width], [top, bottom], color=EDGE_COLOR, lw=2.5, zorder=4, gid="end")
-            ax.text(geo.width, (top + bottom) / 2, f" end of buffer\n {_fmt(layout.total_bytes)} B", fontsize=7,
-                    va="center", ha="left", color=EDGE_COLOR)
+            ax.text(
+                geo.width,
+                (top + bottom) / 2,
+                f" end of buffer\n {_fmt(layout.total_bytes)} B",
+                fontsize=7,
+                va="center",
+                ha="left",
+                color=EDGE_COLOR,
+            )
         elif n and geo.packed:
-            ax.plot([geo.width, geo.width], [top, bottom], color=EDGE_COLOR, lw=1, ls="--", zorder=4, gid="boundary")
-            ax.text(geo.width, (top + bottom) / 2, f" block {b + 1}\n starts", fontsize=7, va="center", ha="left")
+            ax.plot(
+                [geo.width, geo.width],
+                [top, bottom],
+                color=EDGE_COLOR,
+                lw=1,
+                ls="--",
+                zorder=4,
+                gid="boundary",
+            )
+            ax.text(
+                geo.width, (top + bottom) / 2, f" block {b + 1}\n starts", fontsize=7, va="center", ha="left"
+            )
         if not geo.packed:
             for sx in geo.slot_x[1:]:
                 ax.plot([sx, sx], [top, bottom], color="#999999", lw=0.4, zorder=2)
         for i in ins:
             if i.block == b:
                 xc = (i.lo + i.hi) / 2
-                ax.text(xc, top - 0.02, i.letter, ha="center", va="bottom", fontsize=8, fontweight="bold", zorder=6,
-                        bbox={"boxstyle": "circle,pad=0.15", "fc": "white", "ec": EDGE_COLOR, "lw": 0.8})
+                ax.text(
+                    xc,
+                    top - 0.02,
+                    i.letter,
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    fontweight="bold",
+                    zorder=6,
+                    bbox={"boxstyle": "circle,pad=0.15", "fc": "white", "ec": EDGE_COLOR, "lw": 0.8},
+                )
         y = tops[-1] + 1.0 + BLOCK_GAP
     _header(ax, geo, lanes)
     ax.set_ylim(y - BLOCK_GAP, -HEADER)
     ax.set_yticks(ticks, labels, fontsize=8)
     ax.tick_params(axis="y", length=0)
     ax.xaxis.set_major_formatter(_comma_formatter())
-    ax.set_xlabel("byte offset in the block row" if geo.packed
-                  else "byte offset in the block's slot pages, slots side by side"
-                  + (" (K half, then V half)" if any(geo.split) else ""), fontsize=8)
-    text = (f"{spec.layout}: {_count(len(spec.groups), 'group')}, {_count(len(spec.layers), 'layer')}, "
-            f"{_count(n, 'block')}, {_fmt(layout.total_bytes)} B buffer")
+    ax.set_xlabel(
+        "byte offset in the block row"
+        if geo.packed
+        else "byte offset in the block's slot pages, slots side by side"
+        + (" (K half, then V half)" if any(geo.split) else ""),
+        fontsize=8,
+    )
+    text = (
+        f"{spec.layout}: {_count(len(spec.groups), 'group')}, {_count(len(spec.layers), 'layer')}, "
+        f"{_count(n, 'block')}, {_fmt(layout.total_bytes)} B buffer"
+    )
     if len(lanes) < len(spec.groups):
         text += f"; {len(spec.groups)} groups drawn as {len(lanes)} lanes of equal shape"
     if sampled:
@@ -530,8 +742,13 @@ def byte_map(spec_or_layout: KVCacheSpec | Layout, blocks: Sequence[int] | None 
     if title is not None:
         text = f"{title}\n{text}"
     ax.set_title(text, fontsize=9, loc="left", pad=4)
-    ax.legend(handles=_legend_handles(lanes, colors, mode, geo.packed), loc="upper left", bbox_to_anchor=(1.005, 1.0),
-              fontsize=7, frameon=False)
+    ax.legend(
+        handles=_legend_handles(lanes, colors, mode, geo.packed),
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1.0),
+        fontsize=7,
+        frameon=False,
+    )
     for iax, i in zip(inset_axes, ins):
         _draw_inset(iax, geo, lanes, colors, i)
     ax.kvlayout = MapInfo(layout, geo, info_lanes, [i.letter for i in ins])
@@ -592,13 +809,19 @@ def describe_at(source: SegmentTable | Layout | KVCacheSpec, byte_offset: int, *
             lines[0] += f": block {b}, byte {_fmt(x)} of its {_fmt(geo.width)} B row"
         else:
             sx = geo.slot_x[slot]
-            lines[0] += (f": slot {slot}, block {b}, byte {_fmt(x - sx)} of the block's "
-                         f"{_fmt(geo.layout.slot_pages[slot])} B slot page")
+            lines[0] += (
+                f": slot {slot}, block {b}, byte {_fmt(x - sx)} of the block's "
+                f"{_fmt(geo.layout.slot_pages[slot])} B slot page"
+            )
     items: list[tuple[str, Segment]] = [("zeroed", s) for s in table.segments]
     items += [("gap", s) for s in table.padding]
     if layout is not None:
-        items += [("state", Segment(part.base, part.stride, part.span, p.group, p.layer.name, part.name))
-                  for p in layout.placements if not p.layer.zeroed for part in p.parts]
+        items += [
+            ("state", Segment(part.base, part.stride, part.span, p.group, p.layer.name, part.name))
+            for p in layout.placements
+            if not p.layer.zeroed
+            for part in p.parts
+        ]
     owner = {p.layer.name: p.group for p in layout.placements} if layout is not None else {}
     kinds = {p.layer.name: layer_kind(p.layer) for p in layout.placements} if layout is not None else {}
     found: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
@@ -613,15 +836,21 @@ def describe_at(source: SegmentTable | Layout | KVCacheSpec, byte_offset: int, *
             if what == "zeroed":
                 blocks_seen.add(b)
     if not found:
-        lines.append("  no layer part: bytes of the row that no group uses" if layout is not None and 0 <= off < total
-                     else "  no row clears it")
+        lines.append(
+            "  no layer part: bytes of the row that no group uses"
+            if layout is not None and 0 <= off < total
+            else "  no row clears it"
+        )
     for k, ((what, b, part, vi, within, span, kind, row), who) in enumerate(found.items()):
         if k == limit:
             lines.append(f"  ... and {len(found) - limit} more")
             break
         groups = [g for g, _ in who]
-        gtext = (f"group {groups[0]}" if len(who) == 1
-                 else f"{len(who)} groups like {group_pattern(sorted(set(groups)))}")
+        gtext = (
+            f"group {groups[0]}"
+            if len(who) == 1
+            else f"{len(who)} groups like {group_pattern(sorted(set(groups)))}"
+        )
         layer = _short(who[0][1]) + (f" (and {len(who) - 1} more)" if len(who) > 1 else "")
         layer += f" [{kind}]" if kind else ""
         pv = part + (f"[{vi}]" if vi else "")
@@ -631,7 +860,9 @@ def describe_at(source: SegmentTable | Layout | KVCacheSpec, byte_offset: int, *
             "state": f"byte {_fmt(within)} of its {_fmt(span)} B state (block {b}): never zeroed",
         }[what]
         rows = f"row {row} " if row >= 0 and what == "zeroed" else ""
-        lines.append(f"  {rows}{gtext}, {layer} {pv}: {desc}" if groups[0] else f"  {rows}{layer} {pv}: {desc}")
+        lines.append(
+            f"  {rows}{gtext}, {layer} {pv}: {desc}" if groups[0] else f"  {rows}{layer} {pv}: {desc}"
+        )
     if len(blocks_seen) > 1:
         ids = sorted(blocks_seen)
         both = f"{ids[0]} and {ids[1]} both" if len(ids) == 2 else f"{', '.join(map(str, ids[:6]))} all"
@@ -654,8 +885,17 @@ def attach_hover(fig: Any) -> int:
         raise ValueError("attach_hover needs a figure drawn by byte_map")
     ax = axes[0]
     info: MapInfo = ax.kvlayout
-    note = ax.annotate("", xy=(0, 0), xytext=(12, -12), textcoords="offset points", fontsize=7, va="top",
-                       bbox={"boxstyle": "round", "fc": "#ffffe8", "ec": "#888888"}, zorder=10, visible=False)
+    note = ax.annotate(
+        "",
+        xy=(0, 0),
+        xytext=(12, -12),
+        textcoords="offset points",
+        fontsize=7,
+        va="top",
+        bbox={"boxstyle": "round", "fc": "#ffffe8", "ec": "#888888"},
+        zorder=10,
+        visible=False,
+    )
 
     def on_move(event: Any) -> None:
         if event.inaxes is not ax or event.xdata is None:
@@ -684,7 +924,17 @@ def hover_text(info: MapInfo, x: float, y: float) -> str | None:
 class TableView:
     """The segment table with per-row checks: HTML in notebooks, text in the terminal."""
 
-    COLS = ("row", "group/layer/part", "base", "stride", "span", "span/stride", "alignment", "last byte", "verdict")
+    COLS = (
+        "row",
+        "group/layer/part",
+        "base",
+        "stride",
+        "span",
+        "span/stride",
+        "alignment",
+        "last byte",
+        "verdict",
+    )
 
     def __init__(self, table: Any) -> None:
         from .verify import verify
@@ -703,18 +953,32 @@ class TableView:
                 align *= 2
             end = s.base + (n - 1) * s.stride + s.span
             verdict = "ok" if i not in bad else "BROKEN " + ",".join(str(x) for x in sorted(set(bad[i])))
-            self.rows.append((i, s.label, s.base, s.stride, s.span, f"{s.span / s.stride:.3f}" if s.stride else "-",
-                              f"{align} B", f"{end} / {total}", verdict))
+            self.rows.append(
+                (
+                    i,
+                    s.label,
+                    s.base,
+                    s.stride,
+                    s.span,
+                    f"{s.span / s.stride:.3f}" if s.stride else "-",
+                    f"{align} B",
+                    f"{end} / {total}",
+                    verdict,
+                )
+            )
 
     def __str__(self) -> str:
         widths = [max(len(str(c)), *(len(str(r[k])) for r in self.rows)) for k, c in enumerate(self.COLS)]
         line = lambda r: "  ".join(str(x).rjust(w) for x, w in zip(r, widths))  # noqa: E731
-        return "\n".join([line(self.COLS), *(line(r) for r in self.rows), self.report.format().splitlines()[0]])
+        return "\n".join(
+            [line(self.COLS), *(line(r) for r in self.rows), self.report.format().splitlines()[0]]
+        )
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{c}</th>" for c in self.COLS)
         body = "".join(
-            "<tr>" + "".join(f"<td style='color:{'red' if 'BROKEN' in str(r[-1]) else 'black'}'>{x}</td>" for x in r)
+            "<tr>"
+            + "".join(f"<td style='color:{'red' if 'BROKEN' in str(r[-1]) else 'black'}'>{x}</td>" for x in r)
             + "</tr>"
             for r in self.rows
         )
@@ -759,8 +1023,14 @@ def _row_colors(k: int) -> list[str]:
     return [LAYER_PALETTE[i % len(LAYER_PALETTE)] for i in range(k)]
 
 
-def table_map(table: SegmentTable, blocks: Sequence[int] | None = None, ax: Any = None, *, inset: bool | None = None,
-              max_rows: int = 24) -> Any:
+def table_map(
+    table: SegmentTable,
+    blocks: Sequence[int] | None = None,
+    ax: Any = None,
+    *,
+    inset: bool | None = None,
+    max_rows: int = 24,
+) -> Any:
     """Draw what each row clears per block, in block-0 coordinates of the row (``base + offset``).
 
     Red: bytes that another block also clears, alignment padding, or (cross-hatched) bytes past
@@ -781,14 +1051,18 @@ def table_map(table: SegmentTable, blocks: Sequence[int] | None = None, ax: Any 
     one = strides.pop() if len(strides) == 1 else None
     # rows side by side in block 0's row when they live within about one block row, else each row
     # in its own frame (x = bytes from the row's base in its block): layer-major tables
-    reach = max((s.base + s.span for s in draw.segments), default=0) - min((s.base for s in draw.segments), default=0)
+    reach = max((s.base + s.span for s in draw.segments), default=0) - min(
+        (s.base for s in draw.segments), default=0
+    )
     own = reach > 2 * max((abs(s.stride) for s in draw.segments), default=0)
     first = _first_spill(report)
     want_inset = (inset if inset is not None else ax is None) and first is not None and n > 0
     if ax is None:
         main_in = 1.3 + 0.55 * len(shown)
         fig = plt.figure(figsize=(13, main_in + (2.8 if want_inset else 0) + 0.4), layout="constrained")
-        grid = fig.add_gridspec(2 if want_inset else 1, 1, height_ratios=[main_in, 2.8] if want_inset else [1])
+        grid = fig.add_gridspec(
+            2 if want_inset else 1, 1, height_ratios=[main_in, 2.8] if want_inset else [1]
+        )
         ax = fig.add_subplot(grid[0])
         iax = fig.add_subplot(grid[1]) if want_inset else None
     else:
@@ -806,10 +1080,22 @@ def table_map(table: SegmentTable, blocks: Sequence[int] | None = None, ax: Any 
             ax.add_patch(Rectangle((a - shift, y), s.span, h, facecolor=colors[r], lw=0, gid=f"row:{r}"))
             shared, outside = _conflicts(draw, b, a, a + s.span)
             for c0, c1 in shared.tolist():
-                ax.add_patch(Rectangle((c0 - shift, y), c1 - c0, h, facecolor=UNSAFE_COLOR, lw=0, gid="unsafe"))
+                ax.add_patch(
+                    Rectangle((c0 - shift, y), c1 - c0, h, facecolor=UNSAFE_COLOR, lw=0, gid="unsafe")
+                )
             for c0, c1 in outside.tolist():
-                ax.add_patch(Rectangle((c0 - shift, y), c1 - c0, h, facecolor=UNSAFE_COLOR, edgecolor="black",
-                                       hatch="xx", lw=0, gid="outside"))
+                ax.add_patch(
+                    Rectangle(
+                        (c0 - shift, y),
+                        c1 - c0,
+                        h,
+                        facecolor=UNSAFE_COLOR,
+                        edgecolor="black",
+                        hatch="xx",
+                        lw=0,
+                        gid="outside",
+                    )
+                )
             xs += [a - shift, a - shift + s.span]
         if one is not None and one > 0 and not own:
             end = total - b * one
@@ -822,19 +1108,30 @@ def table_map(table: SegmentTable, blocks: Sequence[int] | None = None, ax: Any 
     ax.set_ylim(max(1, len(shown)), 0)
     ax.set_yticks([i + 0.47 for i in range(len(shown))], [f"block {b}" for b in shown], fontsize=8)
     ax.xaxis.set_major_formatter(_comma_formatter())
-    ax.set_xlabel("bytes from each row's own base in its block (dashed: the row's stride, where its next block "
-                  "starts)" if own else "byte offset in block 0's row (each block's rows shifted back by b \u00d7 stride); "
-                  "dashed: next block starts; thick: end of buffer", fontsize=8)
-    handles = [Patch(facecolor=c, label=f"row {r}: {_row_name(s)}")
-               for r, (c, s) in enumerate(zip(colors, draw.segments))][:8]
+    ax.set_xlabel(
+        "bytes from each row's own base in its block (dashed: the row's stride, where its next block starts)"
+        if own
+        else "byte offset in block 0's row (each block's rows shifted back by b \u00d7 stride); "
+        "dashed: next block starts; thick: end of buffer",
+        fontsize=8,
+    )
+    handles = [
+        Patch(facecolor=c, label=f"row {r}: {_row_name(s)}")
+        for r, (c, s) in enumerate(zip(colors, draw.segments))
+    ][:8]
     if not report.ok:
-        handles += [Patch(facecolor=UNSAFE_COLOR, label="bytes of two blocks / padding"),
-                    Patch(facecolor=UNSAFE_COLOR, hatch="xx", edgecolor="black", label="past the end of the buffer")]
+        handles += [
+            Patch(facecolor=UNSAFE_COLOR, label="bytes of two blocks / padding"),
+            Patch(facecolor=UNSAFE_COLOR, hatch="xx", edgecolor="black", label="past the end of the buffer"),
+        ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7, frameon=False)
     title = f"{_count(len(table), 'row')}, {_count(n, 'block')}: {'SAFE' if report.ok else 'UNSAFE'}"
     if draw is not table:
-        title += f" (drawn coalesced: {len(draw)} rows, the same bytes)" if len(draw) < len(table) else \
-            f" ({len(draw)} rows in each block's lane)"
+        title += (
+            f" (drawn coalesced: {len(draw)} rows, the same bytes)"
+            if len(draw) < len(table)
+            else f" ({len(draw)} rows in each block's lane)"
+        )
     if sampled:
         title += f" (showing blocks {', '.join(map(str, shown))} of {n})"
     ax.set_title(title, fontsize=9, loc="left", color="black" if report.ok else UNSAFE_COLOR)
@@ -887,8 +1184,11 @@ def _spill_inset(ax: Any, table: SegmentTable, v: Any, colors: Sequence[str]) ->
         ax.axvline(table.total_bytes, color=EDGE_COLOR, lw=2.5)
     ax.set_xlim(lo, hi)
     ax.set_ylim(max(1, len(lanes)), -0.6)
-    ax.set_yticks([k + 0.5 for k in range(len(lanes))],
-                  [f"block {b}, row {r} ({_row_name(table.segments[r])})" for b, r, _ in lanes], fontsize=7)
+    ax.set_yticks(
+        [k + 0.5 for k in range(len(lanes))],
+        [f"block {b}, row {r} ({_row_name(table.segments[r])})" for b, r, _ in lanes],
+        fontsize=7,
+    )
     ax.xaxis.set_major_formatter(_comma_formatter())
     ax.tick_params(axis="x", labelsize=7)
     msg = "\n".join(textwrap.wrap(f"first spill at byte scale (invariant {v.invariant}): {v.message}", 170))
@@ -897,8 +1197,15 @@ def _spill_inset(ax: Any, table: SegmentTable, v: Any, colors: Sequence[str]) ->
 
 
 # --------------------------------------------------------------------------- zeroing diff
-def zero_diff(before: Any, afters: dict[str, Any], table: Any, block_ids: Any, origin: int = 0,
-              region: tuple[int, int] | None = None, ax: Any = None) -> Any:
+def zero_diff(
+    before: Any,
+    afters: dict[str, Any],
+    table: Any,
+    block_ids: Any,
+    origin: int = 0,
+    region: tuple[int, int] | None = None,
+    ax: Any = None,
+) -> Any:
     """One strip per backend over a byte region: grey untouched, green cleared as the contract
     says, red written outside the contract, orange contract bytes left uncleared."""
     import matplotlib.pyplot as plt
@@ -954,8 +1261,12 @@ def parse_compare(text: str) -> list[tuple[str, str]]:
     for tok in (t.strip() for t in text.split(",")):
         m = re.fullmatch(r"([a-z_]+)=(.+)", tok)
         if not m or m[1] not in COMPARE_KEYS:
-            raise _bad("item", tok, f"must be KEY=VALUE with KEY one of {', '.join(COMPARE_KEYS)} "
-                       "(e.g. layout=layer_major, tp=2, dtype=bfloat16)")
+            raise _bad(
+                "item",
+                tok,
+                f"must be KEY=VALUE with KEY one of {', '.join(COMPARE_KEYS)} "
+                "(e.g. layout=layer_major, tp=2, dtype=bfloat16)",
+            )
         key, value = m[1], m[2].strip()
         if any(k == key for k, _ in out):
             raise _bad(key, value, "given twice")
@@ -976,13 +1287,19 @@ def parse_compare(text: str) -> list[tuple[str, str]]:
 
 
 def with_layout(spec: KVCacheSpec, layout: str) -> KVCacheSpec:
-    """The same layers in another layout (``kv_split`` dropped for ``packed``, which keeps K and V together)."""
+    """The same layers in another layout (``packed`` keeps K and V together: ``kv_split`` dropped)."""
     if layout not in LAYOUTS:
         raise spec_error("layout", layout, f"valid layouts: {', '.join(LAYOUTS)}")
     groups = spec.groups
     if layout == "packed":
-        groups = tuple(GroupSpec(g.name, tuple(replace(x, kv_split=None) if isinstance(x, FullAttentionSpec) else x
-                                               for x in g.layers), g.kernel_block_size) for g in spec.groups)
+        groups = tuple(
+            GroupSpec(
+                g.name,
+                tuple(replace(x, kv_split=None) if isinstance(x, FullAttentionSpec) else x for x in g.layers),
+                g.kernel_block_size,
+            )
+            for g in spec.groups
+        )
     return KVCacheSpec(num_blocks=spec.num_blocks, layout=layout, groups=groups, version=spec.version)
 
 
@@ -999,11 +1316,16 @@ def with_dtype(spec: KVCacheSpec, dtype: str) -> KVCacheSpec:
                     raise spec_error(f"{x.where}.dtype", dtype, "fp8_ds_mla applies to mla layers only")
                 x = replace(x, dtype=dtype)
             elif isinstance(x, MLASpec):
-                x = replace(x, cache_dtype=dtype, token_bytes=None) if dtype == FP8_DS_MLA or x.cache_dtype else \
-                    replace(x, dtype=dtype, token_bytes=None)
+                x = (
+                    replace(x, cache_dtype=dtype, token_bytes=None)
+                    if dtype == FP8_DS_MLA or x.cache_dtype
+                    else replace(x, dtype=dtype, token_bytes=None)
+                )
             layers.append(x)
         groups.append(GroupSpec(g.name, tuple(layers), g.kernel_block_size))
-    return KVCacheSpec(num_blocks=spec.num_blocks, layout=spec.layout, groups=tuple(groups), version=spec.version)
+    return KVCacheSpec(
+        num_blocks=spec.num_blocks, layout=spec.layout, groups=tuple(groups), version=spec.version
+    )
 
 
 def variant(spec: KVCacheSpec, changes: Sequence[tuple[str, str]] | Mapping[str, Any]) -> KVCacheSpec:
@@ -1042,18 +1364,30 @@ def _summary(layout: Layout) -> str:
 
     table = layout.table()
     geo = Geometry(layout)
-    row = f"stride {_fmt(geo.width)} B" if geo.packed else f"{len(geo.slot_x)} slots, {_fmt(geo.width)} B per block"
+    row = (
+        f"stride {_fmt(geo.width)} B"
+        if geo.packed
+        else f"{len(geo.slot_x)} slots, {_fmt(geo.width)} B per block"
+    )
     safe = "SAFE" if verify(table).ok else "UNSAFE"
-    return (f"{layout.spec.layout}, {row}, {_fmt(layout.total_bytes)} B buffer, {len(table)} rows, "
-            f"{_fmt(table.bytes_per_block)} B zeroed per block: {safe}")
+    return (
+        f"{layout.spec.layout}, {row}, {_fmt(layout.total_bytes)} B buffer, {len(table)} rows, "
+        f"{_fmt(table.bytes_per_block)} B zeroed per block: {safe}"
+    )
 
 
 def _ratio(a: int, b: int) -> str:
     return f"{b / a:.2f}x" if a else "-"
 
 
-def compare_maps(a: KVCacheSpec | Layout, b: KVCacheSpec | Layout, labels: Sequence[str] = ("A", "B"),
-                 blocks: Sequence[int] | None = None, *, max_lanes: int = 12) -> Any:
+def compare_maps(
+    a: KVCacheSpec | Layout,
+    b: KVCacheSpec | Layout,
+    labels: Sequence[str] = ("A", "B"),
+    blocks: Sequence[int] | None = None,
+    *,
+    max_lanes: int = 12,
+) -> Any:
     """Two byte maps one above the other on one byte scale (same model, two layouts/tp/dtypes).
 
     Each panel's title gives its stride, buffer, rows, bytes per block and verdict; the
@@ -1067,19 +1401,24 @@ def compare_maps(a: KVCacheSpec | Layout, b: KVCacheSpec | Layout, labels: Seque
     heights = []
     for lay in (la, lb):
         lanes = group_lanes(lay)
-        shown, _ = _shown_blocks(lay.num_blocks, blocks or sorted({0, max(0, lay.num_blocks - 1)}), len(lanes),
-                                 max_lanes)
+        shown, _ = _shown_blocks(
+            lay.num_blocks, blocks or sorted({0, max(0, lay.num_blocks - 1)}), len(lanes), max_lanes
+        )
         heights.append(1.3 + LANE_IN * (len(shown) * len(lanes) + BLOCK_GAP * (len(shown) - 1) + HEADER))
     fig = plt.figure(figsize=(13, sum(heights) + 0.8), layout="constrained")
     axes = fig.subplots(2, 1, height_ratios=heights)
     for ax, lay, label in zip(axes, (la, lb), labels):
         ends = blocks if blocks is not None else sorted({0, max(0, lay.num_blocks - 1)})
-        byte_map(lay, ends, ax, insets=False, xmax=xmax, max_lanes=max_lanes, title=f"{label}: {_summary(lay)}")
+        byte_map(
+            lay, ends, ax, insets=False, xmax=xmax, max_lanes=max_lanes, title=f"{label}: {_summary(lay)}"
+        )
     ta, tb = la.table(), lb.table()
     fig.suptitle(
         f"{labels[1]} against {labels[0]}: buffer {_ratio(la.total_bytes, lb.total_bytes)}, "
         f"block row {_ratio(ga.width, gb.width)}, bytes zeroed per block "
-        f"{_ratio(ta.bytes_per_block, tb.bytes_per_block)}, rows {len(ta)} \u2192 {len(tb)}", fontsize=10)
+        f"{_ratio(ta.bytes_per_block, tb.bytes_per_block)}, rows {len(ta)} \u2192 {len(tb)}",
+        fontsize=10,
+    )
     return fig
 
 
@@ -1108,7 +1447,9 @@ def step_bytes(table: SegmentTable, allocations: Mapping[str, Sequence[int]]) ->
     ids; all-group zeroing (today) clears every row over all the ids. Computed from the rows'
     ``group`` provenance (rows merged across groups count for each of their groups).
     """
-    per = sum(_union_bytes([s for s in table.segments if _in_group(s, g)], ids) for g, ids in allocations.items())
+    per = sum(
+        _union_bytes([s for s in table.segments if _in_group(s, g)], ids) for g, ids in allocations.items()
+    )
     every = sorted({int(i) for ids in allocations.values() for i in ids})
     return per, _union_bytes(table.segments, every)
 
@@ -1122,7 +1463,9 @@ def _table_classes(table: SegmentTable, layout: Layout | None) -> list[tuple[str
     for g in names:
         key = tuple(sorted((s.base, s.stride, s.span) for s in table.segments if _in_group(s, g)))
         sig.setdefault(key, []).append(g)
-    return [(gs[0] if len(gs) == 1 else f"{len(gs)} groups like {group_pattern(gs)}", gs) for gs in sig.values()]
+    return [
+        (gs[0] if len(gs) == 1 else f"{len(gs)} groups like {group_pattern(gs)}", gs) for gs in sig.values()
+    ]
 
 
 def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int = 16, ax: Any = None) -> Any:
@@ -1144,8 +1487,12 @@ def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int 
     all_groups = [g for _, gs in classes for g in gs]
     each = min(new_blocks, n // max(1, len(all_groups)))
     if each and len(all_groups) > 1:
-        steps.append((f"mixed: {each} new blocks for each of {len(all_groups)} groups",
-                      {g: list(range(i * each, (i + 1) * each)) for i, g in enumerate(all_groups)}))
+        steps.append(
+            (
+                f"mixed: {each} new blocks for each of {len(all_groups)} groups",
+                {g: list(range(i * each, (i + 1) * each)) for i, g in enumerate(all_groups)},
+            )
+        )
     data = [(label, *step_bytes(table, alloc)) for label, alloc in steps]
     if ax is None:
         fig, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * len(data)), layout="constrained")
@@ -1155,11 +1502,23 @@ def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int 
     per = [d[1] for d in data]
     every = [d[2] for d in data]
     ax.barh(ys - 0.2, every, 0.38, color="#7f7f7f", label="all groups (today: every row of every group)")
-    ax.barh(ys + 0.2, per, 0.38, color=KIND_COLORS["attention"][0], label="per group (section 7: the group's own rows)")
+    ax.barh(
+        ys + 0.2,
+        per,
+        0.38,
+        color=KIND_COLORS["attention"][0],
+        label="per group (section 7: the group's own rows)",
+    )
     top = max(every + per + [1])
     for y, (_, p, e) in zip(ys, data):
         ax.text(e, y - 0.2, f" {_fmt(e)} B", va="center", fontsize=7)
-        ax.text(p, y + 0.2, f" {_fmt(p)} B ({100 * p / e:.1f} %)" if e else f" {_fmt(p)} B", va="center", fontsize=7)
+        ax.text(
+            p,
+            y + 0.2,
+            f" {_fmt(p)} B ({100 * p / e:.1f} %)" if e else f" {_fmt(p)} B",
+            va="center",
+            fontsize=7,
+        )
     ax.set_yticks(ys, [d[0] for d in data], fontsize=8)
     ax.set_ylim(len(data) - 0.4, -0.6)
     ax.set_xlim(0, top * 1.25)
@@ -1172,7 +1531,7 @@ def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int 
 
 
 # --------------------------------------------------------------------------- interactive explorer
-def _models() -> Callable[[Any], KVCacheSpec] | None:
+def _models() -> Callable[..., KVCacheSpec] | None:
     """``kvlayout.models.spec_from_config`` where that module exists."""
     import importlib
     import importlib.util
@@ -1199,15 +1558,25 @@ class Explorer:
         self._from_config = _models()
         sources = [*PRESETS, "spec file", *(["model config"] if self._from_config else [])]
         self.source = w.Dropdown(options=sources, value=source, description="source")
-        self.path = w.Text(value=path, description="file", placeholder="spec JSON (or model config JSON)",
-                           continuous_update=False)
+        self.path = w.Text(
+            value=path,
+            description="file",
+            placeholder="spec JSON (or model config JSON)",
+            continuous_update=False,
+        )
         self.layout = w.Dropdown(options=["as spec", *LAYOUTS], value="as spec", description="layout")
         self.tp = w.Dropdown(options=[1, 2, 4, 8], value=1, description="tp")
         self.dtype = w.Dropdown(options=["as spec", *VARIANT_DTYPES], value="as spec", description="dtype")
         self.num_blocks = w.BoundedIntText(value=100, min=0, max=2**31 - 1, description="blocks")
         self.block = w.BoundedIntText(value=0, min=0, max=99, description="block")
-        self.offset = w.IntSlider(value=0, min=0, max=1, description="byte in row", continuous_update=False,
-                                  layout=w.Layout(width="70%"))
+        self.offset = w.IntSlider(
+            value=0,
+            min=0,
+            max=1,
+            description="byte in row",
+            continuous_update=False,
+            layout=w.Layout(width="70%"),
+        )
         self.image = w.Image(format="png")
         self.proof, self.table, self.info, self.status = w.HTML(), w.HTML(), w.HTML(), w.HTML()
         self.spec: KVCacheSpec | None = None
@@ -1217,11 +1586,17 @@ class Explorer:
         self._busy = False
         tabs = w.Tab(children=[self.proof, self.table])
         tabs.titles = ("proof", "segment table")
-        self.widget = w.VBox([
-            w.HBox([self.source, self.path]),
-            w.HBox([self.layout, self.tp, self.dtype, self.num_blocks]),
-            self.status, self.image, w.HBox([self.block, self.offset]), self.info, tabs,
-        ])
+        self.widget = w.VBox(
+            [
+                w.HBox([self.source, self.path]),
+                w.HBox([self.layout, self.tp, self.dtype, self.num_blocks]),
+                self.status,
+                self.image,
+                w.HBox([self.block, self.offset]),
+                self.info,
+                tabs,
+            ]
+        )
         for c in (self.source, self.path):
             c.observe(lambda _: self._rebuild(reset_blocks=True), names="value")
         for c in (self.layout, self.tp, self.dtype, self.num_blocks):
@@ -1234,14 +1609,17 @@ class Explorer:
         return self.widget._repr_mimebundle_(**kwargs)
 
     def _base_spec(self) -> KVCacheSpec:
+        """The chosen preset or file; a model config is read at the chosen tp."""
         src = self.source.value
         if src in PRESETS:
             return preset(src)
         if not self.path.value:
-            raise SpecError(f"source {src!r}: type the path of the JSON file in 'file'", field="path", value="")
+            raise SpecError(
+                f"source {src!r}: type the path of the JSON file in 'file'", field="path", value=""
+            )
         data = read_json_file(SpecError, "file", self.path.value)
         if src == "model config" and self._from_config is not None:
-            return self._from_config(data)
+            return self._from_config(data, tp=self.tp.value)
         return KVCacheSpec.from_dict(data)
 
     def current_spec(self, *, reset_blocks: bool) -> KVCacheSpec:
@@ -1252,7 +1630,7 @@ class Explorer:
             changes.append(("layout", self.layout.value))
         if self.dtype.value != "as spec":
             changes.append(("dtype", self.dtype.value))
-        if self.tp.value != 1:
+        if self.tp.value != 1 and self.source.value != "model config":  # a config is read per tp rank
             changes.append(("tp", self.tp.value))
         if not reset_blocks:
             changes.append(("num_blocks", self.num_blocks.value))
@@ -1283,10 +1661,13 @@ class Explorer:
             self.offset.value = min(self.offset.value, self.offset.max)
             color = "green" if report.ok else "red"
             self.proof.value = f"<pre style='color:{color}'>{_html(report.format())}</pre>"
-            self.table.value = ("<div style='max-height:320px;overflow:auto'>"
-                                f"{table_view(table)._repr_html_()}</div>")
-            self.status.value = (f"{_html(spec.layout)}: {_count(len(spec.groups), 'group')}, "
-                                 f"{_count(len(table), 'row')}, {_fmt(layout.total_bytes)} B buffer")
+            self.table.value = (
+                f"<div style='max-height:320px;overflow:auto'>{table_view(table)._repr_html_()}</div>"
+            )
+            self.status.value = (
+                f"{_html(spec.layout)}: {_count(len(spec.groups), 'group')}, "
+                f"{_count(len(table), 'row')}, {_fmt(layout.total_bytes)} B buffer"
+            )
             import matplotlib.pyplot as plt
 
             if self._fig is not None:
@@ -1315,8 +1696,13 @@ class Explorer:
 
     def describe(self) -> str:
         """The text of :attr:`info` without HTML."""
-        return describe_at(self.layout_obj, Geometry(self.layout_obj).to_buffer(self.block.value, self.offset.value)) \
-            if self.layout_obj is not None else ""
+        return (
+            describe_at(
+                self.layout_obj, Geometry(self.layout_obj).to_buffer(self.block.value, self.offset.value)
+            )
+            if self.layout_obj is not None
+            else ""
+        )
 
 
 def _html(text: str) -> str:
@@ -1329,8 +1715,31 @@ def explorer(source: str = "dsv4-test", path: str = "") -> Explorer:
 
 
 __all__ = [
-    "Box", "Explorer", "Geometry", "KIND_COLORS", "Lane", "MapInfo", "TableView", "attach_hover", "byte_map",
-    "bytes_per_step", "compare_maps", "describe_at", "describe_changes", "explorer", "group_lanes",
-    "group_pattern", "hover_text", "layer_colors", "layer_kind", "parse_compare", "step_bytes", "table_map",
-    "table_view", "variant", "with_dtype", "with_layout", "zero_diff",
+    "Box",
+    "Explorer",
+    "Geometry",
+    "KIND_COLORS",
+    "Lane",
+    "MapInfo",
+    "TableView",
+    "attach_hover",
+    "byte_map",
+    "bytes_per_step",
+    "compare_maps",
+    "describe_at",
+    "describe_changes",
+    "explorer",
+    "group_lanes",
+    "group_pattern",
+    "hover_text",
+    "layer_colors",
+    "layer_kind",
+    "parse_compare",
+    "step_bytes",
+    "table_map",
+    "table_view",
+    "variant",
+    "with_dtype",
+    "with_layout",
+    "zero_diff",
 ]

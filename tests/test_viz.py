@@ -57,11 +57,20 @@ def _patches(ax: Any, prefix: str) -> list[Any]:
 
 
 def _mamba_spec() -> K.KVCacheSpec:
-    return K.KVCacheSpec(num_blocks=8, layout="packed", groups=(
-        K.GroupSpec("attn", (K.FullAttentionSpec("L0", 16, 2, 64, "bfloat16", alignment=4096),
-                             K.MambaSpec("mamba0", 6000, alignment=512))),
-        K.GroupSpec("swa", (K.SlidingWindowSpec("S0", 16, 2, 64, "bfloat16", window=128),)),
-    ))
+    return K.KVCacheSpec(
+        num_blocks=8,
+        layout="packed",
+        groups=(
+            K.GroupSpec(
+                "attn",
+                (
+                    K.FullAttentionSpec("L0", 16, 2, 64, "bfloat16", alignment=4096),
+                    K.MambaSpec("mamba0", 6000, alignment=512),
+                ),
+            ),
+            K.GroupSpec("swa", (K.SlidingWindowSpec("S0", 16, 2, 64, "bfloat16", window=128),)),
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- kinds, lanes, colours
@@ -83,7 +92,11 @@ def test_group_pattern() -> None:
 def test_dsv4_collapses_to_four_lanes_per_block_and_fits_one_screen(tmp_path: Path) -> None:
     lanes = viz.group_lanes(K.plan_layout(K.preset("dsv4")))
     assert [lane.label for lane in lanes] == [
-        "\u00d7 11 groups like c4.*", "\u00d7 10 groups like c128.*", "\u00d7 24 groups like swa.*", "swa.24"]
+        "\u00d7 11 groups like c4.*",
+        "\u00d7 10 groups like c128.*",
+        "\u00d7 24 groups like swa.*",
+        "swa.24",
+    ]
     assert sum(len(lane.groups) for lane in lanes) == 46
     fig = viz.byte_map(K.preset("dsv4"))
     ax = fig.axes[0]
@@ -115,7 +128,9 @@ def test_few_layers_get_one_colour_each() -> None:
     assert len(set(colors.values())) == 4
     fig = viz.byte_map(layout)
     ax = fig.axes[0]
-    assert [t for t in _legend(ax) if "self_attn" in t] == [f"layers.{i}.self_attn (compressed)" for i in range(4)]
+    assert [t for t in _legend(ax) if "self_attn" in t] == [
+        f"layers.{i}.self_attn (compressed)" for i in range(4)
+    ]
     for p in _patches(ax, "layer:"):
         assert to_rgb(p.get_facecolor()) == to_rgb(colors[p.get_gid()[6:]])
     assert not any(to_rgb(c) == RED for c in colors.values())
@@ -125,6 +140,25 @@ def test_collapsed_groups_share_their_lane_colours() -> None:
     colors = viz.layer_colors(K.plan_layout(K.preset("dsv4")))
     assert len(colors) == 181
     assert colors["model.layers.0.attn"] == colors["model.layers.4.attn"]  # c4.0 and c4.1, layer 0
+
+
+def test_span_arrow_names_a_zeroed_layer() -> None:
+    # the first gap of the row is a Mamba state's, which zeroing never clears: the span arrow skips it
+    spec = K.KVCacheSpec(
+        num_blocks=4,
+        layout="packed",
+        groups=(
+            K.GroupSpec(
+                "g",
+                (
+                    K.MambaSpec("m0", 6000, alignment=512),
+                    K.FullAttentionSpec("a0", 16, 2, 64, "bfloat16", alignment=12288),
+                ),
+            ),
+        ),
+    )
+    text = _texts(viz.byte_map(spec, insets=False).axes[0])
+    assert "page 12,288 B = span + 4,096 B gap (a0)" in text and "span 8,192 B: what zeroing clears" in text
 
 
 def test_padding_is_drawn() -> None:
@@ -266,9 +300,15 @@ def test_conflicts_against_brute_force() -> None:
     rng = random.Random(18)
     for _ in range(150):
         n = rng.randint(1, 5)
-        rows = tuple(K.Segment(rng.randrange(-8, 40, 4), rng.choice([-12, -8, 0, 4, 8, 12, 16, 24]),
-                               rng.randrange(4, 28, 4)) for _ in range(rng.randint(1, 3)))
-        pad = tuple(K.Segment(rng.randrange(0, 40, 4), rng.choice([8, 16]), 4) for _ in range(rng.randint(0, 1)))
+        rows = tuple(
+            K.Segment(
+                rng.randrange(-8, 40, 4), rng.choice([-12, -8, 0, 4, 8, 12, 16, 24]), rng.randrange(4, 28, 4)
+            )
+            for _ in range(rng.randint(1, 3))
+        )
+        pad = tuple(
+            K.Segment(rng.randrange(0, 40, 4), rng.choice([8, 16]), 4) for _ in range(rng.randint(0, 1))
+        )
         t = K.SegmentTable(rng.randrange(40, 120, 4), n, rows, pad)
         for r in rows:
             for b in range(n):
@@ -293,7 +333,10 @@ def test_describe_at_dsv4_test() -> None:
     assert "byte 24 of a 64 B alignment gap" in gap and "never zeroed" in gap
     first = viz.describe_at(spec, 149_760 + 5)
     assert "block 1, byte 5 of its 149,760 B row" in first
-    assert "group mla, layers.0.self_attn [compressed] page: byte 5 of its 37,376 B span, zeroed with block 1" in first
+    assert (
+        "group mla, layers.0.self_attn [compressed] page: byte 5 of its 37,376 B span, zeroed with block 1"
+        in first
+    )
     assert "outside the buffer" in viz.describe_at(spec, 14_976_000)
     assert "group mla" in viz.describe_at(K.plan(spec), 10)
 
@@ -376,9 +419,17 @@ def test_variants() -> None:
 
 @pytest.mark.parametrize(
     ("text", "needle"),
-    [("tp=x", "decimal integer"), ("frob=1", "KEY=VALUE"), ("layout=rows", "valid: packed"), ("tp=0", "[1, 4096]"),
-     ("dtype=int4", "valid:"), ("preset=nope", "valid:"), ("tp=2,tp=4", "given twice"), ("", "KEY=VALUE"),
-     ("preset=dsv4,spec=x.json", "not both")],
+    [
+        ("tp=x", "decimal integer"),
+        ("frob=1", "KEY=VALUE"),
+        ("layout=rows", "valid: packed"),
+        ("tp=0", "[1, 4096]"),
+        ("dtype=int4", "valid:"),
+        ("preset=nope", "valid:"),
+        ("tp=2,tp=4", "given twice"),
+        ("", "KEY=VALUE"),
+        ("preset=dsv4,spec=x.json", "not both"),
+    ],
 )
 def test_parse_compare_refuses(text: str, needle: str) -> None:
     with pytest.raises(K.SpecError) as e:
@@ -423,8 +474,11 @@ def test_bytes_per_step_chart() -> None:
     ax = fig.axes[0]
     data = ax.kvlayout_steps
     assert [d[0] for d in data][:4] == [
-        "11 groups like c4.*: 16 new blocks", "10 groups like c128.*: 16 new blocks",
-        "24 groups like swa.*: 16 new blocks", "swa.24: 16 new blocks"]
+        "11 groups like c4.*: 16 new blocks",
+        "10 groups like c128.*: 16 new blocks",
+        "24 groups like swa.*: 16 new blocks",
+        "swa.24: 16 new blocks",
+    ]
     assert data[-1][0] == "mixed: 2 new blocks for each of 46 groups"
     assert all(p <= e for _, p, e in data)
     assert data[1][1] == 16 * 4 * 1168  # c128: four 1,168 B spans per block
@@ -478,8 +532,9 @@ def test_plot_compare_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         (["--table", "t.json", "--preset", "dsv4"], "not both"),
     ],
 )
-def test_plot_misuse_is_exit_2_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
-                                        needle: str) -> None:
+def test_plot_misuse_is_exit_2_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
     (tmp_path / "t.json").write_text(K.plan(K.preset("dsv4-test")).to_json())
     argv = [str(tmp_path / a) if a == "t.json" else a for a in argv]
     if "--preset" not in argv and "--table" not in argv:
@@ -491,11 +546,24 @@ def test_plot_misuse_is_exit_2_one_line(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_bad_compare_is_refused_before_matplotlib_is_imported(tmp_path: Path) -> None:
-    code = ("import sys; from kvlayout.cli import main; "
-            f"rc = main(['plot', '--preset', 'dsv4', '--compare', 'tp=0', '--out', {str(tmp_path / 'x.png')!r}]); "
-            "print(rc, 'matplotlib' in sys.modules)")
+    argv = ["plot", "--preset", "dsv4", "--compare", "tp=0", "--out", str(tmp_path / "x.png")]
+    code = f"import sys; from kvlayout.cli import main; print(main({argv!r}), 'matplotlib' in sys.modules)"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert res.stdout.split() == ["2", "False"], res.stderr
+
+
+def test_plot_model_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = ROOT / "tests" / "fixtures" / "models" / "deepseek_v4" / "config.json"
+    if not config.exists() or viz._models() is None:
+        pytest.skip("kvlayout.models and its fixtures are not here")
+    out = tmp_path / "cfg.png"
+    assert main(["plot", "--config", str(config), "--out", str(out)]) == 0
+    img = mpl.image.imread(out)
+    assert (
+        img.shape[0] <= 1200 and _has_color(img, viz.KIND_COLORS["indexer"][0]) and not _has_color(img, RED)
+    )
+    assert main(["plot", "--config", str(config), "--table", str(out), "--out", str(out)]) == 2
+    assert "not both" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the committed pictures
@@ -542,3 +610,16 @@ def test_explorer_updates_on_every_control(tmp_path: Path) -> None:
     ex.path.value = str(spec_path)
     assert ex.spec.num_blocks == 3 and "color:red" not in ex.status.value
     assert ex.describe().startswith("byte ")
+
+
+def test_explorer_reads_a_model_config_per_tp_rank() -> None:
+    pytest.importorskip("ipywidgets")
+    config = ROOT / "tests" / "fixtures" / "models" / "llama" / "config.json"
+    if not config.exists() or viz._models() is None:
+        pytest.skip("kvlayout.models and its fixtures are not here")
+    from kvlayout.models import spec_from_config
+
+    ex = viz.Explorer("model config", str(config))
+    assert "model config" in ex.source.options and ex.spec == spec_from_config(str(config))
+    ex.tp.value = 2
+    assert ex.spec == spec_from_config(str(config), tp=2)  # the config's own tp rule, not split_heads again
