@@ -120,7 +120,9 @@ for line in (pathlib.Path(root) / "scripts/mutation_equivalent.txt").read_text()
 
 def parse(name):
     mod, _, rest = name.rpartition(".")
-    fn = re.sub(r"__mutmut_\d+$", "", rest).removeprefix("x_").replace("\u01c1", ".").strip(".")
+    fn = re.sub(r"__mutmut_\d+$", "", rest)
+    fn = fn[2:] if fn.startswith("x\u01c1") else fn.removeprefix("x_")
+    fn = fn.replace("\u01c1", ".").strip(".")
     return mod, fn
 
 def added_lines(name, key):
