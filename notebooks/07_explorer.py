@@ -62,6 +62,19 @@ ex.block.value = 7
 assert 'block 7' in ex.info.value
 
 # %% [markdown]
+# A model's `config.json` (where `kvlayout.models` is installed): the cache vLLM allocates for one tp rank.
+
+# %%
+config = Path('..') / 'tests' / 'fixtures' / 'models' / 'llama' / 'config.json'
+if 'model config' in ex.source.options and config.exists():
+    ex.source.value = 'model config'
+    ex.path.value = str(config)
+    rank1 = ex.layout_obj.total_bytes
+    ex.tp.value = 2
+    assert ex.layout_obj.total_bytes == rank1 // 2 and 'color:red' not in ex.status.value
+    print(ex.status.value)
+
+# %% [markdown]
 # ## The static pictures (the same ones `kvlayout plot` writes)
 # The `dsv4` preset on one screen: groups of one shape share a lane, layers are coloured by kind,
 # and the insets show the 64 B gaps at byte scale.
