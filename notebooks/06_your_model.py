@@ -31,7 +31,8 @@ print(f"{'tp':>3} {'KV cache':>14} {'tokens':>7} {'bytes per block':>16} {'block
 for tp in (1, 8):
     for kv in ('auto', 'fp8'):
         m = M.from_config(CONFIG, tp=tp, kv_cache_dtype=kv, num_blocks=4)
-        print(f"{tp:>3} {m.kv_cache_dtype:>14} {m.block_size:>7} {m.bytes_per_block:>16,} {m.blocks_per_gib:>15,}")
+        print(f"{tp:>3} {m.kv_cache_dtype:>14} {m.block_size:>7} {m.bytes_per_block:>16,}",
+              f"{m.blocks_per_gib:>14,}")
         assert K.verify(K.plan(m.spec)).ok
 tp8 = M.from_config(CONFIG, tp=8, kv_cache_dtype='fp8', num_blocks=4)
 assert tp8.block_size == 272 and tp8.bytes_per_block == 835_584   # 6 * 272 tokens * (2 * 1 * 256 * 1) B
