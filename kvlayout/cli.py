@@ -68,13 +68,18 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
         if args.spec or args.preset:
             raise UsageError("give --config or a spec (SPEC.json, --preset), not both", field="config",
                              value=args.config)
-        from .models import DEFAULT_NUM_BLOCKS, from_config
+        from .models import DEFAULT_NUM_BLOCKS, ModelSpec, from_config
 
         args.model_spec = from_config(
             args.config, engine=args.engine or "vllm", tp=1 if args.tp is None else args.tp,
             kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,
             num_blocks=DEFAULT_NUM_BLOCKS if args.num_blocks is None else args.num_blocks,
         )
+        if not isinstance(args.model_spec, ModelSpec):  # tpu-inference: per-layer arrays, not a flat buffer
+            if args.cmd != "plan":
+                raise UsageError(f"--engine {args.engine}: native arrays are shown by `kvlayout plan` only; "
+                                 f"{args.cmd} takes vLLM's flat layout", field="engine", value=args.engine)
+            return None  # type: ignore[return-value]  # cmd_plan prints args.model_spec
         return args.model_spec.spec
     given = [flag for flag, v in model_flags.items() if v is not None]
     if given:
@@ -111,10 +116,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError("--compact only applies with --json", field="compact", value=True)
     spec = _load_spec(args)
     model = getattr(args, "model_spec", None)
-    if model is not None and not args.json:  # --config: the one-screen summary (kvlayout.models)
+    if model is not None and (spec is None or not args.json):  # --config: the summary (kvlayout.models)
         from .models import summary
 
-        print(summary(model))
+        print(model.spec.to_json(indent=None if args.compact else 1) if args.json else summary(model))
         return 0
     layout = plan_layout(spec)
     table = layout.table()
