@@ -324,6 +324,18 @@ MOSAIC = textwrap.dedent(
         hlo = lowered.compile().as_text()
         facts = cache_leaf_facts(hlo, len(caches))
         print("compiled", topo, facts, flush=True)
+    from jax.sharding import Mesh, PartitionSpec as P
+    import numpy as np
+    devs = topologies.get_topology_desc("v5e=2x2", platform="tpu").devices
+    mesh = Mesh(np.array(devs).reshape(2, 2), ("dp", "tp"))
+    heads, pages, whole = P("dp", None, "tp", None, None), P("dp"), P(None, None, "tp")
+    specs = [heads, heads, pages, pages, pages, P(None, None, "tp", None, None), whole]
+    z = kp.CacheZeroer(caches, mesh=mesh, partition_specs=specs, kernel="tpu", interpret=False)
+    hlo = z.lower(4096).compile().as_text()
+    ops = ("all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter")
+    collectives = [op for op in ops if op in hlo]
+    local = "bf16[512,64,2,2,128]" in hlo  # each device holds its own shard only
+    print("sharded", cache_leaf_facts(hlo, len(caches)), collectives, local, flush=True)
     e = evidence("v5e=2x2")
     flat, native, cache = e["flat"], e["native"], e["cache_bytes"]
     print("flat", sorted(flat["forbidden_ops"]), flat["temp_size_in_bytes"] // cache, flush=True)
@@ -334,7 +346,8 @@ MOSAIC = textwrap.dedent(
 
 def test_mosaic_compiles_aliased_with_no_copy_of_any_leaf() -> None:
     """v5e and v6e: every leaf aliased input to output; no copy/transpose/bitcast-convert/reshape
-    of a leaf anywhere in the optimised HLO (tests/native_hlo.py reads it)."""
+    of a leaf anywhere in the optimised HLO (tests/native_hlo.py reads it); the same for the
+    sharded program on a v5e 2x2 mesh, without a collective. Never skipped."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
     env.pop("XLA_FLAGS", None)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -345,6 +358,23 @@ def test_mosaic_compiles_aliased_with_no_copy_of_any_leaf() -> None:
     assert len(lines) == 2, r.stdout
     for line in lines:
         assert "'aliased': 7, 'touched': [], 'custom_calls': 1, 'forbidden_ops': []" in line, line
+    # the sharded SPMD program on a v5e 2x2 mesh: local shapes, no collective, still no copy;
+    # one kernel call for the leaves with pages over dp, one for those with whole page axes
+    sharded = "sharded {'aliased': 7, 'touched': [], 'custom_calls': 2, 'forbidden_ops': []} [] True"
+    assert sharded in r.stdout, r.stdout
     # the old flat path on the same kind of cache: relayout copies of the whole cache (README)
     assert "flat ['bitcast-convert', 'copy', 'reshape'] 48" in r.stdout, r.stdout
     assert "native [] True" in r.stdout, r.stdout
+
+
+def test_eight_device_mesh_cases_in_their_own_process() -> None:
+    """tests/native_mesh_cases.py on 8 forced host devices (XLA_FLAGS must be set before JAX starts)."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=9", JAX_PLATFORMS="cpu",
+               TPU_SKIP_MDS_QUERY="1")
+    here = os.path.dirname(os.path.abspath(__file__))
+    cases = os.path.join(here, "native_mesh_cases.py")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cases]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=os.path.dirname(here))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    assert "9 passed" in out and "skipped" not in out, out[-2000:]

@@ -259,9 +259,9 @@ class CacheZeroer:
     def _selected(self, group: str | None) -> tuple[int, ...]:
         return tuple(i for i, z in enumerate(self.spec.zeroed_mask(group)) if z)
 
-    def check_caches(self, caches: Any) -> list[Any]:
+    def check_caches(self, caches: Any, *, shardings: bool = False) -> list[Any]:
         """The leaves of ``caches``, checked against the construction pytree (structure,
-        shapes, dtypes, and shardings with a mesh)."""
+        shapes, dtypes; with ``shardings``, the shardings of concrete arrays too)."""
         leaves, treedef = jax.tree_util.tree_flatten(caches)
         if treedef != self.treedef:
             why = f"must have the structure {self.treedef}"
@@ -271,7 +271,7 @@ class CacheZeroer:
                 got = f"{jnp.dtype(x.dtype).name}{tuple(x.shape)}"
                 why = f"must be {leaf.dtype}{leaf.shape}"
                 raise bad_value(LayoutBufferError, f"leaf {name!r}", got, why, shown=got)
-        if self.shardings is not None:
+        if shardings and self.shardings is not None:
             for name, x, want in zip(self.spec.names, leaves, self.shardings):
                 sh = getattr(x, "sharding", None)
                 if isinstance(x, jax.Array) and not (isinstance(sh, jax.sharding.Sharding)
@@ -383,7 +383,7 @@ class CacheZeroer:
     def __call__(self, caches: Any, block_ids: Any, group: str | None = None) -> Any:
         """Zero ``block_ids`` (global) in every leaf of ``caches`` (donated; of ``group`` if
         given) and return the caches."""
-        self.check_caches(caches)
+        self.check_caches(caches, shardings=True)
         self.spec.check_group(group)
         if isinstance(block_ids, jax.Array):
             ids = block_ids
