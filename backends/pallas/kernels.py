@@ -275,6 +275,17 @@ def effective_chunk_rows(total_rows: int, chunk_rows: int) -> int:
     return chunk_rows
 
 
+def check_triton_rows(total_rows: int, chunk_rows: int) -> None:
+    """Refuse a buffer of more rows than the Pallas-Triton kernel's int32 row indices reach."""
+    if total_rows > INT32_MAX - chunk_rows:
+        raise LayoutBufferError(
+            f"buffer rows = {total_rows}: the Pallas-Triton kernel indexes rows in int32 (at most "
+            f"{INT32_MAX - chunk_rows} rows with chunk_rows {chunk_rows})",
+            field="buffer.shape",
+            value=total_rows,
+        )
+
+
 def check_triton_int32(units: np.ndarray, table: SegmentTable, total_rows: int, chunk_rows: int) -> None:
     """Refuse a table or buffer whose Pallas-Triton lane and row arithmetic would overflow int32.
 
@@ -284,13 +295,7 @@ def check_triton_int32(units: np.ndarray, table: SegmentTable, total_rows: int, 
     ``total_rows`` and word offsets up to ``(chunk + 1) * chunk_rows * 128`` inside a span.
     ``lane0`` is what bounds ``num_blocks``: up to 127 lanes per block, so about 2**24 blocks.
     """
-    if total_rows > INT32_MAX - chunk_rows:
-        raise LayoutBufferError(
-            f"buffer rows = {total_rows}: the Pallas-Triton kernel indexes rows in int32 (at most "
-            f"{INT32_MAX - chunk_rows} rows with chunk_rows {chunk_rows})",
-            field="buffer.shape",
-            value=total_rows,
-        )
+    check_triton_rows(total_rows, chunk_rows)
     if units.size == 0:
         return
     num_blocks = table.num_blocks

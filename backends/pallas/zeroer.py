@@ -26,7 +26,14 @@ from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
 from kvlayout.verify import require_safe
 
-from .kernels import check_triton_int32, effective_chunk_rows, tpu_zero_call, triton_units, triton_zero_call
+from .kernels import (
+    check_triton_int32,
+    check_triton_rows,
+    effective_chunk_rows,
+    tpu_zero_call,
+    triton_units,
+    triton_zero_call,
+)
 from .plan import INT32_MAX, LANES, ROW_BYTES, RowPlan, check_rows_disjoint_per_block, plan_rows
 
 KERNELS = ("tpu", "triton")
@@ -233,6 +240,8 @@ class PallasZeroer:
                 field="buffer.shape",
                 value=tuple(buf.shape),
             )
+        if self.kernel == "triton":  # before anything is traced or donated
+            check_triton_rows(buf.shape[0], effective_chunk_rows(buf.shape[0], self.chunk_rows))
 
     # ---- the traced step ------------------------------------------------------------------
     def _call_for(self, n_pad: int, total_rows: int) -> Any:
