@@ -378,3 +378,22 @@ def test_eight_device_mesh_cases_in_their_own_process() -> None:
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
     assert "9 passed" in out and "skipped" not in out, out[-2000:]
+
+
+def test_triton_kernel_lowers_for_cuda_on_the_cpu() -> None:
+    """The GPU path's real lowering (Pallas -> Triton IR) runs without a GPU through jax.export
+    for ``cuda``: one Triton call over every leaf, each leaf aliased, grid (ids, units)."""
+    import re
+
+    from jax import export
+
+    shapes = [*(s for s in SHAPES.values()), ((N, 3, 7, 20), "float32")]
+    caches = [jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in shapes]
+    z = kp.CacheZeroer(caches, kernel="triton", interpret=False)
+    ids = jax.ShapeDtypeStruct((4096,), jnp.int32)
+    triton = export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
+    text = export.export(z._jitted, platforms=["cuda"], disabled_checks=[triton])(caches, ids).mlir_module()
+    assert re.findall(r"stablehlo.custom_call @([\w$.]+)", text) == ["__gpu$xla.gpu.triton"]
+    assert text.count("output_operand_alias<output_tuple_indices") == len(caches)
+    units = sum(bp.units for bp in nk.plan_triton(shapes))
+    assert re.findall(r"grid_x = (\d+) : i32, grid_y = (\d+)", text) == [("4096", str(units))]
