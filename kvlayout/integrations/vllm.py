@@ -1,0 +1,375 @@
+"""vLLM 0.33 adapter: a ``KVCacheConfig`` and its resolved ``KVCacheLayout`` as a kvlayout spec.
+
+:func:`spec_from_kv_cache_config` reads vLLM's own objects (cache groups, layer names, per-layer
+specs, ``KVCacheTensor`` placements) and returns the :class:`~kvlayout.spec.KVCacheSpec` whose
+plan places every layer where vLLM does. It then plans that spec and checks it against vLLM's
+tensors (offset of every layer's block 0, block stride, head stride, backing size): a config
+kvlayout cannot represent is refused with an error naming the group, the layer and the field,
+never approximated. vLLM is imported lazily, inside the functions; ``import kvlayout`` and
+``import kvlayout.integrations.vllm`` never import it.
+
+:func:`table_from_block_zeroer` reads a ``KVBlockZeroer``'s ``_meta`` (absolute addresses, block
+strides and page sizes in int32 words) as a segment table, so kvlayout's verifier can judge the
+table vLLM itself zeroes with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from ..errors import SpecError, spec_error
+from ..planner import Layout, plan_layout
+from ..ranges import round_up
+from ..spec import (
+    DTYPE_SIZES,
+    FP8_DS_MLA,
+    KV_CACHE_LAYOUTS,
+    FullAttentionSpec,
+    GroupSpec,
+    KVCacheSpec,
+    LayerSpec,
+    MambaSpec,
+    MLASpec,
+    SlidingWindowSpec,
+)
+from ..table import Segment, SegmentTable
+
+#: The vLLM release whose objects this adapter reads.
+VLLM_VERSION = "0.33.0"
+#: vLLM's own compatibility names for two orders (``vllm/config/cache.py``).
+VLLM_LAYOUT_ALIASES: Mapping[str, str] = {"NHD": "LBNHC", "HND": "LBHNC"}
+#: The vLLM spec classes kvlayout represents, by exact type, and the kvlayout kind of each.
+SUPPORTED_SPECS: Mapping[str, str] = {
+    "FullAttentionSpec": "full",
+    "SlidingWindowSpec": "sliding_window",
+    "MLAAttentionSpec": "mla",
+    "SlidingWindowMLASpec": "mla",
+    "MambaSpec": "mamba",
+}
+#: Orders that keep each page one contiguous run inside its block (vLLM's ``is_block_compact``).
+_BLOCK_COMPACT = ("LBHNC", "LBNHC", "BLHNC", "BLNHC")
+_LAYER_COMPACT = ("LBHNC", "LBNHC", "LHBNC")
+
+
+def _iface() -> Any:
+    from vllm.v1 import kv_cache_interface
+
+    return kv_cache_interface
+
+
+def layout_name(kv_cache_layout: Any) -> str:
+    """The order name (``"BLHNC"``, ...) of a ``KVCacheLayout`` member or a layout name."""
+    name = getattr(kv_cache_layout, "name", kv_cache_layout)
+    if isinstance(name, str):
+        name = VLLM_LAYOUT_ALIASES.get(name, name)
+    if not isinstance(name, str) or name not in KV_CACHE_LAYOUTS:
+        raise spec_error("kv_cache_layout", kv_cache_layout, f"unknown vLLM layout; valid: {', '.join(KV_CACHE_LAYOUTS)}")
+    return name
+
+
+def _resolve_layout(kv_cache_config: Any, kv_cache_layout: Any) -> str:
+    resolved = getattr(kv_cache_config, "kv_cache_layout", None)
+    if kv_cache_layout is None and resolved is None:
+        raise spec_error("kv_cache_layout", None, "not given and not resolved in the KVCacheConfig")
+    name = layout_name(kv_cache_layout if kv_cache_layout is not None else resolved)
+    if kv_cache_layout is not None and resolved is not None and layout_name(resolved) != name:
+        raise spec_error(
+            "kv_cache_layout", kv_cache_layout, f"differs from the layout the KVCacheConfig resolved ({resolved!r})"
+        )
+    return name
+
+
+def _dtype(where: str, dtype: Any) -> str:
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPE_SIZES:
+        raise spec_error(f"{where}.dtype", dtype, f"no kvlayout dtype; valid: {', '.join(DTYPE_SIZES)}")
+    return name
+
+
+def _states(where: str, tokens_per_state: Any) -> tuple[int | None, int | None]:
+    """vLLM's ``tokens_per_state`` (int or Fraction) as (tokens_per_state, states_per_token)."""
+    try:
+        f = Fraction(tokens_per_state)
+    except (TypeError, ValueError):
+        raise spec_error(f"{where}.tokens_per_state", tokens_per_state, "must be a whole number or 1/k") from None
+    if f <= 0 or (f.denominator != 1 and f.numerator != 1):
+        raise spec_error(f"{where}.tokens_per_state", tokens_per_state, "must be a whole number >= 1 or 1/k")
+    if f.denominator == 1:
+        return (int(f) if f > 1 else None), None
+    return None, f.denominator
+
+
+def _stride_alignment(where: str, vspec: Any) -> int | None:
+    try:
+        a = int(vspec.get_block_stride_alignment())
+    except (AssertionError, ValueError, ZeroDivisionError) as e:
+        raise spec_error(f"{where}.block_stride_alignment", vspec.block_stride_alignment, f"vLLM cannot resolve it: {e}") from None
+    return a if a != 1 else None
+
+
+def _padding(vspec: Any, real: int) -> dict[str, int]:
+    """``alignment`` where vLLM's MLA alignment explains the padded page, else ``padded_page``."""
+    padded, align = getattr(vspec, "page_size_padded", None), getattr(vspec, "alignment", None)
+    if align is not None and round_up(real, align) == (padded if padded is not None else real):
+        return {"alignment": align}
+    return {"padded_page": padded} if padded is not None else {}
+
+
+def _layer(where: str, name: str, vspec: Any) -> LayerSpec:
+    """The kvlayout layer of one vLLM per-layer spec, checked against vLLM's page arithmetic."""
+    kind = SUPPORTED_SPECS.get(type(vspec).__name__)
+    if kind is None or type(vspec).__module__ != "vllm.v1.kv_cache_interface":
+        raise spec_error(
+            f"{where}.kv_cache_spec", type(vspec).__name__,
+            f"kvlayout does not represent this spec kind; supported: {', '.join(SUPPORTED_SPECS)}",
+        )
+    if kind == "mamba":
+        if vspec.num_heads != 1:
+            raise spec_error(f"{where}.num_heads", vspec.num_heads, "a Mamba state page has one head slot in kvlayout")
+        layer: LayerSpec = MambaSpec(
+            name=name, state_bytes=vspec.state_content_size_bytes,
+            padded_page=vspec.page_size_padded, block_stride_alignment=_stride_alignment(where, vspec),
+        )
+    else:
+        tps, spt = _states(where, vspec.tokens_per_state)
+        real = vspec.unpadded_page_size_bytes
+        common: dict[str, Any] = dict(
+            name=name, block_size=vspec.block_size, head_size=vspec.head_size, dtype=_dtype(where, vspec.dtype),
+            states_per_token=spt, block_stride_alignment=_stride_alignment(where, vspec), **_padding(vspec, real),
+        )
+        if kind == "mla":
+            fp8_ds = getattr(vspec, "cache_dtype_str", None) == FP8_DS_MLA
+            explicit = vspec.state_content_bytes is not None or vspec.head_size_v != 0 or fp8_ds
+            heads = vspec.num_heads
+            layer = MLASpec(
+                **common, cache_dtype=FP8_DS_MLA if fp8_ds else None, compress_ratio=tps,
+                token_bytes=vspec.state_content_size_bytes if explicit else None,
+                num_head_slots=heads if heads != 1 else None, window=getattr(vspec, "sliding_window", None),
+            )
+        else:
+            extra: dict[str, Any] = dict(
+                num_kv_heads=vspec.num_kv_heads, num_head_slots=vspec.num_head_slots,
+                state_content_bytes=vspec.state_content_bytes, tokens_per_state=tps,
+                head_size_v=vspec.head_size_v if vspec.head_size_v != vspec.head_size else None,
+            )
+            if kind == "sliding_window":
+                layer = SlidingWindowSpec(**common, **extra, window=vspec.sliding_window)
+            else:
+                layer = FullAttentionSpec(**common, **extra)
+        geometry = (vspec.num_heads, vspec.num_states, vspec.state_content_size_bytes)
+        if (layer.heads, layer.states, layer.content_bytes) != geometry:
+            raise spec_error(
+                f"{where}.num_states", geometry,
+                f"vLLM's (H, N, C) differ from kvlayout's {(layer.heads, layer.states, layer.content_bytes)}",
+            )
+    real_v = getattr(vspec, "real_page_size_bytes", None)
+    if layer.page != vspec.page_size_bytes or (real_v is not None and layer.real_page != real_v):
+        raise spec_error(
+            f"{where}.page_size_bytes", vspec.page_size_bytes,
+            f"kvlayout computes a page of {layer.page} B (real {layer.real_page} B) for this spec",
+        )
+    return layer
+
+
+def _group_specs(gi: int, group: Any, iface: Any) -> dict[str, Any]:
+    """Per-layer vLLM specs of one cache group, refusing mixes vLLM itself would not group."""
+    gspec = group.kv_cache_spec
+    if isinstance(gspec, iface.UniformTypeKVCacheSpecs):
+        per = dict(gspec.kv_cache_specs)
+        for name in group.layer_names:
+            if name not in per:
+                raise spec_error(f"kv_cache_groups[{gi}][{name!r}].kv_cache_spec", None, "the group has no spec for it")
+        if not iface.UniformTypeKVCacheSpecs.is_uniform_type(per):
+            first_name, first = next(iter(per.items()))
+            for name, s in per.items():
+                if s.block_size != first.block_size:
+                    raise spec_error(
+                        f"kv_cache_groups[{gi}][{name!r}].block_size", s.block_size,
+                        f"differs from {first_name!r}'s {first.block_size}: vLLM groups layers of one block size",
+                    )
+            bad = next(n for n, s in per.items() if type(s) is not type(first))
+            raise spec_error(
+                f"kv_cache_groups[{gi}][{bad!r}].kv_cache_spec", type(per[bad]).__name__,
+                f"not of the uniform type of {first_name!r} ({type(first).__name__}): vLLM requires one spec type per group",
+            )
+        return per
+    return {name: gspec for name in group.layer_names}
+
+
+def _check_layout_expresses(order: str, pages: dict[tuple[int, str], int], num_groups: int) -> None:
+    """vLLM's ``validate_kv_cache_layout``: mixed page sizes need block-compact orders."""
+    if len(set(pages.values())) <= 1:
+        return
+    if order in _BLOCK_COMPACT and not (num_groups > 1 and order in _LAYER_COMPACT):
+        return
+    first = next(iter(pages.values()))
+    (gi, name), page = next((k, v) for k, v in pages.items() if v != first)
+    raise spec_error(
+        f"kv_cache_groups[{gi}][{name!r}].page_size_bytes", page,
+        f"{order} cannot express mixed page sizes {sorted(set(pages.values()))} "
+        f"({'several groups' if num_groups > 1 else 'heads outside the page'}); vLLM refuses it too",
+    )
+
+
+def spec_from_kv_cache_config(
+    kv_cache_config: Any,
+    kv_cache_layout: Any = None,
+    *,
+    kernel_block_sizes: Sequence[int] | None = None,
+    runner_only_attn_layers: Collection[str] = (),
+) -> KVCacheSpec:
+    """The kvlayout spec of a vLLM 0.33 ``KVCacheConfig`` under the layout vLLM resolved.
+
+    ``kv_cache_layout`` is a ``KVCacheLayout`` member or its name (default: the config's own
+    ``kv_cache_layout``). ``kernel_block_sizes`` (vLLM's per-group list, as handed to
+    ``allocate_kv_cache`` and ``KVBlockZeroer``) makes groups whose views vLLM splits into kernel
+    blocks split in kvlayout too; this changes rows, never bytes. Layers in
+    ``runner_only_attn_layers`` share another layer's cache and own no tensor (vLLM's KV sharing).
+    Groups are named ``group0``, ``group1``, ... in vLLM's order; layers keep vLLM's names. The
+    result is planned and checked against vLLM's ``KVCacheTensor`` placements before it is returned.
+    """
+    iface = _iface()
+    order = _resolve_layout(kv_cache_config, kv_cache_layout)
+    num_blocks = kv_cache_config.num_blocks
+    tensors = list(kv_cache_config.kv_cache_tensors)
+    vgroups = list(kv_cache_config.kv_cache_groups)
+    if not vgroups or not tensors:
+        raise spec_error("kv_cache_groups", len(vgroups), "an attention-free config has no KV cache to plan")
+    if kernel_block_sizes is not None and len(kernel_block_sizes) != len(vgroups):
+        raise spec_error(
+            "kernel_block_sizes", list(kernel_block_sizes), f"needs one entry per cache group ({len(vgroups)})"
+        )
+    where_of: dict[str, tuple[int, int]] = {}
+    for ti, t in enumerate(tensors):
+        if getattr(t, "host_resident", False):
+            raise spec_error(f"kv_cache_tensors[{ti}].host_resident", True, "host-resident (HiSparse) pools are not planned")
+        if t.size != tensors[0].size:
+            raise spec_error(
+                f"kv_cache_tensors[{ti}].size", t.size, f"differs from {tensors[0].size}: vLLM shares one backing allocation"
+            )
+        for li, name in enumerate(t.layers):
+            if name in where_of:
+                raise spec_error(f"kv_cache_tensors[{ti}].layers", name, "the layer is placed by two tensors")
+            where_of[name] = (ti, li)
+
+    groups: list[GroupSpec] = []
+    vspecs: dict[str, tuple[int, Any]] = {}
+    pages: dict[tuple[int, str], int] = {}
+    for gi, group in enumerate(vgroups):
+        if getattr(group, "host_resident", False):
+            raise spec_error(f"kv_cache_groups[{gi}].host_resident", True, "host-resident (HiSparse) groups are not planned")
+        per = _group_specs(gi, group, iface)
+        names = []
+        for name in group.layer_names:
+            if name in where_of:
+                names.append(name)
+            elif name not in runner_only_attn_layers:
+                raise spec_error(
+                    f"kv_cache_groups[{gi}][{name!r}]", name,
+                    "no KVCacheTensor holds this layer (pass it in runner_only_attn_layers if it shares another's cache)",
+                )
+        if not names:
+            raise spec_error(f"kv_cache_groups[{gi}].layer_names", list(group.layer_names), "no layer owns a tensor")
+
+        def first_byte(name: str) -> int:
+            ti, li = where_of[name]
+            return int(tensors[ti].offset + li * tensors[ti].layer_stride)
+
+        names.sort(key=first_byte)  # vLLM places same-spec layers together: its order, not the group's
+        layers = []
+        for name in names:
+            vspec = per[name]
+            layers.append(_layer(f"kv_cache_groups[{gi}][{name!r}]", name, vspec))
+            vspecs[name] = (gi, vspec)
+            pages[(gi, name)] = vspec.page_size_bytes
+        kbs = None
+        if kernel_block_sizes is not None:
+            bs = layers[0].logical_block_size
+            kbs = kernel_block_sizes[gi] if bs is not None and kernel_block_sizes[gi] != bs else None
+        groups.append(GroupSpec(f"group{gi}", tuple(layers), kernel_block_size=kbs))
+    for name in where_of:
+        if name not in vspecs:
+            ti, _ = where_of[name]
+            raise spec_error(f"kv_cache_tensors[{ti}].layers", name, "the layer belongs to no cache group")
+    _check_layout_expresses(order, pages, len(vgroups))
+    try:
+        spec = KVCacheSpec(num_blocks=num_blocks, layout=order, groups=tuple(groups))
+        layout = plan_layout(spec)
+        layout.table()  # virtual splitting rules
+    except SpecError as e:
+        raise SpecError(f"vLLM KVCacheConfig under {order}: {e}", field=e.field, value=e.value) from None
+    _check_against_tensors(layout, tensors, where_of, vspecs, iface)
+    return spec
+
+
+def _check_against_tensors(
+    layout: Layout, tensors: list[Any], where_of: dict[str, tuple[int, int]], vspecs: dict[str, tuple[int, Any]],
+    iface: Any,
+) -> None:
+    """Every layer's block 0, block stride and head stride where vLLM's tensor puts them."""
+    order = layout.order
+    for p in layout.placements:
+        ti, li = where_of[p.layer.name]
+        t = tensors[ti]
+        gi, vspec = vspecs[p.layer.name]
+        field = f"kv_cache_tensors[{ti}]"
+        label = f"kv_cache_groups[{gi}] layer {p.layer.name!r}"
+        first = p.parts[0]
+        if first.base != t.offset + li * t.layer_stride:
+            raise spec_error(
+                f"{field}.offset", t.offset,
+                f"vLLM puts block 0 of {label} at byte {t.offset + li * t.layer_stride}, kvlayout's {order} plan at "
+                f"{first.base}: kvlayout cannot represent this placement",
+            )
+        if first.stride != t.block_stride:
+            raise spec_error(
+                f"{field}.block_stride", t.block_stride,
+                f"kvlayout's {order} plan strides blocks of {label} by {first.stride} B",
+            )
+        if len(p.parts) > 1:
+            try:
+                strides = iface.compute_layout_strides(
+                    vspec, layout.num_blocks, len(t.layers), getattr(iface.KVCacheLayout, order),
+                    fixed_strides=(t.layer_stride, t.block_stride, None, None, None),
+                )
+            except AssertionError as e:
+                raise spec_error(f"{field}.layer_stride", t.layer_stride, f"vLLM cannot stride {label}: {e}") from None
+            pitch = p.parts[1].base - first.base
+            if strides[2] != pitch:
+                raise spec_error(
+                    f"{field}.layer_stride", t.layer_stride,
+                    f"vLLM strides the head slots of {label} by {strides[2]} B, kvlayout by {pitch} B",
+                )
+    for ti, t in enumerate(tensors):
+        if t.size < layout.total_bytes:
+            raise spec_error(
+                f"kv_cache_tensors[{ti}].size", t.size,
+                f"smaller than the {layout.total_bytes} B kvlayout's {order} plan needs",
+            )
+
+
+def table_from_block_zeroer(zeroer: Any, base_address: int, total_bytes: int, num_blocks: int) -> SegmentTable:
+    """vLLM's ``KVBlockZeroer`` segments as a kvlayout table, bases relative to ``base_address``.
+
+    ``_meta`` holds absolute byte addresses and, in int32 words, block strides and page sizes.
+    Rows are named ``vllm/segment<i>``; the table carries no padding (``planned`` is false).
+    """
+    meta = getattr(zeroer, "_meta", None)
+    rows: list[Segment] = []
+    if meta is not None:
+        addrs, strides, pages = (x.tolist() for x in meta[:3])
+        for i, (a, s, p) in enumerate(zip(addrs, strides, pages)):
+            rows.append(Segment(int(a) - base_address, 4 * int(s), 4 * int(p), "vllm", f"segment{i}", "page", 0))
+    return SegmentTable(total_bytes, num_blocks, tuple(rows))
+
+
+__all__ = [
+    "SUPPORTED_SPECS",
+    "VLLM_LAYOUT_ALIASES",
+    "VLLM_VERSION",
+    "layout_name",
+    "spec_from_kv_cache_config",
+    "table_from_block_zeroer",
+]
