@@ -124,6 +124,24 @@ def battery(quick: bool = False, seeds: int | None = None) -> list[Case]:
             n = spec.num_blocks
             ids = tuple(sorted({0, n - 1, (7 * s) % n}))
             cases.append(Case(f"random:{layout}:{s}", spec, ids))
+    cases += _vllm_cases(quick)
+    return cases
+
+
+def _vllm_cases(quick: bool) -> list[Case]:
+    """vLLM 0.33's other four orders (GEOMETRY.md section 6), and vLLM 0.28's overlay bug geometry."""
+    from .presets import indexer_first
+    from .spec import KV_CACHE_LAYOUTS
+    from .testing import random_spec
+
+    cases = [Case("vllm-0.28:indexer-group-first", indexer_first(6), (0, 3, 5))]
+    for order in KV_CACHE_LAYOUTS:
+        if order in ("BLHNC", "LBHNC"):  # packed and layer_major above
+            continue
+        for s in range(1 if quick else 3):
+            spec = random_spec(2000 + s, layout=order, max_blocks=8)
+            n = spec.num_blocks
+            cases.append(Case(f"random:{order}:{s}", spec, tuple(sorted({0, n - 1, (5 * s) % n}))))
     return cases
 
 

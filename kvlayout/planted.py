@@ -262,3 +262,47 @@ PLANTED_COALESCERS: dict[str, Callable[[SegmentTable], SegmentTable]] = {
     "bridge-4-byte-gaps": lambda t: _merge_runs(t, gap=4),
     "last-row-end-kept": lambda t: _merge_runs(t, keep_max_end=False),
 }
+
+
+# --------------------------------------------------------------------------- vLLM's historical zeroers
+# Issue 14: vLLM's KVBlockZeroer as each release built it from per-layer views, on kvlayout's rows
+# (one segment per row, deduplicated by address as vLLM does). The control, vLLM 0.33, passes
+# the conformance battery; each historical bug must fail it.
+
+
+def vllm_zeroer_ranges(
+    table: SegmentTable,
+    ids: np.ndarray,
+    *,
+    span_is_stride: bool = False,
+    first_span_kept: bool = False,
+    offset_twice: bool = False,
+) -> Ranges:
+    """The bytes vLLM's zeroer writes for ``ids``; each flag is one release's bug."""
+    index: dict[tuple[int, int], int] = {}
+    segs: list[list[int]] = []  # [address, block stride, span]
+    for s in table.segments:
+        addr = 2 * s.base if offset_twice else s.base  # #52709: data_ptr() holds the offset, added again
+        span = s.stride if span_is_stride else s.span  # 0.27 (#50276): the page size as stride and span
+        i = index.get((addr, s.stride))
+        if i is None:
+            index[(addr, s.stride)] = len(segs)
+            segs.append([addr, s.stride, span])
+        elif not first_span_kept:  # 0.33 keeps the widest span per address; 0.28 kept the first
+            segs[i][2] = max(segs[i][2], span)
+    return [(a + b * st, a + b * st + sp) for a, st, sp in segs for b in ids.tolist()]
+
+
+def _vllm(**bug: bool) -> Callable[[SegmentTable, np.ndarray], Ranges]:
+    return lambda t, i: vllm_zeroer_ranges(t, i, **bug)
+
+
+#: vLLM 0.33's zeroer on kvlayout's rows: the control that must pass.
+VLLM_033 = _make("vllm-0.33", _vllm())
+
+PLANTED_VLLM: dict[str, type[PlantedBackend]] = {
+    "vllm-0.27-span-is-stride": _make("vllm-0.27-span-is-stride", _vllm(span_is_stride=True)),
+    "vllm-0.28-first-span-kept": _make("vllm-0.28-first-span-kept", _vllm(first_span_kept=True)),
+    "vllm-52709-offset-twice": _make("vllm-52709-offset-twice", _vllm(offset_twice=True)),
+}
+PLANTED.update(PLANTED_VLLM)

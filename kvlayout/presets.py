@@ -66,6 +66,22 @@ def dsv4(num_blocks: int = 100) -> KVCacheSpec:
     return KVCacheSpec(num_blocks=num_blocks, layout="packed", groups=tuple(groups))
 
 
+def indexer_first(num_blocks: int = 100) -> KVCacheSpec:
+    """vLLM 0.28's overlay bug geometry: a C4 indexer group listed before a C4 attention group.
+
+    Both start at byte 0 of every 37,440 B block row; a zeroer that deduplicates rows by
+    address keeping the first span (8,448 B) leaves 28,928 B of every attention page stale.
+    """
+    return KVCacheSpec(
+        num_blocks=num_blocks,
+        layout="packed",
+        groups=(
+            GroupSpec("indexer", (_c4_indexer("model.layers.0.indexer"),), kernel_block_size=256),
+            GroupSpec("attn", (_c4_attn("model.layers.0.self_attn"),), kernel_block_size=256),
+        ),
+    )
+
+
 def llama_8b(num_blocks: int = 64) -> KVCacheSpec:
     """Llama-3-8B: 32 full-attention layers, 8 KV heads x 128, bf16, 16-token blocks, K/V halves."""
     layers = tuple(
