@@ -397,3 +397,15 @@ def test_triton_kernel_lowers_for_cuda_on_the_cpu() -> None:
     assert text.count("output_operand_alias<output_tuple_indices") == len(caches)
     units = sum(bp.units for bp in nk.plan_triton(shapes))
     assert re.findall(r"grid_x = (\d+) : i32, grid_y = (\d+)", text) == [("4096", str(units))]
+
+
+@pytest.mark.parametrize("name", ["attn_bf16", "mla", "v4_indexer", "rank2_bf16", "rank3_i32"])
+def test_conformance_harness_on_each_leaf(name: str) -> None:
+    """Section 9: a leaf is a one-row buffer, so ``run_case`` checks it byte for byte, guard
+    bands included, like any backend on any table."""
+    from kvlayout.conformance import run_case
+    from kvlayout.native import NativeLeaf
+
+    leaf = NativeLeaf(name, *SHAPES[name], group="g")
+    res = run_case(kp.native.leaf_backend(leaf), leaf.table(), [N - 1, 0, 3, 3])
+    assert res.mode == "tpu-interpret" and res.ok, res.check.describe()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -27,10 +27,12 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from kvlayout.backend import Backend, validate_host_buffer
 from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, bad_value
 from kvlayout.hardware import jax_platform
-from kvlayout.native import NativeCacheSpec, native_tables, spec_from_arrays
+from kvlayout.native import NativeCacheSpec, NativeLeaf, native_tables, spec_from_arrays
 from kvlayout.reference import normalize_block_ids
+from kvlayout.table import SegmentTable
 from kvlayout.verify import require_safe
 
 from .native_kernels import (
@@ -427,3 +429,47 @@ class CacheZeroer:
             sh = jax.sharding.SingleDeviceSharding(device) if device is not None else None
         ids = jax.ShapeDtypeStruct((num_ids,), jnp.int32, sharding=sh)
         return self._jitted.lower(self.abstract_caches(device), ids, group=group)
+
+
+def leaf_backend(leaf: NativeLeaf, **kwargs: Any) -> type[Backend]:
+    """A :class:`~kvlayout.Backend` over one native leaf, for the conformance harness.
+
+    Section 9 makes a leaf a buffer with one row (base 0, stride = span = page bytes); this
+    class takes the host bytes of such a buffer, holds them as the leaf (its own shape and
+    dtype) and zeroes it with a :class:`CacheZeroer`, so ``kvlayout.conformance.run_case``
+    checks every byte, guard bands included. ``kwargs`` go to the zeroer.
+    """
+    table = leaf.table()
+
+    class LeafBackend(Backend):
+        name: ClassVar[str] = "pallas-native"
+        extra: ClassVar[str | None] = "pallas"
+
+        def __init__(self, table_: SegmentTable, buffer: np.ndarray, *, offset: int = 0) -> None:
+            if table_ != table:
+                why = f"must be the one-row table of leaf {leaf.name!r}"
+                raise bad_value(LayoutBufferError, "table", len(table_), why)
+            self.table, self.offset = table_, offset
+            self._host = validate_host_buffer(buffer, table_, offset)
+            raw = self._host[offset : offset + leaf.total_bytes].copy()
+            self.caches = [jnp.asarray(raw.view(jnp.dtype(leaf.dtype)).reshape(leaf.shape))]
+            self.zeroer = CacheZeroer(self.caches, leaf.group_label, **kwargs)
+
+        @property
+        def mode(self) -> str:
+            return self.zeroer.mode
+
+        def zero(self, block_ids: Any, group: str | None = None) -> None:
+            self.caches = self.zeroer(self.caches, block_ids, group=group)
+
+        @classmethod
+        def from_host(cls, table_: SegmentTable, data: np.ndarray, *, offset: int = 0) -> Backend:
+            return cls(table_, data.copy(), offset=offset)
+
+        def to_host(self) -> np.ndarray:
+            out = self._host.copy()
+            got = np.asarray(self.caches[0]).reshape(-1).view(np.uint8)
+            out[self.offset : self.offset + leaf.total_bytes] = got
+            return out
+
+    return LeafBackend
