@@ -79,6 +79,11 @@ class LeafPlan:
     scratch: int  # its VMEM buffer: index into NativePlan.tiles (page, row) or .groups (rmw)
 
     @property
+    def page_bytes(self) -> int:
+        """Logical bytes of one page (one row of the rmw kind)."""
+        return math.prod(self.shape[1:]) * itemsize(self.dtype)
+
+    @property
     def chunks(self) -> tuple[tuple[int, int], ...]:
         """``(start, size)`` along the first page axis of each DMA of one page (page kind)."""
         if self.kind != "page":
