@@ -409,3 +409,25 @@ def test_conformance_harness_on_each_leaf(name: str) -> None:
     leaf = NativeLeaf(name, *SHAPES[name], group="g")
     res = run_case(kp.native.leaf_backend(leaf), leaf.table(), [N - 1, 0, 3, 3])
     assert res.mode == "tpu-interpret" and res.ok, res.check.describe()
+
+
+def test_zeroer_from_a_spec_names_groups_and_cold_leaves() -> None:
+    """A NativeCacheSpec (e.g. built from a model config) names the leaves and their groups;
+    a leaf marked ``zeroed=False`` is never written."""
+    from kvlayout.native import NativeCacheSpec, NativeLeaf
+
+    names = ["attn_bf16", "rank3_i32"]
+    spec = NativeCacheSpec((NativeLeaf("k0", *SHAPES[names[0]], group="full"),
+                            NativeLeaf("state", *SHAPES[names[1]], zeroed=False)))
+    host = host_cache(names)
+    caches = [jnp.asarray(a) for a in host]
+    z = kp.CacheZeroer(caches, spec=spec)
+    assert z.spec is spec
+    out = z(caches, [1, 6])
+    want = host[0].copy()
+    want[[1, 6]] = 0
+    assert same_bytes(out[0], want) and same_bytes(out[1], host[1])
+    with pytest.raises(K.LayoutBufferError, match=r"spec.leaves\[1\] = 'state': is int32\(8, 3, 40\)"):
+        kp.CacheZeroer([caches[0], jnp.zeros((N, 3, 41), jnp.int32)], spec=spec)
+    with pytest.raises(K.LayoutBufferError, match="not both"):
+        kp.CacheZeroer(out, "g", spec=spec)

@@ -129,7 +129,9 @@ class CacheZeroer:
     first, all with the same number of pages. ``groups``: the cache group of each leaf
     (one name for all, a sequence in pytree order, or a mapping from leaf name, e.g.
     ``"3"`` or ``"layers.0.k"``, to group) for ``z(caches, ids, group=...)``. ``mesh``:
-    leaves are sharded over it, each by its own sharding (or ``partition_specs``).
+    leaves are sharded over it, each by its own sharding (or ``partition_specs``). ``spec``:
+    a :class:`~kvlayout.native.NativeCacheSpec` of these leaves (names, groups, ``zeroed``
+    flags), e.g. one built from a model config, instead of ``groups``.
 
     :meth:`apply` is the traceable form for a user's own jitted, donated step. Thread
     safe; calls on one (donated) cache must be chained by the caller.
@@ -142,6 +144,7 @@ class CacheZeroer:
         mesh: Mesh | None = None,
         *,
         partition_specs: Any = None,
+        spec: NativeCacheSpec | None = None,
         kernel: str | None = None,
         interpret: bool | None = None,
         tile_bytes: int = DEFAULT_TILE_BYTES,
@@ -156,6 +159,8 @@ class CacheZeroer:
         names = [jax.tree_util.keystr(p, simple=True, separator=".") or "leaf" for p, _ in paths]
         leaves = [x for _, x in paths]
         self.spec: NativeCacheSpec = spec_from_arrays(leaves, groups, names=names)
+        if spec is not None:
+            self.spec = self._check_spec(spec, groups)
         for t in native_tables(self.spec).values():
             require_safe(t)  # one row per leaf: proven like any table (section 9)
         if kernel is not None and kernel not in KERNELS:
@@ -186,6 +191,22 @@ class CacheZeroer:
         self._calls: dict[tuple[Any, ...], Any] = {}
         self._bad = _BadCount()
         self._jitted = jax.jit(self._traced, donate_argnums=0, static_argnames="group")
+
+    def _check_spec(self, spec: Any, groups: Any) -> NativeCacheSpec:
+        """A given spec must describe exactly these leaves (shape and dtype, in pytree order)."""
+        if not isinstance(spec, NativeCacheSpec):
+            why = "must be a kvlayout.native.NativeCacheSpec"
+            raise bad_value(LayoutBufferError, "spec", type(spec).__name__, why)
+        if groups is not None:
+            raise bad_value(LayoutBufferError, "groups", groups, "give groups or a spec, not both")
+        if len(spec.leaves) != len(self.spec.leaves):
+            why = f"describes {len(spec.leaves)} leaves; the caches have {len(self.spec.leaves)}"
+            raise bad_value(LayoutBufferError, "spec.leaves", len(spec.leaves), why)
+        for i, (want, got) in enumerate(zip(spec.leaves, self.spec.leaves)):
+            if (want.shape, want.dtype) != (got.shape, got.dtype):
+                why = f"is {want.dtype}{want.shape}; cache leaf {got.name!r} is {got.dtype}{got.shape}"
+                raise bad_value(LayoutBufferError, f"spec.leaves[{i}]", want.name, why)
+        return spec
 
     # ---- mesh ---------------------------------------------------------------------------
     def _init_mesh(self, mesh: Mesh, leaves: list[Any], partition_specs: Any) -> None:
