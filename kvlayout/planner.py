@@ -145,7 +145,8 @@ def _head_parts(layer: LayerSpec, base: int, head_pitch: int, stride: int, padde
     span = layer.real_page // h
     if span % 4:
         raise spec_error(
-            f"{layer.where}.real_page", layer.real_page,
+            f"{layer.where}.real_page",
+            layer.real_page,
             f"one head slot holds {span} B (N*C), not a multiple of 4: its rows cannot be zeroed in words",
         )
     if h == 1:
@@ -156,10 +157,14 @@ def _head_parts(layer: LayerSpec, base: int, head_pitch: int, stride: int, padde
 def _refuse_padding_with_heads(layer: LayerSpec, order: str) -> None:
     """vLLM pads a page only where its heads are inside the block (``compute_layout_strides``)."""
     if layer.heads > 1 and layer.page != layer.real_page:
-        field, value = ("padded_page", layer.padded_page_bytes) if layer.padded_page_bytes else (
-            "alignment", layer.alignment_bytes)
+        field, value = (
+            ("padded_page", layer.padded_page_bytes)
+            if layer.padded_page_bytes
+            else ("alignment", layer.alignment_bytes)
+        )
         raise spec_error(
-            f"{layer.where}.{field}", value,
+            f"{layer.where}.{field}",
+            value,
             f"{order} cannot pad a page of {layer.heads} head slots (heads lie outside the page; vLLM "
             "allows padding there only with one head slot)",
         )
@@ -170,7 +175,8 @@ def _refuse_kv_split(spec: KVCacheSpec, order: str) -> None:
     for _, layer in spec.layers:
         if layer.split_kv and not allowed:
             raise spec_error(
-                f"{layer.where}.kv_split", True,
+                f"{layer.where}.kv_split",
+                True,
                 f"kv_split is an error in the {spec.layout} layout",
             )
 
@@ -194,14 +200,16 @@ def _block_stride(spec: KVCacheSpec) -> int:
         lcm = math.lcm(lcm, layer.stride_alignment)
         if lcm >= MAX_BYTES:
             raise spec_error(
-                f"{layer.where}.block_stride_alignment", layer.stride_alignment,
+                f"{layer.where}.block_stride_alignment",
+                layer.stride_alignment,
                 f"the lcm of the block-stride alignments reaches {lcm}: the limit is 2**62 - 1 (section 8)",
             )
     stride = round_up(widest, lcm)
     if stride % 4:
         culprit = next(layer for _, layer in spec.layers if layer.stride_alignment % 4)
         raise spec_error(
-            f"{culprit.where}.block_stride_alignment", culprit.stride_alignment,
+            f"{culprit.where}.block_stride_alignment",
+            culprit.stride_alignment,
             f"aligns the block stride to {stride} B, not a multiple of 4",
         )
     return _bounded(stride, spec)
@@ -239,12 +247,14 @@ def _layer_stride(layer: LayerSpec, order: str) -> int:
     stride = round_up(layer.page, layer.stride_alignment)
     if stride % 4:
         raise spec_error(
-            f"{layer.where}.block_stride_alignment", layer.stride_alignment,
+            f"{layer.where}.block_stride_alignment",
+            layer.stride_alignment,
             f"aligns the block stride to {stride} B, not a multiple of 4",
         )
     if order == "LHBNC" and stride != layer.page:
         raise spec_error(
-            f"{layer.where}.block_stride_alignment", layer.stride_alignment,
+            f"{layer.where}.block_stride_alignment",
+            layer.stride_alignment,
             f"LHBNC cannot pad the page of {layer.page} B to a block stride of {stride} B (heads lie "
             "outside the blocks; vLLM refuses it too)",
         )
@@ -265,18 +275,25 @@ def _plan_layer_outer(spec: KVCacheSpec, order: str) -> Layout:
             raise spec_error(
                 f"{bad.where}.kv_split",
                 True,
-                f"every layer of slot {j} must agree on kv_split (halves and whole pages of one region overlap across blocks)",
+                f"every layer of slot {j} must agree on kv_split "
+                "(halves and whole pages of one region overlap across blocks)",
             )
         if order == "LHBNC":
             for layer in in_slot:
                 _refuse_padding_with_heads(layer, order)
             shapes = {(layer.heads, layer.page) for layer in in_slot}
             if len(shapes) > 1 and any(layer.heads > 1 for layer in in_slot):
-                bad = next(layer for layer in in_slot if (layer.heads, layer.page) != (in_slot[0].heads, in_slot[0].page))
+                bad = next(
+                    layer
+                    for layer in in_slot
+                    if (layer.heads, layer.page) != (in_slot[0].heads, in_slot[0].page)
+                )
                 raise spec_error(
-                    f"{bad.where}.heads", bad.heads,
+                    f"{bad.where}.heads",
+                    bad.heads,
                     f"every layer of slot {j} must agree on head slots and page under LHBNC (got "
-                    f"{sorted(shapes)}: block b of one group would share bytes with another block of the other)",
+                    f"{sorted(shapes)}: block b of one group would share bytes with another block "
+                    "of the other)",
                 )
     placements: list[Placement] = []
     region = 0
@@ -294,12 +311,17 @@ def _plan_layer_outer(spec: KVCacheSpec, order: str) -> Layout:
                 placements_stride = pitch
             elif layer.split_kv:
                 if sp % 2 or layer.real_page % 2:
-                    raise spec_error(f"{layer.where}.kv_split", True, f"needs an even slot page ({sp}) and real page ({layer.real_page})")
+                    raise spec_error(
+                        f"{layer.where}.kv_split",
+                        True,
+                        f"needs an even slot page ({sp}) and real page ({layer.real_page})",
+                    )
                 if (sp // 2) % 4 or (layer.real_page // 2) % 4:
                     raise spec_error(
                         f"{layer.where}.kv_split",
                         True,
-                        f"half pages ({sp // 2} B stride, {layer.real_page // 2} B span) must be multiples of 4",
+                        f"half pages ({sp // 2} B stride, {layer.real_page // 2} B span) "
+                        "must be multiples of 4",
                     )
                 parts = _page_parts(layer, regions[j], sp // 2, sp // 2 * n, own)
                 placements_stride = sp // 2
@@ -322,7 +344,9 @@ def _bounded(total_bytes: int, spec: KVCacheSpec) -> int:
     """Refuse layouts whose buffer would reach 2**62 bytes (GEOMETRY.md section 8)."""
     if total_bytes >= MAX_BYTES:
         raise spec_error(
-            "num_blocks", spec.num_blocks, f"the layout would need {total_bytes} B; the limit is 2**62 - 1 (section 8)"
+            "num_blocks",
+            spec.num_blocks,
+            f"the layout would need {total_bytes} B; the limit is 2**62 - 1 (section 8)",
         )
     return total_bytes
 

@@ -158,16 +158,24 @@ class LayerSpec:
         if pp is not None and a is not None:
             raise spec_error(f"{self.where}.padded_page", pp, "give alignment or padded_page, not both")
         if self.real_page >= MAX_BYTES:
-            raise spec_error(f"{self.where}.real_page", self.real_page, "page bytes must be below 2**62 (section 8)")
+            raise spec_error(
+                f"{self.where}.real_page", self.real_page, "page bytes must be below 2**62 (section 8)"
+            )
         if pp is not None and pp < self.real_page:
-            raise spec_error(f"{self.where}.padded_page", pp, f"smaller than the real page of {self.real_page} B")
+            raise spec_error(
+                f"{self.where}.padded_page", pp, f"smaller than the real page of {self.real_page} B"
+            )
         if self.page >= MAX_BYTES:
-            raise spec_error(f"{self.where}.real_page", self.real_page, "page bytes must be below 2**62 (section 8)")
+            raise spec_error(
+                f"{self.where}.real_page", self.real_page, "page bytes must be below 2**62 (section 8)"
+            )
         if self.real_page % 4:
             raise spec_error(f"{self.where}.real_page", self.real_page, "page bytes must be a multiple of 4")
         if self.page % 4:
             field, value = ("padded_page", pp) if pp is not None else ("alignment", a)
-            raise spec_error(f"{self.where}.{field}", value, f"padded page {self.page} B is not a multiple of 4")
+            raise spec_error(
+                f"{self.where}.{field}", value, f"padded page {self.page} B is not a multiple of 4"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``name``, ``kind``, then every field that was set."""
@@ -188,10 +196,14 @@ def _check_states(layer: LayerSpec, tokens_per_state: int | None, states_per_tok
     _check_pos_int(where, "tokens_per_state", tokens_per_state)
     bs = getattr(layer, "block_size", 1)
     if bs % tokens_per_state:
-        raise spec_error(f"{where}.tokens_per_state", tokens_per_state, f"block_size {bs} is not a multiple of it")
+        raise spec_error(
+            f"{where}.tokens_per_state", tokens_per_state, f"block_size {bs} is not a multiple of it"
+        )
     if tokens_per_state > 1 and (states_per_token or 1) > 1:
         raise spec_error(
-            f"{where}.states_per_token", states_per_token, "a state covers several tokens or a token several states"
+            f"{where}.states_per_token",
+            states_per_token,
+            "a state covers several tokens or a token several states",
         )
 
 
@@ -294,7 +306,11 @@ class MLASpec(LayerSpec):
         _check_pos_int(self.where, "head_size", self.head_size)
         if self.dtype is not None:
             _check_dtype(self.where, "dtype", self.dtype)
-        if self.cache_dtype is not None and self.cache_dtype != FP8_DS_MLA and self.cache_dtype not in DTYPE_SIZES:
+        if (
+            self.cache_dtype is not None
+            and self.cache_dtype != FP8_DS_MLA
+            and self.cache_dtype not in DTYPE_SIZES
+        ):
             raise spec_error(
                 f"{self.where}.cache_dtype",
                 self.cache_dtype,
@@ -458,7 +474,9 @@ class KVCacheSpec:
 
     def with_num_blocks(self, num_blocks: int) -> KVCacheSpec:
         """The same spec for another pool size."""
-        return KVCacheSpec(num_blocks=num_blocks, layout=self.layout, groups=self.groups, version=self.version)
+        return KVCacheSpec(
+            num_blocks=num_blocks, layout=self.layout, groups=self.groups, version=self.version
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -506,7 +524,11 @@ def _typed(path: str, v: object, kind: str) -> None:
         "bool": isinstance(v, bool),
     }[kind]
     if not ok:
-        raise spec_error(path, v, f"must be a JSON {'integer' if kind == 'int' else 'string' if kind == 'str' else 'boolean'}")
+        raise spec_error(
+            path,
+            v,
+            f"must be a JSON {'integer' if kind == 'int' else 'string' if kind == 'str' else 'boolean'}",
+        )
 
 
 _FIELD_TYPES: Mapping[str, str] = {
@@ -581,5 +603,9 @@ def spec_from_dict(data: object) -> KVCacheSpec:
         if not isinstance(raw_layers, list) or not raw_layers:
             raise spec_error(f"{gpath}.layers", raw_layers, "must be a non-empty list")
         layers = tuple(_layer_from_dict(f"{gpath}.layers[{li}]", rl) for li, rl in enumerate(raw_layers))
-        groups.append(GroupSpec(name=gobj["name"], layers=layers, kernel_block_size=gobj.get("kernel_block_size")))
-    return KVCacheSpec(num_blocks=top["num_blocks"], layout=top["layout"], groups=tuple(groups), version=version)
+        groups.append(
+            GroupSpec(name=gobj["name"], layers=layers, kernel_block_size=gobj.get("kernel_block_size"))
+        )
+    return KVCacheSpec(
+        num_blocks=top["num_blocks"], layout=top["layout"], groups=tuple(groups), version=version
+    )

@@ -30,7 +30,9 @@ def _two_groups(layout: str, n: int = 3) -> K.KVCacheSpec:
     layer with two head slots, N=4, C=8*4=32 (page 256)."""
     full = dict(block_size=4, num_kv_heads=2, head_size=8, dtype="bfloat16")
     a = K.GroupSpec("a", (K.FullAttentionSpec(name="a0", **full), K.FullAttentionSpec(name="a1", **full)))
-    b = K.GroupSpec("b", (K.MLASpec(name="b0", block_size=4, head_size=8, dtype="float32", num_head_slots=2),))
+    b = K.GroupSpec(
+        "b", (K.MLASpec(name="b0", block_size=4, head_size=8, dtype="float32", num_head_slots=2),)
+    )
     return K.KVCacheSpec(num_blocks=n, layout=layout, groups=(a, b))
 
 
@@ -39,7 +41,9 @@ def test_layout_names_and_aliases() -> None:
     assert LAYOUT_ALIASES == {"packed": "BLHNC", "layer_major": "LBHNC"}
     assert [layout_order(x) for x in ALL_LAYOUTS] == ["BLHNC", "LBHNC", *KV_CACHE_LAYOUTS]
     assert _two_groups("packed").order == "BLHNC"
-    with pytest.raises(SpecError, match=r"layout = 'HBLNC': valid layouts: packed, layer_major, LBHNC, .*BHLNC"):
+    with pytest.raises(
+        SpecError, match=r"layout = 'HBLNC': valid layouts: packed, layer_major, LBHNC, .*BHLNC"
+    ):
         _two_groups("HBLNC")
 
 
@@ -59,16 +63,22 @@ EXPECTED = {
     "BLHNC": [("a0", "page", 0, 512, 256), ("a1", "page", 256, 512, 256), ("b0", "page", 0, 512, 256)],
     "BLNHC": [("a0", "page", 0, 512, 256), ("a1", "page", 256, 512, 256), ("b0", "page", 0, 512, 256)],
     "BHLNC": [
-        ("a0", "head0", 0, 512, 128), ("a0", "head1", 256, 512, 128),
-        ("a1", "head0", 128, 512, 128), ("a1", "head1", 384, 512, 128),
-        ("b0", "head0", 0, 512, 128), ("b0", "head1", 128, 512, 128),
+        ("a0", "head0", 0, 512, 128),
+        ("a0", "head1", 256, 512, 128),
+        ("a1", "head0", 128, 512, 128),
+        ("a1", "head1", 384, 512, 128),
+        ("b0", "head0", 0, 512, 128),
+        ("b0", "head1", 128, 512, 128),
     ],
     "LBHNC": [("a0", "page", 0, 256, 256), ("a1", "page", 768, 256, 256), ("b0", "page", 0, 256, 256)],
     "LBNHC": [("a0", "page", 0, 256, 256), ("a1", "page", 768, 256, 256), ("b0", "page", 0, 256, 256)],
     "LHBNC": [
-        ("a0", "head0", 0, 128, 128), ("a0", "head1", 384, 128, 128),
-        ("a1", "head0", 768, 128, 128), ("a1", "head1", 1152, 128, 128),
-        ("b0", "head0", 0, 128, 128), ("b0", "head1", 384, 128, 128),
+        ("a0", "head0", 0, 128, 128),
+        ("a0", "head1", 384, 128, 128),
+        ("a1", "head0", 768, 128, 128),
+        ("a1", "head1", 1152, 128, 128),
+        ("b0", "head0", 0, 128, 128),
+        ("b0", "head1", 384, 128, 128),
     ],
 }
 
@@ -114,7 +124,10 @@ def test_today_s_tables_unchanged() -> None:
     t = K.plan(K.preset("dsv4-test").with_num_blocks(100))
     t2 = K.plan(K.KVCacheSpec(100, "BLHNC", K.preset("dsv4-test").groups))
     assert [(s.base, s.stride, s.span) for s in t2.segments] == [
-        (0, 149_760, 37_376), (37_440, 149_760, 37_376), (74_880, 149_760, 37_376), (112_320, 149_760, 37_376)
+        (0, 149_760, 37_376),
+        (37_440, 149_760, 37_376),
+        (74_880, 149_760, 37_376),
+        (112_320, 149_760, 37_376),
     ]
     assert t2 == t and t2.total_bytes == 14_976_000
     assert [(p.base, p.span) for p in t2.padding] == [(37_376 + i * 37_440, 64) for i in range(4)]
@@ -198,7 +211,9 @@ def test_block_stride_alignment_packed_rounds_the_row() -> None:
 
 def test_block_stride_alignment_layer_outer_rounds_each_layer() -> None:
     """vLLM: a layer-outer block stride is the page rounded up to its own alignment."""
-    x = K.MLASpec(name="x", block_size=4, head_size=6, dtype="float32", block_stride_alignment=128)  # 96 -> 128
+    x = K.MLASpec(
+        name="x", block_size=4, head_size=6, dtype="float32", block_stride_alignment=128
+    )  # 96 -> 128
     y = K.MLASpec(name="y", block_size=4, head_size=8, dtype="float32")  # 128
     lay = K.plan_layout(K.KVCacheSpec(3, "LBNHC", (K.GroupSpec("g", (x, y)),)))
     assert lay.slot_pages == (128, 128)
@@ -223,12 +238,17 @@ def _one(layer: K.LayerSpec, order: str) -> K.KVCacheSpec:
 
 
 def test_padding_with_head_slots_outside_the_page_refused() -> None:
-    layer = K.FullAttentionSpec(name="p", block_size=4, num_kv_heads=2, head_size=8, dtype="bfloat16", alignment=384)
+    layer = K.FullAttentionSpec(
+        name="p", block_size=4, num_kv_heads=2, head_size=8, dtype="bfloat16", alignment=384
+    )
     for order in ("LHBNC", "BHLNC"):
-        with pytest.raises(SpecError, match=rf"layer 'p'.alignment = 384: {order} cannot pad a page of 2 head slots"):
+        with pytest.raises(
+            SpecError, match=rf"layer 'p'.alignment = 384: {order} cannot pad a page of 2 head slots"
+        ):
             K.plan(_one(layer, order))
-    padded = K.FullAttentionSpec(name="q", block_size=4, num_kv_heads=2, head_size=8, dtype="bfloat16",
-                                 padded_page=512)
+    padded = K.FullAttentionSpec(
+        name="q", block_size=4, num_kv_heads=2, head_size=8, dtype="bfloat16", padded_page=512
+    )
     with pytest.raises(SpecError, match=r"layer 'q'.padded_page = 512: LHBNC cannot pad"):
         K.plan(_one(padded, "LHBNC"))
     assert K.verify(K.plan(_one(layer, "BLHNC"))).ok  # heads inside the page: fine
@@ -244,7 +264,9 @@ def test_lhbnc_slots_must_agree_on_heads() -> None:
     a = K.FullAttentionSpec(name="a", block_size=4, num_kv_heads=2, head_size=8, dtype="bfloat16")  # 2 x 128
     b = K.FullAttentionSpec(name="b", block_size=4, num_kv_heads=4, head_size=4, dtype="bfloat16")  # 4 x 64
     spec = K.KVCacheSpec(3, "LHBNC", (K.GroupSpec("g", (a,)), K.GroupSpec("h", (b,))))
-    with pytest.raises(SpecError, match=r"layer 'b'.heads = 4: every layer of slot 0 must agree on head slots"):
+    with pytest.raises(
+        SpecError, match=r"layer 'b'.heads = 4: every layer of slot 0 must agree on head slots"
+    ):
         K.plan(spec)
     # the same pair under LBHNC is safe: both pages are whole blocks
     assert K.verify(K.plan(K.KVCacheSpec(3, "LBHNC", spec.groups))).ok
@@ -252,25 +274,36 @@ def test_lhbnc_slots_must_agree_on_heads() -> None:
 
 @pytest.mark.parametrize("order", ["LBNHC", "LHBNC", "BLHNC", "BLNHC", "BHLNC"])
 def test_kv_split_only_in_layer_major(order: str) -> None:
-    layer = K.FullAttentionSpec(name="kv", block_size=4, num_kv_heads=1, head_size=8, dtype="float32", kv_split=True)
-    with pytest.raises(SpecError, match=rf"layer 'kv'.kv_split = True: kv_split is an error in the {order} layout"):
+    layer = K.FullAttentionSpec(
+        name="kv", block_size=4, num_kv_heads=1, head_size=8, dtype="float32", kv_split=True
+    )
+    with pytest.raises(
+        SpecError, match=rf"layer 'kv'.kv_split = True: kv_split is an error in the {order} layout"
+    ):
         K.plan(_one(layer, order))
     assert K.verify(K.plan(_one(layer, "LBHNC"))).ok
 
 
 def test_head_run_not_whole_words_refused() -> None:
-    layer = K.FullAttentionSpec(name="w", block_size=1, num_kv_heads=2, head_size=1, dtype="float16")  # N*C = 4
+    layer = K.FullAttentionSpec(
+        name="w", block_size=1, num_kv_heads=2, head_size=1, dtype="float16"
+    )  # N*C = 4
     assert K.verify(K.plan(_one(layer, "BHLNC"))).ok
-    odd = K.FullAttentionSpec(name="o", block_size=1, num_kv_heads=2, head_size=1, dtype="float16",
-                              state_content_bytes=6)  # N*C = 6
+    odd = K.FullAttentionSpec(
+        name="o", block_size=1, num_kv_heads=2, head_size=1, dtype="float16", state_content_bytes=6
+    )  # N*C = 6
     with pytest.raises(SpecError, match=r"layer 'o'.real_page = 12: one head slot holds 6 B"):
         K.plan(_one(odd, "LHBNC"))
 
 
 def test_stride_alignment_not_whole_words_refused() -> None:
-    layer = K.MLASpec(name="x", block_size=1, head_size=4, dtype="float32", block_stride_alignment=6)  # 16 -> 18
+    layer = K.MLASpec(
+        name="x", block_size=1, head_size=4, dtype="float32", block_stride_alignment=6
+    )  # 16 -> 18
     for order in ("BLHNC", "LBHNC"):
-        with pytest.raises(SpecError, match=r"layer 'x'.block_stride_alignment = 6: aligns the block stride to 18 B"):
+        with pytest.raises(
+            SpecError, match=r"layer 'x'.block_stride_alignment = 6: aligns the block stride to 18 B"
+        ):
             K.plan(_one(layer, order))
 
 
@@ -280,7 +313,9 @@ def test_limits_of_section_8() -> None:
         K.plan(_one(big, "BLHNC"))
     a = K.MLASpec(name="a", block_size=1, head_size=4, dtype="float32", block_stride_alignment=2**40 + 4)
     b = K.MLASpec(name="b", block_size=1, head_size=4, dtype="float32", block_stride_alignment=2**40 - 4)
-    with pytest.raises(SpecError, match=r"layer 'b'.block_stride_alignment = .*the lcm of the block-stride alignments"):
+    with pytest.raises(
+        SpecError, match=r"layer 'b'.block_stride_alignment = .*the lcm of the block-stride alignments"
+    ):
         K.plan(K.KVCacheSpec(1, "BLHNC", (K.GroupSpec("g", (a, b)),)))
 
 
@@ -288,8 +323,10 @@ def test_limits_of_section_8() -> None:
 def test_richer_attention_fields_page_arithmetic() -> None:
     base = dict(name="x", block_size=16, num_kv_heads=4, head_size=64, dtype="bfloat16")
     assert K.FullAttentionSpec(**base).real_page == 2 * 16 * 4 * 64 * 2  # type: ignore[arg-type]
-    assert K.FullAttentionSpec(**base, head_size_v=32).real_page == 16 * 4 * (64 + 32) * 2  # type: ignore[arg-type]
-    assert K.FullAttentionSpec(**base, num_head_slots=2).real_page == 2 * 16 * 2 * 64 * 2  # type: ignore[arg-type]
+    v32 = K.FullAttentionSpec(**base, head_size_v=32)  # type: ignore[arg-type]
+    assert v32.real_page == 16 * 4 * (64 + 32) * 2
+    slots = K.FullAttentionSpec(**base, num_head_slots=2)  # type: ignore[arg-type]
+    assert slots.real_page == 2 * 16 * 2 * 64 * 2
     packed = K.FullAttentionSpec(**base, state_content_bytes=136)  # type: ignore[arg-type]
     assert (packed.heads, packed.states, packed.content_bytes, packed.real_page) == (4, 16, 136, 4 * 16 * 136)
     pooled = K.FullAttentionSpec(**base, states_per_token=4)  # type: ignore[arg-type]
@@ -298,28 +335,72 @@ def test_richer_attention_fields_page_arithmetic() -> None:
     assert comp.states == 4 and comp.real_page == 4 * 4 * 256
     padded = K.FullAttentionSpec(**base, padded_page=20000)  # type: ignore[arg-type]
     assert (padded.real_page, padded.page, padded.gap) == (16384, 20000, 3616)
-    mla = K.MLASpec(name="m", block_size=256, head_size=512, dtype="uint8", compress_ratio=4, token_bytes=584,
-                    num_head_slots=2, alignment=576)
+    mla = K.MLASpec(
+        name="m",
+        block_size=256,
+        head_size=512,
+        dtype="uint8",
+        compress_ratio=4,
+        token_bytes=584,
+        num_head_slots=2,
+        alignment=576,
+    )
     assert (mla.heads, mla.states, mla.content_bytes, mla.real_page, mla.page) == (2, 64, 584, 74752, 74880)
-    assert K.MLASpec(name="w", block_size=8, head_size=4, dtype="float32", states_per_token=2).real_page == 256
+    assert (
+        K.MLASpec(name="w", block_size=8, head_size=4, dtype="float32", states_per_token=2).real_page == 256
+    )
     mamba = K.MambaSpec(name="s", state_bytes=100, padded_page=128, block_stride_alignment=256)
     assert (mamba.real_page, mamba.page, mamba.stride_alignment) == (100, 128, 256)
 
 
 def test_richer_fields_json_round_trip() -> None:
-    spec = K.KVCacheSpec(4, "BHLNC", (
-        K.GroupSpec("a", (
-            K.FullAttentionSpec(name="x", block_size=4, num_kv_heads=2, head_size=8, dtype="float16", head_size_v=4,
-                                num_head_slots=2, tokens_per_state=2, block_stride_alignment=64),
-            K.SlidingWindowSpec(name="y", block_size=4, num_kv_heads=2, head_size=8, dtype="float16", window=8,
-                                state_content_bytes=48, states_per_token=2),
-        )),
-        K.GroupSpec("b", (
-            K.MLASpec(name="z", block_size=4, head_size=8, dtype="uint8", num_head_slots=1, window=16,
-                      padded_page=64),
-            K.MambaSpec(name="s", state_bytes=12, padded_page=32, block_stride_alignment=32),
-        )),
-    ))
+    spec = K.KVCacheSpec(
+        4,
+        "BHLNC",
+        (
+            K.GroupSpec(
+                "a",
+                (
+                    K.FullAttentionSpec(
+                        name="x",
+                        block_size=4,
+                        num_kv_heads=2,
+                        head_size=8,
+                        dtype="float16",
+                        head_size_v=4,
+                        num_head_slots=2,
+                        tokens_per_state=2,
+                        block_stride_alignment=64,
+                    ),
+                    K.SlidingWindowSpec(
+                        name="y",
+                        block_size=4,
+                        num_kv_heads=2,
+                        head_size=8,
+                        dtype="float16",
+                        window=8,
+                        state_content_bytes=48,
+                        states_per_token=2,
+                    ),
+                ),
+            ),
+            K.GroupSpec(
+                "b",
+                (
+                    K.MLASpec(
+                        name="z",
+                        block_size=4,
+                        head_size=8,
+                        dtype="uint8",
+                        num_head_slots=1,
+                        window=16,
+                        padded_page=64,
+                    ),
+                    K.MambaSpec(name="s", state_bytes=12, padded_page=32, block_stride_alignment=32),
+                ),
+            ),
+        ),
+    )
     text = spec.to_json()
     assert K.KVCacheSpec.from_json(text) == spec
     assert json.loads(text)["groups"][0]["layers"][0]["head_size_v"] == 4
@@ -333,30 +414,68 @@ def test_richer_fields_json_round_trip() -> None:
         ({"num_head_slots": 0}, r"num_head_slots = 0: must be positive"),
         ({"state_content_bytes": 0}, r"state_content_bytes = 0: must be positive"),
         ({"tokens_per_state": 3}, r"tokens_per_state = 3: block_size 4 is not a multiple of it"),
-        ({"tokens_per_state": 2, "states_per_token": 2}, r"states_per_token = 2: a state covers several tokens"),
+        (
+            {"tokens_per_state": 2, "states_per_token": 2},
+            r"states_per_token = 2: a state covers several tokens",
+        ),
         ({"padded_page": 200}, r"padded_page = 200: smaller than the real page of 256 B"),
         ({"padded_page": 258}, r"padded_page = 258: padded page 258 B is not a multiple of 4"),
-        ({"padded_page": 256, "alignment": 256}, r"padded_page = 256: give alignment or padded_page, not both"),
+        (
+            {"padded_page": 256, "alignment": 256},
+            r"padded_page = 256: give alignment or padded_page, not both",
+        ),
         ({"block_stride_alignment": 0}, r"block_stride_alignment = 0: must be positive"),
-        ({"kv_split": True, "state_content_bytes": 32}, r"state_content_bytes = 32: kv_split needs K and V halves"),
+        (
+            {"kv_split": True, "state_content_bytes": 32},
+            r"state_content_bytes = 32: kv_split needs K and V halves",
+        ),
         ({"kv_split": True, "head_size_v": 2}, r"head_size_v = 2: kv_split needs K and V halves"),
         ({"padded_page": 2**62}, r"padded_page = 4611686018427387904: must be at most 2\*\*62 - 1"),
     ],
 )
 def test_richer_fields_validated(kw: dict[str, object], message: str) -> None:
     with pytest.raises(SpecError, match=r"layer 'x'\." + message):
-        K.FullAttentionSpec(name="x", block_size=4, num_kv_heads=2, head_size=4, dtype="float32", **kw)  # type: ignore[arg-type]
+        K.FullAttentionSpec(  # type: ignore[arg-type]
+            name="x", block_size=4, num_kv_heads=2, head_size=4, dtype="float32", **kw
+        )
     # and the same through JSON, anchored on the JSON path
-    d = {"version": 1, "num_blocks": 1, "layout": "BLHNC", "groups": [{"name": "g", "layers": [
-        {"name": "x", "kind": "full", "block_size": 4, "num_kv_heads": 2, "head_size": 4, "dtype": "float32", **kw}]}]}
+    d = {
+        "version": 1,
+        "num_blocks": 1,
+        "layout": "BLHNC",
+        "groups": [
+            {
+                "name": "g",
+                "layers": [
+                    {
+                        "name": "x",
+                        "kind": "full",
+                        "block_size": 4,
+                        "num_kv_heads": 2,
+                        "head_size": 4,
+                        "dtype": "float32",
+                        **kw,
+                    }
+                ],
+            }
+        ],
+    }
     with pytest.raises(SpecError, match=r"groups\[0\]\.layers\[0\]: layer 'x'\." + message):
         K.KVCacheSpec.from_dict(d)
 
 
 def test_richer_fields_json_types() -> None:
-    d = {"version": 1, "num_blocks": 1, "layout": "LHBNC", "groups": [{"name": "g", "layers": [
-        {"name": "x", "kind": "mamba", "state_bytes": 8, "padded_page": "64"}]}]}
-    with pytest.raises(SpecError, match=r"groups\[0\]\.layers\[0\]\.padded_page = '64': must be a JSON integer"):
+    d = {
+        "version": 1,
+        "num_blocks": 1,
+        "layout": "LHBNC",
+        "groups": [
+            {"name": "g", "layers": [{"name": "x", "kind": "mamba", "state_bytes": 8, "padded_page": "64"}]}
+        ],
+    }
+    with pytest.raises(
+        SpecError, match=r"groups\[0\]\.layers\[0\]\.padded_page = '64': must be a JSON integer"
+    ):
         K.KVCacheSpec.from_dict(d)
 
 

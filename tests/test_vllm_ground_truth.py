@@ -47,7 +47,11 @@ def _start_driver() -> subprocess.Popen[str] | None:
         return None
     env = {**os.environ, **_DRIVER_ENV, "KVLAYOUT_VLLM_DRIVER": "1", "PYTHONPATH": str(_HERE.parents[1])}
     proc = subprocess.Popen(
-        [sys.executable, str(_HERE), "--driver"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(_HERE), "--driver"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     atexit.register(lambda: proc.poll() is None and proc.kill())
     return proc
@@ -71,7 +75,11 @@ from vllm.v1.worker import utils as U  # noqa: E402
 
 import kvlayout as K  # noqa: E402
 from kvlayout.errors import BlockIdError, SpecError  # noqa: E402
-from kvlayout.integrations.vllm import layout_name, spec_from_kv_cache_config, table_from_block_zeroer  # noqa: E402
+from kvlayout.integrations.vllm import (  # noqa: E402
+    layout_name,
+    spec_from_kv_cache_config,
+    table_from_block_zeroer,
+)
 
 LAYOUTS = tuple(m.name for m in I.KVCacheLayout)
 CPU = torch.device("cpu")
@@ -128,16 +136,29 @@ def _mamba(state: tuple[tuple[int, ...], ...] = _STATE, **kw: Any) -> Any:
 def _dsv4_attn(ratio: int) -> Any:
     """DeepSeek-V4's compressed attention (models/deepseek_v4/attention.py)."""
     return I.MLAAttentionSpec(
-        block_size=256, num_kv_heads=1, max_tp_shards=1, head_size=512, dtype=torch.uint8,
-        tokens_per_state=ratio, cache_dtype_str="fp8_ds_mla", alignment=576, model_version="deepseek_v4",
-        kv_quant_mode=I.get_kv_quant_mode("fp8_ds_mla"), state_content_bytes=584,
+        block_size=256,
+        num_kv_heads=1,
+        max_tp_shards=1,
+        head_size=512,
+        dtype=torch.uint8,
+        tokens_per_state=ratio,
+        cache_dtype_str="fp8_ds_mla",
+        alignment=576,
+        model_version="deepseek_v4",
+        kv_quant_mode=I.get_kv_quant_mode("fp8_ds_mla"),
+        state_content_bytes=584,
     )
 
 
 def _dsv4_indexer() -> Any:
     """DeepSeek-V4's C4 indexer cache (132 B rows, 576 B alignment)."""
     return I.MLAAttentionSpec(
-        block_size=256, num_kv_heads=1, max_tp_shards=1, head_size=132, dtype=torch.uint8, tokens_per_state=4,
+        block_size=256,
+        num_kv_heads=1,
+        max_tp_shards=1,
+        head_size=132,
+        dtype=torch.uint8,
+        tokens_per_state=4,
         alignment=576,
     )
 
@@ -145,8 +166,16 @@ def _dsv4_indexer() -> Any:
 def _dsv4_swa() -> Any:
     """DeepSeek-V4's sliding-window MLA (64-token blocks, packed fp8 rows)."""
     return I.SlidingWindowMLASpec(
-        block_size=64, num_kv_heads=1, max_tp_shards=1, head_size=512, dtype=torch.uint8, sliding_window=128,
-        cache_dtype_str="fp8_ds_mla", state_content_bytes=584, alignment=576, model_version="deepseek_v4",
+        block_size=64,
+        num_kv_heads=1,
+        max_tp_shards=1,
+        head_size=512,
+        dtype=torch.uint8,
+        sliding_window=128,
+        cache_dtype_str="fp8_ds_mla",
+        state_content_bytes=584,
+        alignment=576,
+        model_version="deepseek_v4",
         kv_quant_mode=I.get_kv_quant_mode("fp8_ds_mla"),
     )
 
@@ -165,38 +194,53 @@ def battery() -> list[Case]:
             Case(f"{lay}:full-bf16", lay, _named("attn", [(_full(), ta)] * 3), interpret=True),
             Case(f"{lay}:full-fp8", lay, _named("attn", [(_full(dtype=torch.float8_e4m3fn, hs=16), ta)] * 2)),
             Case(
-                f"{lay}:int8-per-token-head", lay,  # Triton packs fp32 scales into C: state_content_bytes
-                _named("attn", [(_full(dtype=torch.int8, kv_quant_mode=I.KVQuantMode.INT8_PER_TOKEN_HEAD), ta)] * 2),
+                f"{lay}:int8-per-token-head",
+                lay,  # Triton packs fp32 scales into C: state_content_bytes
+                _named(
+                    "attn",
+                    [(_full(dtype=torch.int8, kv_quant_mode=I.KVQuantMode.INT8_PER_TOKEN_HEAD), ta)] * 2,
+                ),
             ),
             Case(
-                f"{lay}:full+swa-3-groups", lay,  # one full : two sliding-window layers -> 3 overlaid groups
-                tuple(
-                    (f"model.layers.{i}.attn", _full() if i % 3 == 0 else _swa(), ta) for i in range(6)
-                ),
+                f"{lay}:full+swa-3-groups",
+                lay,  # one full : two sliding-window layers -> 3 overlaid groups
+                tuple((f"model.layers.{i}.attn", _full() if i % 3 == 0 else _swa(), ta) for i in range(6)),
                 interpret=lay in ("LHBNC", "BHLNC"),
             ),
             Case(f"{lay}:mla-bf16", lay, _named("attn", [(_mla(), tm)] * 2)),
             Case(
-                f"{lay}:head-slots", lay,  # a backend packing 2 KV heads into 4 head slots of 24 B cells
+                f"{lay}:head-slots",
+                lay,  # a backend packing 2 KV heads into 4 head slots of 24 B cells
                 _named("attn", [(_full(num_head_slots=4, state_content_bytes=24), ta)] * 2),
             ),
             Case(
-                f"{lay}:states-per-token", lay,  # Whisper-style pooling: two states per token
+                f"{lay}:states-per-token",
+                lay,  # Whisper-style pooling: two states per token
                 _named("attn", [(_full(tokens_per_state=Fraction(1, 2)), ta)] * 2),
             ),
             Case(
-                f"{lay}:attn+mamba", lay,  # Mamba pages padded to the attention page (BHLNC: equal pages)
-                (*_named("attn", [(_full(), ta)] * 2),
-                 *((f"model.layers.{i}.mixer", _mamba(_EQUAL_STATE if lay == "BHLNC" else _STATE), None)
-                   for i in (2, 3))),
+                f"{lay}:attn+mamba",
+                lay,  # Mamba pages padded to the attention page (BHLNC: equal pages)
+                (
+                    *_named("attn", [(_full(), ta)] * 2),
+                    *(
+                        (f"model.layers.{i}.mixer", _mamba(_EQUAL_STATE if lay == "BHLNC" else _STATE), None)
+                        for i in (2, 3)
+                    ),
+                ),
                 refused=r"every layer of slot 0 must agree on head slots" if lay == "LHBNC" else None,
                 interpret=lay == "BLNHC",
             ),
             Case(
-                f"{lay}:attn1+mamba", lay,  # one KV head: every layout, LHBNC included
-                (*_named("attn", [(_full(heads=1, hs=16), ta)] * 2),
-                 *((f"model.layers.{i}.mixer", _mamba(_EQUAL_STATE if lay == "BHLNC" else _STATE), None)
-                   for i in (2, 3))),
+                f"{lay}:attn1+mamba",
+                lay,  # one KV head: every layout, LHBNC included
+                (
+                    *_named("attn", [(_full(heads=1, hs=16), ta)] * 2),
+                    *(
+                        (f"model.layers.{i}.mixer", _mamba(_EQUAL_STATE if lay == "BHLNC" else _STATE), None)
+                        for i in (2, 3)
+                    ),
+                ),
             ),
         ]
     for lay in ("BLHNC", "BLNHC"):  # mixed page sizes: vLLM packs them block-outermost only
@@ -208,31 +252,44 @@ def battery() -> list[Case]:
         cases += [
             Case(f"{lay}:dsv4-c4-c128", lay, dsv4, num_blocks=4, interpret=lay == "BLHNC"),
             Case(
-                f"{lay}:dsv4+swa", lay,
-                (*dsv4, *((f"model.layers.{i}.swa", _dsv4_swa(), DeepseekSparseSWABackend) for i in range(4, 6))),
+                f"{lay}:dsv4+swa",
+                lay,
+                (
+                    *dsv4,
+                    *((f"model.layers.{i}.swa", _dsv4_swa(), DeepseekSparseSWABackend) for i in range(4, 6)),
+                ),
                 num_blocks=3,
             ),
             Case(
-                f"{lay}:mixed-heads-one-group", lay,
+                f"{lay}:mixed-heads-one-group",
+                lay,
                 tuple((f"model.layers.{i}.attn", _full(heads=1 + i % 2), ta) for i in range(3)),
             ),
             Case(  # packed compressed MLA bound as 64-token kernel blocks (kernel_block_stride views)
-                f"{lay}:c4-kernel-views", lay,
+                f"{lay}:c4-kernel-views",
+                lay,
                 _named("self_attn", [(_mla(bs=256, hs=32, tokens_per_state=4), FlashMLASparseBackend)] * 2),
-                num_blocks=4, kernel_views=((0, 64),), interpret=lay == "BLNHC",
+                num_blocks=4,
+                kernel_views=((0, 64),),
+                interpret=lay == "BLNHC",
             ),
         ]
     for lay in ("LBHNC", "LBNHC"):
-        cases.append(Case(
-            f"{lay}:mixed-heads-one-group", lay,
-            tuple((f"model.layers.{i}.attn", _full(heads=1 + i % 2), ta) for i in range(3)),
-        ))
+        cases.append(
+            Case(
+                f"{lay}:mixed-heads-one-group",
+                lay,
+                tuple((f"model.layers.{i}.attn", _full(heads=1 + i % 2), ta) for i in range(3)),
+            )
+        )
     # virtual block splitting: 32-token blocks, 16-token kernel blocks, where vLLM views dense pages
     cases += [
         Case("LBHNC:split", "LBHNC", _named("attn", [(_full(bs=32), Fixed16Backend)] * 2), interpret=True),
         Case("LBNHC:split", "LBNHC", _named("attn", [(_full(bs=32), Fixed16Backend)] * 2)),
         Case("LHBNC:split-one-head", "LHBNC", _named("attn", [(_full(bs=32, heads=1), Fixed16Backend)] * 2)),
-        Case("BLHNC:split-one-layer", "BLHNC", _named("attn", [(_full(bs=32), Fixed16Backend)]), interpret=True),
+        Case(
+            "BLHNC:split-one-layer", "BLHNC", _named("attn", [(_full(bs=32), Fixed16Backend)]), interpret=True
+        ),
         Case("BLNHC:split-mla", "BLNHC", _named("attn", [(_mla(bs=32, hs=32), Fixed16Backend)])),
     ]
     return cases
@@ -242,11 +299,14 @@ def battery() -> list[Case]:
 def vllm_config(layout: str, num_blocks: int) -> Any:
     """The few config fields vLLM's planning reads (the engine core resolves the layout)."""
     cache = SimpleNamespace(
-        num_gpu_blocks_override=num_blocks, prefix_cache_retention_interval=None, kv_cache_layout=layout,
+        num_gpu_blocks_override=num_blocks,
+        prefix_cache_retention_interval=None,
+        kv_cache_layout=layout,
         get_resolved_kv_cache_layout=lambda: I.KVCacheLayout[layout],
     )
     return SimpleNamespace(
-        cache_config=cache, attention_config=SimpleNamespace(hisparse_config=None),
+        cache_config=cache,
+        attention_config=SimpleNamespace(hisparse_config=None),
         scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=False),
         model_config=SimpleNamespace(supports_kv_cache_grouping=False),
     )
@@ -271,7 +331,9 @@ class Built:
         return int(self.config.num_blocks)
 
     def vllm_table(self) -> K.SegmentTable:
-        return table_from_block_zeroer(self.zeroer, self.buffer.data_ptr(), self.buffer.numel(), self.num_blocks)
+        return table_from_block_zeroer(
+            self.zeroer, self.buffer.data_ptr(), self.buffer.numel(), self.num_blocks
+        )
 
 
 def _bind(spec: Any, view: torch.Tensor) -> Any:
@@ -339,7 +401,12 @@ CASES = battery()
 def test_battery_covers_every_layout_and_kind() -> None:
     names = {c.name for c in CASES}
     for lay in LAYOUTS:
-        assert {f"{lay}:full-bf16", f"{lay}:full+swa-3-groups", f"{lay}:mla-bf16", f"{lay}:attn+mamba"} <= names
+        assert {
+            f"{lay}:full-bf16",
+            f"{lay}:full+swa-3-groups",
+            f"{lay}:mla-bf16",
+            f"{lay}:attn+mamba",
+        } <= names
     assert {"BLHNC:dsv4-c4-c128", "BLNHC:dsv4+swa", "LBHNC:split", "LHBNC:split-one-head"} <= names
     assert {c.layout for c in CASES if c.interpret} == set(LAYOUTS)
 
@@ -426,8 +493,12 @@ def test_difference_bhlnc_segment_spans_other_layers() -> None:
     built = build(case, runner_only=frozenset(names) - {kept})
     vt = built.vllm_table()
     table = K.plan(kvlayout_spec(built))
-    mine = K.SegmentTable(table.total_bytes, table.num_blocks, tuple(s for s in table.segments if s.layer == kept))
-    others = K.SegmentTable(table.total_bytes, table.num_blocks, tuple(s for s in table.segments if s.layer != kept))
+    mine = K.SegmentTable(
+        table.total_bytes, table.num_blocks, tuple(s for s in table.segments if s.layer == kept)
+    )
+    others = K.SegmentTable(
+        table.total_bytes, table.num_blocks, tuple(s for s in table.segments if s.layer != kept)
+    )
     for b in range(built.num_blocks):
         theirs, ours = vllm_bytes(vt, [b]), _ranges(K.expected_zeroed(mine, [b]))
         t_set = set().union(*(range(x, y) for x, y in theirs))
@@ -446,7 +517,9 @@ def test_lhbnc_with_mamba_is_refused_where_vllm_interleaves_blocks() -> None:
     t = built.config.kv_cache_tensors
     strides = sorted({x.block_stride for x in t})
     assert len(strides) == 2 and strides[1] == 2 * strides[0]  # the interleaving vLLM plans
-    with pytest.raises(SpecError, match=r"every layer of slot 0 must agree on head slots and page under LHBNC"):
+    with pytest.raises(
+        SpecError, match=r"every layer of slot 0 must agree on head slots and page under LHBNC"
+    ):
         kvlayout_spec(built)
 
 
@@ -463,7 +536,9 @@ def _config(built: Built, **changes: Any) -> Any:
 def test_unknown_layout_refused(full_built: Built) -> None:
     with pytest.raises(SpecError, match=r"kv_cache_layout = 'HBLNC': unknown vLLM layout; valid: LBHNC"):
         spec_from_kv_cache_config(full_built.config, "HBLNC")
-    with pytest.raises(SpecError, match=r"kv_cache_layout = 'LBHNC': differs from the layout the KVCacheConfig"):
+    with pytest.raises(
+        SpecError, match=r"kv_cache_layout = 'LBHNC': differs from the layout the KVCacheConfig"
+    ):
         spec_from_kv_cache_config(full_built.config, "LBHNC")
     cfg = _config(full_built, kv_cache_layout=None)
     with pytest.raises(SpecError, match=r"kv_cache_layout = None: not given and not resolved"):
@@ -479,37 +554,52 @@ def test_unknown_spec_kind_refused(full_built: Built) -> None:
         block_size=16, num_kv_heads=2, head_size=8, dtype=torch.bfloat16, attention_chunk_size=64
     )
     cfg = _config(full_built, kv_cache_groups=[replace(g, kv_cache_spec=chunked)])
-    with pytest.raises(SpecError, match=r"kv_cache_groups\[0\]\['model.layers.0.attn'\]\.kv_cache_spec = "
-                                        r"'ChunkedLocalAttentionSpec': kvlayout does not represent this spec kind"):
+    with pytest.raises(
+        SpecError,
+        match=r"kv_cache_groups\[0\]\['model.layers.0.attn'\]\.kv_cache_spec = "
+        r"'ChunkedLocalAttentionSpec': kvlayout does not represent this spec kind",
+    ):
         spec_from_kv_cache_config(cfg)
 
 
 def test_non_uniform_group_refused(full_built: Built) -> None:
     g = full_built.config.kv_cache_groups[0]
     names = g.layer_names
-    mixed = I.UniformTypeKVCacheSpecs(block_size=16, kv_cache_specs={
-        names[0]: _full(), names[1]: _full(bs=32), names[2]: _full()})
-    with pytest.raises(SpecError, match=r"kv_cache_groups\[0\]\['model.layers.1.attn'\]\.block_size = 32: differs"):
+    mixed = I.UniformTypeKVCacheSpecs(
+        block_size=16, kv_cache_specs={names[0]: _full(), names[1]: _full(bs=32), names[2]: _full()}
+    )
+    with pytest.raises(
+        SpecError, match=r"kv_cache_groups\[0\]\['model.layers.1.attn'\]\.block_size = 32: differs"
+    ):
         spec_from_kv_cache_config(_config(full_built, kv_cache_groups=[replace(g, kv_cache_spec=mixed)]))
-    kinds = I.UniformTypeKVCacheSpecs(block_size=16, kv_cache_specs={
-        names[0]: _full(), names[1]: _mamba(), names[2]: _full()})
-    with pytest.raises(SpecError, match=r"\['model.layers.1.attn'\]\.kv_cache_spec = 'MambaSpec': not of the uniform"):
+    kinds = I.UniformTypeKVCacheSpecs(
+        block_size=16, kv_cache_specs={names[0]: _full(), names[1]: _mamba(), names[2]: _full()}
+    )
+    with pytest.raises(
+        SpecError, match=r"\['model.layers.1.attn'\]\.kv_cache_spec = 'MambaSpec': not of the uniform"
+    ):
         spec_from_kv_cache_config(_config(full_built, kv_cache_groups=[replace(g, kv_cache_spec=kinds)]))
 
 
 def test_mixed_pages_where_vllm_requires_uniform_refused() -> None:
     built = build(next(c for c in CASES if c.name == "BLHNC:mixed-heads-one-group"))
     cfg = replace(built.config, kv_cache_layout="BHLNC")
-    with pytest.raises(SpecError, match=r"\['model.layers.1.attn'\]\.page_size_bytes = 1024: BHLNC cannot express "
-                                        r"mixed page sizes \[512, 1024\]"):
+    with pytest.raises(
+        SpecError,
+        match=r"\['model.layers.1.attn'\]\.page_size_bytes = 1024: BHLNC cannot express "
+        r"mixed page sizes \[512, 1024\]",
+    ):
         spec_from_kv_cache_config(cfg)
 
 
 def test_backing_tensor_smaller_than_the_plan_refused(full_built: Built) -> None:
     t = full_built.config.kv_cache_tensors
     small = [replace(x, size=x.size - 4) for x in t]
-    with pytest.raises(SpecError, match=r"kv_cache_tensors\[0\]\.size = \d+: smaller than the \d+ B kvlayout's "
-                                        r"BLHNC plan needs"):
+    with pytest.raises(
+        SpecError,
+        match=r"kv_cache_tensors\[0\]\.size = \d+: smaller than the \d+ B kvlayout's "
+        r"BLHNC plan needs",
+    ):
         spec_from_kv_cache_config(_config(full_built, kv_cache_tensors=small))
     uneven = [t[0], replace(t[0], size=t[0].size * 2, layers=[])]
     with pytest.raises(SpecError, match=r"kv_cache_tensors\[1\]\.size = \d+: differs"):
@@ -518,8 +608,11 @@ def test_backing_tensor_smaller_than_the_plan_refused(full_built: Built) -> None
 
 def test_misplaced_tensor_refused(full_built: Built) -> None:
     (t,) = full_built.config.kv_cache_tensors
-    for changes, what in (({"offset": 4}, "offset"), ({"block_stride": t.block_stride + 4}, "block_stride"),
-                          ({"layer_stride": t.layer_stride * 2}, "offset")):
+    for changes, what in (
+        ({"offset": 4}, "offset"),
+        ({"block_stride": t.block_stride + 4}, "block_stride"),
+        ({"layer_stride": t.layer_stride * 2}, "offset"),
+    ):
         cfg = _config(full_built, kv_cache_tensors=[replace(t, **changes)])
         with pytest.raises(SpecError, match=rf"kv_cache_tensors\[0\]\.{what} = "):
             spec_from_kv_cache_config(cfg)
@@ -528,7 +621,9 @@ def test_misplaced_tensor_refused(full_built: Built) -> None:
 def test_layers_without_tensors_refused(full_built: Built) -> None:
     g = full_built.config.kv_cache_groups[0]
     extra = replace(g, layer_names=[*g.layer_names, "model.layers.9.attn"])
-    with pytest.raises(SpecError, match=r"kv_cache_groups\[0\]\['model.layers.9.attn'\] = .*no KVCacheTensor holds"):
+    with pytest.raises(
+        SpecError, match=r"kv_cache_groups\[0\]\['model.layers.9.attn'\] = .*no KVCacheTensor holds"
+    ):
         spec_from_kv_cache_config(_config(full_built, kv_cache_groups=[extra]))
     ok = spec_from_kv_cache_config(
         _config(full_built, kv_cache_groups=[extra]), runner_only_attn_layers={"model.layers.9.attn"}
@@ -568,8 +663,11 @@ def run_driver() -> Iterator[dict[str, Any]]:
         K.zero_blocks_numpy(ours, table, ids)
         diff = np.flatnonzero(theirs != ours)
         yield {
-            "case": case.name, "ids": ids, "zeroed": int((theirs != poison).sum()),
-            "differ": int(diff.size), "first": int(diff[0]) if diff.size else None,
+            "case": case.name,
+            "ids": ids,
+            "zeroed": int((theirs != poison).sum()),
+            "differ": int(diff.size),
+            "first": int(diff[0]) if diff.size else None,
         }
 
 
@@ -592,4 +690,3 @@ def _main() -> None:
 
 if __name__ == "__main__" and "--driver" in sys.argv:
     _main()
-

@@ -62,4 +62,7 @@ def test_52709_runs_past_the_buffer_on_the_last_block() -> None:
     t = K.plan(K.preset("dsv4-test"))
     ends = [b for _, b in vllm_zeroer_ranges(t, np.array([99]), offset_twice=True)]
     assert max(ends) == 99 * 149_760 + 2 * 112_320 + 37_376 > t.total_bytes
-    assert max(b for _, b in vllm_zeroer_ranges(t, np.array([99]), span_is_stride=True)) == 100 * 149_760 + 112_320
+    assert (
+        max(b for _, b in vllm_zeroer_ranges(t, np.array([99]), span_is_stride=True))
+        == 100 * 149_760 + 112_320
+    )

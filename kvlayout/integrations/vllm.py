@@ -65,7 +65,9 @@ def layout_name(kv_cache_layout: Any) -> str:
     if isinstance(name, str):
         name = VLLM_LAYOUT_ALIASES.get(name, name)
     if not isinstance(name, str) or name not in KV_CACHE_LAYOUTS:
-        raise spec_error("kv_cache_layout", kv_cache_layout, f"unknown vLLM layout; valid: {', '.join(KV_CACHE_LAYOUTS)}")
+        raise spec_error(
+            "kv_cache_layout", kv_cache_layout, f"unknown vLLM layout; valid: {', '.join(KV_CACHE_LAYOUTS)}"
+        )
     return name
 
 
@@ -76,7 +78,9 @@ def _resolve_layout(kv_cache_config: Any, kv_cache_layout: Any) -> str:
     name = layout_name(kv_cache_layout if kv_cache_layout is not None else resolved)
     if kv_cache_layout is not None and resolved is not None and layout_name(resolved) != name:
         raise spec_error(
-            "kv_cache_layout", kv_cache_layout, f"differs from the layout the KVCacheConfig resolved ({resolved!r})"
+            "kv_cache_layout",
+            kv_cache_layout,
+            f"differs from the layout the KVCacheConfig resolved ({resolved!r})",
         )
     return name
 
@@ -93,7 +97,9 @@ def _states(where: str, tokens_per_state: Any) -> tuple[int | None, int | None]:
     try:
         f = Fraction(tokens_per_state)
     except (TypeError, ValueError):
-        raise spec_error(f"{where}.tokens_per_state", tokens_per_state, "must be a whole number or 1/k") from None
+        raise spec_error(
+            f"{where}.tokens_per_state", tokens_per_state, "must be a whole number or 1/k"
+        ) from None
     if f <= 0 or (f.denominator != 1 and f.numerator != 1):
         raise spec_error(f"{where}.tokens_per_state", tokens_per_state, "must be a whole number >= 1 or 1/k")
     if f.denominator == 1:
@@ -105,7 +111,9 @@ def _stride_alignment(where: str, vspec: Any) -> int | None:
     try:
         a = int(vspec.get_block_stride_alignment())
     except (AssertionError, ValueError, ZeroDivisionError) as e:
-        raise spec_error(f"{where}.block_stride_alignment", vspec.block_stride_alignment, f"vLLM cannot resolve it: {e}") from None
+        raise spec_error(
+            f"{where}.block_stride_alignment", vspec.block_stride_alignment, f"vLLM cannot resolve it: {e}"
+        ) from None
     return a if a != 1 else None
 
 
@@ -122,36 +130,51 @@ def _layer(where: str, name: str, vspec: Any) -> LayerSpec:
     kind = SUPPORTED_SPECS.get(type(vspec).__name__)
     if kind is None or type(vspec).__module__ != "vllm.v1.kv_cache_interface":
         raise spec_error(
-            f"{where}.kv_cache_spec", type(vspec).__name__,
+            f"{where}.kv_cache_spec",
+            type(vspec).__name__,
             f"kvlayout does not represent this spec kind; supported: {', '.join(SUPPORTED_SPECS)}",
         )
     if kind == "mamba":
         if vspec.num_heads != 1:
-            raise spec_error(f"{where}.num_heads", vspec.num_heads, "a Mamba state page has one head slot in kvlayout")
+            raise spec_error(
+                f"{where}.num_heads", vspec.num_heads, "a Mamba state page has one head slot in kvlayout"
+            )
         layer: LayerSpec = MambaSpec(
-            name=name, state_bytes=vspec.state_content_size_bytes,
-            padded_page=vspec.page_size_padded, block_stride_alignment=_stride_alignment(where, vspec),
+            name=name,
+            state_bytes=vspec.state_content_size_bytes,
+            padded_page=vspec.page_size_padded,
+            block_stride_alignment=_stride_alignment(where, vspec),
         )
     else:
         tps, spt = _states(where, vspec.tokens_per_state)
         real = vspec.unpadded_page_size_bytes
         common: dict[str, Any] = dict(
-            name=name, block_size=vspec.block_size, head_size=vspec.head_size, dtype=_dtype(where, vspec.dtype),
-            states_per_token=spt, block_stride_alignment=_stride_alignment(where, vspec), **_padding(vspec, real),
+            name=name,
+            block_size=vspec.block_size,
+            head_size=vspec.head_size,
+            dtype=_dtype(where, vspec.dtype),
+            states_per_token=spt,
+            block_stride_alignment=_stride_alignment(where, vspec),
+            **_padding(vspec, real),
         )
         if kind == "mla":
             fp8_ds = getattr(vspec, "cache_dtype_str", None) == FP8_DS_MLA
             explicit = vspec.state_content_bytes is not None or vspec.head_size_v != 0 or fp8_ds
             heads = vspec.num_heads
             layer = MLASpec(
-                **common, cache_dtype=FP8_DS_MLA if fp8_ds else None, compress_ratio=tps,
+                **common,
+                cache_dtype=FP8_DS_MLA if fp8_ds else None,
+                compress_ratio=tps,
                 token_bytes=vspec.state_content_size_bytes if explicit else None,
-                num_head_slots=heads if heads != 1 else None, window=getattr(vspec, "sliding_window", None),
+                num_head_slots=heads if heads != 1 else None,
+                window=getattr(vspec, "sliding_window", None),
             )
         else:
             extra: dict[str, Any] = dict(
-                num_kv_heads=vspec.num_kv_heads, num_head_slots=vspec.num_head_slots,
-                state_content_bytes=vspec.state_content_bytes, tokens_per_state=tps,
+                num_kv_heads=vspec.num_kv_heads,
+                num_head_slots=vspec.num_head_slots,
+                state_content_bytes=vspec.state_content_bytes,
+                tokens_per_state=tps,
                 head_size_v=vspec.head_size_v if vspec.head_size_v != vspec.head_size else None,
             )
             if kind == "sliding_window":
@@ -161,13 +184,15 @@ def _layer(where: str, name: str, vspec: Any) -> LayerSpec:
         geometry = (vspec.num_heads, vspec.num_states, vspec.state_content_size_bytes)
         if (layer.heads, layer.states, layer.content_bytes) != geometry:
             raise spec_error(
-                f"{where}.num_states", geometry,
+                f"{where}.num_states",
+                geometry,
                 f"vLLM's (H, N, C) differ from kvlayout's {(layer.heads, layer.states, layer.content_bytes)}",
             )
     real_v = getattr(vspec, "real_page_size_bytes", None)
     if layer.page != vspec.page_size_bytes or (real_v is not None and layer.real_page != real_v):
         raise spec_error(
-            f"{where}.page_size_bytes", vspec.page_size_bytes,
+            f"{where}.page_size_bytes",
+            vspec.page_size_bytes,
             f"kvlayout computes a page of {layer.page} B (real {layer.real_page} B) for this spec",
         )
     return layer
@@ -180,19 +205,25 @@ def _group_specs(gi: int, group: Any, iface: Any) -> dict[str, Any]:
         per = dict(gspec.kv_cache_specs)
         for name in group.layer_names:
             if name not in per:
-                raise spec_error(f"kv_cache_groups[{gi}][{name!r}].kv_cache_spec", None, "the group has no spec for it")
+                raise spec_error(
+                    f"kv_cache_groups[{gi}][{name!r}].kv_cache_spec", None, "the group has no spec for it"
+                )
         if not iface.UniformTypeKVCacheSpecs.is_uniform_type(per):
             first_name, first = next(iter(per.items()))
             for name, s in per.items():
                 if s.block_size != first.block_size:
                     raise spec_error(
-                        f"kv_cache_groups[{gi}][{name!r}].block_size", s.block_size,
-                        f"differs from {first_name!r}'s {first.block_size}: vLLM groups layers of one block size",
+                        f"kv_cache_groups[{gi}][{name!r}].block_size",
+                        s.block_size,
+                        f"differs from {first_name!r}'s {first.block_size}: "
+                        "vLLM groups layers of one block size",
                     )
             bad = next(n for n, s in per.items() if type(s) is not type(first))
             raise spec_error(
-                f"kv_cache_groups[{gi}][{bad!r}].kv_cache_spec", type(per[bad]).__name__,
-                f"not of the uniform type of {first_name!r} ({type(first).__name__}): vLLM requires one spec type per group",
+                f"kv_cache_groups[{gi}][{bad!r}].kv_cache_spec",
+                type(per[bad]).__name__,
+                f"not of the uniform type of {first_name!r} ({type(first).__name__}): "
+                "vLLM requires one spec type per group",
             )
         return per
     return {name: gspec for name in group.layer_names}
@@ -207,7 +238,8 @@ def _check_layout_expresses(order: str, pages: dict[tuple[int, str], int], num_g
     first = next(iter(pages.values()))
     (gi, name), page = next((k, v) for k, v in pages.items() if v != first)
     raise spec_error(
-        f"kv_cache_groups[{gi}][{name!r}].page_size_bytes", page,
+        f"kv_cache_groups[{gi}][{name!r}].page_size_bytes",
+        page,
         f"{order} cannot express mixed page sizes {sorted(set(pages.values()))} "
         f"({'several groups' if num_groups > 1 else 'heads outside the page'}); vLLM refuses it too",
     )
@@ -239,15 +271,23 @@ def spec_from_kv_cache_config(
         raise spec_error("kv_cache_groups", len(vgroups), "an attention-free config has no KV cache to plan")
     if kernel_block_sizes is not None and len(kernel_block_sizes) != len(vgroups):
         raise spec_error(
-            "kernel_block_sizes", list(kernel_block_sizes), f"needs one entry per cache group ({len(vgroups)})"
+            "kernel_block_sizes",
+            list(kernel_block_sizes),
+            f"needs one entry per cache group ({len(vgroups)})",
         )
     where_of: dict[str, tuple[int, int]] = {}
     for ti, t in enumerate(tensors):
         if getattr(t, "host_resident", False):
-            raise spec_error(f"kv_cache_tensors[{ti}].host_resident", True, "host-resident (HiSparse) pools are not planned")
+            raise spec_error(
+                f"kv_cache_tensors[{ti}].host_resident",
+                True,
+                "host-resident (HiSparse) pools are not planned",
+            )
         if t.size != tensors[0].size:
             raise spec_error(
-                f"kv_cache_tensors[{ti}].size", t.size, f"differs from {tensors[0].size}: vLLM shares one backing allocation"
+                f"kv_cache_tensors[{ti}].size",
+                t.size,
+                f"differs from {tensors[0].size}: vLLM shares one backing allocation",
             )
         for li, name in enumerate(t.layers):
             if name in where_of:
@@ -259,7 +299,11 @@ def spec_from_kv_cache_config(
     pages: dict[tuple[int, str], int] = {}
     for gi, group in enumerate(vgroups):
         if getattr(group, "host_resident", False):
-            raise spec_error(f"kv_cache_groups[{gi}].host_resident", True, "host-resident (HiSparse) groups are not planned")
+            raise spec_error(
+                f"kv_cache_groups[{gi}].host_resident",
+                True,
+                "host-resident (HiSparse) groups are not planned",
+            )
         per = _group_specs(gi, group, iface)
         names = []
         for name in group.layer_names:
@@ -267,11 +311,15 @@ def spec_from_kv_cache_config(
                 names.append(name)
             elif name not in runner_only_attn_layers:
                 raise spec_error(
-                    f"kv_cache_groups[{gi}][{name!r}]", name,
-                    "no KVCacheTensor holds this layer (pass it in runner_only_attn_layers if it shares another's cache)",
+                    f"kv_cache_groups[{gi}][{name!r}]",
+                    name,
+                    "no KVCacheTensor holds this layer "
+                    "(pass it in runner_only_attn_layers if it shares another's cache)",
                 )
         if not names:
-            raise spec_error(f"kv_cache_groups[{gi}].layer_names", list(group.layer_names), "no layer owns a tensor")
+            raise spec_error(
+                f"kv_cache_groups[{gi}].layer_names", list(group.layer_names), "no layer owns a tensor"
+            )
 
         def first_byte(name: str) -> int:
             ti, li = where_of[name]
@@ -305,7 +353,10 @@ def spec_from_kv_cache_config(
 
 
 def _check_against_tensors(
-    layout: Layout, tensors: list[Any], where_of: dict[str, tuple[int, int]], vspecs: dict[str, tuple[int, Any]],
+    layout: Layout,
+    tensors: list[Any],
+    where_of: dict[str, tuple[int, int]],
+    vspecs: dict[str, tuple[int, Any]],
     iface: Any,
 ) -> None:
     """Every layer's block 0, block stride and head stride where vLLM's tensor puts them."""
@@ -319,38 +370,50 @@ def _check_against_tensors(
         first = p.parts[0]
         if first.base != t.offset + li * t.layer_stride:
             raise spec_error(
-                f"{field}.offset", t.offset,
-                f"vLLM puts block 0 of {label} at byte {t.offset + li * t.layer_stride}, kvlayout's {order} plan at "
+                f"{field}.offset",
+                t.offset,
+                f"vLLM puts block 0 of {label} at byte {t.offset + li * t.layer_stride}, "
+                f"kvlayout's {order} plan at "
                 f"{first.base}: kvlayout cannot represent this placement",
             )
         if first.stride != t.block_stride:
             raise spec_error(
-                f"{field}.block_stride", t.block_stride,
+                f"{field}.block_stride",
+                t.block_stride,
                 f"kvlayout's {order} plan strides blocks of {label} by {first.stride} B",
             )
         if len(p.parts) > 1:
             try:
                 strides = iface.compute_layout_strides(
-                    vspec, layout.num_blocks, len(t.layers), getattr(iface.KVCacheLayout, order),
+                    vspec,
+                    layout.num_blocks,
+                    len(t.layers),
+                    getattr(iface.KVCacheLayout, order),
                     fixed_strides=(t.layer_stride, t.block_stride, None, None, None),
                 )
             except AssertionError as e:
-                raise spec_error(f"{field}.layer_stride", t.layer_stride, f"vLLM cannot stride {label}: {e}") from None
+                raise spec_error(
+                    f"{field}.layer_stride", t.layer_stride, f"vLLM cannot stride {label}: {e}"
+                ) from None
             pitch = p.parts[1].base - first.base
             if strides[2] != pitch:
                 raise spec_error(
-                    f"{field}.layer_stride", t.layer_stride,
+                    f"{field}.layer_stride",
+                    t.layer_stride,
                     f"vLLM strides the head slots of {label} by {strides[2]} B, kvlayout by {pitch} B",
                 )
     for ti, t in enumerate(tensors):
         if t.size < layout.total_bytes:
             raise spec_error(
-                f"kv_cache_tensors[{ti}].size", t.size,
+                f"kv_cache_tensors[{ti}].size",
+                t.size,
                 f"smaller than the {layout.total_bytes} B kvlayout's {order} plan needs",
             )
 
 
-def table_from_block_zeroer(zeroer: Any, base_address: int, total_bytes: int, num_blocks: int) -> SegmentTable:
+def table_from_block_zeroer(
+    zeroer: Any, base_address: int, total_bytes: int, num_blocks: int
+) -> SegmentTable:
     """vLLM's ``KVBlockZeroer`` segments as a kvlayout table, bases relative to ``base_address``.
 
     ``_meta`` holds absolute byte addresses and, in int32 words, block strides and page sizes.
@@ -361,7 +424,9 @@ def table_from_block_zeroer(zeroer: Any, base_address: int, total_bytes: int, nu
     if meta is not None:
         addrs, strides, pages = (x.tolist() for x in meta[:3])
         for i, (a, s, p) in enumerate(zip(addrs, strides, pages)):
-            rows.append(Segment(int(a) - base_address, 4 * int(s), 4 * int(p), "vllm", f"segment{i}", "page", 0))
+            rows.append(
+                Segment(int(a) - base_address, 4 * int(s), 4 * int(p), "vllm", f"segment{i}", "page", 0)
+            )
     return SegmentTable(total_bytes, num_blocks, tuple(rows))
 
 
