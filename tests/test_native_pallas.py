@@ -324,6 +324,16 @@ MOSAIC = textwrap.dedent(
         hlo = lowered.compile().as_text()
         facts = cache_leaf_facts(hlo, len(caches))
         print("compiled", topo, facts, flush=True)
+        # every other path: rank-2 rmw (bf16, uint8 with a tail group, fp8), rank-2 row (f32),
+        # pages in chunks (a 4 KiB tile budget) along a tiled (rank 3) and an untiled first axis
+        odd = [((72, 1024), "bfloat16"), ((72, 512), "uint8"), ((72, 640), "float8_e4m3fn"),
+               ((72, 200), "float32"), ((72, 64, 256), "uint8"), ((72, 6, 2, 2, 128), "bfloat16")]
+        zo = kp.CacheZeroer([jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in odd], kernel="tpu",
+                            interpret=False, tile_bytes=4096)
+        plan = kp.native_kernels.plan_tpu(odd, tile_bytes=4096)
+        kinds = sorted({(lp.kind, len(lp.chunks) > 1) for lp in plan.leaves})
+        facts = cache_leaf_facts(zo.lower(64, dev).compile().as_text(), len(odd))
+        print("odd", topo, kinds, facts, flush=True)
     from jax.sharding import Mesh, PartitionSpec as P
     import numpy as np
     devs = topologies.get_topology_desc("v5e=2x2", platform="tpu").devices
@@ -358,6 +368,12 @@ def test_mosaic_compiles_aliased_with_no_copy_of_any_leaf() -> None:
     assert len(lines) == 2, r.stdout
     for line in lines:
         assert "'aliased': 7, 'touched': [], 'custom_calls': 1, 'forbidden_ops': []" in line, line
+    odd = [x for x in r.stdout.splitlines() if x.startswith("odd")]
+    assert len(odd) == 2, r.stdout
+    for line in odd:
+        kinds = "[('page', True), ('rmw', False), ('row', False)]"
+        facts = "{'aliased': 6, 'touched': [], 'custom_calls': 1, 'forbidden_ops': []}"
+        assert f"{kinds} {facts}" in line, line
     # the sharded SPMD program on a v5e 2x2 mesh: local shapes, no collective, still no copy;
     # one kernel call for the leaves with pages over dp, one for those with whole page axes
     sharded = "sharded {'aliased': 7, 'touched': [], 'custom_calls': 2, 'forbidden_ops': []} [] True"
