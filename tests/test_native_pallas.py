@@ -447,3 +447,11 @@ def test_zeroer_from_a_spec_names_groups_and_cold_leaves() -> None:
         kp.CacheZeroer([caches[0], jnp.zeros((N, 3, 41), jnp.int32)], spec=spec)
     with pytest.raises(K.LayoutBufferError, match="not both"):
         kp.CacheZeroer(out, "g", spec=spec)
+
+
+def test_rank2_row_groups_full_and_tail() -> None:
+    """Rank-2 8/16-bit leaves: ids in whole row groups and in the tail group, neighbours kept."""
+    shapes = {"bf16": ((40, 256), "bfloat16"), "u8": ((40, 512), "uint8")}
+    plan = nk.plan_tpu(list(shapes.values()))
+    assert [(lp.kind, lp.chunk, lp.groups) for lp in plan.leaves] == [("rmw", 16, (32, 8)), ("rmw", 32, (32, 8))]
+    run(list(shapes), [[3, 17, 33, 39, 0, 31], (32, 16, 15)], shapes=shapes)
