@@ -562,6 +562,25 @@ def test_unknown_spec_kind_refused(full_built: Built) -> None:
         spec_from_kv_cache_config(cfg)
 
 
+def test_specs_kvlayout_cannot_express_refused(full_built: Built) -> None:
+    g = full_built.config.kv_cache_groups[0]
+    for spec, message in (
+        (
+            _full(tokens_per_state=Fraction(2, 3)),
+            r"\.tokens_per_state = Fraction\(2, 3\): must be a whole number",
+        ),
+        (_full(dtype=torch.float64), r"\.dtype = torch.float64: no kvlayout dtype"),
+        (
+            _full(tokens_per_state=3),
+            r": layer 'model.layers.0.attn'\.tokens_per_state = 3: block_size 16 is not",
+        ),
+        (_mamba(num_heads=2), r"\.num_heads = 2: a Mamba state page has one head slot"),
+    ):
+        cfg = _config(full_built, kv_cache_groups=[replace(g, kv_cache_spec=spec)])
+        with pytest.raises(SpecError, match=r"^kv_cache_groups\[0\]\['model.layers.0.attn'\]" + message):
+            spec_from_kv_cache_config(cfg)
+
+
 def test_non_uniform_group_refused(full_built: Built) -> None:
     g = full_built.config.kv_cache_groups[0]
     names = g.layer_names

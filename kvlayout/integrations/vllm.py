@@ -329,7 +329,13 @@ def spec_from_kv_cache_config(
         layers = []
         for name in names:
             vspec = per[name]
-            layers.append(_layer(f"kv_cache_groups[{gi}][{name!r}]", name, vspec))
+            where = f"kv_cache_groups[{gi}][{name!r}]"
+            try:
+                layers.append(_layer(where, name, vspec))
+            except SpecError as e:  # kvlayout's own checks name the layer: add the group
+                if str(e).startswith(where):
+                    raise
+                raise SpecError(f"{where}: {e}", field=e.field, value=e.value) from None
             vspecs[name] = (gi, vspec)
             pages[(gi, name)] = vspec.page_size_bytes
         kbs = None
