@@ -36,10 +36,10 @@ ORDER=(ranges spec planner table validate reference cuda-plan pallas-plan verify
 # per module, the fast tests that exercise it (mutmut runs, per mutant, those that reach the function)
 declare -A TESTS=(
   [ranges]="tests/test_ranges.py tests/test_table.py"
-  [spec]="tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py"
-  [planner]="tests/test_oracles.py tests/test_planner.py tests/test_regressions_19.py"
+  [spec]="tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py tests/test_layouts.py tests/test_hostile.py"
+  [planner]="tests/test_oracles.py tests/test_planner.py tests/test_regressions_19.py tests/test_layouts.py"
   [table]="tests/test_table.py tests/test_regressions_19.py"
-  [validate]="tests/test_reference.py tests/test_table.py tests/test_spec.py"
+  [validate]="tests/test_reference.py tests/test_table.py tests/test_spec.py tests/test_hostile.py"
   [reference]="tests/test_reference.py"
   [cuda-plan]="tests/test_host_plans.py"
   [pallas-plan]="tests/test_host_plans.py"
@@ -185,6 +185,12 @@ for key in ["ranges", "spec", "planner", "table", "validate", "reference", "cuda
 lines += ["", "Runs (seconds per module):"] + [
     f"- {x['date']} {x['commit']} `{x['command']}` {x['seconds']} on {x['jobs']} cores" for x in old["runs"][-6:]] + [""]
 left = [(k, s) for k, r in old["modules"].items() for s in r["survivors"]]
+per_fn: dict = {}
+for k, s in left:
+    per_fn[(k, s["function"])] = per_fn.get((k, s["function"]), 0) + 1
+if per_fn:
+    lines += ["## Survivors per function", "", "| module | function | survivors |", "|---|---|---:|"]
+    lines += [f"| {k} | `{f}` | {c} |" for (k, f), c in sorted(per_fn.items(), key=lambda x: -x[1])] + [""]
 lines.append(f"## Surviving mutants ({len(left)})" if left else "## Surviving mutants: none")
 for k, s in left:
     lines.append(f"- {k} `{s['function']}` ({s['status']}): `{' / '.join(s['mutated'])}`")
