@@ -126,3 +126,22 @@ def test_pallas_plan_rejections() -> None:
     with pytest.raises(TableError, match=r"exceeds int32 row offsets"):
         pallas_plan.plan_rows(huge)
     assert pallas_plan.plan_rows(K.SegmentTable(2**39, 1, (K.Segment(0, 0, 4),))).rows_needed == 2**39 // 512
+
+
+def test_cuda_units_exact_fields() -> None:
+    """Exact ints at 2**58 (no float on the way), dtypes of an empty plan, the aligned flag, the error."""
+    big = K.SegmentTable(2**60 + 16, 2, (K.Segment(4, 2**58 + 4, 8),))
+    p = cuda_kernel.plan_units(big, 4)
+    assert p.base_words.tolist() == [1] and p.stride_words.tolist() == [2**56 + 1] and p.words.tolist() == [2]
+    far = cuda_kernel.plan_units(K.SegmentTable(2**60 + 8, 1, (K.Segment(2**60 + 4, 0, 4),)))
+    assert far.base_words.tolist() == [2**58 + 1]
+    empty = cuda_kernel.plan_units(K.SegmentTable(0, 3, ()))
+    assert empty.base_words.tolist() == [0] and empty.stride_words.tolist() == [0] and empty.chunk_words == 8192
+    assert (empty.base_words.dtype, empty.stride_words.dtype, empty.words.dtype) == (np.int64, np.int64, np.int32)
+    assert cuda_kernel.plan_units(K.SegmentTable(256, 4, (K.Segment(0, 64, 16),))).aligned16
+    assert not cuda_kernel.plan_units(K.SegmentTable(256, 4, (K.Segment(0, 64, 12),))).aligned16
+    assert not cuda_kernel.plan_units(K.SegmentTable(256, 4, (K.Segment(4, 64, 16),))).aligned16
+    assert not cuda_kernel.plan_units(K.SegmentTable(256, 4, (K.Segment(0, 60, 16),))).aligned16
+    with pytest.raises(KVLayoutError) as ei:
+        cuda_kernel.plan_units(big, 6)
+    assert (ei.value.field, ei.value.value) == ("chunk_words", 6)
