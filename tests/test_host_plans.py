@@ -136,8 +136,10 @@ def test_cuda_units_exact_fields() -> None:
     far = cuda_kernel.plan_units(K.SegmentTable(2**60 + 8, 1, (K.Segment(2**60 + 4, 0, 4),)))
     assert far.base_words.tolist() == [2**58 + 1]
     empty = cuda_kernel.plan_units(K.SegmentTable(0, 3, ()))
-    assert empty.base_words.tolist() == [0] and empty.stride_words.tolist() == [0] and empty.chunk_words == 8192
-    assert (empty.base_words.dtype, empty.stride_words.dtype, empty.words.dtype) == (np.int64, np.int64, np.int32)
+    assert empty.base_words.tolist() == [0] and empty.stride_words.tolist() == [0]
+    assert empty.chunk_words == 8192
+    dtypes = (empty.base_words.dtype, empty.stride_words.dtype, empty.words.dtype)
+    assert dtypes == (np.int64, np.int64, np.int32)
     assert cuda_kernel.plan_units(K.SegmentTable(256, 4, (K.Segment(0, 64, 16),))).aligned16
     assert not cuda_kernel.plan_units(K.SegmentTable(256, 4, (K.Segment(0, 64, 12),))).aligned16
     assert not cuda_kernel.plan_units(K.SegmentTable(256, 4, (K.Segment(4, 64, 16),))).aligned16
