@@ -147,3 +147,37 @@ def test_cuda_units_exact_fields() -> None:
     with pytest.raises(KVLayoutError) as ei:
         cuda_kernel.plan_units(big, 6)
     assert (ei.value.field, ei.value.value) == ("chunk_words", 6)
+
+
+def test_pallas_plan_exact_fields() -> None:
+    """Period, items, masks and buffer rows of small hand-made tables; errors name field and value."""
+    aligned = pallas_plan.plan_rows(K.SegmentTable(2048, 4, (K.Segment(0, 512, 512),)), 0, 1)
+    assert aligned.period == 1 and aligned.aligned and aligned.rows_needed == 4
+    assert aligned.masks.shape == (1, 128) and aligned.masks.dtype == np.int32 and not aligned.masks.any()
+    assert aligned.full_row.tolist() == [0] and aligned.full_qstride.tolist() == [1] and aligned.full_rows.tolist() == [1]
+    one = pallas_plan.plan_rows(K.SegmentTable(64, 1, (K.Segment(0, 0, 8),)))
+    assert one.period == 1 and one.masks.dtype == np.int32 and one.masks[0].tolist() == [1, 1] + [0] * 126
+    # tile_rows 2 over a 5-row run: items of 2, 2 and 1 rows, each row once
+    run = pallas_plan.plan_rows(K.SegmentTable(2560, 1, (K.Segment(0, 0, 2560),)), 0, 2)
+    assert run.full_row.tolist() == [0, 2, 4] and run.full_rows.tolist() == [2, 2, 1]
+    for t in _tables():
+        p = pallas_plan.plan_rows(t.coalesced(), 0, 3)
+        for c in range(p.period):
+            items = range(p.full_start[c], p.full_start[c + 1])
+            rows = [r for k in items for r in range(p.full_row[k], p.full_row[k] + p.full_rows[k])]
+            assert len(rows) == len(set(rows))  # runs never overlap
+    # rows the buffer needs: the furthest row end, even past total_bytes (an unverified table)
+    assert pallas_plan.plan_rows(K.SegmentTable(0, 2, (K.Segment(0, 512, 4),))).rows_needed == 2
+    assert pallas_plan.plan_rows(K.SegmentTable(0, 0, ())).rows_needed == 0
+    assert pallas_plan.plan_rows(K.SegmentTable(1024, 0, ()), 512).rows_needed == 3
+    edge = K.SegmentTable((2**31 - 1) * 512, 1, (K.Segment(0, 0, 4),))
+    assert pallas_plan.plan_rows(edge).rows_needed == 2**31 - 1
+    with pytest.raises(TableError) as ei:
+        pallas_plan.plan_rows(K.SegmentTable(2**31 * 512, 1, (K.Segment(0, 0, 4),)))
+    assert (ei.value.field, ei.value.value) == ("table.total_bytes", 2**31 * 512)
+    with pytest.raises(TableError) as ei:
+        pallas_plan.plan_rows(edge, 6)
+    assert (ei.value.field, ei.value.value) == ("offset", 6)
+    with pytest.raises(TableError, match=r"needs per-block disjoint rows \(coalesce the table\)") as ei:
+        pallas_plan.check_rows_disjoint_per_block(K.SegmentTable(64, 2, (K.Segment(0, 32, 16), K.Segment(8, 32, 16))))
+    assert (ei.value.field, ei.value.value) == ("table", (0, 1))
