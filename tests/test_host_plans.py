@@ -154,7 +154,8 @@ def test_pallas_plan_exact_fields() -> None:
     aligned = pallas_plan.plan_rows(K.SegmentTable(2048, 4, (K.Segment(0, 512, 512),)), 0, 1)
     assert aligned.period == 1 and aligned.aligned and aligned.rows_needed == 4
     assert aligned.masks.shape == (1, 128) and aligned.masks.dtype == np.int32 and not aligned.masks.any()
-    assert aligned.full_row.tolist() == [0] and aligned.full_qstride.tolist() == [1] and aligned.full_rows.tolist() == [1]
+    assert aligned.full_row.tolist() == [0] and aligned.full_qstride.tolist() == [1]
+    assert aligned.full_rows.tolist() == [1]
     one = pallas_plan.plan_rows(K.SegmentTable(64, 1, (K.Segment(0, 0, 8),)))
     assert one.period == 1 and one.masks.dtype == np.int32 and one.masks[0].tolist() == [1, 1] + [0] * 126
     # tile_rows 2 over a 5-row run: items of 2, 2 and 1 rows, each row once
@@ -179,5 +180,7 @@ def test_pallas_plan_exact_fields() -> None:
         pallas_plan.plan_rows(edge, 6)
     assert (ei.value.field, ei.value.value) == ("offset", 6)
     with pytest.raises(TableError, match=r"needs per-block disjoint rows \(coalesce the table\)") as ei:
-        pallas_plan.check_rows_disjoint_per_block(K.SegmentTable(64, 2, (K.Segment(0, 32, 16), K.Segment(8, 32, 16))))
+        pallas_plan.check_rows_disjoint_per_block(
+            K.SegmentTable(64, 2, (K.Segment(0, 32, 16), K.Segment(8, 32, 16)))
+        )
     assert (ei.value.field, ei.value.value) == ("table", (0, 1))
