@@ -247,7 +247,8 @@ def test_table_limits_at_their_edges() -> None:
     with pytest.raises(TableError, match=r"reaches bytes \[0, 4611686018427387907\) over 2 blocks"):
         K.SegmentTable(0, 2, (K.Segment(0, 2**62 - 1, 4),))
     # extents exactly at -2**62 and 2**62 are refused; one word inside is accepted
-    msg = r"table.segments\[0\] = \(0, -2305843009213693952, 4\): reaches bytes \[-4611686018427387904, 4\) over 3 blocks: "
+    msg = r"table.segments\[0\] = \(0, -2305843009213693952, 4\): "
+    msg += r"reaches bytes \[-4611686018427387904, 4\) over 3 blocks: "
     with pytest.raises(
         TableError, match=msg + r"extents must stay within \(-2\*\*62, 2\*\*62\) \(GEOMETRY.md section 8\)"
     ):
