@@ -157,6 +157,7 @@ def test_pallas_plan_exact_fields() -> None:
     assert aligned.full_row.tolist() == [0] and aligned.full_qstride.tolist() == [1]
     assert aligned.full_rows.tolist() == [1]
     one = pallas_plan.plan_rows(K.SegmentTable(64, 1, (K.Segment(0, 0, 8),)))
+    assert one.tile_rows == 64  # the default: 64 rows of 512 B = one 32 KiB zero tile
     assert one.period == 1 and one.masks.dtype == np.int32 and one.masks[0].tolist() == [1, 1] + [0] * 126
     # tile_rows 2 over a 5-row run: items of 2, 2 and 1 rows, each row once
     run = pallas_plan.plan_rows(K.SegmentTable(2560, 1, (K.Segment(0, 0, 2560),)), 0, 2)
