@@ -51,11 +51,16 @@ class PlantedBackend(ReferenceBackend):
     bug: ClassVar[Callable[[SegmentTable, np.ndarray], Ranges]]
     validates_ids: ClassVar[bool] = True
 
-    def zero(self, block_ids: Any) -> None:
-        n = self.table.num_blocks
+    def zero(self, block_ids: Any, group: str | None = None) -> None:
+        """Zero with the planted bug; with ``group``, only that group's rows (GEOMETRY.md section 7)."""
+        t = self.table
+        if group is not None:
+            rows = tuple(s for s in t.segments if s.group == group)
+            t = SegmentTable(t.total_bytes, t.num_blocks, rows, t.padding)
+        n = t.num_blocks
         ids = normalize_block_ids(block_ids, n) if self.validates_ids else np.asarray(block_ids, np.int64) % n
         data = self.buffer.reshape(-1).view(np.uint8)
-        for a, b in type(self).bug(self.table, ids):
+        for a, b in type(self).bug(t, ids):
             a, b = max(0, self.offset + a), min(data.size, self.offset + b)
             if a < b:
                 data[a:b] = 0
