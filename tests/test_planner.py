@@ -157,3 +157,26 @@ def test_padding_of_overlaid_groups_excludes_other_groups_data() -> None:
     t = K.plan(K.KVCacheSpec(num_blocks=3, layout="packed", groups=(K.GroupSpec("g", (a,)), K.GroupSpec("h", (b,)))))
     assert [(p.base, p.span) for p in t.padding] == [(96, 32)]
     assert K.verify(t).ok
+
+
+def test_planned_table_fields_and_padding_labels() -> None:
+    """Provenance the verifier and the CLI print: planned flag, padding rows, placement slots and strides."""
+    a = K.MLASpec(name="a", block_size=4, head_size=4, dtype="float32", alignment=128)  # 64 -> 128
+    b = K.MLASpec(name="b", block_size=4, head_size=2, dtype="float32")  # 32
+    spec = K.KVCacheSpec(num_blocks=3, layout="packed", groups=(K.GroupSpec("g", (a, b)),))
+    t = K.plan(spec)
+    assert t.planned is True
+    assert t.padding == (K.Segment(64, 160, 64, "", "a", "padding", 0),)
+    lay = K.plan_layout(spec)
+    assert [(p.group, p.slot, p.offset, p.stride) for p in lay.placements] == [("g", 0, 0, 160), ("g", 1, 128, 160)]
+    assert lay.placement("b").offset == 128
+    with pytest.raises(KeyError):
+        lay.placement("nope")
+    bad = K.KVCacheSpec(
+        num_blocks=2,
+        layout="packed",
+        groups=(K.GroupSpec("g", (K.MLASpec(name="y", block_size=8, head_size=1, dtype="uint8"),), kernel_block_size=1),),
+    )
+    with pytest.raises(SpecError) as ei:
+        K.plan(bad)
+    assert (ei.value.field, ei.value.value) == ("group 'g'.kernel_block_size", 1)
