@@ -168,15 +168,13 @@ def test_planned_table_fields_and_padding_labels() -> None:
     assert t.planned is True
     assert t.padding == (K.Segment(64, 160, 64, "", "a", "padding", 0),)
     lay = K.plan_layout(spec)
-    assert [(p.group, p.slot, p.offset, p.stride) for p in lay.placements] == [("g", 0, 0, 160), ("g", 1, 128, 160)]
+    got = [(p.group, p.slot, p.offset, p.stride) for p in lay.placements]
+    assert got == [("g", 0, 0, 160), ("g", 1, 128, 160)]
     assert lay.placement("b").offset == 128
     with pytest.raises(KeyError):
         lay.placement("nope")
-    bad = K.KVCacheSpec(
-        num_blocks=2,
-        layout="packed",
-        groups=(K.GroupSpec("g", (K.MLASpec(name="y", block_size=8, head_size=1, dtype="uint8"),), kernel_block_size=1),),
-    )
+    eight = K.MLASpec(name="y", block_size=8, head_size=1, dtype="uint8")  # 8 B over 8 virtual blocks
+    bad = K.KVCacheSpec(num_blocks=2, layout="packed", groups=(K.GroupSpec("g", (eight,), kernel_block_size=1),))
     with pytest.raises(SpecError) as ei:
         K.plan(bad)
     assert (ei.value.field, ei.value.value) == ("group 'g'.kernel_block_size", 1)
