@@ -174,7 +174,8 @@ def test_planned_table_fields_and_padding_labels() -> None:
     with pytest.raises(KeyError):
         lay.placement("nope")
     eight = K.MLASpec(name="y", block_size=8, head_size=1, dtype="uint8")  # 8 B over 8 virtual blocks
-    bad = K.KVCacheSpec(num_blocks=2, layout="packed", groups=(K.GroupSpec("g", (eight,), kernel_block_size=1),))
+    group = K.GroupSpec("g", (eight,), kernel_block_size=1)
+    bad = K.KVCacheSpec(num_blocks=2, layout="packed", groups=(group,))
     with pytest.raises(SpecError) as ei:
         K.plan(bad)
     assert (ei.value.field, ei.value.value) == ("group 'g'.kernel_block_size", 1)
