@@ -42,8 +42,11 @@ class Backend(abc.ABC):
         """How this backend runs here."""
 
     @abc.abstractmethod
-    def zero(self, block_ids: Any) -> None:
-        """Zero ``block_ids`` (validated first: nothing is written on bad input)."""
+    def zero(self, block_ids: Any, group: str | None = None) -> None:
+        """Zero ``block_ids`` of cache ``group`` (``None``: every group; GEOMETRY.md section 7).
+
+        Validated first: nothing is written on bad ids or an unknown group.
+        """
 
     @classmethod
     @abc.abstractmethod

@@ -184,11 +184,14 @@ def _host_sized(nbytes: int, what: str) -> None:
         )
 
 
-def run_zero(table: SegmentTable, block_ids: Sequence[int] | np.ndarray, backend: str | None = None) -> dict[str, Any]:
-    """Zero ``block_ids`` with a real backend on a poisoned buffer; the report of section 4."""
+def run_zero(
+    table: SegmentTable, block_ids: Sequence[int] | np.ndarray, backend: str | None = None, group: str | None = None
+) -> dict[str, Any]:
+    """Zero ``block_ids`` (of ``group``) with a real backend on a poisoned buffer; the report of section 4."""
     ids = normalize_block_ids(block_ids, table.num_blocks)  # before any buffer exists
+    table.for_group(group)
     name, _ = registry.resolve(backend)
-    res = run_case(registry.load(name), table, ids)
+    res = run_case(registry.load(name), table, ids, group=group)
     return {
         "version": 1,
         "backend": res.backend if ":" in name else name,
@@ -207,8 +210,11 @@ def cmd_zero(args: argparse.Namespace) -> int:
     if args.blocks is None:
         raise UsageError("--blocks is required (e.g. --blocks 0,5,99)", field="blocks", value=None)
     ids = parse_blocks(args.blocks, table.num_blocks)
+    table.for_group(args.group)  # exit 2 naming the valid groups
     _host_sized(table.total_bytes, "total_bytes")
-    rep = run_zero(table, ids, args.backend)
+    rep = run_zero(table, ids, args.backend, args.group)
+    if args.group is not None:
+        rep["group"] = args.group
     chk = rep.pop("_check")
     if args.json:
         print(json.dumps(rep))
@@ -310,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     pz.add_argument("--blocks", help="block ids, e.g. 0,5,99 or 0-15")
     pz.add_argument("--backend", help=f"backend name (else ${registry.ENV_VAR}, else auto)")
     pz.add_argument("--json", action="store_true", help="print the zero report JSON")
+    pz.add_argument("--group", help="zero the ids of this cache group only (docs/GEOMETRY.md section 7)")
     pz.set_defaults(func=cmd_zero)
     ps = sub.add_parser("shard", help="shard a spec over a device mesh: per-shard layout, proof, id routing")
     _add_source(ps)

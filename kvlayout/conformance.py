@@ -45,6 +45,7 @@ def run_case(
     guard: int = GUARD_BYTES,
     seed: int = 0x5EED,
     extra_bytes: int = 0,
+    group: str | None = None,
 ) -> CaseResult:
     """Zero ``block_ids`` with ``backend`` on a poisoned buffer and compare with the contract.
 
@@ -52,11 +53,16 @@ def run_case(
     Ids are validated before any buffer is made, so bad ids raise and write nothing.
     """
     ids = normalize_block_ids(block_ids, table.num_blocks)
+    table.for_group(group)  # an unknown group is refused before any buffer exists
     data = poison_pattern(guard + table.total_bytes + guard + extra_bytes, seed)
     be = backend.from_host(table, data, offset=guard)
-    be.zero(ids)
+    if group is None:
+        be.zero(ids)
+    else:
+        be.zero(ids, group=group)
     after = be.to_host()
-    return CaseResult(backend.name, be.mode, ids, after, compare_to_contract(data, after, table, ids, origin=guard))
+    check = compare_to_contract(data, after, table, ids, origin=guard, group=group)
+    return CaseResult(backend.name, be.mode, ids, after, check)
 
 
 # --------------------------------------------------------------------------- the battery
@@ -70,6 +76,7 @@ class Case:
     coalesce: bool = False  # hand the backend the coalesced table instead of the planner's
     extra_bytes: int = 0  # buffer larger than the layout
     expect_error: bool = False  # ids out of range: must raise and write nothing
+    group: str | None = None  # zero the ids of this cache group only (GEOMETRY.md section 7)
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,7 @@ class Failure:
     spec_json: str
     block_ids: tuple[int, ...]
     detail: str
+    group: str | None = None
 
     def format(self) -> str:
         ids = ",".join(str(i) for i in self.block_ids)
@@ -88,12 +96,13 @@ class Failure:
         return (
             f"FAIL backend={self.backend} case={self.case} block_ids=[{ids}]\n  {self.detail}\n"
             f"  replay: printf '%s' {spec} > spec.json && kvlayout zero spec.json --blocks {blocks} "
-            f"--backend {backend}"
+            f"--backend {backend}" + (f" --group {shlex.quote(self.group)}" if self.group is not None else "")
         )
 
 
 def battery(quick: bool = False, seeds: int | None = None) -> list[Case]:
     """Presets, seeded random specs of both layouts and edge cases."""
+    from .planner import plan
     from .presets import preset
     from .testing import random_spec
 
@@ -115,6 +124,9 @@ def battery(quick: bool = False, seeds: int | None = None) -> list[Case]:
         Case("bigger-buffer", small, (2, 5), extra_bytes=3 * 512 + 12),
         Case("coalesced-table", preset("dsv4").with_num_blocks(6), (0, 5), coalesce=True),
         Case("181-rows-uncoalesced", preset("dsv4").with_num_blocks(6), (1, 4)),
+        Case("dsv4:one-group", preset("dsv4").with_num_blocks(6), (0, 2, 5), group="c4.3"),
+        Case("dsv4:last-group", preset("dsv4").with_num_blocks(6), (1, 5), group=plan(preset("dsv4")).groups[-1]),
+        Case("dsv4-test:its-only-group", small, (0, 5), group="mla"),
         Case("bad-ids", small, (0, 6), expect_error=True),
         Case("negative-id", small, (-1,), expect_error=True),
     ]
@@ -157,7 +169,7 @@ def run_battery(backend: type[Backend], cases: list[Case] | None = None) -> tupl
         name = getattr(backend, "name", "") or backend.__name__
 
         def fail(detail: str, case: Case = case, name: str = name) -> None:
-            failures.append(Failure(name, case.name, case.spec.to_json(), case.block_ids, detail))
+            failures.append(Failure(name, case.name, case.spec.to_json(), case.block_ids, detail, case.group))
 
         try:
             if case.expect_error:
@@ -172,7 +184,7 @@ def run_battery(backend: type[Backend], cases: list[Case] | None = None) -> tupl
                 else:
                     fail("accepted out-of-range block ids (must raise a KVLayoutError and write nothing)")
                 continue
-            res = run_case(backend, table, list(case.block_ids), extra_bytes=case.extra_bytes)
+            res = run_case(backend, table, list(case.block_ids), extra_bytes=case.extra_bytes, group=case.group)
             images[case.name] = res.after
             if not res.ok:
                 fail(res.check.describe())

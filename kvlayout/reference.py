@@ -26,8 +26,9 @@ def normalize_block_ids(block_ids: Any, num_blocks: int) -> np.ndarray:
     return validate.block_ids(block_ids, num_blocks)
 
 
-def expected_zeroed(table: SegmentTable, block_ids: BlockIds) -> np.ndarray:
-    """The contract: merged, sorted ``[k, 2]`` byte ranges that zeroing ``block_ids`` clears."""
+def expected_zeroed(table: SegmentTable, block_ids: BlockIds, group: str | None = None) -> np.ndarray:
+    """The contract: merged, sorted ``[k, 2]`` byte ranges that zeroing ``block_ids`` (of ``group``) clears."""
+    table = table.for_group(group)
     ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
     if ids.size == 0 or len(table) == 0:
         return np.zeros((0, 2), np.int64)
@@ -60,13 +61,16 @@ def poison_pattern(nbytes: int, seed: int = 0x5EED) -> np.ndarray:
     return b
 
 
-def zero_blocks_numpy(buf: np.ndarray, table: SegmentTable, block_ids: BlockIds, offset: int = 0) -> None:
+def zero_blocks_numpy(
+    buf: np.ndarray, table: SegmentTable, block_ids: BlockIds, offset: int = 0, group: str | None = None
+) -> None:
     """Zero ``block_ids`` in place in host buffer ``buf`` (layout starting at byte ``offset``).
 
     Vectorised per row: each row is a strided ``[num_blocks, span]`` byte view and the
     selected block rows are assigned zero in one fancy-indexed store.
     """
     data = validate_host_buffer(buf, table, offset)
+    table = table.for_group(group)
     ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
     if ids.size == 0:
         return
@@ -109,8 +113,8 @@ class ReferenceBackend(Backend):
     def mode(self) -> str:
         return "native"
 
-    def zero(self, block_ids: BlockIds) -> None:
-        zero_blocks_numpy(self.buffer, self.table, block_ids, self.offset)
+    def zero(self, block_ids: BlockIds, group: str | None = None) -> None:
+        zero_blocks_numpy(self.buffer, self.table, block_ids, self.offset, group)
 
     @classmethod
     def from_host(cls, table: SegmentTable, data: np.ndarray, *, offset: int = 0) -> ReferenceBackend:
@@ -173,10 +177,11 @@ class ZeroCheck:
 
 
 def compare_to_contract(
-    before: np.ndarray, after: np.ndarray, table: SegmentTable, block_ids: BlockIds, origin: int = 0
+    before: np.ndarray, after: np.ndarray, table: SegmentTable, block_ids: BlockIds, origin: int = 0,
+    group: str | None = None,
 ) -> ZeroCheck:
     """Compare two byte images (guard bands included, layout at ``origin``) with the contract."""
-    return compare_to_ranges(before, after, expected_zeroed(table, block_ids), origin)
+    return compare_to_ranges(before, after, expected_zeroed(table, block_ids, group), origin)
 
 
 def compare_to_ranges(before: np.ndarray, after: np.ndarray, exp: np.ndarray, origin: int = 0) -> ZeroCheck:

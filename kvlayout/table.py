@@ -122,6 +122,26 @@ class SegmentTable:
                 total, end = total + b - end, b
         return total
 
+    # ---- groups (GEOMETRY.md section 7) -------------------------------------------------
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Group names of the rows, in first-seen order."""
+        return tuple(dict.fromkeys(s.group for s in self.segments))
+
+    def for_group(self, group: str | None) -> SegmentTable:
+        """The rows of one cache group (``None``: the whole table): what zeroing ids of that group clears.
+
+        A block id belongs to one group at a time, so zeroing it for its group must leave every
+        other group's bytes alone (vLLM #52187). Padding is kept: no group may clear it.
+        """
+        if group is None:
+            return self
+        rows = tuple(s for s in self.segments if s.group == group)
+        if not rows:
+            valid = ", ".join(repr(g) for g in self.groups) or "none"
+            raise bad_value(TableError, "group", group, f"unknown group; valid groups: {valid}")
+        return SegmentTable(self.total_bytes, self.num_blocks, rows, self.padding, self.planned)
+
     # ---- coalescing --------------------------------------------------------------------
     def coalesced(self) -> SegmentTable:
         """Merge rows without changing the union of cleared bytes.

@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 VENV=${KVLAYOUT_TEST_VENV:-.venv}
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-test.txt 2>&1 | grep -v '^WARNING: Location' || true
+# vLLM 0.33.0 for the ground-truth tests: the package without its CUDA dependencies, then the
+# pinned packages its KV-cache code imports (requirements-vllm.txt says why).
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps vllm==0.33.0 2>&1 | grep -v '^WARNING: Location' || true
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-vllm.txt 2>&1 | grep -v '^WARNING: Location' || true
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v '^WARNING: Location' || true
 "$VENV/bin/ruff" check kvlayout backends tests bench scripts
 "$VENV/bin/mypy" kvlayout backends

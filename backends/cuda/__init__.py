@@ -37,8 +37,8 @@ class CudaBackend(Backend):
     def mode(self) -> str:
         return MODE
 
-    def zero(self, block_ids: Any) -> None:
-        self.zeroer.zero(block_ids)
+    def zero(self, block_ids: Any, group: str | None = None) -> None:
+        self.zeroer.zero(block_ids, group)
 
     @classmethod
     def from_host(cls, table: SegmentTable, data: np.ndarray, *, offset: int = 0) -> CudaBackend:

@@ -94,21 +94,26 @@ class ShardedCudaZeroer:
     def shards(self) -> tuple[int, ...]:
         return tuple(self.zeroers)
 
-    def zero(self, block_ids: Any) -> None:
-        """Zero global ``block_ids`` in every shard held here (see the module notes)."""
+    def zero(self, block_ids: Any, group: str | None = None) -> None:
+        """Zero global ``block_ids`` (of one cache ``group``, or all) in every shard held here.
+
+        See the module notes. The group is checked on every shard before anything is written.
+        """
+        for z in self.zeroers.values():
+            z._plan_for(group)
         if isinstance(block_ids, torch.Tensor) and block_ids.device.type == DEVICE_TYPE:
             if MODE != "native":  # a CPU tensor holds host ids: validate globally before any launch
                 check_id_tensor(block_ids)
                 self.layout.validate_ids(block_ids.detach().numpy())
-            self._zero_device(block_ids)
+            self._zero_device(block_ids, group)
             return
         if isinstance(block_ids, torch.Tensor):
             block_ids = block_ids.detach().numpy()
         ids = self.layout.validate_ids(block_ids)  # once, against the global pool
         for k, z in self.zeroers.items():
-            z.zero_validated(self.layout._owned(k, ids))
+            z.zero_validated(self.layout._owned(k, ids), group)
 
-    def _zero_device(self, ids: torch.Tensor) -> None:
+    def _zero_device(self, ids: torch.Tensor, group: str | None = None) -> None:
         check_id_tensor(ids)
         if ids.numel() == 0:
             return
@@ -116,9 +121,9 @@ class ShardedCudaZeroer:
         for z, lo in self._routes:
             g = ids if ids.device == z.device else ids.to(z.device, non_blocking=True)
             if self.layout.block_shards == 1:  # replicated: every id is this shard's, one launch
-                z._launch(g)
+                z._launch(g, dplan=z._plan_for(group))
             else:  # block_sharded: pack this shard's ids first, zero only those
-                z.launch_routed(g, id_lo=lo, id_limit=self._id_limit)
+                z.launch_routed(g, id_lo=lo, id_limit=self._id_limit, group=group)
 
     def check(self) -> None:
         """Raise if a device batch so far had ids outside the global pool (synchronises; resets every shard)."""

@@ -145,6 +145,29 @@ class _Staging:
     busy: bool = False
 
 
+@dataclass
+class _DevicePlan:
+    """One table's work units (host plan and its device copies): the whole table or one group's rows."""
+
+    table: SegmentTable
+    plan: UnitPlan
+    base: torch.Tensor
+    stride: torch.Tensor
+    words: torch.Tensor
+
+
+def _device_plan(table: SegmentTable, coalesce: bool, chunk_words: int, device: Any) -> _DevicePlan:
+    kernel_table = table.coalesced() if coalesce else table
+    plan = plan_units(kernel_table, chunk_words)
+    return _DevicePlan(
+        kernel_table,
+        plan,
+        torch.from_numpy(plan.base_words).to(device),
+        torch.from_numpy(plan.stride_words).to(device),
+        torch.from_numpy(plan.words).to(device),
+    )
+
+
 def _capturing() -> bool:
     return MODE == "native" and torch.cuda.is_current_stream_capturing()
 
@@ -200,17 +223,19 @@ class CudaZeroer:
                 raise BackendError(f"{name} = {value!r}: must be one of {valid}", field=name, value=value)
         require_safe(table)
         self.table = table
-        self.kernel_table = table.coalesced() if coalesce else table
-        self.plan: UnitPlan = plan_units(self.kernel_table, chunk_words)
         self.words = _as_words(buffer, table, offset)
         self.buffer = buffer
         self.offset = offset
         self.device = buffer.device
         self.mode = MODE
         dev = self.device
-        self._ubase = torch.from_numpy(self.plan.base_words).to(dev)
-        self._ustride = torch.from_numpy(self.plan.stride_words).to(dev)
-        self._uwords = torch.from_numpy(self.plan.words).to(dev)
+        self._coalesce = bool(coalesce)
+        self._chunk_words = chunk_words
+        whole = _device_plan(table, self._coalesce, chunk_words, dev)
+        self.kernel_table = whole.table
+        self.plan: UnitPlan = whole.plan
+        # plans by group (None: every group); a group's plan is made on its first use
+        self._plans: dict[str | None, _DevicePlan] = {None: whole}
         self._err = torch.zeros(2, dtype=torch.int64, device=dev)  # only ever added to by kernels
         self._reported = 0  # bad work items check() has already reported
         self.max_batch = int(max_batch)
@@ -251,6 +276,18 @@ class CudaZeroer:
             msg = f"buffer type = {kind}: not importable through DLPack ({e})"
             raise LayoutBufferError(msg, field="buffer", value=kind) from None
         return cls(table, tensor, **kwargs)
+
+    def _plan_for(self, group: str | None) -> _DevicePlan:
+        """The work units of ``group`` (GEOMETRY.md section 7): its rows only, coalesced on their own."""
+        found = self._plans.get(group)
+        if found is not None:
+            return found
+        if not isinstance(group, str):
+            msg = f"group = {group!r}: must be a group name (str) or None"
+            raise TableError(msg, field="group", value=repr(group))
+        made = _device_plan(self.table.for_group(group), self._coalesce, self._chunk_words, self.device)
+        with self._lock:
+            return self._plans.setdefault(group, made)
 
     # ---- per-call buffers ------------------------------------------------------------
     def _new_slot(self) -> _Slot:
@@ -320,13 +357,15 @@ class CudaZeroer:
         return slot.ids[:k]
 
     # ---- per step ----------------------------------------------------------------------
-    def zero(self, block_ids: Any) -> None:
+    def zero(self, block_ids: Any, group: str | None = None) -> None:
         """Zero ``block_ids``: host ids (list, tuple, NumPy, CPU tensor) or a device tensor.
 
-        Host ids are validated first (error, nothing written). A device tensor (int32 or
-        int64, 1-D) is launched on as is; out-of-range ids write nothing and set the flag
-        that :meth:`check` raises.
+        ``group`` names one cache group: only that group's rows are cleared (GEOMETRY.md
+        section 7); ``None`` clears every row. Host ids and the group are validated first
+        (error, nothing written). A device tensor (int32 or int64, 1-D) is launched on as
+        is; out-of-range ids write nothing and set the flag that :meth:`check` raises.
         """
+        dplan = self._plan_for(group)
         if isinstance(block_ids, torch.Tensor) and block_ids.device.type == DEVICE_TYPE and (
             MODE == "native" or block_ids.device == self.device
         ):
@@ -337,21 +376,22 @@ class CudaZeroer:
             if MODE != "native":  # CPU tensors under the interpreter are host ids: validate
                 normalize_block_ids(dev_ids.numpy(), self.table.num_blocks)
             if dev_ids.numel():
-                self._launch(dev_ids)
+                self._launch(dev_ids, dplan=dplan)
             return
         if isinstance(block_ids, torch.Tensor):
             block_ids = block_ids.detach().cpu().numpy()
-        self.zero_validated(normalize_block_ids(block_ids, self.table.num_blocks))
+        self.zero_validated(normalize_block_ids(block_ids, self.table.num_blocks), group)
 
-    def zero_validated(self, ids: np.ndarray) -> None:
+    def zero_validated(self, ids: np.ndarray, group: str | None = None) -> None:
         """Zero host ids already validated against ``[0, num_blocks)`` (int64 ``[n]``): stage, launch."""
         if ids.size > self.max_batch:
             raise BlockIdError(f"block_ids: batch of {ids.size} exceeds max_batch {self.max_batch}", field="block_ids", value=ids.size)
+        dplan = self._plan_for(group)
         if not ids.size:
             return
         slot, stream = self._acquire()
         try:
-            self._launch(self._stage(ids, slot))
+            self._launch(self._stage(ids, slot), dplan=dplan)
         finally:
             self._release(slot, stream)
 
@@ -362,6 +402,7 @@ class CudaZeroer:
         id_limit: int | None = None,
         *,
         count: torch.Tensor | None = None,
+        dplan: _DevicePlan | None = None,
     ) -> None:
         """One launch over device ids.
 
@@ -370,30 +411,33 @@ class CudaZeroer:
         another shard and writes nothing. ``count``: only the first ``count[0]`` ids are
         live (packed by :meth:`launch_routed`).
         """
-        programs, items = launch_grid(self.plan, dev_ids.numel(), self.max_programs)
+        dp = self._plans[None] if dplan is None else dplan
+        programs, items = launch_grid(dp.plan, dev_ids.numel(), self.max_programs)
         with launch_guard():
             self.last_compiled = zero_units_kernel[(programs,)](
                 self.words,
                 dev_ids,
-                self._ubase,
-                self._ustride,
-                self._uwords,
+                dp.base,
+                dp.stride,
+                dp.words,
                 self._err,
                 self._no_count if count is None else count,
-                self.plan.units_per_block,
+                dp.plan.units_per_block,
                 id_lo,
                 self.table.num_blocks,
                 self.table.num_blocks if id_limit is None else id_limit,
                 items,
                 SUB=self.sub_words,
-                ALIGNED=self.plan.aligned16,
+                ALIGNED=dp.plan.aligned16,
                 CACHE=self.cache_modifier,
                 EVICT=self.eviction_policy,
                 COUNTED=count is not None,
                 num_warps=self.num_warps,
             )
 
-    def launch_routed(self, dev_ids: torch.Tensor, id_lo: int, id_limit: int) -> None:
+    def launch_routed(
+        self, dev_ids: torch.Tensor, id_lo: int, id_limit: int, group: str | None = None
+    ) -> None:
         """Zero the device ids this buffer owns, ``[id_lo, id_lo + num_blocks)``, of a global batch.
 
         No host sync: the count is reset, one program per 1,024 ids packs the owned ids as
@@ -403,6 +447,7 @@ class CudaZeroer:
         keeps the buffers of the captured call).
         """
         n = dev_ids.numel()
+        dplan = self._plan_for(group)
         slot, stream = self._acquire()
         try:
             if slot.routed.numel() < n:
@@ -414,7 +459,7 @@ class CudaZeroer:
                     dev_ids, slot.routed, slot.count, self._err, n, id_lo, self.table.num_blocks, id_limit,
                     BLOCK=ROUTE_BLOCK,
                 )
-            self._launch(slot.routed[:n], count=slot.count)
+            self._launch(slot.routed[:n], count=slot.count, dplan=dplan)
         finally:
             self._release(slot, stream)
 

@@ -34,14 +34,25 @@ class PallasBackend(Backend):
         self.buffer = buffer
         self._nbytes: int | None = None
         self._lock = threading.Lock()
+        self._kwargs = dict(kwargs, offset=offset)
+        # one zeroer per cache group zeroed so far (GEOMETRY.md section 7), made on first use
+        self._by_group: dict[str | None, PallasZeroer] = {None: self.zeroer}
 
     @property
     def mode(self) -> str:
         return self.zeroer.mode
 
-    def zero(self, block_ids: Any) -> None:
+    def _zeroer_for(self, group: str | None) -> PallasZeroer:
+        found = self._by_group.get(group)
+        if found is None:
+            found = PallasZeroer(self.table, group=group, **self._kwargs)
+            found._bad = self.zeroer._bad  # one bad-id count for the buffer, whichever group
+            self._by_group[group] = found
+        return found
+
+    def zero(self, block_ids: Any, group: str | None = None) -> None:
         with self._lock:
-            self.buffer = self.zeroer(self.buffer, block_ids)
+            self.buffer = self._zeroer_for(group)(self.buffer, block_ids)
 
     @classmethod
     def from_host(cls, table: SegmentTable, data: np.ndarray, *, offset: int = 0, **kwargs: Any) -> PallasBackend:

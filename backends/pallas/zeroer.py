@@ -177,8 +177,12 @@ class PallasZeroer:
         chunk_rows: int = 16,  # H200 sweep: bench/results/h200-final/pallas_design_*.json
         num_warps: int = 4,
         programs: int | None = None,
+        group: str | None = None,
     ) -> None:
         check_table(table)
+        if group is not None and not isinstance(group, str):
+            msg = f"group = {group!r}: must be a group name (str) or None"
+            raise TableError(msg, field="group", value=repr(group))
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 or offset % 4:
             msg = f"offset = {offset!r}: must be a non-negative multiple of 4"
             raise LayoutBufferError(msg, field="offset", value=offset)
@@ -196,7 +200,10 @@ class PallasZeroer:
             raise LayoutBufferError(msg, field="kernel", value=kernel)
         require_safe(table)
         self.table = table
-        self.kernel_table = table.coalesced() if coalesce else table
+        #: the cache group whose rows this zeroer clears (None: all; GEOMETRY.md section 7)
+        self.group = group
+        rows = table.for_group(group)
+        self.kernel_table = rows.coalesced() if coalesce else rows
         check_rows_disjoint_per_block(self.kernel_table)
         self.offset = offset
         auto_kernel, auto_interp = default_kernel()
