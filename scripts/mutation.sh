@@ -39,11 +39,11 @@ declare -A TESTS=(
   [spec]="tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py tests/test_layouts.py tests/test_hostile.py"
   [planner]="tests/test_oracles.py tests/test_planner.py tests/test_regressions_19.py tests/test_layouts.py"
   [table]="tests/test_table.py tests/test_regressions_19.py"
-  [validate]="tests/test_reference.py tests/test_table.py tests/test_spec.py tests/test_hostile.py"
-  [reference]="tests/test_reference.py"
+  [validate]="tests/test_validate.py tests/test_reference.py"
+  [reference]="tests/test_reference.py tests/test_mutants_reference.py"
   [cuda-plan]="tests/test_host_plans.py"
   [pallas-plan]="tests/test_host_plans.py"
-  [verify]="tests/test_verify.py tests/test_regressions_19.py"
+  [verify]="tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
@@ -84,7 +84,7 @@ run_one() {  # stage the sources and one module's tests, run mutmut, keep its re
   local start=$SECONDS
   (cd "$w" && "$ROOT/$VENV/bin/mutmut" run --max-children "$JOBS" > mutmut-run.log 2>&1) \
     || { tail -40 "$w/mutmut-run.log"; return 1; }
-  echo "$n $(( SECONDS - start ))" >> "$WORK/seconds.txt"
+  echo "$(( SECONDS - start ))" > "$w/seconds.txt"
   (cd "$w" && "$ROOT/$VENV/bin/mutmut" results --all true > results.txt
    grep -E ': (survived|no tests|timeout|suspicious)$' results.txt | sed 's/^ *//; s/:.*//' | while read -r m; do
      "$ROOT/$VENV/bin/mutmut" show "$m" > "show.$m.txt" 2>&1 || true
@@ -94,7 +94,7 @@ run_one() {  # stage the sources and one module's tests, run mutmut, keep its re
 export JAX_PLATFORMS=cpu TPU_SKIP_MDS_QUERY=1 HYPOTHESIS_PROFILE=ci PYTHONDONTWRITEBYTECODE=1
 # KVLAYOUT_MUTATION_REPORT_ONLY=1: rebuild the table from the last run's results in $WORK
 if [ -z "${KVLAYOUT_MUTATION_REPORT_ONLY:-}" ]; then
-  mkdir -p "$WORK" && rm -f "$WORK/seconds.txt"
+  mkdir -p "$WORK"
   for n in "${names[@]}"; do
     echo "== $n: ${TARGETS[$n]} with ${TESTS[$n]}"
     run_one "$n"
@@ -106,7 +106,8 @@ cd "$WORK"
 "$ROOT/$TEST_VENV/bin/python" - "$ROOT" "$OUT" "$JOBS" "${names[@]}" <<'PY'
 import json, pathlib, re, subprocess, sys, datetime
 root, out, jobs, *names = sys.argv[1:]
-secs = {k: int(v) for k, v in (l.split() for l in pathlib.Path("seconds.txt").read_text().splitlines())}
+secs = {k: int(pathlib.Path(k, "seconds.txt").read_text()) for k in names}
+report_only = bool(__import__("os").environ.get("KVLAYOUT_MUTATION_REPORT_ONLY"))
 out = pathlib.Path(root) / out
 targets = {"spec": "kvlayout.spec", "planner": "kvlayout.planner", "table": "kvlayout.table",
            "verify": "kvlayout.verify", "reference": "kvlayout.reference", "validate": "kvlayout.validate",
@@ -161,12 +162,12 @@ for key, line in results:
 path = out / "mutation.json"
 old = json.loads(path.read_text()) if path.exists() else {"modules": {}}
 old["modules"].update(rows)
-old["runs"] = old.get("runs", []) + [{
+old["runs"] = old.get("runs", []) + ([] if report_only else [{
     "date": datetime.date.today().isoformat(), "modules": names, "seconds": secs, "jobs": int(jobs),
     "test_scale": float(__import__("os").environ.get("KVLAYOUT_TEST_SCALE", "1")),
     "commit": subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True).stdout.strip(),
-    "command": "scripts/mutation.sh " + " ".join(names), "tool": "mutmut 3.8.1"}]
+    "command": "scripts/mutation.sh " + " ".join(names), "tool": "mutmut 3.8.1"}])
 path.write_text(json.dumps(old, indent=1) + "\n")
 lines = ["# Mutation testing (issue 19)", "",
          "`scripts/mutation.sh [MODULE ...]`: mutmut 3.8.1 over the core and the backends' host-side plans,",
