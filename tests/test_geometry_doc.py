@@ -18,9 +18,17 @@ from kvlayout.spec import MLASpec
 DOC = Path(__file__).resolve().parent.parent / "docs" / "GEOMETRY.md"
 TEXT = DOC.read_text()
 SECTIONS = re.findall(r"^## (\d+)\. ", TEXT, flags=re.M)
-BLOCKS = re.findall(r"^```json\n(.*?)^```", TEXT, flags=re.M | re.S)
+#: the text of sections 1 to 9, by number
+PARTS = dict(zip(map(int, SECTIONS), re.split(r"^## \d+\. ", TEXT, flags=re.M)[1:]))
+JSON_BLOCK = re.compile(r"^```json\n(.*?)^```", flags=re.M | re.S)
+BLOCKS = JSON_BLOCK.findall(TEXT)
 #: the doc with line breaks folded, for phrases that wrap
 FLAT = " ".join(TEXT.split())
+
+
+def flat(section: int) -> str:
+    """One section's text with line breaks folded."""
+    return " ".join(PARTS[section].split())
 
 
 def num(s: str) -> int:
@@ -35,31 +43,36 @@ def find(pattern: str) -> tuple[int, ...]:
     return tuple(num(g) for g in m.groups())
 
 
+def examples(section: int) -> list[dict[str, Any]]:
+    """The JSON examples of one section, parsed."""
+    return [json.loads(b) for b in JSON_BLOCK.findall(PARTS[section])]
+
+
 def example(key: str) -> dict[str, Any]:
     """The JSON example of section 4 that has ``key`` (spec: groups, table: segments, report: zeroed)."""
-    found = [d for d in map(json.loads, BLOCKS) if key in d]
+    found = [d for d in examples(4) if key in d]
     assert len(found) == 1, key
     return found[0]
 
 
-def test_nine_sections_and_three_json_examples() -> None:
+def test_nine_sections_and_their_json_examples() -> None:
     assert list(map(int, SECTIONS)) == list(range(1, 10))
-    assert len(BLOCKS) == 3
+    assert [len(examples(i)) for i in range(1, 10)] == [0, 0, 0, 3, 0, 1, 0, 0, 1]
+    assert len(BLOCKS) == 5
     assert "../shared" not in TEXT
 
 
-def test_unimplemented_sections_are_marked() -> None:
-    parts = re.split(r"^## \d+\. ", TEXT, flags=re.M)[1:]
+def test_sections_6_to_9_say_they_are_implemented() -> None:
+    """Every section of the contract is implemented now; none may still say otherwise."""
+    for i in range(1, 10):
+        assert "Not implemented yet" not in PARTS[i], f"section {i}"
     for i in (6, 7, 9):
-        assert "Not implemented yet" in parts[i - 1], f"section {i}"
-    assert "Not implemented yet" not in "".join(parts[:5])
-
-
-def test_layouts_of_section_6_are_the_implemented_ones() -> None:
-    from kvlayout.spec import LAYOUTS
-
-    assert "`packed` (= `BLHNC`) and `layer_major` (= `LBHNC`)" in FLAT
-    assert set(LAYOUTS) == {"packed", "layer_major"}
+        assert "**Implemented" in PARTS[i], f"section {i}"
+    assert "all four are implemented" in FLAT
+    # the modules each section names exist
+    for i in (6, 7, 8, 9):
+        for path in re.findall(r"`((?:kvlayout|backends|tests)/[\w/]+\.py)`", PARTS[i]):
+            assert (DOC.parent.parent / path).is_file(), (i, path)
 
 
 def test_spec_example_plans_to_the_table_example() -> None:
@@ -207,6 +220,196 @@ def test_zero_report_example_matches_kvlayout_zero(capsys: pytest.CaptureFixture
 
 
 def test_limits_of_section_8() -> None:
-    ranges = pytest.importorskip("kvlayout.ranges")
+    from kvlayout import ranges
+    from kvlayout.verify import MAX_CROSS_PAIRS
+
     assert "`num_blocks` lies in `[0, 2**31 - 1]`" in FLAT and ranges.MAX_BLOCKS == 2**31 - 1
     assert "less than `2**62`" in FLAT and ranges.MAX_BYTES == 2**62
+    (pairs,) = find(r"a table with more than ([\d,]+) such pairs is\s+refused")
+    assert pairs == MAX_CROSS_PAIRS
+
+
+def test_section_8_refuses_too_many_cross_stride_pairs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """More meeting rows of different strides than the verifier decides in its bound: exit 2."""
+    from kvlayout.verify import MAX_CROSS_PAIRS
+
+    k = int(MAX_CROSS_PAIRS**0.5) + 2  # k rows of stride 8 and k of stride 12 meet pairwise: k*k pairs
+    rows = [{"base": 4 * i, "stride": 8, "span": 4} for i in range(k)]
+    rows += [{"base": 4 * i, "stride": 12, "span": 4} for i in range(k)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"total_bytes": 10**6, "num_blocks": 1000, "segments": rows}))
+    assert main(["check", "--table", str(path)]) == 2
+    assert "such pairs" in capsys.readouterr().err
+
+
+# ---- section 6: vLLM's six layouts
+def _doc_rows() -> dict[str, list[tuple[str, str, int, int, int]]]:
+    """The worked example's table: layout -> rows (layer index, part, base, stride, span)."""
+    out: dict[str, list[tuple[str, str, int, int, int]]] = {}
+    for line in PARTS[6].splitlines():
+        m = re.fullmatch(r"\| ((?:`\w+`(?:, )?)+) \| (.*) \|", line)
+        if not m:
+            continue
+        rows = [
+            (r[0], r[1], int(r[2]), int(r[3]), int(r[4]))
+            for r in re.findall(r"(\d+)\.(\w+): (\d+)/(\d+)/(\d+)", m[2])
+        ]
+        for name in re.findall(r"`(\w+)`", m[1]):
+            out[name] = rows
+    return out
+
+
+def test_section_6_names_the_six_layouts_and_the_aliases() -> None:
+    from kvlayout.spec import ALL_LAYOUTS, KV_CACHE_LAYOUTS, LAYOUT_ALIASES
+
+    six = re.search(r"six orders: (.*?) and `(\w+)`", flat(6))
+    assert six
+    assert tuple(re.findall(r"`(\w+)`", six[1]) + [six[2]]) == KV_CACHE_LAYOUTS
+    assert "`packed` is `BLHNC`" in flat(6) and "`layer_major` is `LBHNC`" in flat(6)
+    assert dict(LAYOUT_ALIASES) == {"packed": "BLHNC", "layer_major": "LBHNC"}
+    assert set(ALL_LAYOUTS) == set(KV_CACHE_LAYOUTS) | {"packed", "layer_major"}
+    for name in ALL_LAYOUTS:  # every name plans
+        spec = kvlayout.KVCacheSpec.from_dict({**examples(6)[0], "layout": name})
+        assert kvlayout.verify(kvlayout.plan(spec)).ok
+    valid = r"layout = 'HBLNC'.*valid layouts: packed, layer_major, LBHNC"
+    with pytest.raises(kvlayout.SpecError, match=valid):
+        kvlayout.KVCacheSpec.from_dict({**examples(6)[0], "layout": "HBLNC"})
+
+
+def test_section_6_worked_example_rows_under_every_layout() -> None:
+    from kvlayout.spec import KV_CACHE_LAYOUTS
+
+    (doc,) = examples(6)
+    spec = kvlayout.KVCacheSpec.from_dict(doc)
+    assert spec.to_dict() == doc
+    c, nc, page, total = find(
+        r"`C = 2 \* 8 \* 2 = (\d+)` B, `N\*C = (\d+)` B per head and the page is `H \* N\*C = ([\d,]+)` B; "
+        r"every layout needs `total_bytes = ([\d,]+)`"
+    )
+    layer = spec.groups[0].layers[0]
+    assert (layer.content_bytes, layer.states * layer.content_bytes, layer.real_page) == (c, nc, page)
+    rows = _doc_rows()
+    assert set(rows) == set(KV_CACHE_LAYOUTS)
+    for name in KV_CACHE_LAYOUTS:
+        table = kvlayout.plan(kvlayout.KVCacheSpec.from_dict({**doc, "layout": name}))
+        got = [(s.layer.split(".")[2], s.part, s.base, s.stride, s.span) for s in table.segments]
+        assert got == rows[name], name
+        assert table.total_bytes == total, name
+
+
+def test_section_6_bhlnc_and_lhbnc_formulas() -> None:
+    """Head h of the i-th of k layers of a BHLNC run at run + h*k*N*C + i*N*C; LHBNC head h of
+    block b at region + h*num_blocks*N*C + b*N*C (the doc's formulas, on the worked example)."""
+    assert "`run + h * k * N*C + i * N*C`" in flat(6)
+    assert "`region + h * num_blocks * N*C + b * N*C`" in flat(6)
+    (doc,) = examples(6)
+    nc, k, n = 512, 2, doc["num_blocks"]
+    bh = kvlayout.plan(kvlayout.KVCacheSpec.from_dict({**doc, "layout": "BHLNC"}))
+    for s in bh.segments:
+        i, h = int(s.layer.split(".")[2]), int(s.part.removeprefix("head"))
+        assert s.base == h * k * nc + i * nc
+    lh = kvlayout.plan(kvlayout.KVCacheSpec.from_dict({**doc, "layout": "LHBNC"}))
+    for s in lh.segments:
+        i, h = int(s.layer.split(".")[2]), int(s.part.removeprefix("head"))
+        assert s.base == i * 2 * nc * n + h * n * nc and s.stride == nc
+
+
+def test_section_6_refusals_name_the_field() -> None:
+    (doc,) = examples(6)
+    padded = json.loads(json.dumps(doc))
+    padded["groups"][0]["layers"][0]["alignment"] = 1536
+    for order in ("LHBNC", "BHLNC"):
+        with pytest.raises(kvlayout.SpecError, match=r"alignment = 1536: .*cannot pad a page of 2 head"):
+            kvlayout.plan(kvlayout.KVCacheSpec.from_dict({**padded, "layout": order}))
+    split = json.loads(json.dumps(doc))
+    for layer in split["groups"][0]["layers"]:
+        layer["kv_split"] = True
+    assert "accepted under `layer_major`/`LBHNC` only" in flat(6)
+    for order in ("layer_major", "LBHNC"):
+        kvlayout.plan(kvlayout.KVCacheSpec.from_dict({**split, "layout": order}))
+    with pytest.raises(kvlayout.SpecError, match=r"kv_split = True: kv_split is an error in the BLNHC"):
+        kvlayout.plan(kvlayout.KVCacheSpec.from_dict({**split, "layout": "BLNHC"}))
+
+
+def test_section_6_block_stride_alignment() -> None:
+    (doc,) = examples(6)
+    aligned = json.loads(json.dumps(doc))
+    aligned["groups"][0]["layers"][1]["block_stride_alignment"] = 1536
+    lay = kvlayout.plan_layout(kvlayout.KVCacheSpec.from_dict({**aligned, "layout": "BLHNC"}))
+    assert lay.block_stride == 3072  # round_up(2 * 1024, lcm(1, 1536))
+    lay = kvlayout.plan_layout(kvlayout.KVCacheSpec.from_dict({**aligned, "layout": "LBHNC"}))
+    assert lay.slot_pages == (1024, 1536)  # each layer's page rounded to its own alignment
+
+
+def test_section_6_points_at_the_vllm_ground_truth() -> None:
+    from kvlayout.integrations import vllm
+
+    for name in ("spec_from_kv_cache_config", "table_from_block_zeroer"):
+        assert f"`{name}`" in flat(6) and name in vllm.__all__
+    gt = (DOC.parent.parent / "tests" / "test_vllm_ground_truth.py").read_text()
+    assert "def test_difference_ids_outside_the_pool" in gt
+    assert "def test_difference_bhlnc_segment_spans_other_layers" in gt
+    assert "def test_lhbnc_with_mamba_is_refused_where_vllm_interleaves_blocks" in gt
+    assert "two intended differences" in flat(6)
+
+
+# ---- section 7: per-group zeroing
+def test_section_7_per_group_zeroing(capsys: pytest.CaptureFixture[str]) -> None:
+    table = kvlayout.plan(kvlayout.preset("dsv4"))
+    assert "`SegmentTable.groups`" in flat(7) and "`table.for_group(g)`" in flat(7)
+    group = table.for_group("c4.3")
+    assert {s.group for s in group.segments} == {"c4.3"} and kvlayout.verify(group).ok
+    ours = kvlayout.expected_zeroed(table, [0, 5], group="c4.3")
+    assert main(["zero", "--preset", "dsv4", "--blocks", "0,5", "--group", "c4.3", "--json",
+                 "--backend", "reference"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["group"] == "c4.3" and rep["matches_contract"]
+    assert rep["zeroed"] == ours.tolist()
+    assert main(["zero", "--preset", "dsv4", "--blocks", "0", "--group", "nope"]) == 2
+    assert "unknown group; valid groups: 'c4.0'" in capsys.readouterr().err
+    # coalescing a whole table joins groups, after which they cannot be told apart
+    merged = table.coalesced()
+    assert any("+" in g for g in merged.groups) and "names them `a+b`" in flat(7)
+    with pytest.raises(kvlayout.TableError, match="unknown group"):
+        merged.for_group("c4.3")
+
+
+def test_section_7_backends_take_a_group() -> None:
+    import inspect
+
+    from kvlayout.conformance import battery
+
+    assert "group" in inspect.signature(kvlayout.Backend.zero).parameters
+    assert "group" in inspect.signature(kvlayout.ReferenceBackend.zero).parameters
+    assert any(c.group is not None for c in battery(quick=True))
+
+
+# ---- section 9: native arrays
+def test_section_9_native_example() -> None:
+    from kvlayout.native import NativeCacheSpec, expected_zeroed_native, native_tables
+
+    (doc,) = examples(9)
+    spec = NativeCacheSpec.from_dict(doc)
+    assert spec.to_dict() == doc
+    tables = native_tables(spec)
+    p0, t0 = find(r"`layer\.0` has base 0 and stride = span = 16 \* 2 \* 2 \* 128 \* 2 = ([\d,]+) B in a\s+"
+                  r"buffer of ([\d,]+) B")
+    p1, t1 = find(r"`layer\.1` 2 \* 32 \* 640 \* 2 = ([\d,]+) B in ([\d,]+) B")
+    for name, page, total in (("layer.0", p0, t0), ("layer.1", p1, t1)):
+        (row,) = tables[name].segments
+        assert (row.base, row.stride, row.span, tables[name].total_bytes) == (0, page, page, total)
+    got = expected_zeroed_native(spec, [0, 7], group="mla")
+    assert got["layer.0"].size == 0
+    assert got["layer.1"].tolist() == [[0, p1], [7 * p1, 8 * p1]]
+    assert "Zeroing the ids `[0, 7]` for group `mla` clears `layer.1[0]` and `layer.1[7]`" in flat(9)
+
+
+def test_section_9_names_the_zeroer() -> None:
+    import importlib.util
+
+    assert "`kvlayout.backends.pallas.CacheZeroer`" in flat(9)
+    native = DOC.parent.parent / "backends" / "pallas" / "native.py"
+    assert "class CacheZeroer" in native.read_text() and "def leaf_backend" in native.read_text()
+    assert importlib.util.find_spec("kvlayout.native") is not None
