@@ -43,7 +43,7 @@ declare -A TESTS=(
   [reference]="tests/test_reference.py tests/test_mutants_reference.py"
   [cuda-plan]="tests/test_host_plans.py"
   [pallas-plan]="tests/test_host_plans.py"
-  [verify]="tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py"
+  [verify]="tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py tests/test_mutants_verify.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
