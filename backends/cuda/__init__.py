@@ -14,12 +14,16 @@ import torch
 from kvlayout.backend import Backend
 from kvlayout.table import SegmentTable
 
+from . import ops
 from ._mode import DEVICE_TYPE, MODE
 from .kernel import UnitPlan, launch_grid, plan_units, zero_units_numpy
 from .sharded import ShardedCudaZeroer
 from .zeroer import CudaZeroer
 
-__all__ = ["CudaBackend", "CudaZeroer", "MODE", "ShardedCudaZeroer", "UnitPlan", "launch_grid", "plan_units", "zero_units_numpy"]
+__all__ = [
+    "CudaBackend", "CudaZeroer", "MODE", "ShardedCudaZeroer", "UnitPlan", "launch_grid", "ops", "plan_units",
+    "zero_units_numpy",
+]
 
 
 class CudaBackend(Backend):

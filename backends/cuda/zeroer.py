@@ -1,18 +1,24 @@
 """Torch wrapper around the Triton zeroer: plan once per (table, buffer), launch every step.
 
-A step does not synchronise the host: host block ids are validated, written into a pinned
-staging buffer and copied asynchronously into a device ids buffer. Both come from small
-pools: a call owns its buffers from staging to launch, and a buffer is reused only when
-no launch still in flight can read it (same stream, or the event recorded after its last
-use has completed); otherwise the pool grows by one. In steady state nothing is allocated.
-Device id tensors are used as they are and bounds-checked inside the kernel;
-:meth:`CudaZeroer.check` reports bad ones later.
+A step does not synchronise the host. Host block ids (a list, tuple, NumPy array or CPU
+tensor) are checked at C speed (``operator.countOf`` over their types, NumPy min/max; no
+per-element Python loop) while being written straight into a pinned staging buffer, which
+is then copied asynchronously into a device ids buffer. Natively, the copy and the launch
+are one CUDA graph per (staging buffer, batch-size bucket, plan), replayed each step: the
+live count travels with the ids and the kernel walks only ``count * W`` work items. Buffers
+come from small pools: a call owns its buffers from staging to launch, and a buffer is
+reused only when no launch still in flight can read it (same stream for device-only
+buffers, or the event recorded after its last use has completed); otherwise the pool grows
+by one. In steady state nothing is allocated. Device id tensors are used as they are and
+bounds-checked inside the kernel; :meth:`CudaZeroer.check` reports bad ones later.
 """
 
 from __future__ import annotations
 
 import ctypes
+import operator
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +42,10 @@ DEFAULT_NUM_WARPS = 4
 DEFAULT_PROGRAMS_PER_SM = 2
 DEFAULT_CACHE = ""
 DEFAULT_EVICT = "evict_first"
+#: Small batches: smaller work units (int32 words), largest first, until a batch has at least
+#: ``FILL_WAVES * max_programs`` work items (a few ids cannot fill the GPU with 32 KB units).
+SMALL_CHUNKS = (4096, 2048, 1024)
+FILL_WAVES = 2
 #: Ids per program of the routing kernel.
 ROUTE_BLOCK = 1024
 #: Triton's store cache modifiers and eviction policies.
@@ -154,22 +164,59 @@ class _DevicePlan:
     base: torch.Tensor
     stride: torch.Tensor
     words: torch.Tensor
+    sub: int  # words per vector store (at most the chunk)
 
 
-def _device_plan(table: SegmentTable, coalesce: bool, chunk_words: int, device: Any) -> _DevicePlan:
+def _device_plan(table: SegmentTable, coalesce: bool, chunk_words: int, sub_words: int, device: Any) -> _DevicePlan:
     kernel_table = table.coalesced() if coalesce else table
     plan = plan_units(kernel_table, chunk_words)
+    sub = sub_words
+    if chunk_words & (chunk_words - 1) == 0:  # a power-of-two chunk: no vector wider than it
+        sub = min(sub_words, chunk_words)
     return _DevicePlan(
         kernel_table,
         plan,
         torch.from_numpy(plan.base_words).to(device),
         torch.from_numpy(plan.stride_words).to(device),
         torch.from_numpy(plan.words).to(device),
+        sub,
     )
+
+
+@dataclass
+class _Replay:
+    """Native host batches: a pinned ``[count, ids...]`` buffer, its device copy, and the CUDA
+    graphs (copy + counted launch) captured over them, one per (plan, batch-size bucket)."""
+
+    pinned: torch.Tensor  # int64 [max_batch + 1], pinned host memory
+    view: np.ndarray  # its NumPy view (ids are written here)
+    dev: torch.Tensor  # int64 [max_batch + 1] on the device
+    graphs: dict[tuple[str | None, int, int], Any]
+    done: Any = None  # torch.cuda.Event recorded after the last replay
+    busy: bool = False
+
+
+#: Zeroers by the int handle the ``kvlayout::zero_blocks`` op names them with (weakly held).
+_HANDLES: dict[int, weakref.ref[CudaZeroer]] = {}
+_HANDLES_LOCK = threading.Lock()
+
+
+def zeroer_for_handle(handle: int) -> CudaZeroer:
+    """The live zeroer registered under ``handle`` (see :attr:`CudaZeroer.handle`)."""
+    ref = _HANDLES.get(handle)
+    z = ref() if ref is not None else None
+    if z is None:
+        raise BackendError(f"handle = {handle!r}: no live CudaZeroer has this handle", field="handle", value=handle)
+    return z
 
 
 def _capturing() -> bool:
     return MODE == "native" and torch.cuda.is_current_stream_capturing()
+
+
+def _bucket(k: int, limit: int) -> int:
+    """The batch-size bucket of ``k`` ids: the next power of two, at most ``limit``."""
+    return min(1 << (k - 1).bit_length(), limit)
 
 
 class CudaZeroer:
@@ -179,14 +226,18 @@ class CudaZeroer:
     interpreter) holding at least ``offset + total_bytes`` bytes. ``max_batch`` bounds the
     ids per host batch (the size of each device ids buffer). Memory owned elsewhere comes
     in through :meth:`from_dlpack`. The table is verified first; an unsafe table is refused.
+    ``graphs`` (native only): replay host batches as CUDA graphs (copy + launch) instead of
+    launching eagerly. ``small_batch``: cut the table into smaller work units for batches too
+    small to fill the GPU (``SMALL_CHUNKS``).
 
     Thread safety: one zeroer may be called from several threads at once (e.g. on
-    disjoint ids). Every call stages its ids in buffers it owns until its launch is
-    enqueued, and a buffer is reused only once no launch in flight can read it; under the
-    interpreter, launches are serialised by a process-wide lock. Natively, launches go to
-    each thread's current stream: ordering writes to the same bytes across streams is
-    the caller's business. :meth:`check` reports bad device ids of launches that finished
-    before it, once each. A CUDA graph captured around a call owns that call's buffers.
+    disjoint ids). Every call stages its ids in buffers it owns until its launch (or graph
+    replay) is enqueued, and a buffer is reused only once no launch in flight can read it;
+    under the interpreter, launches are serialised by a process-wide lock. Natively,
+    launches go to each thread's current stream: ordering writes to the same bytes across
+    streams is the caller's business. :meth:`check` reports bad device ids of launches that
+    finished before it, once each. A CUDA graph captured around a call owns that call's
+    buffers (that call launches eagerly inside the capture).
     """
 
     def __init__(
@@ -203,6 +254,8 @@ class CudaZeroer:
         max_programs: int | None = None,
         cache_modifier: str = DEFAULT_CACHE,
         eviction_policy: str = DEFAULT_EVICT,
+        graphs: bool = True,
+        small_batch: bool = True,
     ) -> None:
         check_table(table)
         if max_batch is None:
@@ -221,6 +274,9 @@ class CudaZeroer:
         ):
             if not isinstance(value, str) or value not in valid:
                 raise BackendError(f"{name} = {value!r}: must be one of {valid}", field=name, value=value)
+        for name, flag in (("graphs", graphs), ("small_batch", small_batch)):
+            if not isinstance(flag, bool):
+                raise BackendError(f"{name} = {flag!r}: must be True or False", field=name, value=flag)
         require_safe(table)
         self.table = table
         self.words = _as_words(buffer, table, offset)
@@ -231,11 +287,13 @@ class CudaZeroer:
         dev = self.device
         self._coalesce = bool(coalesce)
         self._chunk_words = chunk_words
-        whole = _device_plan(table, self._coalesce, chunk_words, dev)
+        whole = _device_plan(table, self._coalesce, chunk_words, self.sub_words, dev)
         self.kernel_table = whole.table
         self.plan: UnitPlan = whole.plan
-        # plans by group (None: every group); a group's plan is made on its first use
-        self._plans: dict[str | None, _DevicePlan] = {None: whole}
+        # plans by (group, chunk words) (group None: every group); made on first use
+        self._plans: dict[tuple[str | None, int], _DevicePlan] = {(None, chunk_words): whole}
+        # the plan each (group, bucket) of batch sizes launches with (small-batch geometry)
+        self._geometry: dict[tuple[str | None, int], _DevicePlan] = {}
         self._err = torch.zeros(2, dtype=torch.int64, device=dev)  # only ever added to by kernels
         self._reported = 0  # bad work items check() has already reported
         self.max_batch = int(max_batch)
@@ -250,9 +308,13 @@ class CudaZeroer:
             else:
                 max_programs = 64
         self.max_programs = int(max_programs)
+        self.graphs = graphs and MODE == "native"
+        self.small_batch = small_batch
         self._lock = threading.Lock()
         self._slots: list[_Slot] = [self._new_slot()]
         self._staging: list[_Staging] = []
+        self._replays: list[_Replay] = []
+        self._next_replay = 0
 
     @classmethod
     def from_dlpack(cls, obj: Any, table: SegmentTable, **kwargs: Any) -> CudaZeroer:
@@ -277,17 +339,75 @@ class CudaZeroer:
             raise LayoutBufferError(msg, field="buffer", value=kind) from None
         return cls(table, tensor, **kwargs)
 
-    def _plan_for(self, group: str | None) -> _DevicePlan:
+    def _plan_for(self, group: str | None, chunk_words: int | None = None) -> _DevicePlan:
         """The work units of ``group`` (GEOMETRY.md section 7): its rows only, coalesced on their own."""
-        found = self._plans.get(group)
+        chunk = self._chunk_words if chunk_words is None else chunk_words
+        found = self._plans.get((group, chunk))
         if found is not None:
             return found
-        if not isinstance(group, str):
+        if group is not None and not isinstance(group, str):
             msg = f"group = {group!r}: must be a group name (str) or None"
             raise TableError(msg, field="group", value=repr(group))
-        made = _device_plan(self.table.for_group(group), self._coalesce, self._chunk_words, self.device)
+        rows = self.table if group is None else self.table.for_group(group)
+        made = _device_plan(rows, self._coalesce, chunk, self.sub_words, self.device)
         with self._lock:
-            return self._plans.setdefault(group, made)
+            return self._plans.setdefault((group, chunk), made)
+
+    def plan_for_batch(self, num_ids: int, group: str | None = None) -> _DevicePlan:
+        """The plan a batch of ``num_ids`` ids launches with: smaller units while the default ones
+        give fewer than ``FILL_WAVES * max_programs`` work items (decided once per bucket)."""
+        key = (group, (num_ids - 1).bit_length())
+        found = self._geometry.get(key)
+        if found is not None:
+            return found
+        chosen = self._plan_for(group)
+        want = FILL_WAVES * self.max_programs
+        if self.small_batch and num_ids * chosen.plan.units_per_block < want:
+            bucket = 1 << key[1]
+            for chunk in SMALL_CHUNKS:
+                if chunk >= self._chunk_words:
+                    continue
+                chosen = self._plan_for(group, chunk)
+                if bucket * chosen.plan.units_per_block >= want:
+                    break
+        self._geometry[key] = chosen
+        return chosen
+
+    # ---- the custom op -------------------------------------------------------------------
+    @property
+    def handle(self) -> int:
+        """An int naming this zeroer to the ``kvlayout::zero_blocks`` op (registered on first use)."""
+        h = self.__dict__.get("_handle")
+        if h is None:
+            with _HANDLES_LOCK:
+                h = len(_HANDLES) + 1
+                while h in _HANDLES:
+                    h += 1
+                _HANDLES[h] = weakref.ref(self)
+                self._handle = h
+        return int(h)
+
+    def zero_into(self, buffer: torch.Tensor, block_ids: torch.Tensor, group: str | None = None) -> None:
+        """Zero ``block_ids`` in ``buffer``: this zeroer's buffer or a same-layout copy of it.
+
+        The body of the ``kvlayout::zero_blocks`` op: under functionalisation the op may be
+        handed a copy of the buffer, so the bytes written are always those of ``buffer``.
+        """
+        if not isinstance(block_ids, torch.Tensor):
+            kind = type(block_ids).__name__
+            raise BlockIdError(f"block_ids type = {kind}: must be a tensor", field="block_ids", value=kind)
+        words = _as_words(buffer, self.table, self.offset)
+        if words.data_ptr() == self.words.data_ptr():
+            self.zero(block_ids, group)
+            return
+        if MODE == "native" and words.device != self.device:
+            raise LayoutBufferError(f"buffer device = {words.device}: must be {self.device}", field="buffer.device", value=str(words.device))
+        check_id_tensor(block_ids)
+        if block_ids.device.type != DEVICE_TYPE or MODE != "native":
+            normalize_block_ids(block_ids.detach().cpu().numpy(), self.table.num_blocks)
+        dev_ids = block_ids.to(self.device).contiguous()
+        if dev_ids.numel():
+            self._launch(dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group), words=words)
 
     # ---- per-call buffers ------------------------------------------------------------
     def _new_slot(self) -> _Slot:
@@ -326,11 +446,44 @@ class CudaZeroer:
         with self._lock:
             slot.busy = False
 
-    def _stage(self, ids: np.ndarray, slot: _Slot) -> torch.Tensor:
-        """Copy validated host ids into ``slot`` without a host sync."""
-        k = ids.size
+    def _fill(self, dst: np.ndarray, ids: Any) -> int:
+        """Write host ids into ``dst[:k]``, checked against ``[0, num_blocks)``; return ``k``.
+
+        Lists and tuples of Python ints take the fast path: their types are counted by
+        ``operator.countOf`` (C speed), NumPy converts them straight into ``dst`` and min/max
+        bound them. Anything else (NumPy ids in a list, arrays, bad values) goes through
+        :func:`kvlayout.reference.normalize_block_ids`, which names the first bad element.
+        Raises before anything is launched.
+        """
+        n = self.table.num_blocks
+        if type(ids) in (list, tuple) and operator.countOf(map(type, ids), int) == len(ids):
+            k = len(ids)
+            if k > self.max_batch:
+                raise BlockIdError(f"block_ids: batch of {k} exceeds max_batch {self.max_batch}", field="block_ids", value=k)
+            if k:
+                try:
+                    dst[:k] = ids
+                except OverflowError:
+                    normalize_block_ids(ids, n)  # raises, naming the element
+                    raise
+                if k <= 64:
+                    lo, hi = min(ids), max(ids)
+                else:
+                    v = dst[:k]
+                    lo, hi = int(v.min()), int(v.max())
+                if lo < 0 or hi >= n:
+                    normalize_block_ids(ids, n)  # raises, naming the first bad id
+            return k
+        arr = normalize_block_ids(ids, n)
+        if arr.size > self.max_batch:
+            raise BlockIdError(f"block_ids: batch of {arr.size} exceeds max_batch {self.max_batch}", field="block_ids", value=arr.size)
+        dst[: arr.size] = arr
+        return int(arr.size)
+
+    def _stage(self, ids: Any, slot: _Slot) -> torch.Tensor:
+        """Write host ids (validated by :meth:`_fill`) into ``slot`` without a host sync."""
         if MODE != "native":
-            slot.ids[:k].copy_(torch.from_numpy(ids))
+            k = self._fill(slot.ids.numpy(), ids)
             return slot.ids[:k]
         capturing = _capturing()
         staging = None
@@ -347,13 +500,18 @@ class CudaZeroer:
             if not capturing:
                 with self._lock:
                     self._staging.append(staging)
-        staging.view[:k] = ids
-        slot.ids[:k].copy_(staging.pinned[:k], non_blocking=True)
-        if not capturing:
-            staging.done = staging.done or torch.cuda.Event()
-            staging.done.record()
-            with self._lock:
-                staging.busy = False
+        k = 0
+        try:
+            k = self._fill(staging.view, ids)
+            if k:
+                slot.ids[:k].copy_(staging.pinned[:k], non_blocking=True)
+        finally:
+            if not capturing:
+                if k:
+                    staging.done = staging.done or torch.cuda.Event()
+                    staging.done.record()
+                with self._lock:
+                    staging.busy = False
         return slot.ids[:k]
 
     # ---- per step ----------------------------------------------------------------------
@@ -365,35 +523,98 @@ class CudaZeroer:
         (error, nothing written). A device tensor (int32 or int64, 1-D) is launched on as
         is; out-of-range ids write nothing and set the flag that :meth:`check` raises.
         """
-        dplan = self._plan_for(group)
-        if isinstance(block_ids, torch.Tensor) and block_ids.device.type == DEVICE_TYPE and (
-            MODE == "native" or block_ids.device == self.device
-        ):
-            if MODE == "native" and block_ids.device != self.device:
-                raise BlockIdError(f"block_ids device = {block_ids.device}: must be {self.device}", field="block_ids.device", value=str(block_ids.device))
-            check_id_tensor(block_ids)
-            dev_ids = block_ids.contiguous()
-            if MODE != "native":  # CPU tensors under the interpreter are host ids: validate
-                normalize_block_ids(dev_ids.numpy(), self.table.num_blocks)
-            if dev_ids.numel():
-                self._launch(dev_ids, dplan=dplan)
-            return
         if isinstance(block_ids, torch.Tensor):
+            if block_ids.device.type == DEVICE_TYPE and (MODE == "native" or block_ids.device == self.device):
+                self._zero_device(block_ids, group)
+                return
             block_ids = block_ids.detach().cpu().numpy()
-        self.zero_validated(normalize_block_ids(block_ids, self.table.num_blocks), group)
+        if self.graphs and not _capturing():
+            self._zero_replay(block_ids, group)
+            return
+        self._plan_for(group)  # a bad group raises before anything is staged
+        slot, stream = self._acquire()
+        try:
+            dev_ids = self._stage(block_ids, slot)
+            if dev_ids.numel():
+                self._launch(dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group))
+        finally:
+            self._release(slot, stream)
+
+    def _zero_device(self, block_ids: torch.Tensor, group: str | None) -> None:
+        if MODE == "native" and block_ids.device != self.device:
+            raise BlockIdError(f"block_ids device = {block_ids.device}: must be {self.device}", field="block_ids.device", value=str(block_ids.device))
+        check_id_tensor(block_ids)
+        dplan = self._plan_for(group)
+        dev_ids = block_ids.contiguous()
+        if MODE != "native":  # CPU tensors under the interpreter are host ids: validate
+            normalize_block_ids(dev_ids.numpy(), self.table.num_blocks)
+        if dev_ids.numel():
+            self._launch(dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group) if self.small_batch else dplan)
 
     def zero_validated(self, ids: np.ndarray, group: str | None = None) -> None:
         """Zero host ids already validated against ``[0, num_blocks)`` (int64 ``[n]``): stage, launch."""
         if ids.size > self.max_batch:
             raise BlockIdError(f"block_ids: batch of {ids.size} exceeds max_batch {self.max_batch}", field="block_ids", value=ids.size)
-        dplan = self._plan_for(group)
-        if not ids.size:
-            return
-        slot, stream = self._acquire()
+        self.zero(ids, group)
+
+    # ---- native host batches: graph replay --------------------------------------------
+    def _replay_acquire(self) -> _Replay:
+        with self._lock:
+            count = len(self._replays)
+            for j in range(count):
+                r = self._replays[(self._next_replay + j) % count]
+                if not r.busy and (r.done is None or r.done.query()):
+                    r.busy = True
+                    self._next_replay = (self._next_replay + j + 1) % count
+                    return r
+        pinned = torch.empty(self.max_batch + 1, dtype=torch.int64, pin_memory=True)
+        dev = torch.zeros(self.max_batch + 1, dtype=torch.int64, device=self.device)
+        r = _Replay(pinned, pinned.numpy(), dev, {}, busy=True)
+        with self._lock:
+            self._replays.append(r)
+        return r
+
+    def _capture(self, r: _Replay, dplan: _DevicePlan, bucket: int) -> Any:
+        """Capture (copy ``[count, ids]`` of the bucket, counted launch) over ``r``'s buffers."""
+        cur = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(cur)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(side):
+            r.dev[:1].zero_()  # count 0: the warm-up launch (compiles the kernel) writes nothing
+            self._launch(r.dev[1 : bucket + 1], count=r.dev[:1], dplan=dplan)
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                r.dev[: bucket + 1].copy_(r.pinned[: bucket + 1], non_blocking=True)
+                self._launch(r.dev[1 : bucket + 1], count=r.dev[:1], dplan=dplan)
+            finally:
+                graph.capture_end()
+        cur.wait_stream(side)
+        return graph
+
+    def _zero_replay(self, block_ids: Any, group: str | None) -> None:
+        r = self._replay_acquire()
+        replayed = False
         try:
-            self._launch(self._stage(ids, slot), dplan=dplan)
+            k = self._fill(r.view[1:], block_ids)
+            if not k:
+                self._plan_for(group)  # a bad group still raises
+                return
+            r.view[0] = k
+            bucket = _bucket(k, self.max_batch)
+            dplan = self.plan_for_batch(bucket, group)
+            key = (group, dplan.plan.chunk_words, bucket)
+            graph = r.graphs.get(key)
+            if graph is None:
+                graph = r.graphs[key] = self._capture(r, dplan, bucket)
+            graph.replay()
+            replayed = True
         finally:
-            self._release(slot, stream)
+            if replayed:
+                r.done = r.done or torch.cuda.Event()
+                r.done.record()
+            with self._lock:
+                r.busy = False
 
     def _launch(
         self,
@@ -403,19 +624,20 @@ class CudaZeroer:
         *,
         count: torch.Tensor | None = None,
         dplan: _DevicePlan | None = None,
+        words: torch.Tensor | None = None,
     ) -> None:
-        """One launch over device ids.
+        """One launch over device ids (into ``words``, default this zeroer's buffer).
 
         Ids in ``[id_lo, id_lo + num_blocks)`` zero local block ``id - id_lo``; ids outside
         ``[0, id_limit)`` (default ``num_blocks``) set the error flag; any other id belongs to
         another shard and writes nothing. ``count``: only the first ``count[0]`` ids are
-        live (packed by :meth:`launch_routed`).
+        live (packed by :meth:`launch_routed`, or staged with the ids for a graph replay).
         """
-        dp = self._plans[None] if dplan is None else dplan
+        dp = self._plans[(None, self._chunk_words)] if dplan is None else dplan
         programs, items = launch_grid(dp.plan, dev_ids.numel(), self.max_programs)
         with launch_guard():
             self.last_compiled = zero_units_kernel[(programs,)](
-                self.words,
+                self.words if words is None else words,
                 dev_ids,
                 dp.base,
                 dp.stride,
@@ -427,7 +649,7 @@ class CudaZeroer:
                 self.table.num_blocks,
                 self.table.num_blocks if id_limit is None else id_limit,
                 items,
-                SUB=self.sub_words,
+                SUB=dp.sub,
                 ALIGNED=dp.plan.aligned16,
                 CACHE=self.cache_modifier,
                 EVICT=self.eviction_policy,
