@@ -76,6 +76,7 @@ from vllm.v1.worker import utils as U  # noqa: E402
 import kvlayout as K  # noqa: E402
 from kvlayout.errors import BlockIdError, SpecError  # noqa: E402
 from kvlayout.integrations.vllm import (  # noqa: E402
+    KVBlockZeroer,
     layout_name,
     spec_from_kv_cache_config,
     table_from_block_zeroer,
@@ -372,7 +373,7 @@ def build(case: Case, *, runner_only: frozenset[str] = frozenset()) -> Built:
     ctx = {name: SimpleNamespace(kv_cache=_bind(spec_of[name], view)) for name, view in bound.items()}
     storage = next(iter(caches.values())).untyped_storage()
     buf = torch.empty(0, dtype=torch.uint8).set_(storage)
-    built = Built(case, kcc, layout, kbs, flat, ctx, buf)
+    built = Built(case, kcc, layout, kbs, flat, ctx, buf, extra={"caches": caches})
     built.zeroer = U.KVBlockZeroer(CPU, flat, kbs, ctx, kcc.num_blocks, set(runner_only))
     return built
 
@@ -659,6 +660,64 @@ def test_host_resident_refused(full_built: Built) -> None:
         spec_from_kv_cache_config(cfg)
 
 
+# ---- the drop-in KVBlockZeroer (kvlayout's cuda backend; here under Triton's interpreter)
+@pytest.fixture(scope="module")
+def dsv4_built() -> Built:
+    return build(next(c for c in CASES if c.name == "BLHNC:full+swa-3-groups"))
+
+
+def _dropin(built: Built) -> KVBlockZeroer:
+    return KVBlockZeroer.from_kv_caches(
+        built.config, built.extra["caches"], built.layout, kernel_block_sizes=built.kernel_block_sizes
+    )
+
+
+def test_dropin_clears_vllms_bytes_and_one_group_at_a_time(dsv4_built: Built) -> None:
+    z = _dropin(dsv4_built)
+    poison = K.poison_pattern(dsv4_built.buffer.numel(), seed=3)
+    vt = dsv4_built.vllm_table()
+    n = dsv4_built.num_blocks
+    assert len(z.group_names) == len(dsv4_built.config.kv_cache_groups) > 1
+    for group in (None, *range(len(z.group_names))):
+        for ids in ([0], [n - 1, 1], list(range(n))):
+            dsv4_built.buffer.copy_(torch.from_numpy(poison))
+            z.zero_block_ids(ids, group)
+            after = dsv4_built.buffer.numpy()
+            expected = poison.copy()
+            K.zero_blocks_numpy(expected, z.table, ids, group=z.group_name(group))
+            assert np.array_equal(after, expected), (group, ids)
+            if group is None:  # every group: exactly the bytes of vLLM's own segments
+                changed = _ranges(K.merge_ranges(*np.array(vllm_bytes(vt, ids)).T))
+                assert _ranges(K.expected_zeroed(z.table, ids)) == changed
+    # overlaid groups share tensors: each group's bytes lie inside the all-group bytes
+    every = K.expected_zeroed(z.table, list(range(n)))
+    for g in z.group_names:
+        for a, b in K.expected_zeroed(z.table, list(range(n)), group=g).tolist():
+            assert any(lo <= a and b <= hi for lo, hi in every.tolist()), (g, a, b)
+
+
+def test_dropin_refuses_what_vllm_writes_past_the_buffer(dsv4_built: Built) -> None:
+    z = _dropin(dsv4_built)
+    poison = K.poison_pattern(dsv4_built.buffer.numel(), seed=4)
+    dsv4_built.buffer.copy_(torch.from_numpy(poison))
+    n = dsv4_built.num_blocks
+    for bad, err in (([0, n], BlockIdError), ([-1], BlockIdError), ([0], BlockIdError)):
+        with pytest.raises(err):
+            z.zero_block_ids(bad, group=len(z.group_names) if bad == [0] else None)
+    with pytest.raises(K.TableError, match="unknown group"):
+        z.zero_block_ids([0], group="nope")
+    z.warmup()  # compiles every group's launch and writes nothing
+    assert np.array_equal(dsv4_built.buffer.numpy(), poison)
+
+
+def test_dropin_needs_one_allocation(dsv4_built: Built) -> None:
+    caches = dict(dsv4_built.extra["caches"])
+    name = list(caches)[-1]
+    caches[name] = caches[name].clone()
+    with pytest.raises(SpecError, match=rf"kv_caches\['{name}'\] = 'another storage'"):
+        KVBlockZeroer.from_kv_caches(dsv4_built.config, caches, dsv4_built.layout)
+
+
 # ---- vLLM's own Triton kernel under the interpreter, against kvlayout's reference
 def _interpret_cases() -> list[Case]:
     return [c for c in CASES if c.interpret and not c.refused]
@@ -681,12 +740,18 @@ def run_driver() -> Iterator[dict[str, Any]]:
         ours = poison.copy()
         K.zero_blocks_numpy(ours, table, ids)
         diff = np.flatnonzero(theirs != ours)
+        # the drop-in (kvlayout's cuda backend under the interpreter) on the same poisoned bytes
+        built.buffer.copy_(torch.from_numpy(poison))
+        dropin = KVBlockZeroer(built.config, built.buffer, built.layout, kernel_block_sizes=built.kernel_block_sizes)
+        dropin.zero_block_ids(ids)
+        dropin_diff = np.flatnonzero(built.buffer.numpy() != theirs)
         yield {
             "case": case.name,
             "ids": ids,
             "zeroed": int((theirs != poison).sum()),
             "differ": int(diff.size),
             "first": int(diff[0]) if diff.size else None,
+            "dropin_differ": int(dropin_diff.size),
         }
 
 
@@ -698,7 +763,7 @@ def test_vllm_triton_kernel_under_the_interpreter_equals_the_reference() -> None
     assert [r["case"] for r in results] == [c.name for c in _interpret_cases()], err[-2000:]
     assert {c.layout for c in _interpret_cases()} == set(LAYOUTS)
     for r in results:
-        assert r["differ"] == 0 and r["zeroed"] > 0, r
+        assert r["differ"] == 0 and r["zeroed"] > 0 and r["dropin_differ"] == 0, r
 
 
 def _main() -> None:

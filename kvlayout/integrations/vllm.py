@@ -8,6 +8,11 @@ kvlayout cannot represent is refused with an error naming the group, the layer a
 never approximated. vLLM is imported lazily, inside the functions; ``import kvlayout`` and
 ``import kvlayout.integrations.vllm`` never import it.
 
+:class:`KVBlockZeroer` is a drop-in for vLLM's class of that name, built on kvlayout's cuda backend
+from the same ``KVCacheConfig``: the table comes from kvlayout's planner and is proven safe,
+ids are bounds-checked (vLLM's kernel writes past the buffer for id ``num_blocks``), and one
+cache group's ids can be zeroed without touching the other groups (vLLM #52187).
+
 :func:`table_from_block_zeroer` reads a ``KVBlockZeroer``'s ``_meta`` (absolute addresses, block
 strides and page sizes in int32 words) as a segment table, so kvlayout's verifier can judge the
 table vLLM itself zeroes with.
@@ -15,12 +20,12 @@ table vLLM itself zeroes with.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from ..errors import SpecError, spec_error
-from ..planner import Layout, plan_layout
+from ..errors import BlockIdError, SpecError, bad_value, spec_error
+from ..planner import Layout, plan, plan_layout
 from ..ranges import round_up
 from ..spec import (
     DTYPE_SIZES,
@@ -436,7 +441,102 @@ def table_from_block_zeroer(
     return SegmentTable(total_bytes, num_blocks, tuple(rows))
 
 
+def _walk_tensors(value: Any) -> Iterator[Any]:
+    """Tensors inside a layer's cache (a tensor, or vLLM's per-state lists/tuples for Mamba)."""
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _walk_tensors(v)
+    elif hasattr(value, "untyped_storage"):
+        yield value
+
+
+class KVBlockZeroer:
+    """Drop-in for vLLM 0.33's ``KVBlockZeroer``: zero newly allocated blocks every step, exactly.
+
+    Built once from the engine's ``KVCacheConfig`` (and its resolved layout) and the backing
+    allocation; :meth:`zero_block_ids` takes the Python list the scheduler hands over each
+    step. Unlike vLLM's class, the table comes from kvlayout's planner (never from tensor
+    strides) and is verified first, ids outside ``[0, num_blocks)`` are refused with nothing
+    written, and ``group`` zeroes one cache group's rows only. Launches go to the current
+    CUDA stream (vLLM #50696: zeroing on another stream raced KV-offload loads).
+    """
+
+    def __init__(
+        self,
+        kv_cache_config: Any,
+        buffer: Any,
+        kv_cache_layout: Any = None,
+        *,
+        kernel_block_sizes: Sequence[int] | None = None,
+        runner_only_attn_layers: Collection[str] = (),
+        **options: Any,
+    ) -> None:
+        """``buffer``: the backing allocation vLLM's tensors view (any dtype, contiguous, byte 0 first).
+
+        ``options`` go to :class:`kvlayout.backends.cuda.CudaZeroer` (``max_batch``, launch knobs).
+        """
+        from kvlayout.backends.cuda import CudaZeroer
+
+        self.spec = spec_from_kv_cache_config(
+            kv_cache_config,
+            kv_cache_layout,
+            kernel_block_sizes=kernel_block_sizes,
+            runner_only_attn_layers=runner_only_attn_layers,
+        )
+        self.table = plan(self.spec)
+        self.num_blocks = self.table.num_blocks
+        #: kvlayout's name of each vLLM cache group, by vLLM's group index
+        self.group_names: tuple[str, ...] = tuple(g.name for g in self.spec.groups)
+        self._zeroer = CudaZeroer(self.table, buffer, **options)
+
+    @classmethod
+    def from_kv_caches(
+        cls, kv_cache_config: Any, kv_caches: Mapping[str, Any], kv_cache_layout: Any = None, **kwargs: Any
+    ) -> KVBlockZeroer:
+        """Build from the per-layer views vLLM allocated (``allocate_kv_cache``), which share one storage."""
+        import torch
+
+        tensors = [t for v in kv_caches.values() for t in _walk_tensors(v)]
+        if not tensors:
+            raise bad_value(SpecError, "kv_caches", len(kv_caches), "holds no tensor")
+        storage = tensors[0].untyped_storage()
+        for name, v in kv_caches.items():
+            for t in _walk_tensors(v):
+                if t.untyped_storage().data_ptr() != storage.data_ptr():
+                    why = "all layers must view one allocation"
+                    raise bad_value(SpecError, f"kv_caches[{name!r}]", "another storage", why)
+        backing = torch.empty(0, dtype=torch.uint8, device=tensors[0].device).set_(storage)
+        return cls(kv_cache_config, backing, kv_cache_layout, **kwargs)
+
+    def group_name(self, group: int | str | None) -> str | None:
+        """kvlayout's name of ``group``: vLLM's group index, a kvlayout group name, or ``None`` (all)."""
+        if group is None or isinstance(group, str):
+            return group
+        if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group < len(self.group_names):
+            raise bad_value(
+                BlockIdError, "group", group, f"must be a cache group index in [0, {len(self.group_names)})"
+            )
+        return self.group_names[group]
+
+    def zero_block_ids(self, block_ids: Any, group: int | str | None = None) -> None:
+        """Zero ``block_ids`` (a Python list, NumPy array or tensor) of every group, or of one ``group``."""
+        self._zeroer.zero(block_ids, self.group_name(group))
+
+    def warmup(self) -> None:
+        """Compile the kernel for every group now, writing nothing (an id past the pool is skipped)."""
+        import torch
+
+        skip = torch.full((1,), self.num_blocks, dtype=torch.int64, device=self._zeroer.device)
+        for name in (None, *self.group_names):
+            self._zeroer._launch(skip, 0, self.num_blocks + 1, dplan=self._zeroer._plan_for(name))
+
+    def check(self) -> None:
+        """Raise if device-tensor ids were out of range since the last check (synchronises)."""
+        self._zeroer.check()
+
+
 __all__ = [
+    "KVBlockZeroer",
     "SUPPORTED_SPECS",
     "VLLM_LAYOUT_ALIASES",
     "VLLM_VERSION",
