@@ -742,7 +742,8 @@ def run_driver() -> Iterator[dict[str, Any]]:
         diff = np.flatnonzero(theirs != ours)
         # the drop-in (kvlayout's cuda backend under the interpreter) on the same poisoned bytes
         built.buffer.copy_(torch.from_numpy(poison))
-        dropin = KVBlockZeroer(built.config, built.buffer, built.layout, kernel_block_sizes=built.kernel_block_sizes)
+        kbs = built.kernel_block_sizes
+        dropin = KVBlockZeroer(built.config, built.buffer, built.layout, kernel_block_sizes=kbs)
         dropin.zero_block_ids(ids)
         dropin_diff = np.flatnonzero(built.buffer.numpy() != theirs)
         yield {
