@@ -125,7 +125,12 @@ def battery(quick: bool = False, seeds: int | None = None) -> list[Case]:
         Case("coalesced-table", preset("dsv4").with_num_blocks(6), (0, 5), coalesce=True),
         Case("181-rows-uncoalesced", preset("dsv4").with_num_blocks(6), (1, 4)),
         Case("dsv4:one-group", preset("dsv4").with_num_blocks(6), (0, 2, 5), group="c4.3"),
-        Case("dsv4:last-group", preset("dsv4").with_num_blocks(6), (1, 5), group=plan(preset("dsv4")).groups[-1]),
+        Case(
+            "dsv4:last-group",
+            preset("dsv4").with_num_blocks(6),
+            (1, 5),
+            group=plan(preset("dsv4")).groups[-1],
+        ),
         Case("dsv4-test:its-only-group", small, (0, 5), group="mla"),
         Case("bad-ids", small, (0, 6), expect_error=True),
         Case("negative-id", small, (-1,), expect_error=True),
@@ -157,7 +162,9 @@ def _vllm_cases(quick: bool) -> list[Case]:
     return cases
 
 
-def run_battery(backend: type[Backend], cases: list[Case] | None = None) -> tuple[list[Failure], dict[str, np.ndarray]]:
+def run_battery(
+    backend: type[Backend], cases: list[Case] | None = None
+) -> tuple[list[Failure], dict[str, np.ndarray]]:
     """Run every case on ``backend``; return failures and the byte images (for cross-checks)."""
     from .errors import KVLayoutError
     from .planner import plan
@@ -184,7 +191,9 @@ def run_battery(backend: type[Backend], cases: list[Case] | None = None) -> tupl
                 else:
                     fail("accepted out-of-range block ids (must raise a KVLayoutError and write nothing)")
                 continue
-            res = run_case(backend, table, list(case.block_ids), extra_bytes=case.extra_bytes, group=case.group)
+            res = run_case(
+                backend, table, list(case.block_ids), extra_bytes=case.extra_bytes, group=case.group
+            )
             images[case.name] = res.after
             if not res.ok:
                 fail(res.check.describe())
@@ -201,8 +210,11 @@ def run_conformance(backends: dict[str, type[Backend]], quick: bool = False) -> 
     for name, cls in backends.items():
         print(f"conformance: {name}: {len(cases)} cases ...", file=sys.stderr, flush=True)
         found, imgs = run_battery(cls, cases)
-        print(f"conformance: {name}: {len(cases) - len({f.case for f in found})} passed, {len(found)} failures",
-              file=sys.stderr, flush=True)
+        print(
+            f"conformance: {name}: {len(cases) - len({f.case for f in found})} passed, {len(found)} failures",
+            file=sys.stderr,
+            flush=True,
+        )
         failures += found
         images[name] = imgs
     names = list(images)
@@ -213,7 +225,13 @@ def run_conformance(backends: dict[str, type[Backend]], quick: bool = False) -> 
                 diff = np.flatnonzero(first != b)
                 c = next(c for c in cases if c.name == case)
                 failures.append(
-                    Failure(other, case, c.spec.to_json(), c.block_ids,
-                            f"buffer differs from {names[0]}'s at {diff.size} bytes, first at offset {int(diff[0]) - GUARD_BYTES}")
+                    Failure(
+                        other,
+                        case,
+                        c.spec.to_json(),
+                        c.block_ids,
+                        f"buffer differs from {names[0]}'s at {diff.size} bytes, "
+                        f"first at offset {int(diff[0]) - GUARD_BYTES}",
+                    )
                 )
     return failures

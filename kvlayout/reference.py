@@ -22,12 +22,12 @@ BlockIds = Sequence[int] | np.ndarray
 
 
 def normalize_block_ids(block_ids: Any, num_blocks: int) -> np.ndarray:
-    """Validate a batch of block ids and return it as int64 ``[n]`` (see :func:`kvlayout.validate.block_ids`)."""
+    """Validate a batch of block ids, returned as int64 ``[n]`` (:func:`kvlayout.validate.block_ids`)."""
     return validate.block_ids(block_ids, num_blocks)
 
 
 def expected_zeroed(table: SegmentTable, block_ids: BlockIds, group: str | None = None) -> np.ndarray:
-    """The contract: merged, sorted ``[k, 2]`` byte ranges that zeroing ``block_ids`` (of ``group``) clears."""
+    """The contract: merged, sorted ``[k, 2]`` byte ranges that zeroing ``block_ids`` of ``group`` clears."""
     table = table.for_group(group)
     ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
     if ids.size == 0 or len(table) == 0:
@@ -91,7 +91,9 @@ def _check_rows_in_bounds(table: SegmentTable, nbytes: int) -> None:
         lo, hi = extent(s.base, s.stride, s.span, table.num_blocks)
         if lo < 0 or hi > nbytes or s.span <= 0 or s.span % 4:
             raise bad_value(
-                TableError, f"table.segments[{r}]", (s.base, s.stride, s.span),
+                TableError,
+                f"table.segments[{r}]",
+                (s.base, s.stride, s.span),
                 f"({s.label}) reaches [{lo}, {hi}): outside the buffer of {nbytes} B, or no whole-word span; "
                 "run `kvlayout check`",
             )
@@ -168,7 +170,11 @@ class ZeroCheck:
         if self.matches:
             return "matches the contract"
         parts = []
-        for label, r in (("written outside the contract", self.extra), ("not cleared", self.missing), ("changed but not zero", self.not_zero)):
+        for label, r in (
+            ("written outside the contract", self.extra),
+            ("not cleared", self.missing),
+            ("changed but not zero", self.not_zero),
+        ):
             if len(r):
                 shown = ", ".join(f"[{a}, {b})" for a, b in r[:limit].tolist())
                 more = f" (+{len(r) - limit} more)" if len(r) > limit else ""
@@ -177,7 +183,11 @@ class ZeroCheck:
 
 
 def compare_to_contract(
-    before: np.ndarray, after: np.ndarray, table: SegmentTable, block_ids: BlockIds, origin: int = 0,
+    before: np.ndarray,
+    after: np.ndarray,
+    table: SegmentTable,
+    block_ids: BlockIds,
+    origin: int = 0,
     group: str | None = None,
 ) -> ZeroCheck:
     """Compare two byte images (guard bands included, layout at ``origin``) with the contract."""

@@ -90,7 +90,9 @@ def _missing(e: ImportError, target: str, mod_name: str, name: str, extra: str |
 def _import_target(target: str, name: str, extra: str | None) -> type[Backend]:
     mod_name, _, attr = target.partition(":")
     if not mod_name or not attr:
-        raise BackendError(f"backend target = {target!r}: must be 'module:attr'", field="backend", value=target)
+        raise BackendError(
+            f"backend target = {target!r}: must be 'module:attr'", field="backend", value=target
+        )
     try:
         mod = importlib.import_module(mod_name)
         cls = getattr(mod, attr)  # lazy packages import their dependencies here
@@ -101,7 +103,9 @@ def _import_target(target: str, name: str, extra: str | None) -> type[Backend]:
             f"backend {name!r}: module {mod_name!r} has no attribute {attr!r}", field="backend", value=name
         ) from None
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
-        raise BackendError(f"backend {name!r}: {target!r} is not a kvlayout.Backend subclass", field="backend", value=name)
+        raise BackendError(
+            f"backend {name!r}: {target!r} is not a kvlayout.Backend subclass", field="backend", value=name
+        )
     return cls
 
 
@@ -113,7 +117,10 @@ def _auto() -> tuple[str, str]:
         plat = hardware.jax_platform()
         if plat in ("tpu", "gpu", "cuda"):
             return "pallas", f"JAX's default device is a {plat}"
-    return "reference", "no CUDA device seen by torch+triton and no TPU/GPU seen by JAX (or those extras are not installed)"
+    return (
+        "reference",
+        "no CUDA device seen by torch+triton and no TPU/GPU seen by JAX (or those extras are not installed)",
+    )
 
 
 def resolve(name: str | None = None) -> tuple[str, str]:
@@ -129,7 +136,9 @@ def resolve(name: str | None = None) -> tuple[str, str]:
     if req in known or (":" in req and not req.startswith(":")):
         return req, source
     where = f" for {ENV_VAR}" if source == ENV_VAR else ""
-    raise BackendError(f"Invalid value {req!r}{where}. Valid options: {valid_options()}", field="backend", value=req)
+    raise BackendError(
+        f"Invalid value {req!r}{where}. Valid options: {valid_options()}", field="backend", value=req
+    )
 
 
 def load(name: str | None = None) -> type[Backend]:

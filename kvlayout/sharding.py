@@ -32,7 +32,14 @@ import numpy as np
 
 from .errors import LayoutBufferError, SpecError, spec_error
 from .planner import plan
-from .reference import ZeroCheck, compare_to_ranges, expected_zeroed, merge_ranges, normalize_block_ids, zero_blocks_numpy
+from .reference import (
+    ZeroCheck,
+    compare_to_ranges,
+    expected_zeroed,
+    merge_ranges,
+    normalize_block_ids,
+    zero_blocks_numpy,
+)
 from .spec import FullAttentionSpec, GroupSpec, KVCacheSpec
 from .table import SegmentTable
 from .validate import check_int
@@ -54,11 +61,17 @@ def _axes_tuple(mesh_axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> tup
             raise SpecError(f"mesh_axes item = {item!r}: must be (name, size)", field="mesh_axes", value=item)
         name, size = item
         if not isinstance(name, str) or not name:
-            raise SpecError(f"mesh_axes name = {name!r}: must be a non-empty string", field="mesh_axes", value=name)
+            raise SpecError(
+                f"mesh_axes name = {name!r}: must be a non-empty string", field="mesh_axes", value=name
+            )
         if name in seen:
             raise SpecError(f"mesh_axes name = {name!r}: duplicate axis", field="mesh_axes", value=name)
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-            raise SpecError(f"mesh_axes[{name!r}] = {size!r}: must be a positive integer", field=f"mesh_axes.{name}", value=size)
+            raise SpecError(
+                f"mesh_axes[{name!r}] = {size!r}: must be a positive integer",
+                field=f"mesh_axes.{name}",
+                value=size,
+            )
         seen.add(name)
         out.append((name, int(size)))
     return tuple(out)
@@ -69,7 +82,11 @@ def _check_subset(field: str, axes: Sequence[str], names: Sequence[str]) -> tupl
         axes = (axes,)
     for a in axes:
         if a not in names:
-            raise SpecError(f"{field} = {tuple(axes)!r}: {a!r} is not a mesh axis (axes: {', '.join(names)})", field=field, value=a)
+            raise SpecError(
+                f"{field} = {tuple(axes)!r}: {a!r} is not a mesh axis (axes: {', '.join(names)})",
+                field=field,
+                value=a,
+            )
     if len(set(axes)) != len(axes):
         raise SpecError(f"{field} = {tuple(axes)!r}: an axis is named twice", field=field, value=tuple(axes))
     return tuple(a for a in names if a in axes)  # mesh order
@@ -111,7 +128,11 @@ class ShardedLayout:
         _check_subset("block_axes", self.block_axes, names)
         for a in self.block_axes:
             if a not in self.shard_axes:
-                raise SpecError(f"block_axes = {self.block_axes!r}: {a!r} must also split the buffer (shard_axes)", field="block_axes", value=a)
+                raise SpecError(
+                    f"block_axes = {self.block_axes!r}: {a!r} must also split the buffer (shard_axes)",
+                    field="block_axes",
+                    value=a,
+                )
 
     @classmethod
     def from_local(
@@ -191,14 +212,26 @@ class ShardedLayout:
 
     def shard_of_rank(self, rank: int) -> int:
         """The shard a rank holds, ranks laid row-major over the mesh axes."""
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < self.num_devices:
-            raise LayoutBufferError(f"rank = {rank!r}: must be in [0, {self.num_devices})", field="rank", value=rank)
+        if (
+            isinstance(rank, bool)
+            or not isinstance(rank, (int, np.integer))
+            or not 0 <= rank < self.num_devices
+        ):
+            raise LayoutBufferError(
+                f"rank = {rank!r}: must be in [0, {self.num_devices})", field="rank", value=rank
+            )
         coords = _unravel(int(rank), tuple(a for a, _ in self.mesh_axes), self.axis_sizes)
         return _ravel(coords, self.shard_axes, self.axis_sizes)
 
     def _check_shard(self, shard: int) -> None:
-        if isinstance(shard, bool) or not isinstance(shard, (int, np.integer)) or not 0 <= shard < self.num_shards:
-            raise LayoutBufferError(f"shard = {shard!r}: must be in [0, {self.num_shards})", field="shard", value=shard)
+        if (
+            isinstance(shard, bool)
+            or not isinstance(shard, (int, np.integer))
+            or not 0 <= shard < self.num_shards
+        ):
+            raise LayoutBufferError(
+                f"shard = {shard!r}: must be in [0, {self.num_shards})", field="shard", value=shard
+            )
 
     # ---- routing ------------------------------------------------------------------------
     def validate_ids(self, block_ids: Any) -> np.ndarray:
@@ -238,7 +271,9 @@ class ShardedLayout:
         routed = self.route(block_ids)
         if not isinstance(gathered, np.ndarray) or gathered.nbytes < self.gathered_bytes:
             n = getattr(gathered, "nbytes", None)
-            raise LayoutBufferError(f"gathered bytes = {n}: needs {self.gathered_bytes}", field="buffer.nbytes", value=n)
+            raise LayoutBufferError(
+                f"gathered bytes = {n}: needs {self.gathered_bytes}", field="buffer.nbytes", value=n
+            )
         for k, local in enumerate(routed):
             if local.size:
                 zero_blocks_numpy(gathered, self.local_table, local, offset=k * self.shard_bytes)
@@ -260,10 +295,13 @@ class ShardedLayout:
         """One paragraph for humans: mesh, mode, what each shard holds."""
         mesh = " x ".join(f"{a}={s}" for a, s in self.mesh_axes)
         rep = f", replicated over {', '.join(self.replica_axes)}" if self.replica_axes else ""
+        split = ", ".join(self.shard_axes) or "-"
+        local = self.local_table.total_bytes
         return (
-            f"mesh {mesh}: {self.mode}, buffer split over ({', '.join(self.shard_axes) or '-'}) into {self.num_shards} shards{rep}; "
-            f"{self.num_blocks} global blocks, {self.blocks_per_shard} per shard; local layout {self.local_spec.layout}, "
-            f"{len(self.local_table)} rows, {self.local_table.total_bytes} B (+{self.shard_bytes - self.local_table.total_bytes} B row padding)"
+            f"mesh {mesh}: {self.mode}, buffer split over ({split}) into {self.num_shards} shards{rep}; "
+            f"{self.num_blocks} global blocks, {self.blocks_per_shard} per shard; "
+            f"local layout {self.local_spec.layout}, "
+            f"{len(self.local_table)} rows, {local} B (+{self.shard_bytes - local} B row padding)"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -298,12 +336,16 @@ def split_heads(spec: KVCacheSpec, ways: int, axis: str = "heads") -> KVCacheSpe
             if isinstance(layer, FullAttentionSpec):
                 if layer.num_kv_heads % ways:
                     raise spec_error(
-                        f"{layer.where}.num_kv_heads", layer.num_kv_heads, f"not divisible by mesh axis {axis!r} of size {ways}"
+                        f"{layer.where}.num_kv_heads",
+                        layer.num_kv_heads,
+                        f"not divisible by mesh axis {axis!r} of size {ways}",
                     )
                 layer = replace(layer, num_kv_heads=layer.num_kv_heads // ways)
             layers.append(layer)
         groups.append(GroupSpec(g.name, tuple(layers), g.kernel_block_size))
-    return KVCacheSpec(num_blocks=spec.num_blocks, layout=spec.layout, groups=tuple(groups), version=spec.version)
+    return KVCacheSpec(
+        num_blocks=spec.num_blocks, layout=spec.layout, groups=tuple(groups), version=spec.version
+    )
 
 
 def shard_spec(
@@ -330,8 +372,12 @@ def shard_spec(
         raise SpecError(f"head_axes: {a!r} is already a block axis", field="head_axes", value=a)
     ways = math.prod(sizes[a] for a in ba)
     if spec.num_blocks % ways:
-        raise spec_error("num_blocks", spec.num_blocks, f"not divisible by the {ways} block shards of axes {ba}")
-    local = split_heads(spec, math.prod(sizes[a] for a in ha), "+".join(ha) or "heads").with_num_blocks(spec.num_blocks // ways)
+        raise spec_error(
+            "num_blocks", spec.num_blocks, f"not divisible by the {ways} block shards of axes {ba}"
+        )
+    local = split_heads(spec, math.prod(sizes[a] for a in ha), "+".join(ha) or "heads").with_num_blocks(
+        spec.num_blocks // ways
+    )
     return ShardedLayout(local, axes, ba, tuple(a for a in names if a in ba or a in ha))
 
 

@@ -83,7 +83,9 @@ class SegmentTable:
                 lo, hi = extent(r.base, r.stride, r.span, max(n, 1))
                 if lo <= -MAX_BYTES or hi >= MAX_BYTES:
                     raise bad_value(
-                        TableError, f"table.{what}[{i}]", (r.base, r.stride, r.span),
+                        TableError,
+                        f"table.{what}[{i}]",
+                        (r.base, r.stride, r.span),
                         f"reaches bytes [{lo}, {hi}) over {n} blocks: extents must stay within "
                         "(-2**62, 2**62) (GEOMETRY.md section 8)",
                     )
@@ -109,7 +111,11 @@ class SegmentTable:
 
     def columns(self) -> np.ndarray:
         """int64 ``[rows, 3]`` of (base, stride, span), the form kernels consume."""
-        return np.stack([self.bases, self.strides, self.spans], axis=1) if self.segments else np.zeros((0, 3), np.int64)
+        return (
+            np.stack([self.bases, self.strides, self.spans], axis=1)
+            if self.segments
+            else np.zeros((0, 3), np.int64)
+        )
 
     @property
     def bytes_per_block(self) -> int:
@@ -161,7 +167,9 @@ class SegmentTable:
             for r in rows[1:]:
                 if r.base <= cur.base + cur.span:
                     end = max(cur.base + cur.span, r.base + r.span)
-                    cur = Segment(cur.base, stride, end - cur.base, cur.group, cur.layer, cur.part, cur.virtual_index)
+                    cur = Segment(
+                        cur.base, stride, end - cur.base, cur.group, cur.layer, cur.part, cur.virtual_index
+                    )
                     names.append(r)
                 else:
                     merged.append(_provenance(cur, names))
@@ -213,11 +221,22 @@ class SegmentTable:
                 if k not in r:
                     raise bad_value(TableError, f"{path}.{k}", None, "missing required field")
                 nums[k] = check_int(TableError, f"{path}.{k}", r[k], lo=-(MAX_BYTES - 1))
-            names = {k: check_name(TableError, f"{path}.{k}", r.get(k, d), empty=True)
-                     for k, d in (("group", ""), ("layer", ""), ("part", "page"))}
+            names = {
+                k: check_name(TableError, f"{path}.{k}", r.get(k, d), empty=True)
+                for k, d in (("group", ""), ("layer", ""), ("part", "page"))
+            }
             vi = check_int(TableError, f"{path}.virtual_index", r.get("virtual_index", 0), lo=0)
-            segs.append(Segment(nums["base"], nums["stride"], nums["span"], names["group"], names["layer"],
-                                names["part"], vi))
+            segs.append(
+                Segment(
+                    nums["base"],
+                    nums["stride"],
+                    nums["span"],
+                    names["group"],
+                    names["layer"],
+                    names["part"],
+                    vi,
+                )
+            )
         return cls(total_bytes=total, num_blocks=nb, segments=tuple(segs))
 
     @classmethod

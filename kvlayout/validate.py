@@ -55,8 +55,13 @@ def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
     """
     if isinstance(ids, np.ndarray):
         if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
-            raise bad_value(BlockIdError, "block_ids.dtype", str(ids.dtype), "must be an integer dtype",
-                            shown=str(ids.dtype))
+            raise bad_value(
+                BlockIdError,
+                "block_ids.dtype",
+                str(ids.dtype),
+                "must be an integer dtype",
+                shown=str(ids.dtype),
+            )
         if ids.ndim != 1:
             raise bad_value(BlockIdError, "block_ids.shape", ids.shape, "must be 1-D", shown=str(ids.shape))
         if np.issubdtype(ids.dtype, np.unsignedinteger) and ids.size and int(ids.max()) >= num_blocks:
@@ -78,7 +83,9 @@ def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
     if bad.size:
         i = int(bad[0])
         raise bad_value(
-            BlockIdError, f"block_ids[{i}]", int(arr[i]),
+            BlockIdError,
+            f"block_ids[{i}]",
+            int(arr[i]),
             f"outside [0, {num_blocks}) ({bad.size} bad ids; nothing was written)",
         )
     return arr.astype(np.int64, copy=False)
@@ -92,7 +99,9 @@ def offset_and_size(offset: Any, nbytes: int, total_bytes: int) -> int:
         raise bad_value(LayoutBufferError, "offset", offset, "must be a multiple of 4")
     if nbytes < int(offset) + total_bytes:
         raise bad_value(
-            LayoutBufferError, "buffer.nbytes", nbytes,
+            LayoutBufferError,
+            "buffer.nbytes",
+            nbytes,
             f"smaller than offset {int(offset)} + total_bytes {total_bytes}",
         )
     return int(offset)

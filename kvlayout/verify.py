@@ -345,7 +345,13 @@ def _sweep(items: list[tuple[int, int, int, int]], s: int, n: int, same_kind: bo
                 if w2 > hi_w:
                     break
                 row2 = arcs[k2][3]
-                pair = (min(row, row2), max(row, row2)) if same_kind else (row, row2) if kind == 0 else (row2, row)
+                pair = (
+                    (min(row, row2), max(row, row2))
+                    if same_kind
+                    else (row, row2)
+                    if kind == 0
+                    else (row2, row)
+                )
                 if pair in seen:
                     continue
                 seen.add(pair)
@@ -376,7 +382,9 @@ def _wide_clusters(base: np.ndarray, end: np.ndarray, gap: int, s: int) -> list[
     return [order[a:z] for a, z in zip(starts[width > s].tolist(), ends[width > s].tolist())]
 
 
-def _class_isolation(idx: np.ndarray, base: np.ndarray, span: np.ndarray, s: int, n: int, want: int) -> list[Hit]:
+def _class_isolation(
+    idx: np.ndarray, base: np.ndarray, span: np.ndarray, s: int, n: int, want: int
+) -> list[Hit]:
     """Block-isolation hits among rows ``idx`` of one class (stride ``s > 0``, normalised bases)."""
     hits: list[Hit] = []
     long = span > s
@@ -395,8 +403,15 @@ def _class_isolation(idx: np.ndarray, base: np.ndarray, span: np.ndarray, s: int
 
 
 def _class_padding(
-    idx: np.ndarray, base: np.ndarray, span: np.ndarray, pidx: np.ndarray, pbase: np.ndarray, pspan: np.ndarray,
-    s: int, n: int, want: int,
+    idx: np.ndarray,
+    base: np.ndarray,
+    span: np.ndarray,
+    pidx: np.ndarray,
+    pbase: np.ndarray,
+    pspan: np.ndarray,
+    s: int,
+    n: int,
+    want: int,
 ) -> list[Hit]:
     """Rows of one class (no wider than ``s``) clearing gaps of the same class, at any two blocks."""
     if idx.size == 0 or pidx.size == 0:
@@ -538,8 +553,15 @@ def verify(table: SegmentTable) -> VerifyReport:
         s = segs[r]
         b = 0 if s.base < 0 else n - 1
         start, _ = _rng(s, b)
-        add(Violation(2, (r,), (b,), (start, min(0, start + s.span)),
-                      f"{name(r)}: block {b} starts at {start}, {-start} B before the buffer"))
+        add(
+            Violation(
+                2,
+                (r,),
+                (b,),
+                (start, min(0, start + s.span)),
+                f"{name(r)}: block {b} starts at {start}, {-start} B before the buffer",
+            )
+        )
     for r in np.flatnonzero(hi > total).tolist():
         s = segs[r]
         if s.stride > 0:
@@ -547,9 +569,16 @@ def verify(table: SegmentTable) -> VerifyReport:
         else:
             b_first = b_last = 0
         a, e = _rng(s, b_last)
-        add(Violation(2, (r,), (b_first, b_last), (max(a, total), e),
-                      f"{name(r)}: block {b_last} ends at {e}, {e - total} B past total_bytes {total}"
-                      f" (first block out of bounds: {b_first})"))
+        add(
+            Violation(
+                2,
+                (r,),
+                (b_first, b_last),
+                (max(a, total), e),
+                f"{name(r)}: block {b_last} ends at {e}, {e - total} B past total_bytes {total}"
+                f" (first block out of bounds: {b_first})",
+            )
+        )
 
     live = np.flatnonzero(span > 0)  # rows with no bytes meet nothing (invariant 1 reports them)
     nb = _normalised(base, stride, n)
@@ -582,9 +611,16 @@ def verify(table: SegmentTable) -> VerifyReport:
             a0, a1 = _rng(segs[ra], ba)
             c0, c1 = _rng(segs[rb], bb)
             ov = (max(a0, c0), min(a1, c1))
-            add(Violation(3, (ra, rb) if ra != rb else (ra,), (ba, bb), ov,
-                          f"{name(ra)} of block {ba} [{a0}, {a1}) spills into {name(rb)} of block {bb} "
-                          f"[{c0}, {c1}): bytes [{ov[0]}, {ov[1]}) belong to both"))
+            add(
+                Violation(
+                    3,
+                    (ra, rb) if ra != rb else (ra,),
+                    (ba, bb),
+                    ov,
+                    f"{name(ra)} of block {ba} [{a0}, {a1}) spills into {name(rb)} of block {bb} "
+                    f"[{c0}, {c1}): bytes [{ov[0]}, {ov[1]}) belong to both",
+                )
+            )
 
     # 4. padding untouched, at any two blocks
     if table.padding:
@@ -600,8 +636,17 @@ def verify(table: SegmentTable) -> VerifyReport:
             idx = live[keys[live] == k]
             step = abs(int(k))
             pidx = np.flatnonzero((pk == k) & (pp > 0) & (pp <= step))
-            for ra, ba, pj, bj in _class_padding(idx, nb[idx], span[idx], pidx, _normalised(pb, ps, n)[pidx],
-                                                 pp[pidx], step, n, MAX_PER_INVARIANT + 1):
+            for ra, ba, pj, bj in _class_padding(
+                idx,
+                nb[idx],
+                span[idx],
+                pidx,
+                _normalised(pb, ps, n)[pidx],
+                pp[pidx],
+                step,
+                n,
+                MAX_PER_INVARIANT + 1,
+            ):
                 phits.append((ra, _to_blocks(ba, int(k), n), pj, _to_blocks(bj, int(k), n)))
         # gaps of other strides (never made by the planner): pair by pair over meeting extents
         plo = np.minimum(pb, pb + (n - 1) * ps)
@@ -621,9 +666,16 @@ def verify(table: SegmentTable) -> VerifyReport:
             a0, a1 = _rng(segs[i], bi)
             c0, c1 = _rng(pad[j], bj)
             ov = (max(a0, c0), min(a1, c1))
-            add(Violation(4, (i,), (bi, bj), ov,
-                          f"{name(i)}: block {bi} clears [{ov[0]}, {ov[1]}), alignment padding of layer "
-                          f"{pad[j].layer!r} in block {bj}"))
+            add(
+                Violation(
+                    4,
+                    (i,),
+                    (bi, bj),
+                    ov,
+                    f"{name(i)}: block {bi} clears [{ov[0]}, {ov[1]}), alignment padding of layer "
+                    f"{pad[j].layer!r} in block {bj}",
+                )
+            )
     if truncated_pairs:
         dropped[4] = dropped.get(4, 0) + truncated_pairs
     return VerifyReport(len(segs), n, total, _flat(viol), table.planned or bool(table.padding), dropped)
