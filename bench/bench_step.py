@@ -2,20 +2,24 @@
 
 One run on one GPU, same buffer and same ids for every method:
 
-- ``vllm033``: vLLM 0.33.0's ``KVBlockZeroer`` path, written from its description: segments
-  deduplicated by address keeping the widest span, one Triton launch on a grid
-  ``(ids, segments, ceil(max_page_words / BLOCK))`` with ``BLOCK = min(next_pow2(max page
-  words), 1024)``, masked int32 stores, and its host path (a fresh pinned tensor from the
-  Python list, then a non-blocking copy). Checked byte-equal to kvlayout before timing.
-- ``kvlayout``: ``CudaZeroer.zero(list)``: what a vLLM worker would call each step.
-- kernel only: both kernels replayed from a CUDA graph with device ids; an int32 ``zero_()``
-  of the same number of bytes (the write ceiling).
-- ``pallas-in-jit``: the Pallas zeroer's device time inside a user's jitted, donated step
+- ``vllm033``: vLLM 0.33.0's ``KVBlockZeroer`` path, written by us from its description
+  (../shared/CONTEXT.md): segments deduplicated by address keeping the widest span, one
+  Triton launch on a grid ``(ids, segments, ceil(max_page_words / BLOCK))`` with ``BLOCK =
+  min(next_pow2(max page words), 1024)``, masked int32 stores, early exit past a segment's
+  page, no bounds check; its host path is a fresh pinned tensor from the Python list, then a
+  non-blocking copy. Checked byte-equal to kvlayout (poisoned buffer) before timing.
+- ``kvlayout``: ``CudaZeroer.zero(list)``, what a vLLM worker would call each step: graph
+  replay (default) and eager launches (``graphs=False``).
+- kernel only: both kernels replayed from one CUDA graph over device ids (rotating among
+  ``ROT`` batches); an int32 ``zero_()`` of the same number of bytes (the write ceiling);
+  a sweep of kvlayout's work-unit size at small batches (``geometry``).
+- ``pallas in jit``: the Pallas zeroer's device time inside a user's jitted, donated step
   (``apply`` chained K times in one step; the slope over K), against the cuda kernel.
+- per group (dsv4): bytes and kernel time of one cache group vs all groups.
 
 Per-step numbers are queued calls (``calls`` back to back, one sync, median of rounds); ids
-rotate among ``ROT`` random batches of a pool much larger than L2. Prints a table last and
-writes JSON under ``--out``.
+rotate among ``ROT`` random batches of a pool much larger than L2. Prints a table last,
+writes ``step.json`` and ``step.md`` under ``--out``.
 
     python bench/bench_step.py --out DIR [--presets dsv4-test,dsv4] [--batches 1,8,64,512,4096,16384]
 """
@@ -32,19 +36,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import kvlayout.backends.cuda as kc
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with torch
+
+import kvlayout.backends.cuda as kc  # noqa: E402
 import numpy as np
 import torch
 import triton
 import triton.language as tl
+from kvlayout.backends.cuda.testing import device_poison
 
 import kvlayout as K
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_host_path import host_path  # noqa: E402
 from timing import queued_us  # noqa: E402
 
 ROT = 8
 GIB = 2**30
+#: issue 15's targets: per-step speed-up over vLLM 0.33 (small / large batches), kernel ratios
+STEP_TARGET_SMALL, STEP_TARGET_LARGE, KERNEL_TARGET, MEMSET_TARGET, PALLAS_TARGET = 1.5, 1.1, 1.0, 0.95, 1.1
 
 
 @triton.jit
@@ -53,16 +63,15 @@ def vllm033_kernel(addr_ptr, stride_ptr, page_ptr, ids_ptr, BLOCK: tl.constexpr)
     i = tl.program_id(0)
     seg = tl.program_id(1)
     chunk = tl.program_id(2)
-    stride_words = tl.load(stride_ptr + seg)
     page_words = tl.load(page_ptr + seg)
     first = chunk.to(tl.int64) * BLOCK
-    if first >= page_words:
-        return
-    bid = tl.load(ids_ptr + i)
-    base = tl.cast(tl.load(addr_ptr + seg), tl.pointer_type(tl.int32))
-    cols = first + tl.arange(0, BLOCK).to(tl.int64)
-    dst = base + bid.to(tl.int64) * stride_words.to(tl.int64) + cols
-    tl.store(dst, tl.zeros([BLOCK], dtype=tl.int32), mask=cols < page_words)
+    if first < page_words:
+        stride_words = tl.load(stride_ptr + seg)
+        bid = tl.load(ids_ptr + i).to(tl.int64)
+        base = tl.load(addr_ptr + seg).to(tl.pointer_type(tl.int32))
+        cols = first + tl.arange(0, BLOCK).to(tl.int64)
+        dst = base + bid * stride_words + cols
+        tl.store(dst, tl.full([BLOCK], 0, tl.int32), mask=cols < page_words)
 
 
 class Vllm033:
@@ -77,20 +86,22 @@ class Vllm033:
         for s in table.segments:  # uncoalesced rows: one per layer view, as vLLM builds them
             a = ptr + s.base
             if a in index:
-                pages[index[a]] = max(pages[index[a]], s.span // 4)
+                j = index[a]
+                pages[j] = max(pages[j], s.span // 4)
                 continue
             index[a] = len(addrs)
             addrs.append(a)
             strides.append(s.stride // 4)
             pages.append(s.span // 4)
         dev = words.device
-        self.addr = torch.tensor(addrs, dtype=torch.uint64, device=dev)
+        self.addr = torch.tensor(addrs, dtype=torch.int64, device=dev)
         self.stride = torch.tensor(strides, dtype=torch.int64, device=dev)
         self.page = torch.tensor(pages, dtype=torch.int64, device=dev)
         biggest = max(pages)
         self.block = min(1 << (biggest - 1).bit_length(), 1024)
         self.chunks = -(-biggest // self.block)
         self.segments = len(addrs)
+        self.device = dev
 
     def launch(self, dev_ids: torch.Tensor) -> None:
         grid = (dev_ids.numel(), self.segments, self.chunks)
@@ -101,22 +112,22 @@ class Vllm033:
         if not block_ids:
             return
         host = torch.tensor(block_ids, dtype=torch.int64, device="cpu", pin_memory=True)
-        self.launch(host.to(self.addr.device, non_blocking=True))
+        self.launch(host.to(self.device, non_blocking=True))
 
 
-def graph_us(fn: Callable[[], None], calls: int = 16, replays: int = 15) -> float:
-    """Median microseconds per call replayed from one CUDA graph of ``calls`` calls."""
+def graph_us(fns: list[Callable[[], None]], calls: int = 16, replays: int = 15) -> float:
+    """Median microseconds per call replayed from one CUDA graph of ``calls`` calls (cycling ``fns``)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(2):
+        for fn in fns[:2]:
             fn()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
+        for j in range(calls):
+            fns[j % len(fns)]()
     g.replay()
     torch.cuda.synchronize()
     times = []
@@ -127,51 +138,58 @@ def graph_us(fn: Callable[[], None], calls: int = 16, replays: int = 15) -> floa
         b.record()
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b) * 1e3 / calls)
-    return statistics.median(times)
+    del g
+    return round(statistics.median(times), 2)
 
 
-def equal_bytes(table: K.SegmentTable, buf: torch.Tensor, ids: list[int], words: torch.Tensor) -> bool:
-    """vLLM 0.33's path and kvlayout's zero the same bytes (poisoned buffer, both runs compared)."""
-    sub = np.unique(np.asarray(ids))[:64].tolist()
+def equal_bytes(table: K.SegmentTable, buf: torch.Tensor, ids: list[int], v: Vllm033) -> dict[str, bool]:
+    """vLLM 0.33's path and kvlayout's zero the same bytes of a poisoned buffer (both host paths)."""
     before = buf.clone()
-    z = kc.CudaZeroer(table, buf)
-    z.zero(sub)
-    z.check()
-    torch.cuda.synchronize()
-    ours = buf.clone()
+    out: dict[str, bool] = {}
+    for graphs in (True, False):
+        buf.copy_(before)
+        z = kc.CudaZeroer(table, buf, max_batch=max(len(ids), 1), graphs=graphs)
+        z.zero(ids)
+        z.check()
+        torch.cuda.synchronize()
+        ours = buf.clone()
+        buf.copy_(before)
+        v.zero_block_ids(ids)
+        torch.cuda.synchronize()
+        out["graph" if graphs else "eager"] = bool(torch.equal(ours, buf)) and not torch.equal(ours, before)
+        del ours
     buf.copy_(before)
-    Vllm033(table, words).zero_block_ids(sub)
-    torch.cuda.synchronize()
-    theirs = buf.clone()
-    buf.copy_(before)
-    return bool(torch.equal(ours, theirs)) and not torch.equal(ours, before)
+    del before
+    return out
 
 
-def pallas_in_jit(table: K.SegmentTable, batch: int, reps: int = 4) -> dict[str, float] | None:
+def pallas_in_jit(table: K.SegmentTable, batch: int, reps: int = 5) -> dict[str, float] | None:
     """Device microseconds per zeroing inside a jitted, donated step: slope of K chained applies."""
     try:
         import jax
         import jax.numpy as jnp
         from kvlayout.backends.pallas import PallasZeroer
-    except ImportError:
+    except ImportError as e:
+        print(f"pallas skipped: {e}", flush=True)
         return None
     z = PallasZeroer(table)
     rng = np.random.default_rng(1)
-    rows, lanes = z.buffer_shape
-    buf = jnp.zeros((rows, lanes), jnp.int32)
-    ids = jnp.asarray(rng.choice(table.num_blocks, size=(8, batch), replace=batch * 8 > table.num_blocks)
+    buf = jnp.full(z.buffer_shape, 7, jnp.int32)
+    ids = jnp.asarray(np.stack([rng.choice(table.num_blocks, size=batch, replace=False) for _ in range(ROT)])
                       .astype(np.int32))
 
     def make(k: int) -> Any:
         def step(b: jax.Array, all_ids: jax.Array) -> jax.Array:
+            bad = jnp.zeros((), jnp.int32)
             for j in range(k):
-                b, _ = z.apply(b, all_ids[j % 8])
-            return b + 0 * all_ids[0, 0]  # stand-in for the rest of the engine's step
+                b, e = z.apply(b, all_ids[j % ROT])
+                bad = bad + e
+            return b.at[0, 0].add(bad)  # stand-in for the rest of the engine's step
 
         return jax.jit(step, donate_argnums=0)
 
     out: dict[str, float] = {}
-    for k in (1, 5):
+    for k in (1, 9):
         f = make(k)
         buf = f(buf, ids)
         buf.block_until_ready()
@@ -181,53 +199,143 @@ def pallas_in_jit(table: K.SegmentTable, batch: int, reps: int = 4) -> dict[str,
             buf = f(buf, ids)
             buf.block_until_ready()
             times.append((time.perf_counter() - t0) * 1e6)
-        out[f"k{k}"] = statistics.median(times)
-    out["per_zero_us"] = (out["k5"] - out["k1"]) / 4
+        out[f"k{k}_us"] = round(statistics.median(times), 2)
+    out["per_zero_us"] = round((out["k9_us"] - out["k1_us"]) / 8, 2)
     del buf
     return out
 
 
-def bench(preset: str, pool_bytes: int, batches: list[int], calls: int) -> list[dict[str, Any]]:
+def geometry_sweep(table: K.SegmentTable, buf: torch.Tensor, batches: list[int]) -> list[dict[str, Any]]:
+    """Kernel-only time of each work-unit size at small batches (graph replay, device ids)."""
+    rows = []
+    rng = np.random.default_rng(5)
+    for batch in batches:
+        devs = [torch.from_numpy(rng.choice(table.num_blocks, batch, replace=False)).cuda() for _ in range(ROT)]
+        row: dict[str, Any] = {"batch": batch}
+        for chunk in (1024, 2048, 4096, 8192):
+            z = kc.CudaZeroer(table, buf, chunk_words=chunk, small_batch=False)
+            row[f"chunk{chunk}_us"] = graph_us([lambda d=d, z=z: z.zero(d) for d in devs])
+        z = kc.CudaZeroer(table, buf)
+        row["auto_us"] = graph_us([lambda d=d, z=z: z.zero(d) for d in devs])
+        row["auto_chunk"] = z.plan_for_batch(batch).plan.chunk_words
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def per_group(table: K.SegmentTable, buf: torch.Tensor, batch: int) -> list[dict[str, Any]]:
+    """Bytes and kernel time of one group's rows vs every group's (GEOMETRY.md section 7)."""
+    rng = np.random.default_rng(6)
+    devs = [torch.from_numpy(rng.choice(table.num_blocks, batch, replace=False)).cuda() for _ in range(ROT)]
+    lists = [d.tolist() for d in devs]
+    z = kc.CudaZeroer(table, buf, max_batch=batch)
+    rows = []
+    picks: list[str | None] = [None]
+    for family in ("c4.", "c128.", "swa."):
+        picks += [g for g in table.groups if g.startswith(family)][:1]
+    for g in picks:
+        rows_g = table.for_group(g)
+        k = iter(range(10**9))
+        row = {
+            "group": g or "all", "batch": batch, "bytes_per_block": int(rows_g.spans.sum()),
+            "bytes": int(rows_g.spans.sum()) * batch,
+            "kernel_us": graph_us([lambda d=d, g=g: z.zero(d, g) for d in devs]),
+            "step_us": queued_us(lambda g=g: z.zero(lists[next(k) % ROT], g), torch.cuda.synchronize),
+        }
+        row["gb_per_s"] = round(row["bytes"] / row["kernel_us"] / 1e3, 1)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def bench(preset: str, pool_bytes: int, batches: list[int], calls: int) -> dict[str, Any]:
     spec = K.preset(preset)
-    per_block = K.plan(spec).total_bytes // spec.num_blocks
+    per_block = K.plan(spec).bytes_per_block
     n = max(20_000, pool_bytes // per_block)
     table = K.plan(spec.with_num_blocks(n))
-    buf = torch.empty(table.total_bytes, dtype=torch.uint8, device="cuda")
-    buf.fill_(0xA5)
+    buf = device_poison(table.total_bytes, "cuda")
     words = buf.view(torch.int32)
     rng = np.random.default_rng(0)
     z = kc.CudaZeroer(table, buf, max_batch=max(batches))
+    ze = kc.CudaZeroer(table, buf, max_batch=max(batches), graphs=False)
     v = Vllm033(table, words)
     out = []
     for batch in batches:
         lists = [rng.choice(n, size=batch, replace=False).tolist() for _ in range(ROT)]
         devs = [torch.tensor(x, dtype=torch.int64, device="cuda") for x in lists]
-        same = equal_bytes(table, buf, lists[0], words)
+        same = equal_bytes(table, buf, lists[0], v)
         k = iter(range(10**9))
         ours = queued_us(lambda: z.zero(lists[next(k) % ROT]), torch.cuda.synchronize, calls=calls)
+        eager = queued_us(lambda: ze.zero(lists[next(k) % ROT]), torch.cuda.synchronize, calls=calls)
         theirs = queued_us(lambda: v.zero_block_ids(lists[next(k) % ROT]), torch.cuda.synchronize, calls=calls)
-        d = devs[0]
-        ours_k = graph_us(lambda: z.zero(d))
-        theirs_k = graph_us(lambda: v.launch(d))
+        ours_k = graph_us([lambda d=d: z.zero(d) for d in devs])
+        theirs_k = graph_us([lambda d=d: v.launch(d) for d in devs])
         nbytes = batch * table.bytes_per_block
         flat = words[: max(1, nbytes // 4)]
-        memset = graph_us(lambda: flat.zero_())
+        memset = graph_us([lambda: flat.zero_()])
         z.check()
         row: dict[str, Any] = {
             "preset": preset, "batch": batch, "num_blocks": n, "bytes": nbytes, "segments_vllm": v.segments,
-            "byte_equal": same, "step_us": ours, "vllm_step_us": theirs, "kernel_us": ours_k,
+            "kernel_rows": len(z.kernel_table), "byte_equal": same["graph"] and same["eager"], "byte_equal_detail": same,
+            "step_us": ours, "step_eager_us": eager, "vllm_step_us": theirs, "kernel_us": ours_k,
             "vllm_kernel_us": theirs_k, "memset_us": memset,
-            "step_speedup": theirs / ours, "kernel_speedup": theirs_k / ours_k, "kernel_vs_memset": memset / ours_k,
+            "step_speedup": round(theirs / ours, 3), "step_eager_speedup": round(theirs / eager, 3),
+            "kernel_speedup": round(theirs_k / ours_k, 3), "kernel_vs_memset": round(memset / ours_k, 3),
+            "kernel_chunk": z.plan_for_batch(batch).plan.chunk_words,
         }
-        pj = pallas_in_jit(table, batch) if batch in (64, 4096) and os.environ.get("BENCH_PALLAS", "1") == "1" else None
-        if pj is not None:
-            row["pallas_in_jit_us"] = pj["per_zero_us"]
-            row["pallas_vs_cuda_kernel"] = pj["per_zero_us"] / ours_k
+        if batch in (64, 4096) and os.environ.get("BENCH_PALLAS", "1") == "1":
+            try:
+                pj = pallas_in_jit(table, batch)
+            except Exception as e:  # report, keep the rest of the run
+                print(f"pallas_in_jit failed: {type(e).__name__}: {e}", flush=True)
+                pj = None
+            if pj is not None:
+                row["pallas"] = pj
+                row["pallas_in_jit_us"] = pj["per_zero_us"]
+                row["pallas_vs_cuda_kernel"] = round(pj["per_zero_us"] / ours_k, 3)
         out.append(row)
         print(json.dumps(row), flush=True)
-    del buf, words
-    torch.cuda.empty_cache()
-    return out
+    geo = geometry_sweep(table, buf, [b for b in batches if b <= 4096])
+    groups = per_group(table, buf, 4096) if len(table.groups) > 1 else []
+    return {"rows": out, "geometry": geo, "groups": groups}
+
+
+def verdict(r: dict[str, Any]) -> list[str]:
+    """Targets missed by this row, each with by how much."""
+    miss = []
+    want = STEP_TARGET_SMALL if r["batch"] <= 512 else STEP_TARGET_LARGE
+    if r["step_speedup"] < want:
+        miss.append(f"step {r['step_speedup']:.2f}x < {want}x")
+    if r["kernel_speedup"] < KERNEL_TARGET:
+        miss.append(f"kernel {r['kernel_speedup']:.2f}x < {KERNEL_TARGET}x vLLM")
+    if r["batch"] >= 4096 and r["kernel_vs_memset"] < MEMSET_TARGET:
+        miss.append(f"memset ratio {r['kernel_vs_memset']:.2f} < {MEMSET_TARGET}")
+    if "pallas_vs_cuda_kernel" in r and r["pallas_vs_cuda_kernel"] > PALLAS_TARGET:
+        miss.append(f"pallas {r['pallas_vs_cuda_kernel']:.2f}x cuda > {PALLAS_TARGET}x")
+    return miss
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    head = ("| preset | ids | step us kvlayout (graph / eager) | step us vLLM 0.33 | step x | kernel us kvlayout / vLLM "
+            "| kernel x | memset us | kernel vs memset | pallas in jit us | equal | targets missed |")
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        pj = f"{r['pallas_in_jit_us']:.1f} ({r['pallas_vs_cuda_kernel']:.2f}x cuda)" if "pallas_in_jit_us" in r else ""
+        miss = "; ".join(verdict(r)) or "none"
+        lines.append(
+            f"| {r['preset']} | {r['batch']} | {r['step_us']:.1f} / {r['step_eager_us']:.1f} | {r['vllm_step_us']:.1f} | "
+            f"{r['step_speedup']:.2f} | {r['kernel_us']:.1f} / {r['vllm_kernel_us']:.1f} | {r['kernel_speedup']:.2f} | "
+            f"{r['memset_us']:.1f} | {r['kernel_vs_memset']:.2f} | {pj} | {r['byte_equal']} | {miss} |"
+        )
+    return "\n".join(lines)
+
+
+def format_groups(rows: list[dict[str, Any]]) -> str:
+    lines = ["| group | ids | bytes/block | kernel us | GB/s | step us (list) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['group']} | {r['batch']} | {r['bytes_per_block']} | {r['kernel_us']:.1f} | "
+                     f"{r['gb_per_s']} | {r['step_us']:.1f} |")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -239,29 +347,27 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=20)
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
-    rows: list[dict[str, Any]] = []
+    host = host_path(batches)
+    for h in host:
+        print(json.dumps(h), flush=True)
+    results = {}
     for p in args.presets.split(","):
-        rows += bench(p, int(args.pool_gib * GIB), batches, args.calls)
+        results[p] = bench(p, int(args.pool_gib * GIB), batches, args.calls)
+        torch.cuda.empty_cache()
+    rows = [r for p in results.values() for r in p["rows"]]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     meta = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
-            "mode": kc.MODE}
-    (Path(args.out) / "step.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    print(format_table(rows))
+            "mode": kc.MODE, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    (Path(args.out) / "step.json").write_text(json.dumps({"meta": meta, "host": host, "results": results}, indent=1))
+    table = format_table(rows)
+    groups = [g for p in results.values() for g in p["groups"]]
+    md = (f"# Per-step zeroing vs vLLM 0.33 ({meta['gpu']}, {meta['date']})\n\n"
+          f"`python bench/bench_step.py` (torch {meta['torch']}, triton {meta['triton']}); medians, one run.\n\n"
+          f"{table}\n\n## Per group (dsv4, kvlayout)\n\n{format_groups(groups)}\n")
+    (Path(args.out) / "step.md").write_text(md)
+    print(format_groups(groups))
+    print(table)
     return 0 if all(r["byte_equal"] for r in rows) else 1
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    head = ("| preset | ids | step us (kvlayout / vLLM 0.33) | x | kernel us (kvlayout / vLLM) | x | "
-            "memset us | kernel vs memset | pallas in jit us | equal |")
-    lines = [head, "|" + "---|" * 10]
-    for r in rows:
-        pj = f"{r['pallas_in_jit_us']:.1f} ({r['pallas_vs_cuda_kernel']:.2f}x cuda)" if "pallas_in_jit_us" in r else ""
-        lines.append(
-            f"| {r['preset']} | {r['batch']} | {r['step_us']:.1f} / {r['vllm_step_us']:.1f} | {r['step_speedup']:.2f} | "
-            f"{r['kernel_us']:.1f} / {r['vllm_kernel_us']:.1f} | {r['kernel_speedup']:.2f} | {r['memset_us']:.1f} | "
-            f"{r['kernel_vs_memset']:.2f} | {pj} | {r['byte_equal']} |"
-        )
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

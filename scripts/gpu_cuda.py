@@ -27,16 +27,19 @@ from kvlayout.conformance import run_case
 GUARD = 4096
 
 
-def check_scale(name: str, num_blocks: int, batches: list[np.ndarray], coalesce: bool = True) -> dict[str, object]:
+def check_scale(
+    name: str, num_blocks: int, batches: list[np.ndarray], coalesce: bool = True, group: str | None = None,
+    **kw: object,
+) -> dict[str, object]:
     table = K.plan(K.preset(name).with_num_blocks(num_blocks))
     total = table.total_bytes
     buf = device_poison(GUARD + total + GUARD, "cuda")
     ref = buf.clone()
-    z = kc.CudaZeroer(table, buf, offset=GUARD, coalesce=coalesce, max_batch=max(len(b) for b in batches))
+    z = kc.CudaZeroer(table, buf, offset=GUARD, coalesce=coalesce, max_batch=max(len(b) for b in batches), **kw)
     ref_words = ref[GUARD : GUARD + total].view(torch.int32)
-    for ids in batches:
-        z.zero(ids)  # host ids through the pinned staging ring, no sync between batches
-        torch_reference_zero(ref_words, table, torch.from_numpy(ids).cuda())
+    for j, ids in enumerate(batches):
+        z.zero(ids.tolist() if j % 2 else ids, group)  # host ids (lists and arrays), no sync between batches
+        torch_reference_zero(ref_words, table.for_group(group), torch.from_numpy(ids).cuda())
     z.check()
     torch.cuda.synchronize()
     equal = bool(torch.equal(buf, ref))
@@ -44,7 +47,7 @@ def check_scale(name: str, num_blocks: int, batches: list[np.ndarray], coalesce:
     del buf, ref
     torch.cuda.empty_cache()
     return {"preset": name, "num_blocks": num_blocks, "rows": len(table), "kernel_rows": len(z.kernel_table),
-            "batches": len(batches), "ids": int(sum(len(b) for b in batches)), "total_bytes": total,
+            "group": group, "options": {k: str(v) for k, v in kw.items()}, "batches": len(batches), "ids": int(sum(len(b) for b in batches)), "total_bytes": total,
             "equal_to_torch_reference": equal, "guards_intact": guards}
 
 
@@ -121,7 +124,9 @@ def main() -> int:
     else:
         n = 10**5
         batches = [rng.choice(n, 4096, replace=False) for _ in range(6)] + [np.array([0, n - 1, n - 1, 7])]
+        batches += [rng.choice(n, k, replace=False) for k in (1, 37, 300, 5000)]  # every bucket size class
         results["scale"] = [check_scale("dsv4", n, batches), check_scale("dsv4", n, batches[:2], coalesce=False),
+                            check_scale("dsv4", n, batches, graphs=False), check_scale("dsv4", n, batches, group="c4.3"),
                             check_scale("dsv4-test", n, batches), check_scale("llama-8b", 8192, [rng.choice(8192, 1024)])]
         results["exact_host"] = [check_exact_host(p) for p in ("dsv4-test", "dsv4", "llama-8b")]
         results["graph"] = check_graph()

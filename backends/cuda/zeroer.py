@@ -309,6 +309,8 @@ class CudaZeroer:
                 max_programs = 64
         self.max_programs = int(max_programs)
         self.graphs = graphs and MODE == "native"
+        #: whether the replayed graphs hold the host-to-device copy too (decided at the first capture)
+        self.graph_copy: bool | None = None
         self.small_batch = small_batch
         self._lock = threading.Lock()
         self._slots: list[_Slot] = [self._new_slot()]
@@ -575,20 +577,35 @@ class CudaZeroer:
         return r
 
     def _capture(self, r: _Replay, dplan: _DevicePlan, bucket: int) -> Any:
-        """Capture (copy ``[count, ids]`` of the bucket, counted launch) over ``r``'s buffers."""
+        """Capture (copy ``[count, ids]`` of the bucket, counted launch) over ``r``'s buffers.
+
+        If this torch cannot capture the copy out of pinned memory, the graph holds the
+        launch alone and :meth:`_zero_replay` copies before replaying (``graph_copy`` False).
+        """
         cur = torch.cuda.current_stream(self.device)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(cur)
-        graph = torch.cuda.CUDAGraph()
+        words = r.dev[: bucket + 1]
         with torch.cuda.stream(side):
             r.dev[:1].zero_()  # count 0: the warm-up launch (compiles the kernel) writes nothing
             self._launch(r.dev[1 : bucket + 1], count=r.dev[:1], dplan=dplan)
-            graph.capture_begin(capture_error_mode="thread_local")
-            try:
-                r.dev[: bucket + 1].copy_(r.pinned[: bucket + 1], non_blocking=True)
-                self._launch(r.dev[1 : bucket + 1], count=r.dev[:1], dplan=dplan)
-            finally:
-                graph.capture_end()
+            for with_copy in (True, False) if self.graph_copy is not False else (False,):
+                graph = torch.cuda.CUDAGraph()
+                try:
+                    graph.capture_begin(capture_error_mode="thread_local")
+                    try:
+                        if with_copy:
+                            words.copy_(r.pinned[: bucket + 1], non_blocking=True)
+                        self._launch(r.dev[1 : bucket + 1], count=r.dev[:1], dplan=dplan)
+                    finally:
+                        graph.capture_end()
+                except RuntimeError:
+                    if not with_copy:
+                        raise
+                    self.graph_copy = False
+                    continue
+                self.graph_copy = with_copy
+                break
         cur.wait_stream(side)
         return graph
 
@@ -607,6 +624,8 @@ class CudaZeroer:
             graph = r.graphs.get(key)
             if graph is None:
                 graph = r.graphs[key] = self._capture(r, dplan, bucket)
+            if not self.graph_copy:
+                r.dev[: k + 1].copy_(r.pinned[: k + 1], non_blocking=True)
             graph.replay()
             replayed = True
         finally:
