@@ -13,6 +13,8 @@
 # written to bench/results/mutation.md and .json. Survivors listed with a reason in
 # scripts/mutation_equivalent.txt count as equivalent; every other survivor is a missing test.
 set -euo pipefail
+# the whole script is one function, read before it runs: editing the file mid-run is safe
+main() {
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=${KVLAYOUT_MUTATION_VENV:-.venv-mutation}
@@ -76,7 +78,9 @@ run_one() {  # stage the sources and one module's tests, run mutmut, keep its re
     echo 'source_paths = ["kvlayout"]'
     echo "only_mutate = [\"${TARGETS[$n]}\"]"
     printf 'pytest_add_cli_args_test_selection = ['; for t in ${TESTS[$n]}; do printf '"%s", ' "$t"; done; echo ']'
-    echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "--hypothesis-seed=0", "-x", "-q"]'
+    # the Triton-interpreter refusal test (3 s) checks the cuda zeroer, not the core: left to CI
+    echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "--hypothesis-seed=0", "-x", "-q",' \
+      '"--deselect", "tests/test_hostile.py::test_cuda_zeroer_refuses_the_wrapping_table"]'
     echo 'use_git_change_detection = false'
     echo '[tool.pytest.ini_options]'
     echo 'testpaths = ["tests"]'
@@ -198,3 +202,5 @@ for k, s in left:
 (out / "mutation.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines[:20]))
 PY
+}
+main "$@"

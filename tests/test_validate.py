@@ -431,3 +431,99 @@ def test_read_json_file(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch)
     )
     p.write_text("[1,2,34]")  # exactly 8 bytes
     assert V.read_json_file(SpecError, "spec", str(p)) == [1, 2, 34]
+
+
+def test_block_ids_edges_found_by_mutation() -> None:
+    # an unsigned id equal to num_blocks is refused by the unsigned check (no count of bad ids)
+    _raises(
+        BlockIdError,
+        "block_ids[1] = 5: outside [0, 5)",
+        "block_ids[1]",
+        5,
+        V.block_ids,
+        np.array([1, 5, 2], np.uint8),
+        5,
+    )
+    # int64 ids keep every bit: 2**62 + 1 is named exactly, not as a rounded float
+    _raises(
+        BlockIdError,
+        f"block_ids[0] = {2**62 + 1}: outside [0, 4) (1 bad ids; nothing was written)",
+        "block_ids[0]",
+        2**62 + 1,
+        V.block_ids,
+        np.array([2**62 + 1, 0], np.int64),
+        4,
+    )
+
+
+class _Endless:
+    """A file like /dev/zero: any bounded read succeeds, an unbounded one would never end."""
+
+    def __enter__(self) -> _Endless:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            raise AssertionError("unbounded read of an endless file")
+        return b"0" * size
+
+
+def test_read_json_file_bounds_what_it_reads(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytes, not characters, and never more than the limit plus one (an endless file is refused)."""
+    monkeypatch.setattr(V, "MAX_JSON_BYTES", 8)
+    p = tmp_path / "t.json"
+    p.write_text('"\u00e9\u00e9\u00e9"', encoding="utf-8")  # 8 bytes, 5 characters
+    assert V.read_json_file(SpecError, "spec", str(p)) == "\u00e9\u00e9\u00e9"
+    p.write_text('"\u00e9\u00e9\u00e9\u00e9"', encoding="utf-8")  # 10 bytes, 6 characters
+    _raises(
+        SpecError,
+        f"spec = {str(p)!r}: larger than 8 B",
+        "spec",
+        str(p),
+        V.read_json_file,
+        SpecError,
+        "spec",
+        str(p),
+    )
+    p.write_bytes(b'["\xff"]')  # not UTF-8: refused as the error class, not a UnicodeDecodeError
+    _raises(
+        TableError,
+        f"table {str(p)!r} = 'byte 2': is not UTF-8 text",
+        f"table {str(p)!r}",
+        "byte 2",
+        V.read_json_file,
+        TableError,
+        "table",
+        str(p),
+    )
+    monkeypatch.setattr(V, "open", lambda *a, **k: _Endless(), raising=False)
+    _raises(
+        SpecError,
+        "spec = '/dev/zero': larger than 8 B",
+        "spec",
+        "/dev/zero",
+        V.read_json_file,
+        SpecError,
+        "spec",
+        "/dev/zero",
+    )
+
+
+def test_read_json_file_os_error_without_strerror(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*a: object, **k: object) -> None:
+        raise OSError("no such device")  # an OSError with no errno/strerror
+
+    monkeypatch.setattr(V, "open", refuse, raising=False)
+    _raises(
+        SpecError,
+        "spec = 'x.json': no such device",
+        "spec",
+        "x.json",
+        V.read_json_file,
+        SpecError,
+        "spec",
+        "x.json",
+    )
