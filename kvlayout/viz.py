@@ -176,11 +176,19 @@ class Geometry:
             any(p.layer.split_kv for p in layout.placements if p.slot == j) for j in range(len(pages))
         ]
         self.width = int(layout.block_stride) if layout.block_stride is not None else sum(pages)
+        # LHBNC: the head slots of a block lie num_blocks * N*C apart; pitch N*C per slot (else 0)
+        self.head_pitch = [0] * len(pages)
+        if layout.order == "LHBNC":
+            for p in layout.placements:
+                if p.layer.heads > 1:
+                    self.head_pitch[p.slot] = pages[p.slot] // p.layer.heads
 
     def box_x(self, p: Placement, part: str, base: int) -> int:
-        """Where a part starts in the row."""
+        """Where a part starts in the row (LHBNC: head ``h`` at ``h * N*C`` of its slot page)."""
         if self.packed:
             return base
+        if part.startswith("head"):
+            return self.slot_x[p.slot] + int(part[4:]) * self.head_pitch[p.slot]
         return self.slot_x[p.slot] + (self.layout.slot_pages[p.slot] // 2 if part == "v" else 0)
 
     def to_buffer(self, block: int, x: int) -> int:
@@ -190,6 +198,9 @@ class Geometry:
         n = self.layout.num_blocks
         j = max(k for k, sx in enumerate(self.slot_x) if sx <= x) if x >= 0 else 0
         sp, within = self.layout.slot_pages[j], x - self.slot_x[j]
+        if self.head_pitch[j]:
+            h, r = divmod(within, self.head_pitch[j])
+            return self.regions[j] + (h * n + block) * self.head_pitch[j] + r
         if self.split[j]:
             half = sp // 2
             if within < half:
@@ -209,6 +220,11 @@ class Geometry:
         for j, sp in enumerate(lay.slot_pages):
             rel = offset - self.regions[j]
             if 0 <= rel < sp * n:
+                if self.head_pitch[j]:
+                    pitch = self.head_pitch[j]
+                    h, rem = divmod(rel, n * pitch)
+                    b, r = divmod(rem, pitch)
+                    return b, self.slot_x[j] + h * pitch + r, j
                 if self.split[j]:
                     half = sp // 2
                     upper = rel >= half * n
@@ -471,16 +487,26 @@ def _header(ax: Any, geo: Geometry, lanes: Sequence[Lane]) -> None:
     if geo.packed:
         _arrow(ax, 0, geo.width, -2.35, f"stride {_fmt(geo.width)} B: block b starts at b \u00d7 stride")
     else:
-        _arrow(
-            ax,
-            0,
-            geo.width,
-            -2.35,
-            f"one block: {len(geo.slot_x)} slot pages, {_fmt(geo.width)} B "
-            "(slot j of block b at region(j) + b \u00d7 page(j))",
+        where = (
+            "head h of slot j of block b at region(j) + (h \u00d7 num_blocks + b) \u00d7 N\u00b7C"
+            if any(geo.head_pitch)
+            else "slot j of block b at region(j) + b \u00d7 page(j)"
         )
+        text = f"one block: {len(geo.slot_x)} slot pages, {_fmt(geo.width)} B ({where})"
+        _arrow(ax, 0, geo.width, -2.35, text)
     x0 = first.x
     what = {"k": "K half: ", "v": "V half: "}.get(first.part, "")
+    if first.part.startswith("head"):  # LHBNC/BHLNC: one of H runs of the page
+        heads = first.placement.layer.heads
+        _arrow(
+            ax,
+            x0,
+            x0 + first.span,
+            -0.75,
+            f"head {first.part[4:]}: span {_fmt(first.span)} B, 1 of {heads} runs of the "
+            f"{_fmt(first.placement.layer.real_page)} B page ({_short(first.placement.layer.name)})",
+        )
+        return
     if first.gap:
         _arrow(
             ax,
