@@ -1,7 +1,8 @@
 """Sharded zeroing on an 8-device CPU mesh, Pallas TPU interpret mode (race detection on).
 
-Not collected by the main test session: ``tests/test_sharded_jax.py`` runs this file in a
-process of its own with ``XLA_FLAGS=--xla_force_host_platform_device_count=9``. The meshes
+Not collected by the main test session: ``scripts/test.sh`` runs this file in a pytest
+invocation of its own with ``XLA_FLAGS=--xla_force_host_platform_device_count=9`` (set before
+JAX starts); with fewer devices it fails to collect rather than skip. The meshes
 use devices 1..8: TPU interpret mode stages its callbacks on cpu:0, which must stay idle
 (``ShardedPallasZeroer`` refuses a mesh with cpu:0, tested below).
 """
@@ -20,7 +21,8 @@ from kvlayout.sharding import ShardedLayout, shard_spec
 
 jax = pytest.importorskip("jax")
 if jax.device_count() < 9:
-    pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=9 (run through tests/test_sharded_jax.py)", allow_module_level=True)
+    flag = "XLA_FLAGS=--xla_force_host_platform_device_count=9"
+    raise RuntimeError(f"{jax.device_count()} devices: run with {flag} (scripts/test.sh does)")
 
 import jax.numpy as jnp  # noqa: E402
 import kvlayout.backends.pallas as kp  # noqa: E402
@@ -127,7 +129,9 @@ def test_replicated_1d_unaligned_rmw() -> None:
 
 # ---- 2-D meshes ------------------------------------------------------------------------------
 def test_2d_block_and_heads() -> None:
-    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2, "tp": 4}, block_axes=("dp",), head_axes=("tp",))
+    lay = shard_spec(
+        K.preset("dsv4-test").with_num_blocks(8), {"dp": 2, "tp": 4}, block_axes=("dp",), head_axes=("tp",)
+    )
     run(lay, mesh(dp=2, tp=4), [[0, 5, 7], (4,), [3]])
 
 
@@ -145,7 +149,9 @@ def test_2d_replicated_with_replica_axis() -> None:
 
 
 def test_2d_block_sharded_with_dsv4_mix() -> None:
-    lay = shard_spec(K.preset("dsv4").with_num_blocks(4), {"dp": 2, "tp": 2}, block_axes=("dp",), head_axes=("tp",))
+    lay = shard_spec(
+        K.preset("dsv4").with_num_blocks(4), {"dp": 2, "tp": 2}, block_axes=("dp",), head_axes=("tp",)
+    )
     run(lay, mesh(dp=2, tp=2), [[0, 3]])
 
 
@@ -178,7 +184,9 @@ def test_bad_device_ids_write_nothing_on_any_shard() -> None:
 
 def test_mesh_and_buffer_errors() -> None:
     lay = shard_spec(K.preset("dsv4-test").with_num_blocks(16), {"dp": 8}, block_axes=("dp",))
-    with pytest.raises(K.LayoutBufferError, match=r"mesh axes = \{'x': 8\}: the layout was planned for \{'dp': 8\}"):
+    with pytest.raises(
+        K.LayoutBufferError, match=r"mesh axes = \{'x': 8\}: the layout was planned for \{'dp': 8\}"
+    ):
         kp.ShardedPallasZeroer(lay, Mesh(np.array(DEVS), ("x",)))
     with pytest.raises(K.BackendError, match="includes cpu:0"):
         kp.ShardedPallasZeroer(lay, Mesh(np.array(jax.devices()[:8]), ("dp",)))
@@ -201,7 +209,9 @@ def test_triton_interpret_kernel_runs_on_a_mesh_with_cpu0() -> None:
 
 
 def test_apply_inside_a_user_jit() -> None:
-    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2, "tp": 4}, block_axes=("dp",), head_axes=("tp",))
+    lay = shard_spec(
+        K.preset("dsv4-test").with_num_blocks(8), {"dp": 2, "tp": 4}, block_axes=("dp",), head_axes=("tp",)
+    )
     z = kp.ShardedPallasZeroer(lay, mesh(dp=2, tp=4))
 
     @jax.jit
