@@ -38,7 +38,7 @@ ORDER=(ranges spec planner table validate reference cuda-plan pallas-plan verify
 # per module, the fast tests that exercise it (mutmut runs, per mutant, those that reach the function)
 declare -A TESTS=(
   [ranges]="tests/test_ranges.py tests/test_table.py"
-  [spec]="tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py tests/test_layouts.py tests/test_hostile.py"
+  [spec]="tests/test_mutants_spec.py tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py tests/test_layouts.py tests/test_hostile.py"
   [planner]="tests/test_oracles.py tests/test_planner.py tests/test_regressions_19.py tests/test_layouts.py"
   [table]="tests/test_table.py tests/test_regressions_19.py"
   [validate]="tests/test_validate.py tests/test_reference.py"
