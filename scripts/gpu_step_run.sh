@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee
 python3 -c "import kvlayout, kvlayout.backends.cuda as kc; print('kvlayout from', kvlayout.__file__, kc.MODE)" 2>&1 | tee -a "$LOG"
 rc_s=skip; rc_t=skip; rc_c=skip; rc_m=skip; rc_n=skip
 if has step; then
-  timeout 270 python3 bench/bench_step.py --out "$OUT" > "$OUT/step.log" 2>&1; rc_s=$?
+  timeout 240 python3 bench/bench_step.py --out "$OUT" > "$OUT/step.log" 2>&1; rc_s=$?
   echo "step done at ${SECONDS}s" | tee -a "$LOG"
 fi
 if has tests; then

@@ -148,11 +148,14 @@ def zero_units_kernel(
     for u in range(pid, total, nprog):
         i = u // num_units
         w = u - i * num_units
+        # the unit's loads do not depend on the id: issued together with it, one memory latency
         gid = tl.load(ids_ptr + i).to(tl.int64)
+        ubase = tl.load(ubase_ptr + w)
+        ustride = tl.load(ustride_ptr + w)
+        n = tl.load(uwords_ptr + w)
         bid = gid - id_lo
         if (bid >= 0) & (bid < num_blocks):
-            start = tl.load(ubase_ptr + w) + bid * tl.load(ustride_ptr + w)
-            n = tl.load(uwords_ptr + w)
+            start = ubase + bid * ustride
             if ALIGNED:
                 start = tl.multiple_of(start, 4)
                 n = tl.multiple_of(n, 4)

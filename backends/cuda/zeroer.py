@@ -4,8 +4,9 @@ A step does not synchronise the host. Host block ids (a list, tuple, NumPy array
 tensor) are checked at C speed (``operator.countOf`` over their types, NumPy min/max; no
 per-element Python loop) while being written straight into a pinned staging buffer, which
 is then copied asynchronously into a device ids buffer. Natively, the copy and the launch
-are one CUDA graph per (staging buffer, batch-size bucket, plan), replayed each step: the
-live count travels with the ids and the kernel walks only ``count * W`` work items. Buffers
+are one CUDA graph per (staging buffer, batch-size bucket, plan), captured at construction
+(:meth:`CudaZeroer.capture`) and replayed each step: the live count travels with the ids and
+the kernel walks only ``count * W`` work items. Buffers
 come from small pools: a call owns its buffers from staging to launch, and a buffer is
 reused only when no launch still in flight can read it (same stream for device-only
 buffers, or the event recorded after its last use has completed); otherwise the pool grows
@@ -46,6 +47,9 @@ DEFAULT_EVICT = "evict_first"
 #: ``FILL_WAVES * max_programs`` work items (a few ids cannot fill the GPU with 32 KB units).
 SMALL_CHUNKS = (4096, 2048, 1024)
 FILL_WAVES = 2
+#: Pinned + device id buffers whose replay graphs are captured up front (host batches in flight at once
+#: before a call falls back to an eager launch).
+GRAPH_RING = 4
 #: Ids per program of the routing kernel.
 ROUTE_BLOCK = 1024
 #: Triton's store cache modifiers and eviction policies.
@@ -236,8 +240,10 @@ class CudaZeroer:
     under the interpreter, launches are serialised by a process-wide lock. Natively,
     launches go to each thread's current stream: ordering writes to the same bytes across
     streams is the caller's business. :meth:`check` reports bad device ids of launches that
-    finished before it, once each. A CUDA graph captured around a call owns that call's
-    buffers (that call launches eagerly inside the capture).
+    finished before it, once each. Replay graphs are captured only in the constructor and
+    :meth:`capture` (set-up time: a capture fails a device-wide sync made meanwhile by another
+    thread); a step never captures. A CUDA graph the caller captures around a call owns that
+    call's buffers (that call launches eagerly inside the capture).
     """
 
     def __init__(
@@ -317,6 +323,9 @@ class CudaZeroer:
         self._staging: list[_Staging] = []
         self._replays: list[_Replay] = []
         self._next_replay = 0
+        self._captured: set[str | None] = set()  # groups whose replay graphs exist
+        if self.graphs and not _capturing():
+            self.capture()
 
     @classmethod
     def from_dlpack(cls, obj: Any, table: SegmentTable, **kwargs: Any) -> CudaZeroer:
@@ -530,8 +539,7 @@ class CudaZeroer:
                 self._zero_device(block_ids, group)
                 return
             block_ids = block_ids.detach().cpu().numpy()
-        if self.graphs and not _capturing():
-            self._zero_replay(block_ids, group)
+        if self.graphs and not _capturing() and self._zero_replay(block_ids, group):
             return
         self._plan_for(group)  # a bad group raises before anything is staged
         slot, stream = self._acquire()
@@ -560,7 +568,41 @@ class CudaZeroer:
         self.zero(ids, group)
 
     # ---- native host batches: graph replay --------------------------------------------
-    def _replay_acquire(self) -> _Replay:
+    def capture(self, group: str | None = None) -> None:
+        """Capture the replay graphs of ``group`` (None: every group) for every batch-size bucket, now.
+
+        Natively with ``graphs=True`` the constructor captures ``group=None``; call this at set-up
+        time for each group zeroed on its own. Captures happen only here, never during a step: a
+        capture fails any device-wide synchronisation another thread makes meanwhile. Host
+        batches of a group without graphs, and batches arriving while every buffer of the ring
+        is still in flight, launch eagerly.
+        """
+        if not self.graphs:
+            return
+        self._plan_for(group)
+        buckets = []
+        b = 1
+        while True:
+            buckets.append(min(b, self.max_batch))
+            if b >= self.max_batch:
+                break
+            b *= 2
+        while len(self._replays) < GRAPH_RING:
+            pinned = torch.empty(self.max_batch + 1, dtype=torch.int64, pin_memory=True)
+            dev = torch.zeros(self.max_batch + 1, dtype=torch.int64, device=self.device)
+            self._replays.append(_Replay(pinned, pinned.numpy(), dev, {}))
+        torch.cuda.synchronize(self.device)
+        for r in self._replays:
+            for bucket in buckets:
+                dplan = self.plan_for_batch(bucket, group)
+                key = (group, dplan.plan.chunk_words, bucket)
+                if key not in r.graphs:
+                    r.graphs[key] = self._capture(r, dplan, bucket)
+        torch.cuda.synchronize(self.device)
+        self._captured.add(group)
+
+    def _replay_acquire(self) -> _Replay | None:
+        """A ring entry no replay in flight reads (owned until released), or None if all are busy."""
         with self._lock:
             count = len(self._replays)
             for j in range(count):
@@ -569,12 +611,7 @@ class CudaZeroer:
                     r.busy = True
                     self._next_replay = (self._next_replay + j + 1) % count
                     return r
-        pinned = torch.empty(self.max_batch + 1, dtype=torch.int64, pin_memory=True)
-        dev = torch.zeros(self.max_batch + 1, dtype=torch.int64, device=self.device)
-        r = _Replay(pinned, pinned.numpy(), dev, {}, busy=True)
-        with self._lock:
-            self._replays.append(r)
-        return r
+        return None
 
     def _capture(self, r: _Replay, dplan: _DevicePlan, bucket: int) -> Any:
         """Capture (copy ``[count, ids]`` of the bucket, counted launch) over ``r``'s buffers.
@@ -609,21 +646,23 @@ class CudaZeroer:
         cur.wait_stream(side)
         return graph
 
-    def _zero_replay(self, block_ids: Any, group: str | None) -> None:
+    def _zero_replay(self, block_ids: Any, group: str | None) -> bool:
+        """Stage host ids in a free ring entry and replay its graph; False if none is free or captured."""
+        self._plan_for(group)  # a bad group raises first
+        if group not in self._captured:
+            return False
         r = self._replay_acquire()
+        if r is None:
+            return False
         replayed = False
         try:
             k = self._fill(r.view[1:], block_ids)
             if not k:
-                self._plan_for(group)  # a bad group still raises
-                return
+                return True
             r.view[0] = k
             bucket = _bucket(k, self.max_batch)
             dplan = self.plan_for_batch(bucket, group)
-            key = (group, dplan.plan.chunk_words, bucket)
-            graph = r.graphs.get(key)
-            if graph is None:
-                graph = r.graphs[key] = self._capture(r, dplan, bucket)
+            graph = r.graphs[(group, dplan.plan.chunk_words, bucket)]
             if not self.graph_copy:
                 r.dev[: k + 1].copy_(r.pinned[: k + 1], non_blocking=True)
             graph.replay()
@@ -634,6 +673,7 @@ class CudaZeroer:
                 r.done.record()
             with self._lock:
                 r.busy = False
+        return True
 
     def _launch(
         self,
