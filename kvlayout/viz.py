@@ -32,9 +32,9 @@ from .planner import Layout, Placement, plan_layout
 from .presets import PRESETS, preset
 from .ranges import merge_ranges
 from .spec import (
+    ALL_LAYOUTS,
     DTYPE_SIZES,
     FP8_DS_MLA,
-    LAYOUTS,
     FullAttentionSpec,
     GroupSpec,
     KVCacheSpec,
@@ -42,6 +42,7 @@ from .spec import (
     MambaSpec,
     MLASpec,
     SlidingWindowSpec,
+    layout_order,
 )
 from .table import Segment, SegmentTable
 from .validate import read_json_file
@@ -1296,8 +1297,8 @@ def parse_compare(text: str) -> list[tuple[str, str]]:
         key, value = m[1], m[2].strip()
         if any(k == key for k, _ in out):
             raise _bad(key, value, "given twice")
-        if key == "layout" and value not in LAYOUTS:
-            raise _bad(key, value, f"valid: {', '.join(LAYOUTS)}")
+        if key == "layout" and value not in ALL_LAYOUTS:
+            raise _bad(key, value, f"valid: {', '.join(ALL_LAYOUTS)}")
         if key in ("tp", "num_blocks") and not re.fullmatch(r"[0-9]{1,10}", value):
             raise _bad(key, value, "must be a decimal integer")
         if key == "tp" and not 1 <= int(value) <= 4096:
@@ -1313,11 +1314,12 @@ def parse_compare(text: str) -> list[tuple[str, str]]:
 
 
 def with_layout(spec: KVCacheSpec, layout: str) -> KVCacheSpec:
-    """The same layers in another layout (``packed`` keeps K and V together: ``kv_split`` dropped)."""
-    if layout not in LAYOUTS:
-        raise spec_error("layout", layout, f"valid layouts: {', '.join(LAYOUTS)}")
+    """The same layers in another layout (any of GEOMETRY.md section 6's names; ``kv_split`` halves
+    exist under ``layer_major``/``LBHNC`` only, so every other layout keeps K and V together)."""
+    if layout not in ALL_LAYOUTS:
+        raise spec_error("layout", layout, f"valid layouts: {', '.join(ALL_LAYOUTS)}")
     groups = spec.groups
-    if layout == "packed":
+    if layout_order(layout) != "LBHNC":
         groups = tuple(
             GroupSpec(
                 g.name,
@@ -1590,7 +1592,7 @@ class Explorer:
             placeholder="spec JSON (or model config JSON)",
             continuous_update=False,
         )
-        self.layout = w.Dropdown(options=["as spec", *LAYOUTS], value="as spec", description="layout")
+        self.layout = w.Dropdown(options=["as spec", *ALL_LAYOUTS], value="as spec", description="layout")
         self.tp = w.Dropdown(options=[1, 2, 4, 8], value=1, description="tp")
         self.dtype = w.Dropdown(options=["as spec", *VARIANT_DTYPES], value="as spec", description="dtype")
         self.num_blocks = w.BoundedIntText(value=100, min=0, max=2**31 - 1, description="blocks")
