@@ -34,8 +34,8 @@ vLLM's rules (vLLM 0.33.0, whose source the rules were read from; paths named pe
   has it; else Gemma 2 alternates (even layers slide), Gemma 3 slides unless
   ``(i + 1) % sliding_window_pattern == 0``, Qwen2/Qwen3 slide from ``max_window_layers`` on
   when ``use_sliding_window`` is true, Mistral slides everywhere when ``sliding_window`` is set.
-- Groups (``vllm/v1/core/kv_cache_planning.py``, ``get_kv_cache_groups``): a model whose layers
-  all have one spec is one group; DeepSeek V2/V3/V3.2 (every layer an MLA spec, the V3.2
+- Groups (``vllm/v1/core/kv_cache_planning.py``, ``get_kv_cache_groups``; DeepSeek-V4: below): a
+  model whose layers all have one spec is one group; DeepSeek V2/V3/V3.2 (every layer an MLA spec, the V3.2
   indexer included) is one group; otherwise (``_get_kv_cache_groups_uniform_page_size``)
   layers are split by spec kind, ``size`` = the fewest layers of a kind (the most, when that
   is under 1.5x the fewest), and a kind of ``n`` layers becomes ``k = ceil(n / size)`` groups
@@ -69,10 +69,16 @@ kvlayout's choices, where the engine's layout is not one of kvlayout's:
   uniform-page model (one tensor per layer slot, shared by the slot's layers of every group)
   take the same bytes per block; ``packed`` is where kvlayout's table and proof apply as
   they are.
-- DeepSeek-V4's pages differ per kind; vLLM 0.33 groups them with its block-outermost packer
-  (``_get_packed_kv_cache_groups``), which this module does not reproduce yet: its groups
-  follow the generic split above, so the pages are vLLM's but the groups and the bytes per
-  block may not be.
+- DeepSeek-V4's pages differ per kind, so vLLM 0.33 groups them with its block-outermost packer
+  (``_get_packed_kv_cache_groups``), reproduced here: layers fall into uniform-type buckets
+  (the window cache; the compressed caches with the indexer, one block size; the ratio-4
+  compressor states, window 8; the ratio-128 ones, window 128); a bucket whose pages have
+  equal layer counts repeats one layer of each and is split into groups of ``r`` repeats,
+  ``r`` >= the largest mixed-page bucket's repeats, chosen to pad least; the others stay whole.
+  The fixture gives vLLM's five groups (window cache 22 + 21, compressed 62, ratio-4 states 42,
+  ratio-128 states 20) and its 1,002,240 B per block; tests/test_models.py checks both against
+  vLLM's ``get_kv_cache_groups``. Not modeled: vLLM's cap on Mamba and circular-buffer state
+  buckets (no DeepSeek-V4 bucket is one).
 - Multi-token-prediction layers (``num_nextn_predict_layers``) get no cache: vLLM allocates
   them only with speculative decoding.
 - Mamba states take their page in every block and are never zeroed (section 1).
@@ -401,6 +407,51 @@ def _vllm_groups(kinds: Sequence[tuple[str, Sequence[LayerSpec]]]) -> tuple[Grou
     return tuple(groups)
 
 
+def _least_padding_chunk(values: Sequence[int], lo: int) -> int:
+    """The chunk ``d >= lo`` that pads ``values`` up to multiples of ``d`` the least (ties: larger)."""
+    best, best_pad = lo, None
+    for d in range(lo, max(max(values), lo) + 1):
+        pad = sum(-x % d for x in values)
+        if best_pad is None or pad <= best_pad:
+            best, best_pad = d, pad
+    return best
+
+
+def _vllm_packed_groups(
+    layers: Sequence[tuple[tuple[str, str, int, int | None], LayerSpec]],
+) -> tuple[GroupSpec, ...]:
+    """vLLM 0.33's grouping of layers with different pages for a block-outermost layout
+    (``_get_packed_kv_cache_groups``). ``layers`` are ``(kind, bucket key, layer)`` in model
+    order; a layer joins the first bucket of its key (one spec type, block size and window).
+    A bucket whose page sizes have equal layer counts is "balanced": it repeats one layer of
+    each page, and balanced buckets are split into groups of ``r`` repeats, ``r`` the chunk
+    (at least the repeats of the largest mixed-page balanced bucket) that pads the repeat
+    counts least. Other buckets stay whole. No bucket here holds Mamba states, so vLLM's
+    state-bucket cap does not apply."""
+    buckets: dict[tuple[str, str, int, int | None], list[LayerSpec]] = {}
+    for key, layer in layers:
+        buckets.setdefault(key, []).append(layer)
+    info = []
+    for (name, *_), members in buckets.items():
+        by_page: dict[int, list[LayerSpec]] = {}
+        for layer in members:
+            by_page.setdefault(layer.page, []).append(layer)
+        counts = {len(v) for v in by_page.values()}
+        info.append((name, members, by_page, len(counts) == 1, max(len(v) for v in by_page.values())))
+    floor = max((reps for *_, by_page, bal, reps in info if bal and len(by_page) > 1), default=0)
+    per_group = _least_padding_chunk([reps for *_, bal, reps in info if bal], floor) if floor else None
+    groups = []
+    for name, members, by_page, balanced, reps in info:
+        n = -(-reps // per_group) if balanced and per_group else 1
+        if n == 1:
+            groups.append(GroupSpec(name, tuple(members)))
+            continue
+        repeats = list(zip(*by_page.values()))
+        for j in range(n):
+            groups.append(GroupSpec(f"{name}.{j}", tuple(x for rep in repeats[j::n] for x in rep)))
+    return tuple(groups)
+
+
 # --------------------------------------------------------------------------- the result
 @dataclass(frozen=True)
 class ModelSpec:
@@ -613,10 +664,27 @@ def _dsv4_family(c: _Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         if r > 1:
             c.add(f"c{r}", mla(a, bs, r), bucket)
             c.add(f"c{r}_state", state(f"{a}.compressor.state_cache", r, head), bucket)
-    c.notes.append(
-        "DeepSeek-V4: groups follow vLLM's generic split, not its packed V4 grouping (see the docs)"
-    )
-    return _vllm_groups(list(bucket.items())), FP8_DS_MLA, bs
+    # vLLM's uniform-type buckets (named here): one spec type, block size and window each; the
+    # window of a compressor state is coff * ratio (8 for ratio 4, 128 for ratio 128)
+    window = c.cfg.data["sliding_window"]
+    compressed = ("compressed", "full", bs, None)
+    c4_states = ("c4_states", "sliding", DSV4_STATE_BLOCK_SIZE[4], 8)
+    keys = {
+        "swa": ("swa", "sliding", DSV4_SWA_BLOCK_SIZE, window),
+        "c4": compressed,
+        "c128": compressed,
+        "c4_indexer": compressed,
+        "c4_state": c4_states,
+        "c4_indexer_state": c4_states,
+        "c128_state": ("c128_states", "sliding", DSV4_STATE_BLOCK_SIZE[128], 128),
+    }
+    return _vllm_packed_groups([(keys[c.kinds[x.name]], x) for x in _model_order(c, bucket)]), FP8_DS_MLA, bs
+
+
+def _model_order(c: _Ctx, bucket: Mapping[str, Sequence[LayerSpec]]) -> list[LayerSpec]:
+    """The layers of ``bucket`` in the order the model creates them (``c.kinds`` keeps it)."""
+    by_name = {x.name: x for layers in bucket.values() for x in layers}
+    return [by_name[n] for n in c.kinds if n in by_name]
 
 
 def _ssm_dtype(c: _Ctx, config_keys: Sequence[str], default: str) -> str:
@@ -970,9 +1038,8 @@ def summary(ms: ModelSpec | NativeModelSpec, *, proof: bool = True) -> str:
     for g in spec.groups:
         kinds = dict.fromkeys(ms.kinds.get(layer.name, layer.kind) for layer in g.layers)
         pages = sum(layer.page for layer in g.layers)
-        lines.append(
-            f"  {g.name:<20} {len(g.layers):>4} layers  {'+'.join(kinds):<18} {_n(pages):>14} B per block"
-        )
+        kinds_text = "+".join(kinds)
+        lines.append(f"  {g.name:<20} {len(g.layers):>4} layers {_n(pages):>14} B per block  {kinds_text}")
     lines.append(
         f"  {'kind':<20} {'layers':>6} {'tokens':>7} {'real page B':>14} {'page B':>14} {'padding B':>10}"
     )

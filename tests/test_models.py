@@ -123,8 +123,12 @@ EXPECTED: dict[str, tuple[str, int, str, dict[str, tuple[int, int, int]], list[t
     #   indexer: 64 * 132 = 8,448 -> 15 * 576 = 8,640 (21)
     #   compressor states, float32: c4 4 tokens * 2*2*512 * 4 = 32,768 -> 57 * 576 = 32,832 (21);
     #   c128 8 * 2*1*512 * 4 = 32,768 -> 32,832 (20); indexer 4 * 2*2*128 * 4 = 8,192 -> 8,640 (21)
-    # group size 20 (fewest layers of a kind; 43 >= 1.5 * 20): 43 -> 3 groups (15, 14, 14), 21 -> 2 (11, 10),
-    # 20 -> 1; the largest group is c128_state: 20 * 32,832 = 656,640
+    # vLLM's packed grouping: buckets of one type, block size and window: swa (43 of one page: 43 repeats),
+    # compressed = c4 + c128 + indexer (21 / 20 / 21 per page: unbalanced, stays whole), c4 states (21 of
+    # each of two pages: balanced, 21 repeats), c128 states (20 repeats). Repeats per group: the d >= 21
+    # padding (43, 21, 20) least: d = 21 pads 20 + 0 + 1 = 21, d = 22 pads 1 + 1 + 2 = 4, d = 23 pads
+    # 3 + 2 + 3 = 8, larger d pads more; d = 22 splits swa into ceil(43 / 22) = 2 groups (every other
+    # layer: 22, 21). The largest group is compressed: 21 * 37,440 + 20 * 1,728 + 21 * 8,640 = 1,002,240
     "deepseek_v4": (
         "DeepseekV4ForCausalLM",
         256,
@@ -138,22 +142,8 @@ EXPECTED: dict[str, tuple[str, int, str, dict[str, tuple[int, int, int]], list[t
             "c128_state": (20, 32_768, 32_832),
             "c4_indexer_state": (21, 8_192, 8_640),
         },
-        [
-            ("swa.0", 15),
-            ("swa.1", 14),
-            ("swa.2", 14),
-            ("c4_indexer.0", 11),
-            ("c4_indexer.1", 10),
-            ("c4_indexer_state.0", 11),
-            ("c4_indexer_state.1", 10),
-            ("c4.0", 11),
-            ("c4.1", 10),
-            ("c4_state.0", 11),
-            ("c4_state.1", 10),
-            ("c128", 20),
-            ("c128_state", 20),
-        ],
-        656_640,
+        [("swa.0", 22), ("swa.1", 21), ("compressed", 62), ("c4_states", 42), ("c128_states", 20)],
+        1_002_240,
     ),
     # Mamba1 state, bf16: conv 3 * (2 * 4096) * 2 = 49,152 + ssm 8192 * 16 * 2 = 262,144 -> 311,296;
     # attention 2 * 8 * 128 * 2 = 4,096 B per token: 16 * ceil(311,296 / (16 * 4,096)) = 16 * 5 = 80 tokens,
