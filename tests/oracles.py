@@ -45,26 +45,42 @@ def ceil_to(x: int, a: int) -> int:
     return x if r == 0 else (q + 1) * a
 
 
+def heads(layer: Mapping[str, Any]) -> int:
+    """``H``, head slots per block (section 6): ``num_head_slots``, else the KV heads of attention, else 1."""
+    if layer.get("num_head_slots") is not None:
+        return int(layer["num_head_slots"])
+    return int(layer["num_kv_heads"]) if layer["kind"] in ("full", "sliding_window") else 1
+
+
 def real_page(layer: Mapping[str, Any]) -> int:
-    """Real page bytes of a layer given as JSON (section 1's table)."""
+    """Real page bytes of a layer given as JSON: section 1's table, ``H * N * C`` with section 6's fields."""
     kind = layer["kind"]
     if kind in ("full", "sliding_window"):
-        return 2 * layer["block_size"] * layer["num_kv_heads"] * layer["head_size"] * ITEMSIZE[layer["dtype"]]
+        tokens_per_state = layer.get("tokens_per_state") or 1
+        states = layer["block_size"] // tokens_per_state * (layer.get("states_per_token") or 1)
+        if layer.get("state_content_bytes") is not None:
+            cell = layer["state_content_bytes"]
+        else:
+            v = layer["head_size"] if layer.get("head_size_v") is None else layer["head_size_v"]
+            cell = (layer["head_size"] + v) * ITEMSIZE[layer["dtype"]]
+        return heads(layer) * states * cell
     if kind == "mla":
-        stored = layer["block_size"] // layer.get("compress_ratio", 1)
+        stored = layer["block_size"] // layer.get("compress_ratio", 1) * (layer.get("states_per_token") or 1)
         if "token_bytes" in layer:
             token = layer["token_bytes"]
         elif layer.get("cache_dtype") == "fp8_ds_mla":
             token = DS_MLA_TOKEN_BYTES
         else:
             token = layer["head_size"] * ITEMSIZE[layer.get("cache_dtype") or layer["dtype"]]
-        return stored * token
+        return heads(layer) * stored * token
     assert kind == "mamba", kind
     return layer["state_bytes"]
 
 
 def page(layer: Mapping[str, Any]) -> int:
-    """Padded page: real page rounded up to ``alignment`` if set."""
+    """Padded page: ``padded_page`` if set, else the real page rounded up to ``alignment`` if set."""
+    if layer.get("padded_page") is not None:
+        return int(layer["padded_page"])
     a = layer.get("alignment")
     return ceil_to(real_page(layer), a) if a else real_page(layer)
 
@@ -153,37 +169,117 @@ def _periodic_bytes(rows: Iterable[tuple[int, int, int]], n: int) -> set[int]:
     }
 
 
+ALIASES = {"packed": "BLHNC", "layer_major": "LBHNC"}
+
+
+def _stride_alignment(layer: Mapping[str, Any]) -> int:
+    return int(layer.get("block_stride_alignment") or 1)
+
+
+def _geometry(layer: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((k, v) for k, v in layer.items() if k != "name"))
+
+
 def expected_plan(spec: Mapping[str, Any]) -> Expected:
-    """Section 2's layouts and virtual splitting applied to a spec that loads."""
+    """Sections 2 and 6 (and the planner's design note on vLLM's orders) applied to a spec that loads.
+
+    Block-outer orders (``BLHNC`` = packed, ``BLNHC``, ``BHLNC``): the block stride is the widest
+    group's pages rounded up to the lcm of every ``block_stride_alignment``; under ``BHLNC``
+    consecutive layers of equal geometry form a run and head ``h`` of the ``i``-th of ``k``
+    layers sits at ``run + h*k*N*C + i*N*C``. Layer-outer orders (``LBHNC`` = layer_major,
+    ``LBNHC``, ``LHBNC``): slot ``j``'s page is the largest of its layers' pages rounded up to
+    their ``block_stride_alignment``; under ``LHBNC`` head ``h`` of block ``b`` is at
+    ``region + h*n*pitch + b*pitch`` with ``pitch = slot_page // H``.
+    """
     n = spec["num_blocks"]
     groups = spec["groups"]
+    order = ALIASES.get(spec["layout"], spec["layout"])
     ex = Expected(num_blocks=n)
+    # (group, layer, parts): part = (name, base, stride, span, padded)
     parts: list[tuple[Mapping[str, Any], Mapping[str, Any], list[tuple[str, int, int, int, int]]]] = []
-    if spec["layout"] == "packed":
+    if order in ("BLHNC", "BLNHC", "BHLNC"):
         if any(layer.get("kv_split") for g in groups for layer in g["layers"]):
-            return Expected(error="kv_split in packed")
-        sums = [sum(page(layer) for layer in g["layers"]) for g in groups]
-        ex.block_stride = max(sums)
-        ex.total = ex.block_stride * n
+            return Expected(error="kv_split outside LBHNC")
+        widest = max(sum(page(layer) for layer in g["layers"]) for g in groups)
+        lcm = 1
         for g in groups:
-            offset = 0
             for layer in g["layers"]:
-                ex.offsets[layer["name"]] = offset
-                parts.append((g, layer, [("page", offset, ex.block_stride, real_page(layer), page(layer))]))
-                offset += page(layer)
+                a = _stride_alignment(layer)
+                lcm = lcm * a // _gcd(lcm, a)
+        ex.block_stride = ceil_to(widest, lcm)
+        if ex.block_stride % 4:
+            return Expected(error="block stride not a multiple of 4")
+        st = ex.block_stride
+        ex.total = st * n
+        if st > widest:
+            ex.gaps.append((widest, st, st - widest))
+        for g in groups:
+            if order != "BHLNC":
+                offset = 0
+                for layer in g["layers"]:
+                    ex.offsets[layer["name"]] = offset
+                    parts.append((g, layer, [("page", offset, st, real_page(layer), page(layer))]))
+                    offset += page(layer)
+                continue
+            run_off = 0
+            layers = list(g["layers"])
+            i = 0
+            while i < len(layers):
+                k = 1
+                while i + k < len(layers) and _geometry(layers[i + k]) == _geometry(layers[i]):
+                    k += 1
+                first = layers[i]
+                h = heads(first)
+                if h > 1 and page(first) != real_page(first):
+                    return Expected(error="padding with head slots outside the page")
+                nc = page(first) // h
+                for r in range(k):
+                    layer = layers[i + r]
+                    base = run_off + r * nc
+                    ex.offsets[layer["name"]] = base
+                    got = _head_rows(layer, base, k * nc, st, page(layer))
+                    if got is None:
+                        return Expected(error="a head slot is not whole words")
+                    parts.append((g, layer, got))
+                run_off += k * page(first)
+                i += k
     else:
+        if order != "LBHNC" and any(layer.get("kv_split") for g in groups for layer in g["layers"]):
+            return Expected(error="kv_split outside LBHNC")
         depth = max(len(g["layers"]) for g in groups)
         slots = [[g["layers"][j] for g in groups if j < len(g["layers"])] for j in range(depth)]
-        if any(len({bool(layer.get("kv_split")) for layer in slot}) > 1 for slot in slots):
-            return Expected(error="kv_split disagrees in a slot")
-        ex.slot_pages = tuple(max(page(layer) for layer in slot) for slot in slots)
+        own = {}
+        for slot in slots:
+            for layer in slot:
+                o = ceil_to(page(layer), _stride_alignment(layer))
+                if o % 4:
+                    return Expected(error="layer stride not a multiple of 4")
+                if order == "LHBNC" and o != page(layer):
+                    return Expected(error="LHBNC cannot pad a page to a block stride")
+                own[layer["name"]] = o
+        ex.slot_pages = tuple(max(own[layer["name"]] for layer in slot) for slot in slots)
+        for slot in slots:
+            if len({bool(layer.get("kv_split")) for layer in slot}) > 1:
+                return Expected(error="kv_split disagrees in a slot")
+            if order == "LHBNC":
+                if any(heads(layer) > 1 and page(layer) != real_page(layer) for layer in slot):
+                    return Expected(error="padding with head slots outside the page")
+                shapes = {(heads(layer), page(layer)) for layer in slot}
+                if len(shapes) > 1 and any(heads(layer) > 1 for layer in slot):
+                    return Expected(error="LHBNC slot disagrees on head slots or page")
         region = [sum(ex.slot_pages[:j]) * n for j in range(depth)]
         ex.total = sum(ex.slot_pages) * n
         for g in groups:
             for j, layer in enumerate(g["layers"]):
                 sp, real = ex.slot_pages[j], real_page(layer)
                 ex.offsets[layer["name"]] = region[j]
-                if layer.get("kv_split"):
+                if order == "LHBNC":
+                    pitch = sp // heads(layer)
+                    got = _head_rows(layer, region[j], pitch * n, pitch, own[layer["name"]])
+                    if got is None:
+                        return Expected(error="a head slot is not whole words")
+                    parts.append((g, layer, got))
+                elif layer.get("kv_split"):
                     if sp % 8 or real % 8:
                         return Expected(error="kv_split halves not multiples of 4")
                     half = sp // 2 * n
@@ -198,7 +294,7 @@ def expected_plan(spec: Mapping[str, Any]) -> Expected:
                         )
                     )
                 else:
-                    parts.append((g, layer, [("page", region[j], sp, real, page(layer))]))
+                    parts.append((g, layer, [("page", region[j], sp, real, own[layer["name"]])]))
     for g, layer, layer_parts in parts:
         for name, base, stride, span, padded in layer_parts:
             ex.data.append((base, stride, span))
@@ -221,6 +317,25 @@ def expected_plan(spec: Mapping[str, Any]) -> Expected:
                     (g["name"], layer["name"], name, v, base + v * (span // ratio), stride, span // ratio)
                 )
     return ex
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def _head_rows(
+    layer: Mapping[str, Any], base: int, pitch: int, stride: int, padded: int
+) -> list[tuple[str, int, int, int, int]] | None:
+    """One part per head slot, ``pitch`` apart (one ``page`` part with one slot); None if not whole words."""
+    h = heads(layer)
+    span = real_page(layer) // h
+    if span % 4:
+        return None
+    if h == 1:
+        return [("page", base, stride, span, padded)]
+    return [(f"head{i}", base + i * pitch, stride, span, span) for i in range(h)]
 
 
 def check_planner(plan: Callable[[Any], SegmentTable], specs: Iterable[Any]) -> list[str]:
