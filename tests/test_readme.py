@@ -1,0 +1,211 @@
+"""README.md is runnable: every ``kvlayout`` command and every Python snippet in it runs here.
+
+The commands run in order, in-process, in one scratch folder (``tests/`` linked in for the
+model fixtures; ``> FILE`` writes the output there), each expected to exit 0. The Python
+snippets run in order in one namespace, in a process of their own (8 host devices for the
+mesh snippet, vLLM on the CPU), as a reader would paste them. Numbers the README quotes are
+checked against the command that prints them or the result file it cites.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvlayout.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+#: (language, source) of every fenced block, in order
+BLOCKS = [(m[1], m[2]) for m in re.finditer(r"^```(\w*)\n(.*?)^```", README, flags=re.M | re.S)]
+FLAT = " ".join(README.split())
+
+
+def _commands() -> list[str]:
+    """Lines of ``bash`` blocks that run ``kvlayout`` (the set-up block runs scripts, not these)."""
+    out = []
+    for lang, src in BLOCKS:
+        if lang == "bash":
+            out += [line.split("  #")[0].strip() for line in src.splitlines() if line.startswith("kvlayout ")]
+    return out
+
+
+COMMANDS = _commands()
+SNIPPETS = [src for lang, src in BLOCKS if lang == "python"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scratch folder where the README's relative paths resolve (``tests/fixtures/...``)."""
+    d = tmp_path_factory.mktemp("readme")
+    (d / "tests").symlink_to(ROOT / "tests")
+    return d
+
+
+def run_command(line: str) -> tuple[int, str]:
+    """Run one README command line in-process: ``(exit status, stdout)``; ``> FILE`` writes stdout there."""
+    argv = shlex.split(line)
+    assert argv[0] == "kvlayout"
+    out_file = None
+    if ">" in argv:
+        i = argv.index(">")
+        argv, out_file = argv[:i], argv[i + 1]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            code = main(argv[1:])
+        except SystemExit as e:  # --version
+            code = int(e.code or 0)
+    if out_file is not None:
+        Path(out_file).write_text(buf.getvalue())
+    return code, buf.getvalue()
+
+
+def test_exactly_two_commands_at_the_top() -> None:
+    lang, src = BLOCKS[0]
+    assert lang == "bash"
+    cmds = [line.split("#")[0].strip() for line in src.splitlines() if line.strip()]
+    assert cmds == ["./scripts/main.sh", "./scripts/test.sh"]
+    assert README.index("## Set-up: two commands") < README.index("```")
+    main_sh = (ROOT / "scripts" / "main.sh").read_text()
+    for step in ("plan --preset dsv4", "check --preset dsv4", "zero --preset dsv4 --blocks 0,1,42,99"):
+        assert step in main_sh  # what the README says the main job does
+    assert "blocks 0, 1, 42 and 99" in FLAT
+
+
+def test_commands_were_found() -> None:
+    assert len(COMMANDS) >= 12
+    for sub in ("plan", "check", "zero", "shard", "plot", "conformance"):
+        assert any(c.split()[1] == sub for c in COMMANDS), sub
+    assert any("--group" in c for c in COMMANDS) and any("--config" in c for c in COMMANDS)
+    assert any("--compare" in c for c in COMMANDS)
+
+
+@pytest.mark.parametrize("line", COMMANDS)
+def test_command_runs(line: str, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(workdir)
+    if "--table table.json" in line and not (workdir / "table.json").exists():
+        run_command("kvlayout plan --preset dsv4-test --json > table.json")  # the README's previous line
+    code, out = run_command(line)
+    assert code == 0, (line, out)
+    assert out.strip(), line
+    if line.startswith("kvlayout check --table"):
+        assert "invariant 4 (padding untouched): not checked" in out
+
+
+def test_python_snippets_run(workdir: Path) -> None:
+    """Every snippet on its own (a fresh namespace each, as a reader would paste it), in order; the
+    snippets that import vLLM run in a second process beside the others (its import is slow)."""
+    assert len(SNIPPETS) >= 8
+    driver = workdir / "run_snippets.py"
+    driver.write_text(
+        "import json, sys, time\n"
+        "for i, src in json.load(open(sys.argv[1])):\n"
+        "    t = time.perf_counter()\n"
+        "    exec(compile(src, f'README.md python snippet {i}', 'exec'), {'__name__': '__main__'})\n"
+        "    print(f'snippet {i} ({time.perf_counter() - t:.1f} s) ok', flush=True)\n"
+    )
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "TPU_SKIP_MDS_QUERY": "1",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=9",
+        "VLLM_TARGET_DEVICE": "cpu",
+        "MPLBACKEND": "Agg",
+    }
+    numbered = list(enumerate(SNIPPETS))
+    parts = [[s for s in numbered if "vllm" not in s[1]], [s for s in numbered if "vllm" in s[1]]]
+    assert all(parts)
+    procs = []
+    for k, part in enumerate(parts):
+        (workdir / f"snippets{k}.json").write_text(json.dumps(part))
+        procs.append(subprocess.Popen(
+            [sys.executable, str(driver), f"snippets{k}.json"], cwd=workdir, env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        ))
+    for proc, part in zip(procs, parts):
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:] + err[-6000:]
+        assert out.count(" ok\n") == len(part), out
+
+
+def test_per_group_numbers_are_what_the_command_prints(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workdir)
+    m = re.search(r"--backend reference` zeroes ([\d,]+) B where zeroing every group zeroes ([\d,]+) B", FLAT)
+    assert m
+    one, every = (int(n.replace(",", "")) for n in m.groups())
+    _, out = run_command("kvlayout zero --preset dsv4 --blocks 0,5 --group c4.3 --backend reference --json")
+    assert json.loads(out)["zeroed_bytes"] == one
+    _, out = run_command("kvlayout zero --preset dsv4 --blocks 0,5 --backend reference --json")
+    assert json.loads(out)["zeroed_bytes"] == every
+
+
+def test_verifier_numbers_come_from_the_cited_results() -> None:
+    results = json.loads((ROOT / "bench" / "results" / "verify.json").read_text())["results"]
+    big = [r for r in results if r["rows"] == 100_000]
+    m = re.search(r"100,000 rows in at most ([\d.]+) s and ([\d.]+) MiB", FLAT)
+    assert m
+    assert m[1] == f"{max(r['seconds'] for r in big):.2f}"
+    assert m[2] == f"{max(r['peak_mib'] for r in big):.1f}"
+    assert max(r["num_blocks"] for r in big) == 2**31 - 1
+
+
+def test_sharded_numbers_come_from_the_cited_results() -> None:
+    results = (ROOT / "bench" / "results" / "RESULTS.md").read_text()
+    for n in ("164.5", "156.7", "275.0", "225.6", "4.0-4.2 TB/s", "0.87-0.90x", "0.63-0.67x", "0.75-0.77x"):
+        assert n in results, n
+    roof = (ROOT / "bench" / "results" / "tpu_roofline_native.json").read_text()
+    assert "131072" in roof.replace(",", "").replace("_", "")
+
+
+def test_no_path_outside_the_repository() -> None:
+    word = "shared" + "/"
+    for path in [ROOT / "README.md", *(ROOT / "kvlayout").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]:
+        assert word not in path.read_text(), path
+
+
+def test_layout_section_matches_the_tree() -> None:
+    tree = next(src for lang, src in BLOCKS if lang == "text")
+    listed = [line.split()[0] for line in tree.splitlines() if line.strip()]
+    for entry in listed:
+        assert (ROOT / entry).exists(), entry
+    top = {p.name + ("/" if p.is_dir() else "") for p in ROOT.iterdir()}
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    tracked_dirs = {f.split("/")[0] + "/" for f in tracked if "/" in f and not f.startswith(".")}
+    assert tracked_dirs <= {e.split("/")[0] + "/" for e in listed} and tracked_dirs <= top
+    assert "pyproject.toml" in listed
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    mapped = (("backends/cuda/", "kvlayout.backends.cuda"), ("backends/pallas/", "kvlayout.backends.pallas"))
+    for folder, name in mapped:
+        line = next(ln for ln in tree.splitlines() if ln.startswith(folder))
+        assert f"imported as {name}" in line
+        assert f'"{name}" = "{folder.rstrip("/")}"' in pyproject
+    for module in (ROOT / "kvlayout").glob("[!_]*.py"):
+        assert f"`{module.name}`" in README, module.name
+
+
+def test_every_notebook_is_listed() -> None:
+    section = README[README.index("## Notebooks"):README.index("## Layout of the repository")]
+    listed = re.findall(r"^- `(\d\d_\w+)`", section, flags=re.M)
+    assert listed == sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.py"))
+
+
+def test_files_the_readme_names_exist() -> None:
+    folders = "kvlayout|backends|tests|bench|scripts|docs|notebooks"
+    for path in set(re.findall(rf"`((?:{folders})/[\w./-]+)`", README)):
+        found = ROOT / path.rstrip("/")
+        if "NN_name" not in path:  # the notebooks' naming pattern
+            assert found.exists() or found.with_suffix(".py").exists(), path  # a notebook by its name
+    for path in re.findall(r"\]\((docs/[\w.]+)\)", README):
+        assert (ROOT / path).is_file(), path
