@@ -594,25 +594,430 @@ def test_tpu_inference_summary() -> None:
 
 
 # --------------------------------------------------------------------------- vLLM's own functions
-# Not run yet: vLLM 0.33 is not installed in this environment. When it is (CPU install, see
-# CONTEXT.md), these compare the quantities vLLM computes from the same config.json on CPU:
-#   head size       vllm.config.ModelConfig.get_head_size()
-#   KV heads/rank   vllm.config.ModelConfig.get_num_kv_heads(ParallelConfig(tensor_parallel_size=tp))
-#   Mamba states    <model class>.get_mamba_state_shape_from_config(vllm_config) and
-#                   .get_mamba_state_dtype_from_config(vllm_config) (JambaForCausalLM,
-#                   NemotronHForCausalLM, Qwen3NextForCausalLM), through
-#                   vllm.v1.kv_cache_interface.MambaSpec(...).page_size_bytes
-#   hybrid block    vllm.model_executor.models.config.HybridAttentionMambaModelConfig
-#                   .verify_and_update_config(vllm_config): cache_config.block_size and
-#                   cache_config.mamba_page_size_padded
-#   groups          vllm.v1.core.kv_cache_utils.get_kv_cache_groups(vllm_config, kv_cache_spec)
-#                   on the specs above (needs the layers' KVCacheSpec per name)
-VLLM_COMPARISONS = ("head_size", "kv_heads_per_rank", "mamba_state_bytes", "hybrid_block_size", "groups")
+# vLLM 0.33 (installed in CI, --no-deps) computes from the same config.json, on the CPU, in one
+# subprocess (``python tests/test_models.py --vllm-driver``; vLLM's import takes most of its time):
+#   head size, KV heads   the HF config through vllm.transformers_utils.config.get_config, vLLM's
+#                         ModelArchConfigConvertor (what ModelConfig.get_head_size returns) and
+#                         ModelConfig.get_num_kv_heads(ParallelConfig(tensor_parallel_size=tp));
+#                         the model dtype from vllm.config.model._get_and_verify_dtype
+#   Mamba states          <model class>.get_mamba_state_shape_from_config / _dtype_from_config
+#                         (JambaForCausalLM, NemotronHForCausalLM, Qwen3NextForCausalLM) after the
+#                         model's own MODELS_CONFIG_MAP hook, as vLLM's MambaSpec page_size_bytes
+#   hybrid block size     Platform._align_hybrid_block_size with the Triton attention backend:
+#                         cache_config.block_size and mamba_page_size_padded
+#   groups, pages, bytes  vllm.v1.core.kv_cache_planning.get_kv_cache_groups and
+#                         _pool_bytes_per_block, block-outermost layout, on vLLM KV cache specs made
+#                         as the models' layers make them (Attention, DeepseekV32IndexerCache,
+#                         DeepSeek-V4's SWA, compressed, indexer and compressor-state caches), with
+#                         the head size, KV heads and Mamba states vLLM computed above; kvlayout
+#                         supplies only the layer names and kinds, in model order, and the default
+#                         block size of the non-hybrids (16, MLA 64, DeepSeek-V4 256; vLLM picks it
+#                         from the attention backend at run time).
+# Stand-ins, each checked: Qwen3.5's model module needs torchvision (not installed), so its states
+# and block size come from Qwen3NextForCausalLM, whose two state classmethods have the same code
+# (the driver compares their syntax trees in vLLM's source; a difference fails the test).
+# vLLM's quantization modules import compressed_tensors (not installed) for classes these
+# functions never call: the driver gives them an empty stand-in package.
+#: (case id, family, keyword arguments of from_config)
+VLLM_CASES: list[tuple[str, str, dict[str, Any]]] = [
+    *((f, f, {}) for f in FAMILIES),
+    ("llama-tp2", "llama", {"tp": 2}),
+    ("llama-tp8-fp8", "llama", {"tp": 8, "kv_cache_dtype": "fp8"}),
+    ("llama-tp16", "llama", {"tp": 16}),
+    ("qwen2-tp4", "qwen2", {"tp": 4}),
+    ("gpt_oss-tp8", "gpt_oss", {"tp": 8}),
+    ("gemma3-tp2-fp8", "gemma3", {"tp": 2, "kv_cache_dtype": "fp8"}),
+    ("deepseek_v3-tp8-fp8", "deepseek_v3", {"tp": 8, "kv_cache_dtype": "fp8"}),
+    ("deepseek_v32-fp8", "deepseek_v32", {"kv_cache_dtype": "fp8"}),
+    ("deepseek_v4-512", "deepseek_v4", {"block_size": 512}),
+    ("jamba-tp2", "jamba", {"tp": 2}),
+    ("nemotron_h-bf16-ssm", "nemotron_h", {"mamba_ssm_cache_dtype": "bfloat16"}),
+    ("nemotron_h-tp4", "nemotron_h", {"tp": 4}),
+    ("qwen3_next-fp8", "qwen3_next", {"kv_cache_dtype": "fp8"}),
+    ("qwen3_5-tp2", "qwen3_5", {"tp": 2}),
+    ("qwen3_5-fp8", "qwen3_5", {"kv_cache_dtype": "fp8"}),
+    ("qwen3_5-block48", "qwen3_5", {"block_size": 48}),
+    ("qwen3_5-block1024", "qwen3_5", {"block_size": 1024}),
+]
+_HYBRIDS = ("jamba", "nemotron_h", "qwen3_next", "qwen3_5")
+_DEFAULT_BLOCK = {"deepseek_v3": 64, "deepseek_v32": 64, "deepseek_v4": 256}
+_DRIVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
 
 
-@pytest.mark.parametrize("quantity", VLLM_COMPARISONS)
-def test_against_vllm_functions(quantity: str) -> None:
-    pytest.importorskip("vllm", reason="vLLM 0.33 is not installed here; see the comment above")
-    pytest.skip(
-        f"comparison of {quantity} against vLLM's own function not written yet (see the comment above)"
+def _model(case_id: str) -> M.ModelSpec:
+    family, kwargs = next((f, kw) for c, f, kw in VLLM_CASES if c == case_id)
+    ms = M.from_config(FIXTURES / family / "config.json", **kwargs)
+    assert isinstance(ms, M.ModelSpec)
+    return ms
+
+
+def _request() -> list[dict[str, Any]]:
+    out = []
+    for case_id, family, kwargs in VLLM_CASES:
+        ms = _model(case_id)
+        out.append(
+            {
+                "id": case_id,
+                "family": family,
+                "dir": str(FIXTURES / family),
+                "tp": kwargs.get("tp", 1),
+                "kv_cache_dtype": kwargs.get("kv_cache_dtype", "auto"),
+                "mamba_ssm_cache_dtype": kwargs.get("mamba_ssm_cache_dtype", "auto"),
+                "block_size": kwargs.get("block_size"),
+                "default_block_size": _DEFAULT_BLOCK.get(family, 16),
+                "layers": list(ms.kinds.items()),  # model order
+            }
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def vllm() -> dict[str, dict[str, Any]]:
+    """vLLM's answers for every case, from one driver process (vLLM missing is a failure)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **_DRIVER_ENV, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    res = subprocess.run(
+        [sys.executable, __file__, "--vllm-driver"],
+        input=json.dumps(_request()),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
+    assert res.returncode == 0, res.stderr[-4000:]
+    answers: dict[str, dict[str, Any]] = json.loads(res.stdout)
+    return answers
+
+
+def test_vllm_cases_cover_every_family() -> None:
+    assert {f for _, f, _ in VLLM_CASES} == set(FAMILIES)
+    assert {f for _, f, kw in VLLM_CASES if kw.get("tp", 1) > 1} >= {"llama", "deepseek_v3", "qwen3_5"}
+
+
+@pytest.mark.parametrize("case_id", [c for c, _, _ in VLLM_CASES])
+def test_head_size_kv_heads_and_dtypes_match_vllm(case_id: str, vllm: dict[str, dict[str, Any]]) -> None:
+    got, ms = vllm[case_id], _model(case_id)
+    assert "error" not in got, got.get("error")
+    assert got["dtype"] == ms.dtype
+    if ms.kv_cache_dtype != "fp8_ds_mla":  # vLLM holds fp8 caches as uint8 tensors: compare the sizes
+        assert got["kv_itemsize"] == K.DTYPE_SIZES[ms.kv_cache_dtype]
+        if got["kv_dtype"] != "uint8":
+            assert got["kv_dtype"] == ms.kv_cache_dtype
+    layers = [layer for _, layer in ms.spec.layers]
+    attention = [x for x in layers if isinstance(x, K.FullAttentionSpec)]
+    assert got["use_mla"] == (not attention)
+    for x in attention:
+        assert (x.head_size, x.num_kv_heads) == (got["head_size"], got["kv_heads"]), x.name
+    if not attention:  # MLA: one latent head, not split by tp; DeepSeek-V4's attention head is head_dim
+        assert got["kv_heads"] == 1
+        mla = [x for x in layers if ms.kinds[x.name] in ("mla", "c4", "c128", "swa")]
+        assert mla and {x.head_size for x in mla} == {got["head_size"]}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("case_id", [c for c, f, _ in VLLM_CASES if f in _HYBRIDS])
+def test_mamba_states_and_hybrid_block_size_match_vllm(case_id: str, vllm: dict[str, dict[str, Any]]) -> None:
+    got, ms = vllm[case_id], _model(case_id)
+    assert "error" not in got, got.get("error")
+    if ms.family == "qwen3_5":
+        assert got["stand_in_identical"] is True  # Qwen3.5's state classmethods are Qwen3-Next's
+    states = {x for _, x in ms.spec.layers if isinstance(x, K.MambaSpec)}
+    assert len({(x.real_page, x.page) for x in states}) == 1
+    state = states.pop()
+    assert state.real_page == got["mamba_page"]  # vLLM's MambaSpec(shapes, dtypes).page_size_bytes
+    assert ms.block_size == got["block_size"]  # Platform._align_hybrid_block_size
+    assert state.page == (got["mamba_page_padded"] or got["mamba_page"])
+
+
+@pytest.mark.parametrize("case_id", [c for c, _, _ in VLLM_CASES])
+def test_groups_pages_and_bytes_per_block_match_vllm(case_id: str, vllm: dict[str, dict[str, Any]]) -> None:
+    got, ms = vllm[case_id], _model(case_id)
+    assert "error" not in got, got.get("error")
+    assert [[x.name for x in g.layers] for g in ms.spec.groups] == got["groups"]  # members and order
+    assert {x.name: [x.real_page, x.page] for _, x in ms.spec.layers} == got["pages"]
+    assert ms.bytes_per_block == got["bytes_per_block"]
+
+
+def test_vllm_answers_are_the_hand_computed_ones(vllm: dict[str, dict[str, Any]]) -> None:
+    """A few of vLLM's numbers, by hand (the comments of EXPECTED), so the driver cannot drift."""
+    assert vllm["qwen3_5"]["block_size"] == 544 and vllm["qwen3_5"]["mamba_page_padded"] == 1_114_112
+    assert vllm["nemotron_h"]["mamba_shapes"] == [[3, 10_240], [128, 64, 128]]
+    assert vllm["nemotron_h"]["mamba_dtypes"] == ["bfloat16", "float32"]
+    assert vllm["jamba"]["mamba_shapes"] == [[3, 8_192], [8_192, 16]]
+    assert vllm["llama-tp16"]["kv_heads"] == 1 and vllm["deepseek_v3-tp8-fp8"]["kv_heads"] == 1
+    assert vllm["deepseek_v4"]["bytes_per_block"] == 1_002_240
+    assert [len(g) for g in vllm["deepseek_v4"]["groups"]] == [22, 21, 62, 42, 20]
+
+
+# --------------------------------------------------------------------------- the vLLM driver process
+def _stub_compressed_tensors() -> None:
+    """An empty ``compressed_tensors`` package: vLLM's quantization modules import names from it
+    that the state and grouping functions never use (the package is not installed)."""
+    import importlib.abc
+    import importlib.machinery
+    import sys
+    import types
+
+    class _Anything(type):
+        def __getattr__(cls, key: str) -> Any:
+            return _Anything(key, (), {})
+
+    class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+            if name.split(".")[0] != "compressed_tensors":
+                return None
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+        def create_module(self, spec: Any) -> Any:
+            module = types.ModuleType(spec.name)
+            module.__path__ = []
+            module.__getattr__ = lambda key: _Anything(key, (), {})  # type: ignore[method-assign]
+            return module
+
+        def exec_module(self, module: Any) -> None:
+            return None
+
+    sys.meta_path.append(_Finder())
+
+
+def _same_state_code(a: str, b: str) -> bool:
+    """Whether models ``a`` and ``b`` of vLLM define their two Mamba state classmethods identically."""
+    import ast
+
+    import vllm.model_executor.models as mm
+
+    root = Path(mm.__file__).parent
+    names = ("get_mamba_state_shape_from_config", "get_mamba_state_dtype_from_config")
+
+    def bodies(module: str) -> set[str]:
+        tree = ast.parse((root / f"{module}.py").read_text())
+        fns = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in names]
+        return {ast.dump(ast.Module(body=n.body, type_ignores=[])) for n in fns}
+
+    mine = bodies(b)
+    return len(mine) == 2 and bodies(a) == mine
+
+
+def _vllm_answer(case: dict[str, Any]) -> dict[str, Any]:
+    """Everything vLLM computes for one case (see the comment above VLLM_CASES)."""
+    from types import SimpleNamespace as NS
+
+    import torch
+    import vllm.config  # noqa: F401  (before the convertor: vLLM's own import order)
+    from vllm.config.model import ModelConfig, _get_and_verify_dtype
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+    from vllm.platforms.interface import Platform
+    from vllm.transformers_utils.config import get_config, get_hf_text_config
+    from vllm.transformers_utils.model_arch_config_convertor import (
+        MODEL_ARCH_CONFIG_CONVERTORS,
+        ModelArchConfigConvertorBase,
+    )
+    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from vllm.v1 import kv_cache_interface as I
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+    from vllm.v1.core import kv_cache_planning as P
+
+    def name(dt: Any) -> str:
+        return str(dt).removeprefix("torch.")
+
+    path, fam, kv = case["dir"], case["family"], case["kv_cache_dtype"]
+    hf = get_config(path, trust_remote_code=False)
+    text = get_hf_text_config(hf)
+    arch = MODEL_ARCH_CONFIG_CONVERTORS.get(hf.model_type, ModelArchConfigConvertorBase)(hf, text).convert()
+    dtype = _get_and_verify_dtype(path, hf, "auto", is_pooling_model=False)
+    par = NS(tensor_parallel_size=case["tp"], rank=0, pipeline_parallel_size=1)
+    mc = NS(
+        hf_config=hf,
+        hf_text_config=text,
+        model_arch_config=arch,
+        use_mla=arch.is_deepseek_mla,
+        dtype=dtype,
+        architecture=hf.architectures[0],
+        architectures=hf.architectures,
+        model_impl="auto",
+        convert_type="none",
+        runner_type="generate",
+    )
+    mc.get_num_kv_heads = lambda p, a=None: ModelConfig.get_num_kv_heads(mc, p, a)  # type: ignore[arg-type]
+    mc.get_head_size = lambda: ModelConfig.get_head_size(mc)  # type: ignore[arg-type]
+    kv_dtype = dtype if kv == "auto" else STR_DTYPE_TO_TORCH_DTYPE[kv]
+    out: dict[str, Any] = {
+        "head_size": mc.get_head_size(),
+        "kv_heads": mc.get_num_kv_heads(par),
+        "use_mla": mc.use_mla,
+        "dtype": name(dtype),
+        "kv_dtype": name(kv_dtype),
+        "kv_itemsize": kv_dtype.itemsize,
+    }
+    block = case["block_size"] or case["default_block_size"]
+    mamba = None
+    if fam in _HYBRIDS:
+        cache = NS(
+            cache_dtype=kv,
+            block_size=case["block_size"] or 16,
+            mamba_page_size_padded=None,
+            mamba_cache_mode="none",
+            mamba_cache_dtype="auto",
+            mamba_ssm_cache_dtype=case["mamba_ssm_cache_dtype"],
+            use_replayssm=False,
+            kv_cache_dtype_skip_layers=None,
+        )
+        vc = NS(
+            model_config=mc,
+            cache_config=cache,
+            parallel_config=par,
+            speculative_config=None,
+            num_speculative_tokens=0,
+            compilation_config=NS(static_forward_context={}),
+        )
+        hook = MODELS_CONFIG_MAP.get(mc.architecture)
+        if hook is not None:
+            hook.verify_and_update_config(vc)  # Nemotron-H, Qwen3.5: the ssm state dtype
+        if fam == "qwen3_5":
+            out["stand_in_identical"] = _same_state_code("qwen3_5", "qwen3_next")
+            mc.architecture = "Qwen3NextForCausalLM"
+        cls, _ = ModelRegistry.resolve_model_cls(mc.architecture, model_config=mc)
+        shapes = cls.get_mamba_state_shape_from_config(vc)
+        dtypes = cls.get_mamba_state_dtype_from_config(vc)
+        out["mamba_shapes"] = [list(x) for x in shapes]
+        out["mamba_dtypes"] = [name(x) for x in dtypes]
+        out["mamba_page"] = I.MambaSpec(shapes=shapes, dtypes=dtypes, block_size=-1).page_size_bytes
+        Platform._align_hybrid_block_size(vc, TritonAttentionBackend)
+        block = out["block_size"] = cache.block_size
+        out["mamba_page_padded"] = cache.mamba_page_size_padded
+        mamba = I.MambaSpec(
+            shapes=shapes, dtypes=dtypes, block_size=block, page_size_padded=cache.mamba_page_size_padded
+        )
+    hs, kvh = out["head_size"], out["kv_heads"]
+    specs: dict[str, Any] = {}
+    for layer, kind in case["layers"]:
+        if kind == "full":
+            specs[layer] = I.FullAttentionSpec(
+                block_size=block, num_kv_heads=kvh, head_size=hs, dtype=kv_dtype
+            )
+        elif kind == "sliding":
+            specs[layer] = I.SlidingWindowSpec(
+                block_size=block,
+                num_kv_heads=kvh,
+                head_size=hs,
+                dtype=kv_dtype,
+                sliding_window=text.sliding_window,
+            )
+        elif kind in ("mamba", "gdn"):
+            specs[layer] = mamba
+        elif kind == "mla" and fam == "deepseek_v32" and kv.startswith("fp8"):
+            # MLAAttention.get_kv_cache_spec: V3.2 stores an fp8 cache as fp8_ds_mla, one opaque row
+            specs[layer] = I.MLAAttentionSpec(
+                block_size=block,
+                num_kv_heads=1,
+                max_tp_shards=1,
+                head_size=hs,
+                dtype=torch.uint8,
+                cache_dtype_str="fp8_ds_mla",
+                kv_quant_mode=I.get_kv_quant_mode("fp8_ds_mla"),
+                state_content_bytes=656,  # vLLM's literal for fp8_ds_mla
+            )
+        elif kind == "mla":
+            specs[layer] = I.MLAAttentionSpec(
+                block_size=block, num_kv_heads=1, max_tp_shards=1, head_size=hs, dtype=kv_dtype
+            )
+        elif kind == "indexer":  # DeepseekV32IndexerCache: fp8 values + an fp32 scale per 128
+            d = text.index_head_dim
+            specs[layer] = I.MLAAttentionSpec(
+                block_size=block, num_kv_heads=1, head_size=d + d // 128 * 4, dtype=torch.uint8
+            )
+        else:
+            specs[layer] = _dsv4_spec(I, torch, kind, text, block)
+    layout = next(m for m in I.KVCacheLayout if m.is_block_outermost)
+    planning = NS(
+        cache_config=NS(
+            num_gpu_blocks_override=4,
+            prefix_cache_retention_interval=None,
+            kv_cache_layout=layout.name,
+            get_resolved_kv_cache_layout=lambda: layout,
+        ),
+        attention_config=NS(hisparse_config=None),
+        scheduler_config=NS(disable_hybrid_kv_cache_manager=False),
+        model_config=NS(supports_kv_cache_grouping=False),
+    )
+    groups = P.get_kv_cache_groups(planning, specs)
+    out["groups"] = [list(g.layer_names) for g in groups]
+    pages: dict[str, list[int]] = {}
+    for g in groups:
+        gs = g.kv_cache_spec
+        for layer in g.layer_names:
+            ls = gs.kv_cache_specs[layer] if isinstance(gs, I.UniformTypeKVCacheSpecs) else gs
+            pages[layer] = [getattr(ls, "real_page_size_bytes", ls.page_size_bytes), ls.page_size_bytes]
+    out["pages"] = pages
+    out["bytes_per_block"] = P._pool_bytes_per_block(planning, groups)
+    return out
+
+
+def _dsv4_spec(iface: Any, torch: Any, kind: str, text: Any, block: int) -> Any:
+    """A DeepSeek-V4 layer's spec as vLLM 0.33's layer returns it with an fp8 cache
+    (models/deepseek_v4/attention.py, compressor.py; v1/attention/backends/mla/sparse_swa.py)."""
+    fp8 = {
+        "cache_dtype_str": "fp8_ds_mla",
+        "model_version": "deepseek_v4",
+        "kv_quant_mode": iface.get_kv_quant_mode("fp8_ds_mla"),
+        "state_content_bytes": 584,  # 448 B NoPE + 128 B RoPE + 8 B scales, as vLLM writes it
+    }
+    one = {"num_kv_heads": 1, "max_tp_shards": 1, "alignment": 576}
+    if kind == "swa":  # DeepseekV4SWACache
+        return iface.SlidingWindowMLASpec(
+            block_size=64,
+            head_size=text.head_dim,
+            dtype=torch.uint8,
+            sliding_window=text.sliding_window,
+            **one,
+            **fp8,
+        )
+    if kind in ("c4", "c128"):  # the attention layer itself
+        return iface.MLAAttentionSpec(
+            block_size=block,
+            head_size=text.head_dim,
+            dtype=torch.uint8,
+            tokens_per_state=int(kind[1:]),
+            **one,
+            **fp8,
+        )
+    if kind == "c4_indexer":  # DeepseekV4IndexerCache
+        d = text.index_head_dim
+        return iface.MLAAttentionSpec(
+            block_size=block, head_size=d + d // 128 * 4, dtype=torch.uint8, tokens_per_state=4, **one
+        )
+    ratio = 4 if kind.startswith("c4") else 128  # CompressorStateCache
+    coff = 2 if ratio == 4 else 1
+    dim = text.index_head_dim if kind == "c4_indexer_state" else text.head_dim
+    return iface.SlidingWindowMLASpec(
+        block_size=4 if ratio == 4 else 8,
+        head_size=2 * coff * dim,
+        dtype=torch.float32,
+        sliding_window=coff * ratio,
+        **one,
+    )
+
+
+def _vllm_driver() -> None:
+    """Read the cases (JSON) from stdin, write vLLM's answers (JSON) to stdout."""
+    import sys
+    import traceback
+
+    _stub_compressed_tensors()
+    out, sys.stdout = sys.stdout, sys.stderr  # vLLM's prints must not mix with the answers
+    cases = json.load(sys.stdin)
+    answers = {}
+    for case in cases:
+        try:
+            answers[case["id"]] = _vllm_answer(case)
+        except Exception as e:  # one case's failure is reported by its own tests
+            traceback.print_exc()
+            answers[case["id"]] = {"error": f"{type(e).__name__}: {e}"}
+    json.dump(answers, out)
+
+
+if __name__ == "__main__" and "--vllm-driver" in __import__("sys").argv:
+    _vllm_driver()
