@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 
 import kvlayout as K
 from kvlayout.spec import KV_CACHE_LAYOUTS
-from kvlayout.viz import Geometry, bytes_per_step, compare_maps, describe_at, step_bytes
+from kvlayout.viz import Geometry, bytes_per_step, compare_maps, describe_at, group_lanes, step_bytes
 
 
 def layers(kind, first):
@@ -126,6 +126,8 @@ fig = compare_maps(model('LHBNC'), model('BHLNC'), ('LHBNC', 'BHLNC'), [0, 1])
 lay = K.plan_layout(model('LHBNC'))
 off = (1 * 4 + 1) * NC + 10
 assert Geometry(lay).to_row(off) == (1, NC + 10, 0)
+# and its boxes: each head at h * N*C of its slot page, side by side (never drawn on top of each other)
+assert [b.x for b in group_lanes(lay)[0].boxes] == [0, NC, 2 * NC, 3 * NC]
 print(describe_at(lay, off))
 
 # %% [markdown]
