@@ -147,7 +147,7 @@ for key, line in results:
     r = rows.setdefault(key, {"module": mod, "total": 0, "killed": 0, "survived": 0, "equivalent": 0,
                               "timeout": 0, "no_tests": 0, "other": 0, "survivors": [], "equivalents": []})
     r["total"] += 1
-    if status == "killed":
+    if status in ("killed", "segfault"):  # a test run that crashes has detected the mutant too
         r["killed"] += 1
     elif status == "timeout":
         r["timeout"] += 1  # counted as killed in the score: the mutant never finished

@@ -244,3 +244,42 @@ def test_expected_zeroed_on_random_safe_tables_with_groups() -> None:
         ids = [seed % t.num_blocks, (3 * seed + 1) % t.num_blocks]
         for g in (None, *sorted(t.groups)):
             assert K.expected_zeroed(t, ids, g).tolist() == _ranges(_bytes_of(t, ids, g)), (seed, g)
+
+
+def test_survivors_of_the_first_mutation_run() -> None:
+    """Defaults, dtypes of empty results, non-flat buffers and integer masks (mutation survivors)."""
+    t = MIXED
+    # empty results are int64 [0, 2] like the others
+    for got in (K.expected_zeroed(t, []), K.expected_zeroed(K.SegmentTable(8, 2, ()), [1])):
+        assert got.dtype == np.int64 and got.shape == (0, 2)
+    before = np.full(8, 3, np.uint8)
+    after = before.copy()
+    after[2:4] = 0
+    fast = R.compare_to_ranges(before, after, np.array([[2, 4]], np.int64))  # origin defaults to 0
+    assert fast.matches and fast.zeroed.tolist() == [[2, 4]]
+    assert all(x.dtype == np.int64 and x.shape == (0, 2) for x in (fast.extra, fast.missing, fast.not_zero))
+    slow = R.compare_to_ranges(before, after, np.array([[2, 6]], np.int64))
+    assert slow.expected.tolist() == [[2, 6]] and slow.missing.tolist() == [[4, 6]]
+    # buffers of any shape and dtype are compared byte by byte
+    b2 = K.poison_pattern(64).view(np.float32).reshape(4, 4)
+    a2 = b2.copy()
+    a2.view(np.uint8).reshape(-1)[20:28] = 0
+    assert R.changed_ranges(b2, a2).tolist() == [[20, 28]]
+    assert R.compare_to_ranges(b2, a2, np.array([[20, 28]])).matches
+    be = K.ReferenceBackend.from_host(t, K.poison_pattern(t.total_bytes).view(np.float32).reshape(-1, 4))
+    assert be.offset == 0 and be.to_host().shape == (t.total_bytes,)
+    be.zero([0])
+    assert set(np.flatnonzero(be.to_host() == 0).tolist()) >= _bytes_of(t, [0])
+    # a mask of 0/1 integers is a mask
+    assert R.mask_to_ranges(np.array([0, 1, 1, 0, 1])).tolist() == [[1, 3], [4, 5]]
+    # describe shows five ranges per kind by default
+    many = R.ZeroCheck(
+        np.zeros((0, 2), np.int64),
+        np.zeros((0, 2), np.int64),
+        np.array([[i, i + 1] for i in range(0, 14, 2)]),
+        np.zeros((0, 2), np.int64),
+        np.zeros((0, 2), np.int64),
+    )
+    assert many.describe() == (
+        "written outside the contract: [0, 1), [2, 3), [4, 5), [6, 7), [8, 9) (+2 more)"
+    )
