@@ -30,10 +30,7 @@ def _meet(x: tuple[int, int], y: tuple[int, int]) -> bool:
 def _brute_pairs(ri: Row, rj: Row, n: int, cross: bool) -> list[tuple[int, int]]:
     """Every ``(b, b')`` where row ``ri`` of block ``b`` meets row ``rj`` of block ``b'``."""
     return [
-        (b, c)
-        for b in range(n)
-        for c in range(n)
-        if (not cross or b != c) and _meet(_iv(ri, b), _iv(rj, c))
+        (b, c) for b in range(n) for c in range(n) if (not cross or b != c) and _meet(_iv(ri, b), _iv(rj, c))
     ]
 
 
@@ -124,3 +121,208 @@ def _interval_isolation(t: K.SegmentTable) -> list[tuple[int, int, int, int]]:
         if e > best.get(b, (-1, -1))[0]:
             best[b] = (e, r)
     return out
+
+
+def _label(s: K.Segment) -> str:
+    return f"{s.group}/{s.layer}/{s.part}"
+
+
+def _check_report(t: K.SegmentTable, rep: K.VerifyReport) -> None:
+    """Every violation's rows, blocks, bytes and message, against brute force and the message forms."""
+    segs, n, total = t.segments, t.num_blocks, t.total_bytes
+    # invariant 1 and 2 are per row: the rows named are exactly the rows brute force finds
+    bad1 = [r for r, s in enumerate(segs) if s.base % 4 or s.stride % 4 or s.span % 4 or s.span <= 0]
+    assert [v.rows[0] for v in rep.by_invariant(1)] == bad1[:64]
+    for v in rep.by_invariant(1):
+        s = segs[v.rows[0]]
+        parts = [f"{k} {x}" for k, x in (("base", s.base), ("stride", s.stride), ("span", s.span)) if x % 4]
+        parts += [f"span {s.span} is not positive"] if s.span <= 0 else []
+        assert (
+            v.message
+            == f"row {v.rows[0]} ({_label(s)}): {', '.join(parts)} (must be multiples of 4, span > 0)"
+        )
+        assert (v.blocks, v.byte_range) == ((), None)
+    if n == 0 or not segs:
+        assert not rep.by_invariant(2) and not rep.by_invariant(3) and not rep.by_invariant(4)
+        return
+    below = [r for r, s in enumerate(segs) if min(s.base, s.base + (n - 1) * s.stride) < 0]
+    above = [r for r, s in enumerate(segs) if max(s.base, s.base + (n - 1) * s.stride) + s.span > total]
+    inv2 = rep.by_invariant(2)
+    assert [v.rows[0] for v in inv2] == (below + above)[:64]
+    for v in inv2:
+        r = v.rows[0]
+        s = segs[r]
+        if "before the buffer" in v.message:
+            (b,) = v.blocks
+            start = s.base + b * s.stride
+            assert start < 0 and b == (0 if s.base < 0 else n - 1)
+            assert v.byte_range == (start, min(0, start + s.span))
+            assert (
+                v.message
+                == f"row {r} ({_label(s)}): block {b} starts at {start}, {-start} B before the buffer"
+            )
+        else:
+            first = min(b for b in range(n) if s.base + b * s.stride + s.span > total)
+            last = n - 1 if s.stride > 0 else 0
+            assert v.blocks == ((first, last) if s.stride > 0 else (0, 0)), (v.blocks, first, last)
+            a, e = s.base + last * s.stride, s.base + last * s.stride + s.span
+            assert v.byte_range == (max(a, total), e)
+            assert v.message == (
+                f"row {r} ({_label(s)}): block {last} ends at {e}, {e - total} B past total_bytes {total}"
+                f" (first block out of bounds: {v.blocks[0]})"
+            )
+    for v in rep.by_invariant(3):
+        ra, rb = v.rows if len(v.rows) == 2 else v.rows * 2
+        ba, bb = v.blocks
+        (a0, a1), (c0, c1) = _iv(_r(segs[ra]), ba), _iv(_r(segs[rb]), bb)
+        o = (max(a0, c0), min(a1, c1))
+        assert 0 <= ba < bb < n and o[0] < o[1] and v.byte_range == o
+        assert v.message == (
+            f"row {ra} ({_label(segs[ra])}) of block {ba} [{a0}, {a1}) spills into row {rb} "
+            f"({_label(segs[rb])}) of block {bb} [{c0}, {c1}): bytes [{o[0]}, {o[1]}) belong to both"
+        )
+    for v in rep.by_invariant(4):
+        (i,) = v.rows
+        bi, bj = v.blocks
+        x0, x1 = _iv(_r(segs[i]), bi)
+        assert v.byte_range is not None and x0 <= v.byte_range[0] < v.byte_range[1] <= x1
+        pads = [
+            p
+            for p in t.padding
+            if _iv(_r(p), bj)[0] <= v.byte_range[0] and v.byte_range[1] <= _iv(_r(p), bj)[1]
+        ]
+        assert pads, v.message
+        assert any(
+            v.message
+            == f"row {i} ({_label(segs[i])}): block {bi} clears [{v.byte_range[0]}, {v.byte_range[1]}), "
+            f"alignment padding of layer {p.layer!r} in block {bj}"
+            for p in pads
+        ), v.message
+
+
+def _r(s: K.Segment) -> Row:
+    return s.base, s.stride, s.span
+
+
+def test_every_violation_is_exact_on_random_tables() -> None:
+    from kvlayout.testing import random_table
+
+    kinds = {1: 0, 2: 0, 3: 0, 4: 0}
+    for seed in O.seeds(600):
+        t = random_table(seed, max_rows=6, max_blocks=7)
+        rep = K.verify(t)
+        _check_report(t, rep)
+        for inv in kinds:
+            kinds[inv] += bool(rep.by_invariant(inv))
+        truth = O.brute_invariants(t)
+        assert rep.ok == all(truth.values())
+        assert rep.padding_checked == (t.planned or bool(t.padding))
+        assert (rep.num_rows, rep.num_blocks, rep.total_bytes) == (len(t), t.num_blocks, t.total_bytes)
+    assert min(kinds.values()) > 20 * O.SCALE, kinds
+
+
+@pytest.mark.parametrize(
+    "rows, n, total",
+    [
+        ([(-8, 16, 8)], 3, 64),  # block 0 below the buffer
+        ([(40, -16, 8)], 4, 64),  # negative stride: block 3 at -8
+        ([(0, 16, 8), (4, 16, 6)], 0, 0),  # no blocks: only invariant 1 can break
+        ([(2, 16, 8), (0, 6, 4), (0, 16, 0), (0, 16, -4)], 2, 64),  # invariant 1 in each field
+        ([(0, 16, 8), (40, 16, 8)], 3, 64),  # past the end from block 2 on (first out: 2)
+        ([(8, 0, 60)], 5, 64),  # stride 0 past the end, and meeting itself in every block
+        ([(64, -16, 8)], 3, 64),  # negative stride past the end at block 0
+        ([(0, 16, 24)], 2, 48),  # a row wider than its stride meets its next block
+    ],
+)
+def test_hand_written_violations(rows: list[Row], n: int, total: int) -> None:
+    t = K.SegmentTable(
+        total, n, tuple(K.Segment(b, s, sp, "g", f"l{i}") for i, (b, s, sp) in enumerate(rows))
+    )
+    rep = K.verify(t)
+    _check_report(t, rep)
+    assert rep.ok == all(O.brute_invariants(t).values())
+    assert not rep.ok
+
+
+def test_report_format_and_dict() -> None:
+    t = K.SegmentTable(
+        64, 2, (K.Segment(0, 16, 8, "g", "a"),), (K.Segment(4, 16, 8, "", "a", "padding"),), planned=False
+    )
+    rep = K.verify(t)
+    (v,) = rep.violations
+    assert v.invariant == 4 and rep.padding_checked
+    assert rep.format() == "\n".join(
+        [
+            "1 rows, 2 blocks, total_bytes 64: UNSAFE (1 violations)",
+            "  invariant 1 (alignment (base, stride, span multiples of 4; span > 0)): ok",
+            "  invariant 2 (in bounds): ok",
+            "  invariant 3 (block isolation): ok",
+            "  invariant 4 (padding untouched): BROKEN",
+            f"    - {v.message}",
+        ]
+    )
+    assert v.to_dict() == {
+        "invariant": 4,
+        "name": "padding untouched",
+        "rows": [0],
+        "blocks": list(v.blocks),
+        "byte_range": list(v.byte_range or ()),
+        "message": v.message,
+    }
+    bad1 = K.verify(K.SegmentTable(64, 2, (K.Segment(2, 16, 8),)))
+    assert bad1.violations[0].to_dict()["byte_range"] is None and bad1.violations[0].to_dict()["blocks"] == []
+    ok = K.verify(K.SegmentTable(64, 2, (K.Segment(0, 16, 8),)))
+    assert ok.format() == "\n".join(
+        [
+            "1 rows, 2 blocks, total_bytes 64: SAFE",
+            "  invariant 1 (alignment (base, stride, span multiples of 4; span > 0)): ok",
+            "  invariant 2 (in bounds): ok",
+            "  invariant 3 (block isolation): ok",
+            "  invariant 4 (padding untouched): not checked, the table carries no layout "
+            "(check the spec instead)",
+        ]
+    )
+    assert ok.to_dict() == {
+        "ok": True,
+        "num_rows": 1,
+        "num_blocks": 2,
+        "total_bytes": 64,
+        "padding_checked": False,
+        "violations": [],
+    }
+    assert K.verify(K.SegmentTable(64, 0, (K.Segment(0, 16, 8),), planned=True)).padding_checked
+
+
+def test_truncation_per_invariant() -> None:
+    """64 violations listed per invariant and the overflow counted (invariant 2 exactly), for 2, 3 and 4."""
+    n = 2
+    wide = tuple(K.Segment(128 * i, 64, 96, "g", f"w{i}") for i in range(70))  # each meets its own next block
+    rep = K.verify(K.SegmentTable(128 * 70, n, wide))
+    assert len(rep.by_invariant(3)) == 64 and rep.truncated.get(3, 0) >= 1
+    assert f"... and {rep.truncated[3]} more" in rep.format()
+    out = tuple(K.Segment(16 * i, 4096, 8, "g", f"o{i}") for i in range(80))
+    rep = K.verify(K.SegmentTable(4096, n, out))
+    assert len(rep.by_invariant(2)) == 64 and rep.truncated == {2: 16}
+    pads = tuple(K.Segment(16 * i + 8, 4096, 8, "", f"o{i}", "padding") for i in range(80))
+    rep = K.verify(K.SegmentTable(4096 * 2, n, tuple(K.Segment(16 * i, 4096, 16) for i in range(80)), pads))
+    assert len(rep.by_invariant(4)) == 64 and rep.truncated.get(4, 0) >= 1
+
+
+def test_too_many_cross_stride_pairs_refused() -> None:
+    """More than MAX_CROSS_PAIRS meeting pairs of different strides: an answer (TableError), not a guess."""
+    rows = [K.Segment(0, 4 * (i + 1), 4) for i in range(80)] + [
+        K.Segment(0, 4 * (i + 1), 4) for i in range(80)
+    ]
+    t = K.SegmentTable(4 * 81 * 2, 2, tuple(rows))
+    pairs = sum(1 for i in range(160) for j in range(i + 1, 160) if rows[i].stride != rows[j].stride)
+    assert pairs > Vf.MAX_CROSS_PAIRS
+    with pytest.raises(K.TableError) as e:
+        K.verify(t)
+    assert e.value.field == "table.segments" and e.value.value == pairs
+    assert str(e.value) == (
+        f"table = {pairs} pairs of rows with different strides and meeting extents: kvlayout decides at "
+        f"most {Vf.MAX_CROSS_PAIRS} such pairs exactly in its time bound (GEOMETRY.md section 8); give "
+        "overlapping rows one stride, or split the table"
+    )
+    with pytest.raises(K.TableError, match="pairs of rows with different strides"):
+        Vf.overlaps_within_block(t)
