@@ -215,6 +215,12 @@ CASES: list[tuple[Callable[[], object], str, str, object]] = [
     (lambda: mla(alignment=0), f"{L}.alignment = 0: must be positive", f"{L}.alignment", 0),
     (lambda: K.MambaSpec("a", 0), f"{L}.state_bytes = 0: must be positive", f"{L}.state_bytes", 0),
     (
+        lambda: K.MambaSpec("a", 8, padded_page=1),
+        f"{L}.padded_page = 1: smaller than the real page of 8 B",
+        f"{L}.padded_page",
+        1,
+    ),
+    (
         lambda: K.MambaSpec("a", 6),
         f"{L}.real_page = 6: page bytes must be a multiple of 4",
         f"{L}.real_page",
@@ -312,6 +318,8 @@ def test_rule_names_field_value_and_reason(case: int) -> None:
 def test_edges_that_load() -> None:
     """The other side of each bound above: these load."""
     full(padded_page=1024)  # equal to the real page
+    full(block_stride_alignment=1, num_head_slots=1, state_content_bytes=1, tokens_per_state=1)
+    mla(window=1, num_head_slots=1, compress_ratio=1, token_bytes=1, alignment=4)
     full(head_size_v=0)
     full(tokens_per_state=2, states_per_token=1)
     full(tokens_per_state=1, states_per_token=2)
