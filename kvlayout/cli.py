@@ -33,6 +33,10 @@ MAX_HOST_BYTES = 2**30
 MAX_CLI_IDS = 10_000_000
 
 
+#: Commands that take ``--engine tpu-inference`` (typed per-layer arrays, GEOMETRY.md section 9).
+NATIVE_COMMANDS = ("plan", "check", "zero")
+
+
 class UsageError(KVLayoutError):
     """Bad command-line input (exit 2)."""
 
@@ -76,10 +80,11 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
             num_blocks=DEFAULT_NUM_BLOCKS if args.num_blocks is None else args.num_blocks,
         )
         if not isinstance(args.model_spec, ModelSpec):  # tpu-inference: per-layer arrays, not a flat buffer
-            if args.cmd != "plan":
-                raise UsageError(f"--engine {args.engine}: native arrays are shown by `kvlayout plan` only; "
-                                 f"{args.cmd} takes vLLM's flat layout", field="engine", value=args.engine)
-            return None  # type: ignore[return-value]  # cmd_plan prints args.model_spec
+            if args.cmd not in NATIVE_COMMANDS:
+                raise UsageError(f"--engine {args.engine}: native arrays are planned, checked and zeroed by "
+                                 f"{', '.join(NATIVE_COMMANDS)}; {args.cmd} takes vLLM's flat layout",
+                                 field="engine", value=args.engine)
+            return None  # type: ignore[return-value]  # the command reads args.model_spec
         return args.model_spec.spec
     given = [flag for flag, v in model_flags.items() if v is not None]
     if given:
@@ -138,7 +143,10 @@ def cmd_check(args: argparse.Namespace) -> int:
                              field="num_blocks", value=args.num_blocks)
         table = SegmentTable.from_dict(read_json_file(TableError, "table file", args.table))
     else:
-        table = plan_layout(_load_spec(args)).table()
+        spec = _load_spec(args)
+        if spec is None:  # --engine tpu-inference: one single-row table per array
+            return _check_native(args)
+        table = plan_layout(spec).table()
     report = verify(table)
     print(json.dumps(report.to_dict(), indent=1) if args.json else report.format())
     return 0 if report.ok else 1
@@ -206,9 +214,12 @@ def run_zero(
 
 
 def cmd_zero(args: argparse.Namespace) -> int:
-    table = plan_layout(_load_spec(args)).table()
+    spec = _load_spec(args)
     if args.blocks is None:
         raise UsageError("--blocks is required (e.g. --blocks 0,5,99)", field="blocks", value=None)
+    if spec is None:  # --engine tpu-inference
+        return _zero_native(args)
+    table = plan_layout(spec).table()
     ids = parse_blocks(args.blocks, table.num_blocks)
     table.for_group(args.group)  # exit 2 naming the valid groups
     _host_sized(table.total_bytes, "total_bytes")
@@ -226,6 +237,55 @@ def cmd_zero(args: argparse.Namespace) -> int:
         )
         print(f"contract: {chk.describe()}")
     return 0 if rep["matches_contract"] else 1
+
+
+def _check_native(args: argparse.Namespace) -> int:
+    """``check --config --engine tpu-inference``: every array's one-row table (section 9) verified."""
+    from .native import verify_native
+
+    reports = verify_native(args.model_spec.spec)
+    ok = all(r.ok for r in reports.values())
+    if args.json:
+        print(json.dumps({"safe": ok, "arrays": {name: r.to_dict() for name, r in reports.items()}}))
+    else:
+        for name, r in reports.items():
+            print(f"{name}: {r.format().splitlines()[0]}")
+        print(f"{len(reports)} arrays: {'SAFE' if ok else 'UNSAFE'}")
+    return 0 if ok else 1
+
+
+def _zero_native(args: argparse.Namespace) -> int:
+    """``zero --config --engine tpu-inference``: each array is a buffer with one row (section 9),
+    zeroed by the backend on a poisoned copy and compared with the contract."""
+    from .native import native_tables
+
+    spec = args.model_spec.spec
+    ids = parse_blocks(args.blocks, spec.num_blocks)
+    tables = native_tables(spec, args.group)  # exit 2 naming the valid groups
+    _host_sized(sum(t.total_bytes for t in tables.values()), "total_bytes of the arrays")
+    arrays = []
+    for name, t in tables.items():
+        rep = run_zero(t, ids, args.backend)
+        chk = rep.pop("_check")
+        arrays.append({"name": name, **{k: rep[k] for k in ("total_bytes", "zeroed", "zeroed_bytes")},
+                       "matches_contract": rep["matches_contract"], "_check": chk})
+    ok = all(a["matches_contract"] for a in arrays)
+    out: dict[str, Any] = {"version": 1, "engine": args.model_spec.engine, "backend": rep["backend"],
+                           "mode": rep["mode"], "block_ids": [int(i) for i in ids], "matches_contract": ok}
+    if args.group is not None:
+        out["group"] = args.group
+    if args.json:
+        out["arrays"] = [{k: v for k, v in a.items() if k != "_check"} for a in arrays]
+        print(json.dumps(out))
+    else:
+        total = sum(a["zeroed_bytes"] for a in arrays)
+        print(f"backend {out['backend']} ({out['mode']}): {len(ids)} block ids, {total} B zeroed in "
+              f"{len(arrays)} arrays (+{GUARD_BYTES} B guard bands each side of each)")
+        for a in arrays:
+            if not a["matches_contract"]:
+                print(f"{a['name']}: {a['_check'].describe()}")
+        print(f"contract: {'every array matches' if ok else 'MISMATCH'}")
+    return 0 if ok else 1
 
 
 def parse_mesh(text: str) -> list[tuple[str, int]]:

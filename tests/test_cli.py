@@ -139,3 +139,41 @@ def test_shard_routes_and_proves(capsys: pytest.CaptureFixture[str]) -> None:
 def test_shard_bad_input_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], msg: str) -> None:
     rc, out, err = run(capsys, "shard", "--preset", "llama-8b", *argv)
     assert rc == 2 and msg in err and out == ""
+
+
+# --------------------------------------------------------------------------- native arrays from a config
+GPT_OSS = str(Path(__file__).resolve().parent / "fixtures" / "models" / "gpt_oss" / "config.json")
+
+
+def test_check_native_arrays_from_a_config(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "check", "--config", GPT_OSS, "--engine", "tpu-inference")
+    lines = out.splitlines()
+    # 12 arrays (one per layer slot of vLLM's two groups of 12), then the verdict
+    assert rc == 0 and len(lines) == 13 and lines[-1] == "12 arrays: SAFE"
+    assert lines[0] == "kv_caches[0]: 1 rows, 16 blocks, total_bytes 1048576: SAFE"  # 16 pages * 65,536 B
+    rc, out, _ = run(capsys, "check", "--config", GPT_OSS, "--engine", "tpu-inference", "--json")
+    rep = json.loads(out)
+    assert rc == 0 and rep["safe"] is True and len(rep["arrays"]) == 12
+    assert rep["arrays"]["kv_caches[11]"]["ok"] is True
+
+
+def test_zero_native_arrays_from_a_config(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["zero", "--config", GPT_OSS, "--engine", "tpu-inference", "--num-blocks", "4", "--blocks", "1,3"]
+    rc, out, _ = run(capsys, *argv, "--backend", "reference", "--json")
+    rep = json.loads(out)
+    assert rc == 0 and rep["matches_contract"] is True and rep["engine"] == "tpu-inference"
+    assert rep["block_ids"] == [1, 3] and len(rep["arrays"]) == 12
+    # each array (4 pages of 16 * 8 * 2 * 128 * 2 = 65,536 B) is zeroed at pages 1 and 3 only
+    for a in rep["arrays"]:
+        assert a["total_bytes"] == 262_144 and a["zeroed"] == [[65_536, 131_072], [196_608, 262_144]]
+    rc, out, _ = run(capsys, *argv, "--backend", "reference")
+    assert rc == 0 and "2 block ids, 1572864 B zeroed in 12 arrays" in out  # 12 * 2 * 65,536
+    assert out.rstrip().endswith("contract: every array matches")
+    rc, _, err = run(capsys, *argv[:-2], "--blocks", "4", "--backend", "reference")
+    assert rc == 2 and "outside [0, 4)" in err
+
+
+def test_plot_refuses_native_arrays(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    png = str(tmp_path / "x.png")
+    rc, out, err = run(capsys, "plot", "--config", GPT_OSS, "--engine", "tpu-inference", "--out", png)
+    assert rc == 2 and not out and "plot takes vLLM's flat layout" in err

@@ -139,8 +139,8 @@ def test_tpu_inference_engine(capsys: pytest.CaptureFixture[str]) -> None:
     )
     spec = NativeCacheSpec.from_json(out)
     assert rc == 0 and spec.num_blocks == 2 and spec.leaves[0].shape == (2, 16, 8, 2, 128)
-    rc, out, err = run(capsys, "zero", "--config", LLAMA, "--engine", "tpu-inference", "--blocks", "0")
-    assert rc == 2 and not out and "plan` only" in err
+    rc, out, err = run(capsys, "shard", "--config", LLAMA, "--engine", "tpu-inference", "--mesh", "dp=2")
+    assert rc == 2 and not out and "planned, checked and zeroed by plan, check, zero" in err
 
 
 def test_python_dash_m_from_a_config_file() -> None:
