@@ -45,6 +45,34 @@ from .verify import VerifyReport, Violation, verify
 
 __version__ = "0.1.0"
 
+#: The native-cache API (GEOMETRY.md section 9), loaded on first use: ``kvlayout.NativeCacheSpec``.
+_LAZY = {
+    name: ".native"
+    for name in (
+        "NativeCacheSpec",
+        "NativeLeaf",
+        "expected_zeroed_native",
+        "native_tables",
+        "spec_from_arrays",
+        "verify_native",
+        "zero_native_numpy",
+    )
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 __all__ = [
     "Backend",
     "BackendError",
@@ -59,6 +87,8 @@ __all__ = [
     "LayoutBufferError",
     "MLASpec",
     "MambaSpec",
+    "NativeCacheSpec",
+    "NativeLeaf",
     "PRESETS",
     "Part",
     "Placement",
@@ -74,8 +104,10 @@ __all__ = [
     "changed_ranges",
     "create_backend",
     "expected_zeroed",
+    "expected_zeroed_native",
     "load_backend",
     "merge_ranges",
+    "native_tables",
     "normalize_block_ids",
     "plan",
     "plan_layout",
@@ -83,7 +115,10 @@ __all__ = [
     "preset",
     "resolve_backend",
     "shard_spec",
+    "spec_from_arrays",
     "split_heads",
     "verify",
+    "verify_native",
     "zero_blocks_numpy",
+    "zero_native_numpy",
 ]

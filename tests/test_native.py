@@ -168,3 +168,24 @@ def test_overlaid_slot_leaf_belongs_to_several_groups() -> None:
         NativeLeaf("x", (4, 8), "float32", ("a", "a"))
     with pytest.raises(K.SpecError, match="must not be empty"):
         NativeLeaf("x", (4, 8), "float32", ())
+
+
+def test_native_api_is_exported_lazily_without_jax() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kvlayout as K\n"
+        "assert 'kvlayout.native' not in sys.modules  # loaded on first use\n"
+        "import kvlayout.native as N\n"
+        "names = ['NativeCacheSpec', 'NativeLeaf', 'expected_zeroed_native', 'native_tables',\n"
+        "         'spec_from_arrays', 'verify_native', 'zero_native_numpy']\n"
+        "assert all(getattr(K, n) is getattr(N, n) for n in names) and set(names) <= set(K.__all__)\n"
+        "assert set(names) <= set(dir(K))\n"
+        "heavy = sorted(m for m in ('jax', 'torch', 'vllm', 'triton') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
+        K.NoSuchThing  # noqa: B018
