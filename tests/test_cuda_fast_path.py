@@ -48,7 +48,7 @@ def test_lists_tuples_arrays_and_numpy_scalars(graphs: bool) -> None:
     ("ids", "field"),
     [([0, 40], r"block_ids\[1\]"), ([-1], r"block_ids\[0\]"), ([1, True], r"block_ids\[1\]"),
      ([2, 1.0], r"block_ids\[1\]"), ([2**70], r"block_ids\[0\]"), ([i % 40 for i in range(65)] + [-3], r"block_ids\[65\]"),
-     ([0] * 9, "max_batch")],
+     ([5] * 70 + [True], r"block_ids\[70\]"), ([5] * 70 + [2.0], r"block_ids\[70\]"), ([0] * 9, "max_batch")],
 )
 def test_bad_lists_name_the_element_and_write_nothing(graphs: bool, ids: list[object], field: str) -> None:
     t, data, buf, z = setup(max_batch=8 if len(ids) == 9 else 128, graphs=graphs)
@@ -69,24 +69,28 @@ def test_bad_group_raises_before_anything_is_written() -> None:
 
 def test_small_batches_use_smaller_units_until_the_grid_fills() -> None:
     t, data, buf, z = setup(max_programs=64)
+    want_items = int(kc.zeroer.FILL_WAVES * 64)
     whole = z.plan_for_batch(10_000)
     assert whole.plan.chunk_words == kc.zeroer.DEFAULT_CHUNK_WORDS
     one = z.plan_for_batch(1)
-    assert one.plan.chunk_words == min(kc.zeroer.SMALL_CHUNKS)  # 40 units of 1,024 words < 128 items
+    assert one.plan.chunk_words == min(kc.zeroer.SMALL_CHUNKS)  # no unit size gives 1 id enough items
     assert one.plan.units_per_block > whole.plan.units_per_block
-    for k in (1, 2, 3, 5, 16, 17):  # each bucket picks the largest units that give 2 x 64 items
+    for k in (1, 2, 3, 5, 16, 17):  # each bucket picks the largest units that give enough items
         dp = z.plan_for_batch(k)
         bucket = 1 << (k - 1).bit_length()
         fits = [c for c in kc.zeroer.SMALL_CHUNKS
-                if bucket * kc.plan_units(t.coalesced(), c).units_per_block >= 2 * 64]
+                if bucket * kc.plan_units(t.coalesced(), c).units_per_block >= want_items]
         want = fits[0] if fits else min(kc.zeroer.SMALL_CHUNKS)
-        if bucket * whole.plan.units_per_block >= 2 * 64:
+        if bucket * whole.plan.units_per_block >= want_items:
             want = whole.plan.chunk_words
         assert dp.plan.chunk_words == want, (k, dp.plan.chunk_words, want)
     off = kc.CudaZeroer(t, buf, small_batch=False)
     assert off.plan_for_batch(1).plan.chunk_words == kc.zeroer.DEFAULT_CHUNK_WORDS
-    z.zero([9])  # 1,024-word units on the kernel: exact bytes
-    check(t, data, buf, [9])
+    z.zero([9])  # small units on the one-shot (units, ids) grid: exact bytes
+    z.zero(list(range(10, 40)))  # 30 ids x 8 units > 64 programs: the persistent grid
+    if kc.MODE == "native":
+        torch.cuda.synchronize()
+    check(t, data, buf, list(range(9, 40)))
 
 
 def test_option_types_are_checked() -> None:

@@ -29,6 +29,8 @@ from ._mode import jit
 
 #: CUDA's limit on grid dimension x.
 MAX_GRID_X = 2**31 - 1
+#: CUDA's limit on grid dimension y (ids of a one-shot launch).
+MAX_GRID_Y = 65535
 #: Unit lengths are int32 words.
 MAX_CHUNK_WORDS = 2**30
 
@@ -136,6 +138,7 @@ def zero_units_kernel(
     CACHE: tl.constexpr,  # store cache modifier ("" or e.g. ".cs" streaming)
     EVICT: tl.constexpr,  # store eviction policy ("" or "evict_first")
     COUNTED: tl.constexpr,  # items = count_ptr[0] * W (a device-side bound) instead of total_items
+    ONE_SHOT: tl.constexpr,  # grid (W, ids): program (w, i) clears unit w of id i (small batches)
 ):
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
@@ -145,9 +148,19 @@ def zero_units_kernel(
         total = tl.load(count_ptr).to(tl.int64) * num_units
     else:
         total = total_items
-    for u in range(pid, total, nprog):
-        i = u // num_units
-        w = u - i * num_units
+    if ONE_SHOT:  # one item per program, found without a division; the loop runs at most once
+        first = tl.program_id(1).to(tl.int64) * num_units + pid
+        step = total + 1
+    else:  # a capped, persistent grid strides over the items
+        first = pid
+        step = nprog
+    for u in range(first, total, step):
+        if ONE_SHOT:
+            i = tl.program_id(1).to(tl.int64)
+            w = pid
+        else:
+            i = u // num_units
+            w = u - i * num_units
         # the unit's loads do not depend on the id: issued together with it, one memory latency
         gid = tl.load(ids_ptr + i).to(tl.int64)
         ubase = tl.load(ubase_ptr + w)

@@ -34,7 +34,7 @@ from kvlayout.table import SegmentTable
 from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE, launch_guard
-from .kernel import UnitPlan, launch_grid, plan_units, route_ids_kernel, zero_units_kernel
+from .kernel import MAX_GRID_Y, UnitPlan, launch_grid, plan_units, route_ids_kernel, zero_units_kernel
 
 #: Tuned on an H200 (bench/bench_zero_gpu.py --designs): bench/results/h200-run3/gpu_zero.json.
 DEFAULT_CHUNK_WORDS = 8192
@@ -45,8 +45,10 @@ DEFAULT_CACHE = ""
 DEFAULT_EVICT = "evict_first"
 #: Small batches: smaller work units (int32 words), largest first, until a batch has at least
 #: ``FILL_WAVES * max_programs`` work items (a few ids cannot fill the GPU with 32 KB units).
-SMALL_CHUNKS = (4096, 2048, 1024)
-FILL_WAVES = 2
+#: H200 sweep (bench/results/h200-step/step.json, "geometry"): 1 id best at 1,024-2,048 words,
+#: 8 ids at 2,048-4,096, 64 ids and more at 4,096-8,192.
+SMALL_CHUNKS = (4096, 2048)
+FILL_WAVES = 0.5
 #: Pinned + device id buffers whose replay graphs are captured up front (host batches in flight at once
 #: before a call falls back to an eager launch).
 GRAPH_RING = 4
@@ -372,9 +374,9 @@ class CudaZeroer:
         if found is not None:
             return found
         chosen = self._plan_for(group)
-        want = FILL_WAVES * self.max_programs
-        if self.small_batch and num_ids * chosen.plan.units_per_block < want:
-            bucket = 1 << key[1]
+        want = int(FILL_WAVES * self.max_programs)
+        bucket = 1 << key[1]  # decided by the bucket, so the order of calls does not matter
+        if self.small_batch and bucket * chosen.plan.units_per_block < want:
             for chunk in SMALL_CHUNKS:
                 if chunk >= self._chunk_words:
                     continue
@@ -467,6 +469,16 @@ class CudaZeroer:
         Raises before anything is launched.
         """
         n = self.table.num_blocks
+        if type(ids) is list and len(ids) > 64:
+            # one C pass: NumPy infers int64 only if every element is an integer (or a bool); bools
+            # equal 0 or 1, so a batch whose smallest id is at least 2 cannot hold one
+            arr = np.array(ids)
+            k = arr.size
+            if arr.dtype == np.int64 and arr.ndim == 1 and k <= self.max_batch:
+                lo, hi = int(arr.min()), int(arr.max())
+                if 2 <= lo and hi < n:
+                    dst[:k] = arr
+                    return k
         if type(ids) in (list, tuple) and operator.countOf(map(type, ids), int) == len(ids):
             k = len(ids)
             if k > self.max_batch:
@@ -693,9 +705,13 @@ class CudaZeroer:
         live (packed by :meth:`launch_routed`, or staged with the ids for a graph replay).
         """
         dp = self._plans[(None, self._chunk_words)] if dplan is None else dplan
-        programs, items = launch_grid(dp.plan, dev_ids.numel(), self.max_programs)
+        num_ids = dev_ids.numel()
+        programs, items = launch_grid(dp.plan, num_ids, self.max_programs)
+        # small batches: one program per work item on a (units, ids) grid, no persistent loop
+        one_shot = self.small_batch and items <= self.max_programs and num_ids <= MAX_GRID_Y
+        grid = (dp.plan.units_per_block, num_ids) if one_shot else (programs,)
         with launch_guard():
-            self.last_compiled = zero_units_kernel[(programs,)](
+            self.last_compiled = zero_units_kernel[grid](
                 self.words if words is None else words,
                 dev_ids,
                 dp.base,
@@ -713,6 +729,7 @@ class CudaZeroer:
                 CACHE=self.cache_modifier,
                 EVICT=self.eviction_policy,
                 COUNTED=count is not None,
+                ONE_SHOT=one_shot,
                 num_warps=self.num_warps,
             )
 
