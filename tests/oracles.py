@@ -170,6 +170,8 @@ def _periodic_bytes(rows: Iterable[tuple[int, int, int]], n: int) -> set[int]:
 
 
 ALIASES = {"packed": "BLHNC", "layer_major": "LBHNC"}
+#: Section 8: every size, stride and total is below 2**62.
+LIMIT = 2**62
 
 
 def _stride_alignment(layer: Mapping[str, Any]) -> int:
@@ -206,9 +208,13 @@ def expected_plan(spec: Mapping[str, Any]) -> Expected:
             for layer in g["layers"]:
                 a = _stride_alignment(layer)
                 lcm = lcm * a // _gcd(lcm, a)
+        if lcm >= LIMIT:
+            return Expected(error="lcm of block-stride alignments reaches 2**62 (section 8)")
         ex.block_stride = ceil_to(widest, lcm)
         if ex.block_stride % 4:
             return Expected(error="block stride not a multiple of 4")
+        if ex.block_stride * n >= LIMIT or ex.block_stride >= LIMIT:
+            return Expected(error="buffer reaches 2**62 (section 8)")
         st = ex.block_stride
         ex.total = st * n
         if st > widest:
@@ -258,6 +264,8 @@ def expected_plan(spec: Mapping[str, Any]) -> Expected:
                     return Expected(error="LHBNC cannot pad a page to a block stride")
                 own[layer["name"]] = o
         ex.slot_pages = tuple(max(own[layer["name"]] for layer in slot) for slot in slots)
+        if max(ex.slot_pages) >= LIMIT or sum(ex.slot_pages) * n >= LIMIT:
+            return Expected(error="buffer reaches 2**62 (section 8)")
         for slot in slots:
             if len({bool(layer.get("kv_split")) for layer in slot}) > 1:
                 return Expected(error="kv_split disagrees in a slot")

@@ -95,3 +95,201 @@ def test_enriched_specs_reach_every_branch() -> None:
             )
             padded += any("padded_page" in layer for g in d["groups"] for layer in g["layers"])
     assert min(heads, runs, rounded, padded) > 10 * O.SCALE, (heads, runs, rounded, padded)
+
+
+def _full(name: str, **kw: Any) -> K.FullAttentionSpec:
+    args: dict[str, Any] = {
+        "name": name,
+        "block_size": 16,
+        "num_kv_heads": 2,
+        "head_size": 8,
+        "dtype": "float16",
+    }
+    return K.FullAttentionSpec(**(args | kw))  # real page 2*16*2*8*2 = 1024
+
+
+def _mla(name: str, **kw: Any) -> K.MLASpec:
+    args: dict[str, Any] = {"name": name, "block_size": 16, "head_size": 8, "dtype": "float16"}
+    return K.MLASpec(**(args | kw))  # real page 16*8*2 = 256
+
+
+def _spec(layout: str, *groups: tuple[K.LayerSpec, ...], n: int = 2, kbs: int | None = None) -> K.KVCacheSpec:
+    return K.KVCacheSpec(n, layout, tuple(K.GroupSpec(f"g{i}", g, kbs) for i, g in enumerate(groups)))
+
+
+LA, LB = "layer 'a'", "layer 'b'"
+SIXTY_TWO = "the limit is 2**62 - 1 (section 8)"
+# (spec, message, field, value): every refusal of the planner, its field, value and reason
+REFUSALS: list[tuple[Any, str, str, object]] = [
+    (
+        lambda: _spec("LHBNC", (_full("a", num_head_slots=2, state_content_bytes=2, block_size=1),)),
+        f"{LA}.real_page = 4: one head slot holds 2 B (N*C), not a multiple of 4: its rows cannot be zeroed "
+        "in words",
+        f"{LA}.real_page",
+        4,
+    ),
+    (
+        lambda: _spec("BHLNC", (_full("a", alignment=2048),)),
+        f"{LA}.alignment = 2048: BHLNC cannot pad a page of 2 head slots (heads lie outside the page; vLLM "
+        "allows padding there only with one head slot)",
+        f"{LA}.alignment",
+        2048,
+    ),
+    (
+        lambda: _spec("LHBNC", (_full("a", padded_page=1028),)),
+        f"{LA}.padded_page = 1028: LHBNC cannot pad a page of 2 head slots (heads lie outside the page; vLLM "
+        "allows padding there only with one head slot)",
+        f"{LA}.padded_page",
+        1028,
+    ),
+    (
+        lambda: _spec("packed", (_mla("b"), _full("a", kv_split=True))),
+        f"{LA}.kv_split = True: kv_split is an error in the packed layout",
+        f"{LA}.kv_split",
+        True,
+    ),
+    (
+        lambda: _spec("LHBNC", (_full("a", kv_split=True),)),
+        f"{LA}.kv_split = True: kv_split is an error in the LHBNC layout",
+        f"{LA}.kv_split",
+        True,
+    ),
+    (
+        lambda: _spec(
+            "BLHNC",
+            (_mla("a", block_stride_alignment=2**61),),
+            (_mla("b", block_stride_alignment=3 * 2**60),),
+        ),
+        f"{LB}.block_stride_alignment = {3 * 2**60}: the lcm of the block-stride alignments reaches "
+        f"{3 * 2**61}: {SIXTY_TWO}",
+        f"{LB}.block_stride_alignment",
+        3 * 2**60,
+    ),
+    (
+        # every layer's alignment is odd or 2 mod 4 here; the first layer in spec order is named
+        lambda: _spec("BLNHC", (_mla("a", block_stride_alignment=5), _mla("b"))),
+        f"{LA}.block_stride_alignment = 5: aligns the block stride to 515 B, not a multiple of 4",
+        f"{LA}.block_stride_alignment",
+        5,
+    ),
+    (
+        lambda: _spec("BLHNC", (_mla("a", block_stride_alignment=2**61 + 4),)),
+        f"num_blocks = 2: the layout would need {2 * (2**61 + 4)} B; {SIXTY_TWO}",
+        "num_blocks",
+        2,
+    ),
+    (
+        lambda: _spec("LBNHC", (_mla("a", block_stride_alignment=6),)),
+        f"{LA}.block_stride_alignment = 6: aligns the block stride to 258 B, not a multiple of 4",
+        f"{LA}.block_stride_alignment",
+        6,
+    ),
+    (
+        lambda: _spec("LHBNC", (_mla("a", block_stride_alignment=512),)),
+        f"{LA}.block_stride_alignment = 512: LHBNC cannot pad the page of 256 B to a block stride of 512 B "
+        "(heads lie outside the blocks; vLLM refuses it too)",
+        f"{LA}.block_stride_alignment",
+        512,
+    ),
+    (
+        # the stride refusal comes first, before the slot's head slots are compared
+        lambda: _spec("LHBNC", (_full("b"),), (_mla("a", block_stride_alignment=512, num_head_slots=1),)),
+        f"{LA}.block_stride_alignment = 512: LHBNC cannot pad the page of 256 B to a block stride of 512 B "
+        "(heads lie outside the blocks; vLLM refuses it too)",
+        f"{LA}.block_stride_alignment",
+        512,
+    ),
+    (
+        lambda: _spec("LBHNC", (_full("b"),), (_full("a", kv_split=True),)),
+        f"{LA}.kv_split = True: every layer of slot 0 must agree on kv_split (halves and whole pages of one "
+        "region overlap across blocks)",
+        f"{LA}.kv_split",
+        True,
+    ),
+    (
+        # slot 0: (2 heads, 1024 B), (1 head, 256 B), (2 heads, 1024 B): the first that differs is 'a'
+        lambda: _spec("LHBNC", (_full("c"),), (_mla("a"),), (_full("d"),)),
+        f"{LA}.heads = 1: every layer of slot 0 must agree on head slots and page under LHBNC (got "
+        "[(1, 256), (2, 1024)]: block b of one group would share bytes with another block of the other)",
+        f"{LA}.heads",
+        1,
+    ),
+    (
+        lambda: _spec("LHBNC", (_mla("c", num_head_slots=2),), (_mla("b", num_head_slots=2),), (_mla("a"),)),
+        f"{LA}.heads = 1: every layer of slot 0 must agree on head slots and page under LHBNC (got "
+        "[(1, 256), (2, 512)]: block b of one group would share bytes with another block of the other)",
+        f"{LA}.heads",
+        1,
+    ),
+    (
+        lambda: _spec("LBHNC", (_full("a", kv_split=True, block_size=1, num_kv_heads=1, head_size=1),)),
+        f"{LA}.kv_split = True: half pages (2 B stride, 2 B span) must be multiples of 4",
+        f"{LA}.kv_split",
+        True,
+    ),
+    (
+        lambda: _spec("LBHNC", (_full("a", kv_split=True, block_size=1, num_kv_heads=1, head_size=3),)),
+        f"{LA}.kv_split = True: half pages (6 B stride, 6 B span) must be multiples of 4",
+        f"{LA}.kv_split",
+        True,
+    ),
+    (
+        lambda: _spec("LBHNC", (_mla("a", alignment=512),), kbs=4),
+        "group 'g0'.kernel_block_size = 4: virtual block splitting needs a dense page, but layer 'a' has "
+        "real page 256 B padded to 512 B",
+        "group 'g0'.kernel_block_size",
+        4,
+    ),
+    (
+        lambda: _spec("BLHNC", (_mla("a", token_bytes=4, block_size=16, compress_ratio=4),), kbs=1),
+        "group 'g0'.kernel_block_size = 1: layer 'a' part 'page' of 16 B is not a multiple of 4*16",
+        "group 'g0'.kernel_block_size",
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", range(len(REFUSALS)))
+def test_planner_refusal_names_field_value_and_reason(case: int) -> None:
+    make, message, field, value = REFUSALS[case]
+    spec = make()
+    with pytest.raises(SpecError) as e:
+        K.plan(spec)
+    assert type(e.value) is SpecError and str(e.value) == message
+    assert e.value.field == field and type(e.value.value) is type(value) and e.value.value == value
+    assert O.expected_plan(spec.to_dict()).error is not None
+
+
+def test_layout_limits_in_layer_outer_orders() -> None:
+    """A slot page or a region end reaching 2**62 is refused naming num_blocks."""
+    big = K.MambaSpec("a", 2**61 + 4, block_stride_alignment=2**61)  # its block stride is 2**62
+    with pytest.raises(SpecError) as e:
+        K.plan(_spec("LBHNC", (big,), n=1))
+    assert str(e.value) == f"num_blocks = 1: the layout would need {2**62} B; {SIXTY_TWO}"
+    assert e.value.field == "num_blocks" and e.value.value == 1
+    n = 2**31 - 1
+    wide = _mla("a", block_size=1, head_size=2**33, dtype="int8")
+    with pytest.raises(SpecError) as e:
+        K.plan(_spec("LBNHC", (wide,), n=n))
+    assert str(e.value) == f"num_blocks = {n}: the layout would need {2**33 * n} B; {SIXTY_TWO}"
+    assert e.value.field == "num_blocks" and e.value.value == n
+
+
+def test_placement_lookup_and_strides() -> None:
+    spec = _spec("LHBNC", (_full("a"), _mla("b", num_head_slots=1)), n=3)
+    lay = K.plan_layout(spec)
+    a, b = lay.placement("a"), lay.placement("b")
+    assert (a.slot, a.offset, a.stride, a.real_page, a.page) == (0, 0, 512, 1024, 1024)
+    assert [(p.name, p.base, p.stride, p.span) for p in a.parts] == [
+        ("head0", 0, 512, 512),
+        ("head1", 1536, 512, 512),
+    ]
+    assert (b.slot, b.offset, b.stride) == (1, 3072, 256)
+    with pytest.raises(KeyError) as e:
+        lay.placement("zz")
+    assert e.value.args == ("zz",)
+    split = K.plan_layout(_spec("LBHNC", (_full("k", kv_split=True),), n=3)).placement("k")
+    assert split.stride == 512 and [(p.name, p.base, p.stride, p.span) for p in split.parts] == [
+        ("k", 0, 512, 512),
+        ("v", 1536, 512, 512),
+    ]
