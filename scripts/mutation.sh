@@ -4,6 +4,7 @@
 #   scripts/mutation.sh                 # every target module
 #   scripts/mutation.sh spec planner    # some of them (names below)
 #   KVLAYOUT_MUTATION_REPORT_ONLY=1 scripts/mutation.sh spec   # only rebuild the table
+#   KVLAYOUT_MUTATION_RERUN=1 scripts/mutation.sh spec   # rerun the last run's survivors, current tests
 #
 # mutmut goes into its own venv (.venv-mutation); the test venv (.venv, made by
 # scripts/test.sh) lends it numpy, hypothesis, torch and triton through a .pth line, without
@@ -63,16 +64,11 @@ lend=$("$TEST_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()
 own=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$lend" > "$own/kvlayout_test_venv.pth"
 
-run_one() {  # stage the sources and one module's tests, run mutmut, keep its results
+stage_tests() {  # one module's tests and mutmut config into its work folder
   local n=$1 w="$WORK/$1"
-  rm -rf "$w" && mkdir -p "$w/tests"
-  cp -r kvlayout "$w/kvlayout"
-  rm -rf "$w/kvlayout/backends/cuda" "$w/kvlayout/backends/pallas"
-  cp -r backends/cuda "$w/kvlayout/backends/cuda"
-  cp -r backends/pallas "$w/kvlayout/backends/pallas"
+  mkdir -p "$w/tests"
   # shellcheck disable=SC2086
   cp tests/__init__.py tests/conftest.py tests/oracles.py ${TESTS[$n]} "$w/tests/"
-  find "$w" -name __pycache__ -prune -exec rm -rf {} +
   {
     echo '[tool.mutmut]'
     echo 'source_paths = ["kvlayout"]'
@@ -85,23 +81,55 @@ run_one() {  # stage the sources and one module's tests, run mutmut, keep its re
     echo '[tool.pytest.ini_options]'
     echo 'testpaths = ["tests"]'
   } > "$w/pyproject.toml"
-  local start=$SECONDS
-  (cd "$w" && "$ROOT/$VENV/bin/mutmut" run --max-children "$JOBS" > mutmut-run.log 2>&1) \
-    || { tail -40 "$w/mutmut-run.log"; return 1; }
-  echo "$(( SECONDS - start ))" > "$w/seconds.txt"
-  (cd "$w" && "$ROOT/$VENV/bin/mutmut" results --all true > results.txt
+}
+
+keep_results() {  # the status of every mutant, and the diff of each one that was not killed
+  local w="$WORK/$1"
+  (cd "$w" && rm -f show.*.txt && "$ROOT/$VENV/bin/mutmut" results --all true > results.txt
    grep -E ': (survived|no tests|timeout|suspicious)$' results.txt | sed 's/^ *//; s/:.*//' | while read -r m; do
      "$ROOT/$VENV/bin/mutmut" show "$m" > "show.$m.txt" 2>&1 || true
    done)
 }
 
+run_one() {  # stage the sources and one module's tests, run mutmut, keep its results
+  local n=$1 w="$WORK/$1"
+  rm -rf "$w" && mkdir -p "$w"
+  cp -r kvlayout "$w/kvlayout"
+  rm -rf "$w/kvlayout/backends/cuda" "$w/kvlayout/backends/pallas"
+  cp -r backends/cuda "$w/kvlayout/backends/cuda"
+  cp -r backends/pallas "$w/kvlayout/backends/pallas"
+  stage_tests "$n"
+  find "$w" -name __pycache__ -prune -exec rm -rf {} +
+  local start=$SECONDS
+  (cd "$w" && "$ROOT/$VENV/bin/mutmut" run --max-children "$JOBS" > mutmut-run.log 2>&1) \
+    || { tail -40 "$w/mutmut-run.log"; return 1; }
+  echo "$(( SECONDS - start ))" > "$w/seconds.txt"
+  keep_results "$n"
+}
+
+rerun_survivors() {  # the last run's survivors only, against the current tests (sources unchanged)
+  local n=$1 w="$WORK/$1"
+  cmp -s <(cat kvlayout/*.py backends/cuda/*.py backends/pallas/*.py) \
+    <(cat "$w"/kvlayout/*.py "$w"/kvlayout/backends/cuda/*.py "$w"/kvlayout/backends/pallas/*.py) \
+    || { echo "sources changed since the last full run of $n: run it in full" >&2; return 1; }
+  stage_tests "$n"
+  mapfile -t left < <(grep -E ': (survived|no tests|suspicious)$' "$w/results.txt" | sed 's/^ *//; s/:.*//')
+  local start=$SECONDS
+  [ ${#left[@]} -eq 0 ] || (cd "$w" && "$ROOT/$VENV/bin/mutmut" run --max-children "$JOBS" "${left[@]}" \
+    > mutmut-rerun.log 2>&1) || { tail -40 "$w/mutmut-rerun.log"; return 1; }
+  echo "$(( $(cat "$w/seconds.txt") + SECONDS - start ))" > "$w/seconds.txt"
+  keep_results "$n"
+}
+
 export JAX_PLATFORMS=cpu TPU_SKIP_MDS_QUERY=1 HYPOTHESIS_PROFILE=ci PYTHONDONTWRITEBYTECODE=1
 # KVLAYOUT_MUTATION_REPORT_ONLY=1: rebuild the table from the last run's results in $WORK
+# KVLAYOUT_MUTATION_RERUN=1: rerun only the last run's survivors with the current tests (new tests can
+# only kill more mutants; the sources must be those of the last full run)
 if [ -z "${KVLAYOUT_MUTATION_REPORT_ONLY:-}" ]; then
   mkdir -p "$WORK"
   for n in "${names[@]}"; do
     echo "== $n: ${TARGETS[$n]} with ${TESTS[$n]}"
-    run_one "$n"
+    if [ -n "${KVLAYOUT_MUTATION_RERUN:-}" ]; then rerun_survivors "$n"; else run_one "$n"; fi
   done
 fi
 cd "$WORK"
@@ -171,7 +199,8 @@ old["runs"] = old.get("runs", []) + ([] if report_only else [{
     "test_scale": float(__import__("os").environ.get("KVLAYOUT_TEST_SCALE", "1")),
     "commit": subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True).stdout.strip(),
-    "command": "scripts/mutation.sh " + " ".join(names), "tool": "mutmut 3.8.1"}])
+    "command": ("KVLAYOUT_MUTATION_RERUN=1 " if __import__("os").environ.get("KVLAYOUT_MUTATION_RERUN") else "")
+    + "scripts/mutation.sh " + " ".join(names), "tool": "mutmut 3.8.1"}])
 path.write_text(json.dumps(old, indent=1) + "\n")
 lines = ["# Mutation testing (issue 19)", "",
          "`scripts/mutation.sh [MODULE ...]`: mutmut 3.8.1 over the core and the backends' host-side plans,",
