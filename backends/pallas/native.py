@@ -17,6 +17,7 @@ raises. JAX indexing would clip them (tpu-inference #2366); these kernels never 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -28,8 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from kvlayout.backend import Backend, validate_host_buffer
-from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, bad_value
-from kvlayout.hardware import jax_platform
+from kvlayout.errors import BackendError, LayoutBufferError, bad_value
 from kvlayout.native import NativeCacheSpec, NativeLeaf, native_tables, spec_from_arrays
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
@@ -39,79 +39,23 @@ from .native_kernels import (
     DEFAULT_BOX_ELEMENTS,
     DEFAULT_MAX_INFLIGHT,
     DEFAULT_TILE_BYTES,
-    INT32_MAX,
     ids_per_step_for,
     plan_tpu,
     plan_triton,
     tpu_native_call,
     triton_native_call,
 )
+from .zeroer import (
+    BadIdCount,
+    bucket_ids,
+    check_id_array,
+    default_kernel,
+    ids_in_range,
+    interpret_params,
+    run_step,
+)
 
 KERNELS = ("tpu", "triton")
-
-
-def native_default_kernel() -> tuple[str, bool]:
-    """(kernel, interpret) for JAX's default device: Mosaic on TPUs, Triton on GPUs, else
-    the TPU kernel in Pallas's TPU interpret mode."""
-    plat = jax_platform()
-    if plat == "tpu":
-        return "tpu", False
-    if plat in ("gpu", "cuda"):
-        return "triton", False
-    return "tpu", True
-
-
-def interpret_params() -> Any:
-    """TPU interpret mode with race detection and NaN-initialised scratch."""
-    from jax.experimental.pallas import tpu as pltpu
-
-    return pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan")
-
-
-def _ids_in_range(ids: jax.Array, limit: int) -> tuple[jax.Array, jax.Array]:
-    """Traceable: ``(int32 ids, ids in [0, limit))``; checked in the ids' own dtype before
-    narrowing, so an int64 ``2**32 + 3`` is bad rather than block 3."""
-    if jnp.iinfo(ids.dtype).max <= INT32_MAX:
-        ids = ids.astype(jnp.int32)
-    ok = (ids >= 0) & (ids < limit)
-    return jnp.where(ok, ids, 0).astype(jnp.int32), ok
-
-
-def _check_id_array(ids: Any) -> None:
-    if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
-        shown = f"{ids.dtype}{tuple(ids.shape)}"
-        raise bad_value(BlockIdError, "block_ids", shown, "must be a 1-D integer array", shown=shown)
-
-
-def _bucket(host: np.ndarray) -> np.ndarray:
-    """Unique valid host ids padded with copies of the first to a power of two >= 8 (few
-    retraces; the kernel takes duplicates once)."""
-    bucket = max(8, 1 << int(host.size - 1).bit_length())
-    out = np.full(bucket, host[0], np.int32)
-    out[: host.size] = host
-    return out
-
-
-class _BadCount:
-    """Device-side count of out-of-range ids, summed over steps without a host sync."""
-
-    def __init__(self) -> None:
-        self._err: jax.Array | None = None
-        self._lock = threading.Lock()
-
-    def add(self, err: jax.Array) -> None:
-        with self._lock:
-            self._err = err if self._err is None else self._err + err
-
-    def check(self, num_blocks: int) -> None:
-        with self._lock:
-            err, self._err = self._err, None
-        count = 0 if err is None else int(err)
-        if count:
-            raise BlockIdError(
-                f"device block_ids: {count} ids outside [0, {num_blocks}); they wrote nothing",
-                field="block_ids", value=count,
-            )
 
 
 def _page_axes(spec: P) -> tuple[str, ...]:
@@ -174,7 +118,7 @@ class CacheZeroer:
         for name, v in (("box_elements", box_elements), ("num_warps", num_warps)):
             if v & (v - 1):
                 raise bad_value(BackendError, name, v, "must be a power of two")
-        auto_kernel, auto_interp = native_default_kernel()
+        auto_kernel, auto_interp = default_kernel()
         self.kernel = kernel or auto_kernel
         self.interpret = auto_interp if interpret is None else interpret
         self.tile_bytes, self.max_inflight = tile_bytes, max_inflight
@@ -189,7 +133,7 @@ class CacheZeroer:
         self.trace_count = 0
         self._lock = threading.Lock()
         self._calls: dict[tuple[Any, ...], Any] = {}
-        self._bad = _BadCount()
+        self._bad = BadIdCount()
         self._jitted = jax.jit(self._traced, donate_argnums=0, static_argnames="group")
 
     def _check_spec(self, spec: Any, groups: Any) -> NativeCacheSpec:
@@ -278,6 +222,11 @@ class CacheZeroer:
     @property
     def num_blocks(self) -> int:
         return self.spec.num_blocks
+
+    @property
+    def serialised(self) -> bool:
+        """TPU interpret mode: its simulator is process-wide, so calls are serialised and waited for."""
+        return self.kernel == "tpu" and self.interpret
 
     def _selected(self, group: str | None) -> tuple[int, ...]:
         return tuple(i for i, z in enumerate(self.spec.zeroed_mask(group)) if z)
@@ -374,11 +323,11 @@ class CacheZeroer:
         """Traceable: ``(caches, global ids int[n]) -> (caches, number of ids outside the pool)``."""
         leaves = self.check_caches(caches)
         ids = jnp.asarray(block_ids)
-        _check_id_array(ids)
+        check_id_array(ids)
         sel = self._selected(group)
         if ids.shape[0] == 0:
             return caches, jnp.zeros((), jnp.int32)
-        ids32, ok = _ids_in_range(ids, self.num_blocks)
+        ids32, ok = ids_in_range(ids, self.num_blocks)
         bad = jnp.sum(~ok).astype(jnp.int32)
         if not sel:
             return caches, bad
@@ -410,17 +359,17 @@ class CacheZeroer:
         self.spec.check_group(group)
         if isinstance(block_ids, jax.Array):
             ids = block_ids
-            _check_id_array(ids)
+            check_id_array(ids)
         else:
             host = np.unique(normalize_block_ids(block_ids, self.num_blocks))  # raises before anything runs
             if host.size == 0:
                 return caches
-            ids = jnp.asarray(_bucket(host))
+            ids = jnp.asarray(bucket_ids(host))
             if self.mesh is not None:
                 ids = jax.device_put(ids, NamedSharding(self.mesh, P()))
         if ids.shape[0] == 0:
             return caches
-        out, err = self._jitted(caches, ids, group=group)
+        out, err = run_step(self.serialised, functools.partial(self._jitted, group=group), caches, ids)
         self._bad.add(err)
         return out
 
@@ -428,7 +377,7 @@ class CacheZeroer:
 
     def check(self) -> None:
         """Raise if any device id so far was outside ``[0, num_blocks)`` (synchronises; resets)."""
-        self._bad.check(self.num_blocks)
+        self._bad.check(self.num_blocks, "they wrote nothing")
 
     def abstract_caches(self, device: Any = None) -> Any:
         """The cache pytree as ``jax.ShapeDtypeStruct`` s (on ``device``, or sharded over the mesh)."""

@@ -142,7 +142,8 @@ def run_step(serialise: bool, fn: Any, *args: Any) -> Any:
         return jax.block_until_ready(fn(*args))
 
 
-def _interpret_params() -> Any:
+def interpret_params() -> Any:
+    """TPU interpret mode with race detection and NaN-initialised scratch (every Pallas zeroer)."""
     from jax.experimental.pallas import tpu as pltpu
 
     return pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan")
@@ -256,7 +257,7 @@ class PallasZeroer:
         with self._lock:
             if key not in self._calls:
                 if self.kernel == "tpu":
-                    interp = _interpret_params() if self.interpret else False
+                    interp = interpret_params() if self.interpret else False
                     self._calls[key] = tpu_zero_call(self.plan, n_pad, self.ids_per_step, interp)
                 else:
                     self._calls[key] = triton_zero_call(
