@@ -72,6 +72,19 @@ def test_every_order_matches_the_contract(order: str, enrich: bool) -> None:
         )
         assert {p.layer.name: p.offset for p in lay.placements} == ex.offsets, spec.to_json()
         assert lay.order == order and lay.num_blocks == spec.num_blocks
+        for g in spec.groups:
+            for j, layer in enumerate(g.layers):
+                p = lay.placement(layer.name)
+                d = layer.to_dict()
+                if ex.block_stride is not None:
+                    want = ex.block_stride
+                else:
+                    sp = ex.slot_pages[j]
+                    want = sp // O.heads(d) if order == "LHBNC" else sp // 2 if d.get("kv_split") else sp
+                assert (p.group, p.slot, p.stride, type(p.stride)) == (g.name, j, want, int), (
+                    spec.to_json(),
+                    p,
+                )
     assert 0 < planned < len(specs)  # both outcomes exercised
 
 
