@@ -52,6 +52,7 @@ from .zeroer import (
     default_kernel,
     ids_in_range,
     interpret_params,
+    kernel_mode,
     run_step,
 )
 
@@ -215,9 +216,7 @@ class CacheZeroer:
     # ---- description --------------------------------------------------------------------
     @property
     def mode(self) -> str:
-        if self.kernel == "tpu":
-            return "tpu-interpret" if self.interpret else "native"
-        return "triton-interpret" if self.interpret else "native-gpu"
+        return kernel_mode(self.kernel, bool(self.interpret))
 
     @property
     def num_blocks(self) -> int:

@@ -49,6 +49,13 @@ def default_kernel() -> tuple[str, bool]:
     return "tpu", True
 
 
+def kernel_mode(kernel: str, interpret: bool) -> str:
+    """The mode a Pallas zeroer reports: its kernel, native or interpreted."""
+    if kernel == "tpu":
+        return "tpu-interpret" if interpret else "native"
+    return "triton-interpret" if interpret else "native-gpu"
+
+
 def check_table(table: Any) -> SegmentTable:
     """The first argument of every zeroer: a :class:`SegmentTable` (checked before anything else)."""
     if not isinstance(table, SegmentTable):
@@ -225,9 +232,7 @@ class PallasZeroer:
     # ---- description --------------------------------------------------------------------
     @property
     def mode(self) -> str:
-        if self.kernel == "tpu":
-            return "tpu-interpret" if self.interpret else "native"
-        return "triton-interpret" if self.interpret else "native-gpu"
+        return kernel_mode(self.kernel, bool(self.interpret))
 
     @property
     def buffer_shape(self) -> tuple[int, int]:
