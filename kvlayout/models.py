@@ -895,29 +895,13 @@ def from_config(
 
 
 def spec_from_config(
-    config: Mapping[str, Any] | str | Path,
-    *,
-    engine: str = "vllm",
-    tp: int = 1,
-    dtype: str | None = None,
-    kv_cache_dtype: str | None = None,
-    block_size: int | None = None,
-    num_blocks: int = DEFAULT_NUM_BLOCKS,
-    mamba_ssm_cache_dtype: str | None = None,
+    config: Mapping[str, Any] | str | Path, *, engine: str = "vllm", **options: Any
 ) -> KVCacheSpec | NativeCacheSpec:
-    """The kvlayout spec of what ``engine`` allocates for ``config`` (see :func:`from_config`):
-    a flat-buffer :class:`~kvlayout.KVCacheSpec` for vLLM, a
+    """The kvlayout spec of what ``engine`` allocates for ``config``: :func:`from_config`'s spec,
+    with its options (``tp``, ``dtype``, ``kv_cache_dtype``, ``block_size``, ``num_blocks``,
+    ``mamba_ssm_cache_dtype``). A flat-buffer :class:`~kvlayout.KVCacheSpec` for vLLM, a
     :class:`~kvlayout.native.NativeCacheSpec` of per-layer arrays for tpu-inference."""
-    return from_config(
-        config,
-        engine=engine,
-        tp=tp,
-        dtype=dtype,
-        kv_cache_dtype=kv_cache_dtype,
-        block_size=block_size,
-        num_blocks=num_blocks,
-        mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
-    ).spec
+    return from_config(config, engine=engine, **options).spec
 
 
 # --------------------------------------------------------------------------- tpu-inference
@@ -1020,17 +1004,22 @@ def _n(x: int) -> str:
     return f"{x:,}"
 
 
+def _head(ms: ModelSpec | NativeModelSpec, what: str, sizes: str) -> list[str]:
+    """The summary's first lines: the model, engine and rank; dtypes and sizes; the notes."""
+    return [
+        f"{ms.architecture} ({ms.family}) on {ms.engine}, tp {ms.tp} (one rank's {what})",
+        f"dtype {ms.dtype}, KV cache {ms.kv_cache_dtype}, {sizes}",
+        *(f"note: {x}" for x in ms.notes),
+    ]
+
+
 def summary(ms: ModelSpec | NativeModelSpec, *, proof: bool = True) -> str:
     """Groups, layers per group, page and padding per kind, bytes per block, blocks per GiB, the proof."""
     if isinstance(ms, NativeModelSpec):
         return _native_summary(ms, proof=proof)
     spec = ms.spec
-    lines = [
-        f"{ms.architecture} ({ms.family}) on {ms.engine}, tp {ms.tp} (one rank's cache)",
-        f"dtype {ms.dtype}, KV cache {ms.kv_cache_dtype}, {ms.block_size}-token blocks, "
-        f"layout {spec.layout}, {spec.num_blocks} blocks",
-    ]
-    lines += [f"note: {x}" for x in ms.notes]
+    blocks = f"{ms.block_size}-token blocks, layout {spec.layout}, {spec.num_blocks} blocks"
+    lines = _head(ms, "cache", blocks)
     ng = len(spec.groups)
     lines.append(
         f"{ng} group{'s' * (ng != 1)}, {len(spec.layers)} layers (groups share block ids and overlay):"
@@ -1064,12 +1053,8 @@ def summary(ms: ModelSpec | NativeModelSpec, *, proof: bool = True) -> str:
 
 def _native_summary(ms: NativeModelSpec, *, proof: bool) -> str:
     spec = ms.spec
-    lines = [
-        f"{ms.architecture} ({ms.family}) on {ms.engine}, tp {ms.tp} (one rank's arrays)",
-        f"dtype {ms.dtype}, KV cache {ms.kv_cache_dtype}, {ms.block_size}-token pages, "
-        f"{len(spec.leaves)} arrays of {spec.num_blocks} pages (GEOMETRY.md section 9)",
-    ]
-    lines += [f"note: {x}" for x in ms.notes]
+    pages = f"{len(spec.leaves)} arrays of {spec.num_blocks} pages (GEOMETRY.md section 9)"
+    lines = _head(ms, "arrays", f"{ms.block_size}-token pages, {pages}")
     lines.append(
         f"  {'kind':<20} {'arrays':>6} {'layers':>6}  {'page shape':<24} {'dtype':<14} {'page B':>12}"
     )
