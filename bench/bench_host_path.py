@@ -56,13 +56,16 @@ def host_path(batches: list[int], num_blocks: int = 100_000) -> list[dict[str, A
             arr = K.reference.normalize_block_ids(ids, num_blocks)
             staging[: arr.size] = arr
 
-        rows.append({
-            "batch": k,
-            "kvlayout_fill_us": _median_us(lambda ids=ids: z._fill(staging, ids), n),
-            "generic_validate_us": _median_us(generic, n),
-            "vllm_torch_tensor_us": _median_us(
-                lambda ids=ids: torch.tensor(ids, dtype=torch.int64, device="cpu", pin_memory=pin), n),
-        })
+        rows.append(
+            {
+                "batch": k,
+                "kvlayout_fill_us": _median_us(lambda ids=ids: z._fill(staging, ids), n),
+                "generic_validate_us": _median_us(generic, n),
+                "vllm_torch_tensor_us": _median_us(
+                    lambda ids=ids: torch.tensor(ids, dtype=torch.int64, device="cpu", pin_memory=pin), n
+                ),
+            }
+        )
     return rows
 
 

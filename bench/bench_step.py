@@ -17,7 +17,8 @@ One run on one GPU, same buffer and same ids for every method:
   (``apply`` chained K times in one step; the slope over K), against the cuda kernel.
 - per group (dsv4): bytes and kernel time of one cache group vs all groups.
 
-Per-step numbers are queued calls (``calls`` back to back, one sync, median of rounds); ids
+Per-step numbers are queued calls (``calls`` back to back, one sync, median of 15 rounds, the
+methods' rounds interleaved so a noisy host slows each alike); ids
 rotate among ``ROT`` random batches of a pool much larger than L2. Prints a table last,
 writes ``step.json`` and ``step.md`` under ``--out``.
 
@@ -49,7 +50,7 @@ import kvlayout as K
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_host_path import host_path  # noqa: E402
-from timing import queued_us  # noqa: E402
+from timing import interleaved_us, queued_us  # noqa: E402
 
 ROT = 8
 #: applies chained in the long jitted step of the Pallas measurement (the slope is over 1 .. K_HI)
@@ -177,8 +178,11 @@ def pallas_in_jit(table: K.SegmentTable, batch: int, reps: int = 15) -> dict[str
     z = PallasZeroer(table)
     rng = np.random.default_rng(1)
     buf = jnp.full(z.buffer_shape, 7, jnp.int32)
-    ids = jnp.asarray(np.stack([rng.choice(table.num_blocks, size=batch, replace=False) for _ in range(ROT)])
-                      .astype(np.int32))
+    ids = jnp.asarray(
+        np.stack([rng.choice(table.num_blocks, size=batch, replace=False) for _ in range(ROT)]).astype(
+            np.int32
+        )
+    )
 
     def make(k: int) -> Any:
         def step(b: jax.Array, all_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -212,7 +216,9 @@ def geometry_sweep(table: K.SegmentTable, buf: torch.Tensor, batches: list[int])
     rows = []
     rng = np.random.default_rng(5)
     for batch in batches:
-        devs = [torch.from_numpy(rng.choice(table.num_blocks, batch, replace=False)).cuda() for _ in range(ROT)]
+        devs = [
+            torch.from_numpy(rng.choice(table.num_blocks, batch, replace=False)).cuda() for _ in range(ROT)
+        ]
         row: dict[str, Any] = {"batch": batch}
         for chunk in (1024, 2048, 4096, 8192):
             z = kc.CudaZeroer(table, buf, chunk_words=chunk, small_batch=False, graphs=False)
@@ -231,15 +237,30 @@ def launch_sweep(table: K.SegmentTable, buf: torch.Tensor, batches: list[int]) -
     rng = np.random.default_rng(7)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for batch in batches:
-        devs = [torch.from_numpy(rng.choice(table.num_blocks, batch, replace=False)).cuda() for _ in range(ROT)]
+        devs = [
+            torch.from_numpy(rng.choice(table.num_blocks, batch, replace=False)).cuda() for _ in range(ROT)
+        ]
         for warps in (4, 8):
             for per_sm in (2, 4, 8):
                 for evict in ("evict_first", ""):
-                    z = kc.CudaZeroer(table, buf, graphs=False, num_warps=warps, max_programs=sms * per_sm,
-                                      eviction_policy=evict)
+                    z = kc.CudaZeroer(
+                        table,
+                        buf,
+                        graphs=False,
+                        num_warps=warps,
+                        max_programs=sms * per_sm,
+                        eviction_policy=evict,
+                    )
                     us = graph_us([lambda d=d, z=z: z.zero(d) for d in devs])
-                    rows.append({"batch": batch, "num_warps": warps, "programs_per_sm": per_sm,
-                                 "evict": evict, "kernel_us": us})
+                    rows.append(
+                        {
+                            "batch": batch,
+                            "num_warps": warps,
+                            "programs_per_sm": per_sm,
+                            "evict": evict,
+                            "kernel_us": us,
+                        }
+                    )
         best = min((r for r in rows if r["batch"] == batch), key=lambda r: r["kernel_us"])
         print(json.dumps({"launch_sweep_best": best}), flush=True)
     return rows
@@ -260,7 +281,10 @@ def per_group(table: K.SegmentTable, buf: torch.Tensor, batch: int) -> list[dict
         per_block = int(table.for_group(g).coalesced().spans.sum())  # overlaid groups: bytes once
         k = iter(range(10**9))
         row = {
-            "group": g or "all", "batch": batch, "bytes_per_block": per_block, "bytes": per_block * batch,
+            "group": g or "all",
+            "batch": batch,
+            "bytes_per_block": per_block,
+            "bytes": per_block * batch,
             "kernel_us": graph_us([lambda d=d, g=g: z.zero(d, g) for d in devs]),
             "step_us": queued_us(lambda g=g: z.zero(lists[next(k) % ROT], g), torch.cuda.synchronize),
         }
@@ -287,9 +311,16 @@ def bench(preset: str, pool_bytes: int, batches: list[int], calls: int) -> dict[
         devs = [torch.tensor(x, dtype=torch.int64, device="cuda") for x in lists]
         same = equal_bytes(table, buf, lists[0], v)
         k = iter(range(10**9))
-        ours = queued_us(lambda: z.zero(lists[next(k) % ROT]), torch.cuda.synchronize, calls=calls)
-        eager = queued_us(lambda: ze.zero(lists[next(k) % ROT]), torch.cuda.synchronize, calls=calls)
-        theirs = queued_us(lambda: v.zero_block_ids(lists[next(k) % ROT]), torch.cuda.synchronize, calls=calls)
+        steps = interleaved_us(
+            {
+                "graph": lambda: z.zero(lists[next(k) % ROT]),
+                "eager": lambda: ze.zero(lists[next(k) % ROT]),
+                "vllm": lambda: v.zero_block_ids(lists[next(k) % ROT]),
+            },
+            torch.cuda.synchronize,
+            calls=calls,
+        )
+        ours, eager, theirs = steps["graph"], steps["eager"], steps["vllm"]
         ours_k = graph_us([lambda d=d: z.zero(d) for d in devs])
         theirs_k = graph_us([lambda d=d: v.launch(d) for d in devs])
         nbytes = batch * table.bytes_per_block
@@ -297,12 +328,24 @@ def bench(preset: str, pool_bytes: int, batches: list[int], calls: int) -> dict[
         memset = graph_us([lambda: flat.zero_()])
         z.check()
         row: dict[str, Any] = {
-            "preset": preset, "batch": batch, "num_blocks": n, "bytes": nbytes, "segments_vllm": v.segments,
-            "kernel_rows": len(z.kernel_table), "byte_equal": same["graph"] and same["eager"], "byte_equal_detail": same,
-            "step_us": ours, "step_eager_us": eager, "vllm_step_us": theirs, "kernel_us": ours_k,
-            "vllm_kernel_us": theirs_k, "memset_us": memset,
-            "step_speedup": round(theirs / ours, 3), "step_eager_speedup": round(theirs / eager, 3),
-            "kernel_speedup": round(theirs_k / ours_k, 3), "kernel_vs_memset": round(memset / ours_k, 3),
+            "preset": preset,
+            "batch": batch,
+            "num_blocks": n,
+            "bytes": nbytes,
+            "segments_vllm": v.segments,
+            "kernel_rows": len(z.kernel_table),
+            "byte_equal": same["graph"] and same["eager"],
+            "byte_equal_detail": same,
+            "step_us": ours,
+            "step_eager_us": eager,
+            "vllm_step_us": theirs,
+            "kernel_us": ours_k,
+            "vllm_kernel_us": theirs_k,
+            "memset_us": memset,
+            "step_speedup": round(theirs / ours, 3),
+            "step_eager_speedup": round(theirs / eager, 3),
+            "kernel_speedup": round(theirs_k / ours_k, 3),
+            "kernel_vs_memset": round(memset / ours_k, 3),
             "kernel_chunk": z.plan_for_batch(batch).plan.chunk_words,
         }
         if batch in (64, 4096) and os.environ.get("BENCH_PALLAS", "1") == "1":
@@ -339,15 +382,23 @@ def verdict(r: dict[str, Any]) -> list[str]:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    head = ("| preset | ids | step us kvlayout (graph / eager) | step us vLLM 0.33 | step x | kernel us kvlayout / vLLM "
-            "| kernel x | memset us | kernel vs memset | pallas in jit us | equal | targets missed |")
+    head = (
+        "| preset | ids | step us kvlayout (graph / eager) | step us vLLM 0.33 | step x "
+        "| kernel us kvlayout / vLLM "
+        "| kernel x | memset us | kernel vs memset | pallas in jit us | equal | targets missed |"
+    )
     lines = [head, "|" + "---|" * 12]
     for r in rows:
-        pj = f"{r['pallas_in_jit_us']:.1f} ({r['pallas_vs_cuda_kernel']:.2f}x cuda)" if "pallas_in_jit_us" in r else ""
+        pj = (
+            f"{r['pallas_in_jit_us']:.1f} ({r['pallas_vs_cuda_kernel']:.2f}x cuda)"
+            if "pallas_in_jit_us" in r
+            else ""
+        )
         miss = "; ".join(verdict(r)) or "none"
         lines.append(
-            f"| {r['preset']} | {r['batch']} | {r['step_us']:.1f} / {r['step_eager_us']:.1f} | {r['vllm_step_us']:.1f} | "
-            f"{r['step_speedup']:.2f} | {r['kernel_us']:.1f} / {r['vllm_kernel_us']:.1f} | {r['kernel_speedup']:.2f} | "
+            f"| {r['preset']} | {r['batch']} | {r['step_us']:.1f} / {r['step_eager_us']:.1f} "
+            f"| {r['vllm_step_us']:.1f} | {r['step_speedup']:.2f} "
+            f"| {r['kernel_us']:.1f} / {r['vllm_kernel_us']:.1f} | {r['kernel_speedup']:.2f} | "
             f"{r['memset_us']:.1f} | {r['kernel_vs_memset']:.2f} | {pj} | {r['byte_equal']} | {miss} |"
         )
     return "\n".join(lines)
@@ -356,8 +407,10 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def format_groups(rows: list[dict[str, Any]]) -> str:
     lines = ["| group | ids | bytes/block | kernel us | GB/s | step us (list) |", "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['group']} | {r['batch']} | {r['bytes_per_block']} | {r['kernel_us']:.1f} | "
-                     f"{r['gb_per_s']} | {r['step_us']:.1f} |")
+        lines.append(
+            f"| {r['group']} | {r['batch']} | {r['bytes_per_block']} | {r['kernel_us']:.1f} | "
+            f"{r['gb_per_s']} | {r['step_us']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -379,14 +432,24 @@ def main() -> int:
         torch.cuda.empty_cache()
     rows = [r for p in results.values() for r in p["rows"]]
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    meta = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
-            "mode": kc.MODE, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    (Path(args.out) / "step.json").write_text(json.dumps({"meta": meta, "host": host, "results": results}, indent=1))
+    meta = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "mode": kc.MODE,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    (Path(args.out) / "step.json").write_text(
+        json.dumps({"meta": meta, "host": host, "results": results}, indent=1)
+    )
     table = format_table(rows)
     groups = [g for p in results.values() for g in p["groups"]]
-    md = (f"# Per-step zeroing vs vLLM 0.33 ({meta['gpu']}, {meta['date']})\n\n"
-          f"`python bench/bench_step.py` (torch {meta['torch']}, triton {meta['triton']}); medians, one run.\n\n"
-          f"{table}\n\n## Per group (dsv4, kvlayout)\n\n{format_groups(groups)}\n")
+    md = (
+        f"# Per-step zeroing vs vLLM 0.33 ({meta['gpu']}, {meta['date']})\n\n"
+        f"`python bench/bench_step.py` (torch {meta['torch']}, triton {meta['triton']}); "
+        "medians, one run.\n\n"
+        f"{table}\n\n## Per group (dsv4, kvlayout)\n\n{format_groups(groups)}\n"
+    )
     (Path(args.out) / "step.md").write_text(md)
     print(format_groups(groups))
     print(table)

@@ -31,3 +31,26 @@ def median_s(fn: Callable[[], Any], repeats: int = 5) -> float:
         fn()
         times.append(time.perf_counter() - s)
     return statistics.median(times)
+
+
+def interleaved_us(
+    fns: dict[str, Callable[[], Any]], sync: Callable[[], Any], rounds: int = 15, calls: int = 20
+) -> dict[str, float]:
+    """Microseconds per call of each of ``fns``, rounds interleaved (A, B, C, A, B, C, ...).
+
+    Each round is ``calls`` back-to-back calls then ``sync()``; the median over ``rounds``.
+    Interleaving gives every method the same share of a noisy host's slow periods, so their
+    ratios hold even when absolute times drift between rounds.
+    """
+    per: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()
+    sync()
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            s = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            per[name].append((time.perf_counter() - s) / calls)
+    return {name: round(statistics.median(v) * 1e6, 2) for name, v in per.items()}

@@ -28,14 +28,20 @@ GUARD = 4096
 
 
 def check_scale(
-    name: str, num_blocks: int, batches: list[np.ndarray], coalesce: bool = True, group: str | None = None,
+    name: str,
+    num_blocks: int,
+    batches: list[np.ndarray],
+    coalesce: bool = True,
+    group: str | None = None,
     **kw: object,
 ) -> dict[str, object]:
     table = K.plan(K.preset(name).with_num_blocks(num_blocks))
     total = table.total_bytes
     buf = device_poison(GUARD + total + GUARD, "cuda")
     ref = buf.clone()
-    z = kc.CudaZeroer(table, buf, offset=GUARD, coalesce=coalesce, max_batch=max(len(b) for b in batches), **kw)
+    z = kc.CudaZeroer(
+        table, buf, offset=GUARD, coalesce=coalesce, max_batch=max(len(b) for b in batches), **kw
+    )
     ref_words = ref[GUARD : GUARD + total].view(torch.int32)
     for j, ids in enumerate(batches):
         z.zero(ids.tolist() if j % 2 else ids, group)  # host ids (lists and arrays), no sync between batches
@@ -46,16 +52,32 @@ def check_scale(
     guards = bool(torch.equal(buf[:GUARD], ref[:GUARD]) and torch.equal(buf[-GUARD:], ref[-GUARD:]))
     del buf, ref
     torch.cuda.empty_cache()
-    return {"preset": name, "num_blocks": num_blocks, "rows": len(table), "kernel_rows": len(z.kernel_table),
-            "group": group, "options": {k: str(v) for k, v in kw.items()}, "batches": len(batches), "ids": int(sum(len(b) for b in batches)), "total_bytes": total,
-            "equal_to_torch_reference": equal, "guards_intact": guards}
+    return {
+        "preset": name,
+        "num_blocks": num_blocks,
+        "rows": len(table),
+        "kernel_rows": len(z.kernel_table),
+        "group": group,
+        "options": {k: str(v) for k, v in kw.items()},
+        "batches": len(batches),
+        "ids": int(sum(len(b) for b in batches)),
+        "total_bytes": total,
+        "equal_to_torch_reference": equal,
+        "guards_intact": guards,
+    }
 
 
 def check_exact_host(name: str) -> dict[str, object]:
     table = K.plan(K.preset(name))
     n = table.num_blocks
     out = {}
-    for label, ids in (("first", [0]), ("last", [n - 1]), ("all", list(range(n))), ("dups", [3, 3, n - 1, 0, 3]), ("empty", [])):
+    for label, ids in (
+        ("first", [0]),
+        ("last", [n - 1]),
+        ("all", list(range(n))),
+        ("dups", [3, 3, n - 1, 0, 3]),
+        ("empty", []),
+    ):
         res = run_case(kc.CudaBackend, table, ids)
         out[label] = res.ok and res.mode == "native"
     return {"preset": name, **out}
@@ -94,14 +116,20 @@ def check_device_bad_ids() -> dict[str, object]:
     ref = buf.clone()
     z = kc.CudaZeroer(table, buf, offset=GUARD)
     z.zero(torch.tensor([5, table.num_blocks + 3, -1, 10**9], dtype=torch.int64, device="cuda"))
-    torch_reference_zero(ref[GUARD : GUARD + table.total_bytes].view(torch.int32), table, torch.tensor([5], device="cuda"))
+    torch_reference_zero(
+        ref[GUARD : GUARD + table.total_bytes].view(torch.int32), table, torch.tensor([5], device="cuda")
+    )
     raised = ""
     try:
         z.check()
     except K.BlockIdError as e:
         raised = str(e)
     torch.cuda.synchronize()
-    return {"flag_raised": bool(raised), "message": raised, "only_valid_ids_written": bool(torch.equal(buf, ref))}
+    return {
+        "flag_raised": bool(raised),
+        "message": raised,
+        "only_valid_ids_written": bool(torch.equal(buf, ref)),
+    }
 
 
 def main() -> int:
@@ -125,9 +153,14 @@ def main() -> int:
         n = 10**5
         batches = [rng.choice(n, 4096, replace=False) for _ in range(6)] + [np.array([0, n - 1, n - 1, 7])]
         batches += [rng.choice(n, k, replace=False) for k in (1, 37, 300, 5000)]  # every bucket size class
-        results["scale"] = [check_scale("dsv4", n, batches), check_scale("dsv4", n, batches[:2], coalesce=False),
-                            check_scale("dsv4", n, batches, graphs=False), check_scale("dsv4", n, batches, group="c4.3"),
-                            check_scale("dsv4-test", n, batches), check_scale("llama-8b", 8192, [rng.choice(8192, 1024)])]
+        results["scale"] = [
+            check_scale("dsv4", n, batches),
+            check_scale("dsv4", n, batches[:2], coalesce=False),
+            check_scale("dsv4", n, batches, graphs=False),
+            check_scale("dsv4", n, batches, group="c4.3"),
+            check_scale("dsv4-test", n, batches),
+            check_scale("llama-8b", 8192, [rng.choice(8192, 1024)]),
+        ]
         results["exact_host"] = [check_exact_host(p) for p in ("dsv4-test", "dsv4", "llama-8b")]
         results["graph"] = check_graph()
         results["bad_ids"] = check_device_bad_ids()

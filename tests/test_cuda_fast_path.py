@@ -17,7 +17,9 @@ kc = pytest.importorskip("kvlayout.backends.cuda")
 GRAPHS = [True, False] if kc.MODE == "native" else [False]
 
 
-def setup(num_blocks: int = 40, **kw: object) -> tuple[K.SegmentTable, np.ndarray, torch.Tensor, kc.CudaZeroer]:
+def setup(
+    num_blocks: int = 40, **kw: object
+) -> tuple[K.SegmentTable, np.ndarray, torch.Tensor, kc.CudaZeroer]:
     t = K.plan(K.preset("dsv4-test").with_num_blocks(num_blocks))
     data = K.poison_pattern(t.total_bytes)
     buf = torch.from_numpy(data.copy()).to(kc.DEVICE_TYPE)
@@ -33,8 +35,15 @@ def check(t: K.SegmentTable, data: np.ndarray, buf: torch.Tensor, ids: list[int]
 def test_lists_tuples_arrays_and_numpy_scalars(graphs: bool) -> None:
     t, data, buf, z = setup(max_batch=128, graphs=graphs)
     done: set[int] = set()
-    for ids in ([3], (5, 5, 39), np.array([7, 0], np.int32), [np.int64(11), 12], torch.tensor([13]),
-                [14 + (i % 26) for i in range(80)], []):
+    for ids in (
+        [3],
+        (5, 5, 39),
+        np.array([7, 0], np.int32),
+        [np.int64(11), 12],
+        torch.tensor([13]),
+        [14 + (i % 26) for i in range(80)],
+        [],
+    ):
         z.zero(ids)
         done |= {int(i) for i in ids}
     if kc.MODE == "native":
@@ -46,9 +55,17 @@ def test_lists_tuples_arrays_and_numpy_scalars(graphs: bool) -> None:
 @pytest.mark.parametrize("graphs", GRAPHS)
 @pytest.mark.parametrize(
     ("ids", "field"),
-    [([0, 40], r"block_ids\[1\]"), ([-1], r"block_ids\[0\]"), ([1, True], r"block_ids\[1\]"),
-     ([2, 1.0], r"block_ids\[1\]"), ([2**70], r"block_ids\[0\]"), ([i % 40 for i in range(65)] + [-3], r"block_ids\[65\]"),
-     ([5] * 70 + [True], r"block_ids\[70\]"), ([5] * 70 + [2.0], r"block_ids\[70\]"), ([0] * 9, "max_batch")],
+    [
+        ([0, 40], r"block_ids\[1\]"),
+        ([-1], r"block_ids\[0\]"),
+        ([1, True], r"block_ids\[1\]"),
+        ([2, 1.0], r"block_ids\[1\]"),
+        ([2**70], r"block_ids\[0\]"),
+        ([i % 40 for i in range(65)] + [-3], r"block_ids\[65\]"),
+        ([5] * 70 + [True], r"block_ids\[70\]"),
+        ([5] * 70 + [2.0], r"block_ids\[70\]"),
+        ([0] * 9, "max_batch"),
+    ],
 )
 def test_bad_lists_name_the_element_and_write_nothing(graphs: bool, ids: list[object], field: str) -> None:
     t, data, buf, z = setup(max_batch=8 if len(ids) == 9 else 128, graphs=graphs)
@@ -78,8 +95,11 @@ def test_small_batches_use_smaller_units_until_the_grid_fills() -> None:
     for k in (1, 2, 3, 5, 16, 17):  # each bucket picks the largest units that give enough items
         dp = z.plan_for_batch(k)
         bucket = 1 << (k - 1).bit_length()
-        fits = [c for c in kc.zeroer.SMALL_CHUNKS
-                if bucket * kc.plan_units(t.coalesced(), c).units_per_block >= want_items]
+        fits = [
+            c
+            for c in kc.zeroer.SMALL_CHUNKS
+            if bucket * kc.plan_units(t.coalesced(), c).units_per_block >= want_items
+        ]
         want = fits[0] if fits else min(kc.zeroer.SMALL_CHUNKS)
         if bucket * whole.plan.units_per_block >= want_items:
             want = whole.plan.chunk_words

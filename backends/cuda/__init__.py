@@ -21,7 +21,14 @@ from .sharded import ShardedCudaZeroer
 from .zeroer import CudaZeroer
 
 __all__ = [
-    "CudaBackend", "CudaZeroer", "MODE", "ShardedCudaZeroer", "UnitPlan", "launch_grid", "ops", "plan_units",
+    "CudaBackend",
+    "CudaZeroer",
+    "MODE",
+    "ShardedCudaZeroer",
+    "UnitPlan",
+    "launch_grid",
+    "ops",
+    "plan_units",
     "zero_units_numpy",
 ]
 

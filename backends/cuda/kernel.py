@@ -177,7 +177,9 @@ def zero_units_kernel(
                 tl.store(buf_ptr + start + s + offs, zeros, cache_modifier=CACHE, eviction_policy=EVICT)
             if full < n:  # the tail: masked
                 idx = full + offs
-                tl.store(buf_ptr + start + idx, zeros, mask=idx < n, cache_modifier=CACHE, eviction_policy=EVICT)
+                tl.store(
+                    buf_ptr + start + idx, zeros, mask=idx < n, cache_modifier=CACHE, eviction_policy=EVICT
+                )
         elif (gid < 0) | (gid >= id_limit):
             tl.atomic_add(err_ptr, 1)
             tl.atomic_xchg(err_ptr + 1, gid)

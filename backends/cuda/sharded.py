@@ -63,7 +63,8 @@ class ShardedCudaZeroer:
         else:
             if len(buffers) != layout.num_shards:
                 raise LayoutBufferError(
-                    f"buffers: {len(buffers)} given for {layout.num_shards} shards (pass a dict {{shard: tensor}} for a subset)",
+                    f"buffers: {len(buffers)} given for {layout.num_shards} shards "
+                    "(pass a dict {shard: tensor} for a subset)",
                     field="buffers",
                     value=len(buffers),
                 )
@@ -73,20 +74,25 @@ class ShardedCudaZeroer:
         for k in items:
             layout._check_shard(k)
         self.zeroers: dict[int, CudaZeroer] = {
-            k: CudaZeroer(layout.local_table, buf, offset=offset, **kwargs) for k, buf in sorted(items.items())
+            k: CudaZeroer(layout.local_table, buf, offset=offset, **kwargs)
+            for k, buf in sorted(items.items())
         }
         # per step only a launch per shard: (zeroer, first global id it owns), computed once
         self._routes = [(z, layout.block_shard(k) * layout.blocks_per_shard) for k, z in self.zeroers.items()]
         self._id_limit = layout.num_blocks
 
     @classmethod
-    def for_rank(cls, layout: ShardedLayout, buffer: torch.Tensor, rank: int | None = None, **kwargs: Any) -> ShardedCudaZeroer:
+    def for_rank(
+        cls, layout: ShardedLayout, buffer: torch.Tensor, rank: int | None = None, **kwargs: Any
+    ) -> ShardedCudaZeroer:
         """The zeroer of one ``torch.distributed`` rank (default: the current rank) for its buffer."""
         if rank is None:
             import torch.distributed as dist
 
             if not (dist.is_available() and dist.is_initialized()):
-                raise LayoutBufferError("rank = None: torch.distributed is not initialised; pass rank=", field="rank", value=None)
+                raise LayoutBufferError(
+                    "rank = None: torch.distributed is not initialised; pass rank=", field="rank", value=None
+                )
             rank = dist.get_rank()
         return cls(layout, {layout.shard_of_rank(rank): buffer}, **kwargs)
 
@@ -126,7 +132,7 @@ class ShardedCudaZeroer:
                 z.launch_routed(g, id_lo=lo, id_limit=self._id_limit, group=group)
 
     def check(self) -> None:
-        """Raise if a device batch so far had ids outside the global pool (synchronises; resets every shard)."""
+        """Raise if a device batch so far had ids outside the global pool (syncs; resets all shards)."""
         first: BlockIdError | None = None
         for z in self.zeroers.values():
             try:
@@ -135,7 +141,8 @@ class ShardedCudaZeroer:
                 first = first or e
         if first is not None:
             raise BlockIdError(
-                f"device block_ids: ids outside [0, {self.layout.num_blocks}) (e.g. {first.value}); they wrote nothing on any shard",
+                f"device block_ids: ids outside [0, {self.layout.num_blocks}) (e.g. {first.value}); "
+                "they wrote nothing on any shard",
                 field="block_ids",
                 value=first.value,
             )

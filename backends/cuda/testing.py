@@ -26,7 +26,9 @@ def _shr(z: torch.Tensor, k: int) -> torch.Tensor:
     return (z >> k) & ((1 << (64 - k)) - 1)
 
 
-def device_poison(nbytes: int, device: torch.device | str, seed: int = 0x5EED, chunk_words: int = 1 << 26) -> torch.Tensor:
+def device_poison(
+    nbytes: int, device: torch.device | str, seed: int = 0x5EED, chunk_words: int = 1 << 26
+) -> torch.Tensor:
     """uint8 ``[nbytes]`` equal to ``kvlayout.poison_pattern(nbytes, seed)``, made on ``device``."""
     words = -(-nbytes // 8)
     out = torch.empty(words * 8, dtype=torch.uint8, device=device)

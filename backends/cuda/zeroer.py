@@ -64,14 +64,28 @@ INT32_MAX = 2**31 - 1
 def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
     """Validate ``buffer`` and return its layout bytes as an int32 ``[total_bytes/4]`` view."""
     if not isinstance(buffer, torch.Tensor):
-        raise LayoutBufferError(f"buffer type = {type(buffer).__name__}: must be a torch.Tensor", field="buffer", value=type(buffer).__name__)
+        raise LayoutBufferError(
+            f"buffer type = {type(buffer).__name__}: must be a torch.Tensor",
+            field="buffer",
+            value=type(buffer).__name__,
+        )
     if buffer.device.type != DEVICE_TYPE:
-        want = "a CUDA device" if DEVICE_TYPE == "cuda" else "the CPU (Triton interpreter: no CUDA device here)"
-        raise LayoutBufferError(f"buffer device = {buffer.device}: must be on {want}", field="buffer.device", value=str(buffer.device))
+        want = (
+            "a CUDA device" if DEVICE_TYPE == "cuda" else "the CPU (Triton interpreter: no CUDA device here)"
+        )
+        raise LayoutBufferError(
+            f"buffer device = {buffer.device}: must be on {want}",
+            field="buffer.device",
+            value=str(buffer.device),
+        )
     if not buffer.is_contiguous():
         raise LayoutBufferError("buffer: must be contiguous", field="buffer", value="non-contiguous")
     if buffer.data_ptr() % 4:
-        raise LayoutBufferError(f"buffer data_ptr = {buffer.data_ptr():#x}: must be 4-byte aligned", field="buffer.data_ptr", value=buffer.data_ptr())
+        raise LayoutBufferError(
+            f"buffer data_ptr = {buffer.data_ptr():#x}: must be 4-byte aligned",
+            field="buffer.data_ptr",
+            value=buffer.data_ptr(),
+        )
     nbytes = buffer.numel() * buffer.element_size()
     check_offset_and_size(offset, nbytes, table)
     flat = buffer.reshape(-1).view(torch.uint8)
@@ -134,9 +148,15 @@ def _dlpack_read_only(obj: Any) -> bool:
 def check_id_tensor(ids: torch.Tensor) -> None:
     """Device ids must be a 1-D int32/int64 tensor (values are checked in the kernel)."""
     if ids.dtype not in (torch.int32, torch.int64):
-        raise BlockIdError(f"block_ids dtype = {ids.dtype}: must be int32 or int64", field="block_ids.dtype", value=str(ids.dtype))
+        raise BlockIdError(
+            f"block_ids dtype = {ids.dtype}: must be int32 or int64",
+            field="block_ids.dtype",
+            value=str(ids.dtype),
+        )
     if ids.dim() != 1:
-        raise BlockIdError(f"block_ids shape = {tuple(ids.shape)}: must be 1-D", field="block_ids", value=tuple(ids.shape))
+        raise BlockIdError(
+            f"block_ids shape = {tuple(ids.shape)}: must be 1-D", field="block_ids", value=tuple(ids.shape)
+        )
 
 
 @dataclass
@@ -173,7 +193,9 @@ class _DevicePlan:
     sub: int  # words per vector store (at most the chunk)
 
 
-def _device_plan(table: SegmentTable, coalesce: bool, chunk_words: int, sub_words: int, device: Any) -> _DevicePlan:
+def _device_plan(
+    table: SegmentTable, coalesce: bool, chunk_words: int, sub_words: int, device: Any
+) -> _DevicePlan:
     kernel_table = table.coalesced() if coalesce else table
     plan = plan_units(kernel_table, chunk_words)
     sub = sub_words
@@ -212,7 +234,9 @@ def zeroer_for_handle(handle: int) -> CudaZeroer:
     ref = _HANDLES.get(handle)
     z = ref() if ref is not None else None
     if z is None:
-        raise BackendError(f"handle = {handle!r}: no live CudaZeroer has this handle", field="handle", value=handle)
+        raise BackendError(
+            f"handle = {handle!r}: no live CudaZeroer has this handle", field="handle", value=handle
+        )
     return z
 
 
@@ -414,7 +438,11 @@ class CudaZeroer:
             self.zero(block_ids, group)
             return
         if MODE == "native" and words.device != self.device:
-            raise LayoutBufferError(f"buffer device = {words.device}: must be {self.device}", field="buffer.device", value=str(words.device))
+            raise LayoutBufferError(
+                f"buffer device = {words.device}: must be {self.device}",
+                field="buffer.device",
+                value=str(words.device),
+            )
         check_id_tensor(block_ids)
         if block_ids.device.type != DEVICE_TYPE or MODE != "native":
             normalize_block_ids(block_ids.detach().cpu().numpy(), self.table.num_blocks)
@@ -476,13 +504,15 @@ class CudaZeroer:
             k = arr.size
             if arr.dtype == np.int64 and arr.ndim == 1 and k <= self.max_batch:
                 lo, hi = int(arr.min()), int(arr.max())
-                if 2 <= lo and hi < n:
+                if lo >= 2 and hi < n:
                     dst[:k] = arr
                     return k
         if type(ids) in (list, tuple) and operator.countOf(map(type, ids), int) == len(ids):
             k = len(ids)
             if k > self.max_batch:
-                raise BlockIdError(f"block_ids: batch of {k} exceeds max_batch {self.max_batch}", field="block_ids", value=k)
+                raise BlockIdError(
+                    f"block_ids: batch of {k} exceeds max_batch {self.max_batch}", field="block_ids", value=k
+                )
             if k:
                 try:
                     dst[:k] = ids
@@ -499,7 +529,11 @@ class CudaZeroer:
             return k
         arr = normalize_block_ids(ids, n)
         if arr.size > self.max_batch:
-            raise BlockIdError(f"block_ids: batch of {arr.size} exceeds max_batch {self.max_batch}", field="block_ids", value=arr.size)
+            raise BlockIdError(
+                f"block_ids: batch of {arr.size} exceeds max_batch {self.max_batch}",
+                field="block_ids",
+                value=arr.size,
+            )
         dst[: arr.size] = arr
         return int(arr.size)
 
@@ -564,19 +598,29 @@ class CudaZeroer:
 
     def _zero_device(self, block_ids: torch.Tensor, group: str | None) -> None:
         if MODE == "native" and block_ids.device != self.device:
-            raise BlockIdError(f"block_ids device = {block_ids.device}: must be {self.device}", field="block_ids.device", value=str(block_ids.device))
+            raise BlockIdError(
+                f"block_ids device = {block_ids.device}: must be {self.device}",
+                field="block_ids.device",
+                value=str(block_ids.device),
+            )
         check_id_tensor(block_ids)
         dplan = self._plan_for(group)
         dev_ids = block_ids.contiguous()
         if MODE != "native":  # CPU tensors under the interpreter are host ids: validate
             normalize_block_ids(dev_ids.numpy(), self.table.num_blocks)
         if dev_ids.numel():
-            self._launch(dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group) if self.small_batch else dplan)
+            self._launch(
+                dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group) if self.small_batch else dplan
+            )
 
     def zero_validated(self, ids: np.ndarray, group: str | None = None) -> None:
         """Zero host ids already validated against ``[0, num_blocks)`` (int64 ``[n]``): stage, launch."""
         if ids.size > self.max_batch:
-            raise BlockIdError(f"block_ids: batch of {ids.size} exceeds max_batch {self.max_batch}", field="block_ids", value=ids.size)
+            raise BlockIdError(
+                f"block_ids: batch of {ids.size} exceeds max_batch {self.max_batch}",
+                field="block_ids",
+                value=ids.size,
+            )
         self.zero(ids, group)
 
     # ---- native host batches: graph replay --------------------------------------------
@@ -754,7 +798,14 @@ class CudaZeroer:
             grid = (triton.cdiv(n, ROUTE_BLOCK),)
             with launch_guard():
                 route_ids_kernel[grid](
-                    dev_ids, slot.routed, slot.count, self._err, n, id_lo, self.table.num_blocks, id_limit,
+                    dev_ids,
+                    slot.routed,
+                    slot.count,
+                    self._err,
+                    n,
+                    id_lo,
+                    self.table.num_blocks,
+                    id_limit,
                     BLOCK=ROUTE_BLOCK,
                 )
             self._launch(slot.routed[:n], count=slot.count, dplan=dplan)
@@ -773,7 +824,8 @@ class CudaZeroer:
             self._reported = total
         if count:
             raise BlockIdError(
-                f"device block_ids: {count} work items had an id outside [0, {self.table.num_blocks}) (e.g. {bad}); they wrote nothing",
+                f"device block_ids: {count} work items had an id outside [0, {self.table.num_blocks}) "
+                f"(e.g. {bad}); they wrote nothing",
                 field="block_ids",
                 value=bad,
             )
