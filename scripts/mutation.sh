@@ -159,9 +159,12 @@ def parse(name):
     return mod, fn
 
 def added_lines(name, key):
+    """The mutated lines ('+'), or for a pure deletion the deleted lines marked '-'."""
     p = pathlib.Path(key) / f"show.{name}.txt"
     text = p.read_text() if p.exists() else ""
-    return [l[1:].strip() for l in text.splitlines() if l.startswith("+") and not l.startswith("+++")]
+    plus = [l[1:].strip() for l in text.splitlines() if l.startswith("+") and not l.startswith("+++")]
+    minus = ["-" + l[1:].strip() for l in text.splitlines() if l.startswith("-") and not l.startswith("---")]
+    return plus or minus
 
 rows = {}
 results = [(k, line) for k in names for line in (pathlib.Path(k) / "results.txt").read_text().splitlines()]
@@ -181,7 +184,11 @@ for key, line in results:
         r["timeout"] += 1  # counted as killed in the score: the mutant never finished
     elif status in ("survived", "no tests", "suspicious"):
         code = added_lines(name, key)
-        why = next((w for m, f, c, w in equiv if m == mod and f == fn and c in code), None)
+        # an entry names the mutated line, or "mutant:<id>" where a line is ambiguous (ids are stable
+        # while the source is unchanged: rerun in full and recheck these entries after a change)
+        short = name.rpartition(".")[2]
+        why = next((w for m, f, c, w in equiv if m == mod and f == fn and (c in code or c == f"mutant:{short}")),
+                   None)
         entry = {"mutant": name, "function": fn, "status": status, "mutated": code[:3]}
         if why:
             r["equivalent"] += 1
@@ -232,4 +239,4 @@ for k, s in left:
 print("\n".join(lines[:20]))
 PY
 }
-main "$@"
+main "$@"; exit  # on one line: bash reads no further, so editing this file mid-run is safe
