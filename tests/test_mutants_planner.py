@@ -306,3 +306,60 @@ def test_placement_lookup_and_strides() -> None:
         ("k", 0, 512, 512),
         ("v", 1536, 512, 512),
     ]
+
+
+def _m(name: str, real: int, **kw: Any) -> K.MLASpec:
+    """An mla layer of one int8 token of ``real`` bytes per block (real page = ``real``)."""
+    return K.MLASpec(name=name, block_size=1, head_size=real, dtype="int8", **kw)
+
+
+def test_padding_pieces_split_by_other_groups() -> None:
+    """A gap cut into several pieces by another group's rows; rows meeting a piece at either end.
+
+    Group a: x = [0, 100) real, gap [100, 200). Group b: b1 [0, 100) gap [100, 120), b2 [120, 132)
+    gap [132, 152), b3 [152, 160). x's gap keeps [100, 120), [132, 152) and [160, 200).
+    """
+    spec = _spec(
+        "packed",
+        (_m("x", 100, alignment=200),),
+        (_m("b1", 100, alignment=120), _m("b2", 12, alignment=32), _m("b3", 8)),
+        n=1,
+    )
+    t = K.plan(spec)
+    assert t.total_bytes == 200
+    assert sorted((p.base, p.span, p.layer) for p in t.padding) == [
+        (100, 20, "b1"),
+        (100, 20, "x"),
+        (132, 20, "b2"),
+        (132, 20, "x"),
+        (160, 40, "x"),
+    ]
+    assert all((p.stride, p.group, p.part, p.virtual_index) == (200, "", "padding", 0) for p in t.padding)
+    assert O.check_planner(K.plan, [spec]) == []
+    # rows that start exactly at a gap's start and end exactly at its end leave no empty pieces
+    spec = _spec(
+        "packed", (_m("x", 100, alignment=200),), (_m("c1", 100), _m("c2", 8, alignment=92), _m("c3", 8)), n=1
+    )
+    t = K.plan(spec)
+    assert sorted((p.base, p.span, p.layer) for p in t.padding) == [(108, 84, "c2"), (108, 84, "x")]
+    assert O.check_planner(K.plan, [spec]) == []
+
+
+def test_block_stride_tail_padding_and_limits() -> None:
+    spec = _spec("BLHNC", (_m("a", 100, block_stride_alignment=64),), n=2)
+    t = K.plan(spec)
+    assert t.total_bytes == 256 and [(p.base, p.stride, p.span, p.layer, p.part) for p in t.padding] == [
+        (100, 128, 28, "", "padding")
+    ]
+    huge = _spec("BLHNC", (K.MambaSpec("a", 2**61 + 4), K.MambaSpec("b", 2**61 + 4)), n=0)
+    with pytest.raises(SpecError) as e:
+        K.plan(huge)  # no blocks, but the block stride itself reaches 2**62
+    assert str(e.value) == f"num_blocks = 0: the layout would need {2**62 + 8} B; {SIXTY_TWO}"
+    assert e.value.field == "num_blocks" and e.value.value == 0
+
+
+def test_plan_coalesces_when_asked() -> None:
+    spec = K.preset("dsv4")
+    got = K.plan(spec, coalesce=True)
+    want = K.plan(spec).coalesced()
+    assert got == want and len(got) < len(K.plan(spec))
