@@ -271,13 +271,46 @@ def test_fixture_plans_verifies_and_zeroes_on_the_reference(family: str) -> None
     assert zeroed_kinds.isdisjoint({"mamba", "gdn"})  # Mamba states are never zeroed
 
 
-@pytest.mark.parametrize("backend", ["cuda", pytest.param("pallas", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("backend", ["reference", "cuda", pytest.param("pallas", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("family", sorted(EXPECTED))
 def test_fixture_zeroes_on_every_backend(family: str, backend: str) -> None:
+    """vLLM's flat layout: planned, proven, and zeroed exactly (guard bands included) by every
+    backend (on a CPU: cuda under Triton's interpreter, pallas in TPU interpret mode)."""
     be = K.load_backend(backend)  # CI installs both extras: a missing one fails here
     table = K.plan(M.spec_from_config(config(family), num_blocks=2))
+    assert K.verify(table).ok
     res = run_case(be, table, [1])
     assert res.ok, res.check.describe()
+
+
+NATIVE_FAMILIES = [f for f in FAMILIES if f not in ("deepseek_v32", "deepseek_v4")]  # refused: see below
+
+
+@pytest.mark.parametrize("kernel", ["tpu", pytest.param("triton", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("family", NATIVE_FAMILIES)
+def test_fixture_native_arrays_zero_with_the_cache_zeroer(family: str, kernel: str) -> None:
+    """tpu-inference's arrays: every array's one-row table proven, then all arrays zeroed in one
+    CacheZeroer call (TPU kernel in TPU interpret mode, or the Triton kernel interpreted), byte
+    for byte against the NumPy reference of section 9."""
+    import jax.numpy as jnp
+    import numpy as np
+    from kvlayout.backends.pallas import CacheZeroer
+
+    from tests.test_native_pallas import poisoned
+
+    spec = M.spec_from_config(config(family), engine="tpu-inference", num_blocks=3)
+    assert isinstance(spec, K.NativeCacheSpec)
+    assert all(r.ok for r in K.verify_native(spec).values())
+    # plain interpret mode quiets bf16 NaN payloads on XLA:CPU: the Triton path gets finite poison
+    host = [poisoned(x.shape, x.dtype, i, finite=kernel == "triton") for i, x in enumerate(spec.leaves)]
+    z = CacheZeroer([jnp.asarray(a) for a in host], spec=spec, kernel=kernel, interpret=True)
+    out = z([jnp.asarray(a) for a in host], [2, 0, 2])
+    z.check()
+    want = [a.reshape(-1).view(np.uint8).copy() for a in host]
+    K.zero_native_numpy(want, spec, [0, 2])
+    for leaf, got, exp in zip(spec.leaves, out, want):
+        assert np.array_equal(np.asarray(got).reshape(-1).view(np.uint8), exp), leaf.name
+        assert not exp[: leaf.page_bytes].any() and exp[leaf.page_bytes : 2 * leaf.page_bytes].all()
 
 
 def test_gemma3_sliding_layers_keep_their_window() -> None:
