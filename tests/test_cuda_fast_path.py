@@ -62,19 +62,33 @@ def test_lists_tuples_arrays_and_numpy_scalars(graphs: bool) -> None:
         ([2, 1.0], r"block_ids\[1\]"),
         ([2**70], r"block_ids\[0\]"),
         ([i % 40 for i in range(65)] + [-3], r"block_ids\[65\]"),
-        ([5] * 70 + [True], r"block_ids\[70\]"),
+        ([5] * 70 + [True], r"block_ids\[70\]"), ([5] * 5000 + [True], r"block_ids\[5000\]"),
+     ([5] * 5000 + [2**64], r"block_ids\[5000\]"), ([5] * 5000 + [40], r"block_ids\[5000\]"),
         ([5] * 70 + [2.0], r"block_ids\[70\]"),
         ([0] * 9, "max_batch"),
     ],
 )
 def test_bad_lists_name_the_element_and_write_nothing(graphs: bool, ids: list[object], field: str) -> None:
-    t, data, buf, z = setup(max_batch=8 if len(ids) == 9 else 128, graphs=graphs)
+    t, data, buf, z = setup(max_batch=8 if len(ids) == 9 else 8192, graphs=graphs)
     with pytest.raises(K.BlockIdError, match=field):
         z.zero(ids)
     z.zero([4])  # the staging buffers are free again: a good batch still goes through
     if kc.MODE == "native":
         torch.cuda.synchronize()
     check(t, data, buf, [4])
+
+
+def test_host_ids_of_every_list_path_are_staged_exactly() -> None:
+    """Short lists, lists up to 4,096 (NumPy infers the dtype) and longer ones (typed first)."""
+    t, _, _, z = setup(max_batch=6000)
+    rng = np.random.default_rng(2)
+    for k in (1, 64, 65, 4096, 4097, 6000):
+        ids = rng.integers(0, t.num_blocks, k).tolist()
+        dst = np.full(6000, -7, np.int64)
+        assert z._fill(dst, ids) == k
+        assert dst[:k].tolist() == ids and (dst[k:] == -7).all()
+        ids[-1] = np.int64(3)  # a NumPy scalar among Python ints: the exact path, same result
+        assert z._fill(dst, ids) == k and dst[k - 1] == 3
 
 
 def test_bad_group_raises_before_anything_is_written() -> None:
