@@ -326,3 +326,72 @@ def test_too_many_cross_stride_pairs_refused() -> None:
     )
     with pytest.raises(K.TableError, match="pairs of rows with different strides"):
         Vf.overlaps_within_block(t)
+
+
+def _pad_table(total: int, n: int, rows: list[Row], gaps: list[Row]) -> K.SegmentTable:
+    return K.SegmentTable(
+        total,
+        n,
+        tuple(K.Segment(b, s, p, "g", f"r{i}") for i, (b, s, p) in enumerate(rows)),
+        tuple(K.Segment(b, s, p, "", f"gap{i}", "padding") for i, (b, s, p) in enumerate(gaps)),
+        True,
+    )
+
+
+def test_padding_hits_kept_across_clusters_of_one_stride() -> None:
+    """Stride 64, 3 blocks: a same-block hit in a narrow cluster and a far, wide cluster with no hit.
+
+    Row [0, 16) clears gap [8, 16) in every block. Far away, rows at circle arcs [40, 56) and
+    [12, 16) and a gap at [60, 64) form a cluster wider than the stride that meets nothing.
+    """
+    t = _pad_table(1300, 3, [(0, 64, 16), (1000, 64, 16), (1100, 64, 4)], [(8, 64, 8), (1020, 64, 4)])
+    truth = O.brute_invariants(t)
+    assert (truth[3], truth[4]) == (True, False)
+    rep = K.verify(t)
+    assert not rep.ok and not rep.by_invariant(3)
+    v = rep.by_invariant(4)[0]
+    assert (v.rows, v.blocks, v.byte_range) == ((0,), (0, 0), (8, 16))
+    _check_report(t, rep)
+
+
+def test_padding_hit_in_a_later_wide_cluster() -> None:
+    """A first wide cluster of rows only, then a wide cluster where row block 1 clears gap block 0."""
+    t = _pad_table(1300, 3, [(0, 64, 16), (100, 64, 4), (1000, 64, 16)], [(1070, 64, 4)])
+    truth = O.brute_invariants(t)
+    assert (truth[3], truth[4]) == (True, False)
+    rep = K.verify(t)
+    (v,) = rep.by_invariant(4)
+    assert (v.rows, v.blocks, v.byte_range) == ((2,), (1, 0), (1070, 1074))
+    _check_report(t, rep)
+
+
+def test_overlaps_within_block_edges() -> None:
+    ow = Vf.overlaps_within_block
+    rows = (K.Segment(0, 16, 8), K.Segment(4, 16, 8), K.Segment(4, 32, 8))
+    assert ow(K.SegmentTable(64, 0, rows)) == []  # no blocks, no overlaps
+    got = ow(K.SegmentTable(128, 3, rows))
+    assert got == [(0, 1, 0), (0, 2, 0), (1, 2, 0)]  # each pair once, at its first block
+    # a row of no bytes overlaps nothing, whatever stride; a 1-byte row inside another does
+    zero = (K.Segment(0, 16, 8), K.Segment(4, 16, 0), K.Segment(4, 32, 0), K.Segment(4, 24, 1))
+    assert ow(K.SegmentTable(128, 3, zero)) == [(0, 3, 0)]
+    one = (K.Segment(0, 16, 8), K.Segment(4, 16, 1))
+    assert ow(K.SegmentTable(128, 3, one)) == [(0, 1, 0)]
+    # rows of different strides that meet first in block 2
+    later = (K.Segment(0, 16, 4), K.Segment(32 - 8, 4, 4))
+    assert ow(K.SegmentTable(128, 4, later)) == [(0, 1, 2)]
+    rows = [K.Segment(0, 4 * (i + 1), 4) for i in range(80)] * 2
+    t = K.SegmentTable(4 * 81 * 2, 2, tuple(rows))
+    pairs = sum(1 for i in range(160) for j in range(i + 1, 160) if rows[i].stride != rows[j].stride)
+    with pytest.raises(K.TableError) as e:
+        ow(t)
+    assert (e.value.field, e.value.value) == ("table.segments", pairs)
+    assert str(e.value).startswith(f"table = {pairs} pairs of rows with different strides")
+
+
+def test_require_safe_names_the_first_violation() -> None:
+    bad = K.SegmentTable(64, 2, (K.Segment(2, 16, 8, "g", "a"), K.Segment(0, 16, 24, "g", "b")))
+    rep = K.verify(bad)
+    with pytest.raises(K.TableError) as e:
+        Vf.require_safe(bad)
+    assert str(e.value) == f"refusing an unsafe table: {rep.violations[0].message}"
+    assert (e.value.field, e.value.value) == ("table", len(rep.violations)) and len(rep.violations) == 2
