@@ -379,9 +379,9 @@ def test_overlaps_within_block_edges() -> None:
     # rows of different strides that meet first in block 2
     later = (K.Segment(0, 16, 4), K.Segment(32 - 8, 4, 4))
     assert ow(K.SegmentTable(128, 4, later)) == [(0, 1, 2)]
-    rows = [K.Segment(0, 4 * (i + 1), 4) for i in range(80)] * 2
-    t = K.SegmentTable(4 * 81 * 2, 2, tuple(rows))
-    pairs = sum(1 for i in range(160) for j in range(i + 1, 160) if rows[i].stride != rows[j].stride)
+    many = [K.Segment(0, 4 * (i + 1), 4) for i in range(80)] * 2
+    t = K.SegmentTable(4 * 81 * 2, 2, tuple(many))
+    pairs = sum(1 for i in range(160) for j in range(i + 1, 160) if many[i].stride != many[j].stride)
     with pytest.raises(K.TableError) as e:
         ow(t)
     assert (e.value.field, e.value.value) == ("table.segments", pairs)
