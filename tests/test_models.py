@@ -3,6 +3,8 @@
 Every expected number is a literal worked out by hand from the fixture's fields, with the
 arithmetic in a comment; none is computed by the library under test. The fixtures are
 real public configs (tests/fixtures/models/<family>/SOURCE.md says which and from where).
+The last section compares the same quantities with vLLM 0.33's own functions, run on the CPU
+in one driver process (this file with ``--vllm-driver``).
 """
 
 from __future__ import annotations
