@@ -67,8 +67,9 @@ kvlayout's choices, where the engine's layout is not one of kvlayout's:
 - Layout ``packed`` for every family: the groups overlay in one block row whose stride is
   the largest group's pages (GEOMETRY.md section 2). vLLM 0.33's per-layer tensors of a
   uniform-page model (one tensor per layer slot, shared by the slot's layers of every group)
-  take the same bytes per block; ``packed`` is where kvlayout's table and proof apply as
-  they are.
+  take the same bytes per block (tests/test_models.py checks every vLLM layout: equal bytes per
+  block for every family; DeepSeek-V4's mixed pages only on the block-outermost ones);
+  ``packed`` is where kvlayout's table and proof apply as they are.
 - DeepSeek-V4's pages differ per kind, so vLLM 0.33 groups them with its block-outermost packer
   (``_get_packed_kv_cache_groups``), reproduced here: layers fall into uniform-type buckets
   (the window cache; the compressed caches with the indexer, one block size; the ratio-4

@@ -773,6 +773,13 @@ def test_groups_pages_and_bytes_per_block_match_vllm(case_id: str, vllm: dict[st
     assert [[x.name for x in g.layers] for g in ms.spec.groups] == got["groups"]  # members and order
     assert {x.name: [x.real_page, x.page] for _, x in ms.spec.layers} == got["pages"]
     assert ms.bytes_per_block == got["bytes_per_block"]
+    # kvlayout plans every family "packed" (block-outermost); vLLM's other layouts take the same bytes
+    # per block where vLLM accepts them (DeepSeek-V4's mixed pages: block-outermost layouts only)
+    by_layout = got["bytes_per_block_by_layout"]
+    accepted = {k for k, v in by_layout.items() if isinstance(v, int)}
+    assert {by_layout[k] for k in accepted} == {ms.bytes_per_block}
+    block_outermost = {k for k in by_layout if k.startswith("B")}  # BLHNC, BLNHC, BHLNC
+    assert accepted == (block_outermost if ms.family == "deepseek_v4" else set(by_layout))
 
 
 def test_vllm_answers_are_the_hand_computed_ones(vllm: dict[str, dict[str, Any]]) -> None:
@@ -966,18 +973,29 @@ def _vllm_answer(case: dict[str, Any]) -> dict[str, Any]:
             )
         else:
             specs[layer] = _dsv4_spec(I, torch, kind, text, block)
-    layout = next(m for m in I.KVCacheLayout if m.is_block_outermost)
-    planning = NS(
-        cache_config=NS(
-            num_gpu_blocks_override=4,
-            prefix_cache_retention_interval=None,
-            kv_cache_layout=layout.name,
-            get_resolved_kv_cache_layout=lambda: layout,
-        ),
-        attention_config=NS(hisparse_config=None),
-        scheduler_config=NS(disable_hybrid_kv_cache_manager=False),
-        model_config=NS(supports_kv_cache_grouping=False),
-    )
+    def planning_for(layout: Any) -> Any:
+        return NS(
+            cache_config=NS(
+                num_gpu_blocks_override=4,
+                prefix_cache_retention_interval=None,
+                kv_cache_layout=layout.name,
+                get_resolved_kv_cache_layout=lambda: layout,
+            ),
+            attention_config=NS(hisparse_config=None),
+            scheduler_config=NS(disable_hybrid_kv_cache_manager=False),
+            model_config=NS(supports_kv_cache_grouping=False),
+        )
+
+    # bytes per block on every layout: the same as block-outermost's wherever vLLM accepts the model
+    per_layout: dict[str, Any] = {}
+    for lay in I.KVCacheLayout:
+        try:
+            plan = planning_for(lay)
+            per_layout[lay.name] = P._pool_bytes_per_block(plan, P.get_kv_cache_groups(plan, dict(specs)))
+        except Exception as e:  # a layout vLLM refuses for this model
+            per_layout[lay.name] = f"refused: {type(e).__name__}"
+    out["bytes_per_block_by_layout"] = per_layout
+    planning = planning_for(next(m for m in I.KVCacheLayout if m.is_block_outermost))
     groups = P.get_kv_cache_groups(planning, specs)
     out["groups"] = [list(g.layer_names) for g in groups]
     pages: dict[str, list[int]] = {}
