@@ -395,3 +395,68 @@ def test_require_safe_names_the_first_violation() -> None:
         Vf.require_safe(bad)
     assert str(e.value) == f"refusing an unsafe table: {rep.violations[0].message}"
     assert (e.value.field, e.value.value) == ("table", len(rep.violations)) and len(rep.violations) == 2
+
+
+def test_pair_counts_on_any_small_integers() -> None:
+    """Bases, strides and spans of any small integers (not only words): counts, same-block runs, witnesses.
+
+    Spans of 1 and 2 reach the boundaries where no integer lies strictly between two ends;
+    touching rows (one ends where the other starts) must never count as meeting.
+    """
+    rng = random.Random(1901)
+    for _ in O.seeds(3000):
+        n = rng.randint(0, 7)
+        ri = (rng.randint(-12, 12), rng.randint(-5, 5), rng.randint(-1, 5))
+        if rng.random() < 0.3:  # touching or equal-stride neighbours
+            rj = (ri[0] + rng.choice((ri[2], -1, 0, 1)), ri[1], rng.randint(1, 3))
+        else:
+            rj = (rng.randint(-12, 12), rng.randint(-5, 5), rng.randint(-1, 5))
+        live = n > 0 and ri[2] > 0 and rj[2] > 0
+        every = _brute_pairs(ri, rj, n, False) if live else []
+        for cross in (True, False):
+            pairs = [(b, c) for b, c in every if not cross or b != c]
+            got = Vf.pair_witness(ri, rj, n, cross_block=cross)
+            if not pairs:
+                assert got is None, (ri, rj, n, cross, got)
+            else:
+                assert got is not None and got[0] == min(b for b, _ in pairs) and got in pairs, (
+                    ri,
+                    rj,
+                    n,
+                    got,
+                )
+        if not live:
+            continue
+        p = Vf._Pair(ri, rj, n)
+        for lo, hi in ((0, n), (rng.randint(0, n), n), (0, rng.randint(0, n)), (n, 0)):
+            assert p.count(lo, hi) == sum(lo <= b < hi for b, _ in every), (ri, rj, n, lo, hi)
+            first, last = p.same_block(lo, hi)
+            same = [b for b, c in every if b == c and lo <= b < hi]
+            assert (first, last) == (min(same), max(same)) if same else first > last, (ri, rj, n, lo, hi)
+
+
+def test_verifier_on_one_stride_class_of_many_rows() -> None:
+    """Many rows and gaps of one stride, windings far apart and near: the circle sweep against brute force."""
+    rng = random.Random(1902)
+    tables = []
+    for _ in O.seeds(400):
+        n = rng.randint(1, 6)
+        s = rng.choice((8, 12, 16, 32))
+        rows: list[Row] = []
+        gaps: list[Row] = []
+        for _ in range(rng.randint(2, 9)):
+            base = s * rng.randint(0, 3 * n) + 4 * rng.randint(0, s // 4 - 1)
+            span = 4 * rng.randint(1, max(1, (s // 4) - 1)) if rng.random() < 0.9 else s + 4
+            (gaps if rng.random() < 0.25 else rows).append((base, s, span if len(rows) else min(span, s)))
+        if not rows:
+            continue
+        if rng.random() < 0.3:
+            rows = [(b + (n - 1) * s, -s, sp) for b, s_, sp in rows]  # the same class, negative stride
+        top = max(max(b, b + (n - 1) * st) + sp for b, st, sp in rows + gaps)
+        tables.append(_pad_table(top + rng.choice((0, 4)), n, rows, [g for g in gaps if g[2] <= s]))
+    assert O.check_verifier(K.verify, tables) == []
+    unsafe = [t for t in tables if not K.verify(t).ok]
+    assert 0.2 * len(tables) < len(unsafe) < 0.9 * len(tables)
+    assert sum(bool(K.verify(t).by_invariant(4)) for t in tables) > 10 * O.SCALE
+    for t in tables:
+        _check_report(t, K.verify(t))
