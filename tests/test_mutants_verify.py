@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import random
+from typing import Any
 
 import pytest
 
@@ -460,3 +461,30 @@ def test_verifier_on_one_stride_class_of_many_rows() -> None:
     assert sum(bool(K.verify(t).by_invariant(4)) for t in tables) > 10 * O.SCALE
     for t in tables:
         _check_report(t, K.verify(t))
+
+
+def test_cross_stride_pairs_found_through_class_hulls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over 2,000,000 meeting row pairs: the verifier goes class pair by class pair (hulls first).
+
+    1,700 stride classes of 50 rows each (all rows of a class meet, 1,225 pairs a class; class
+    hulls apart). Row x, of its own stride, sits on block 1 of row 7 of class 5 at its block 0.
+    """
+    budgets: list[int] = []
+    real = Vf._meeting_pairs
+
+    def spy(lo: Any, hi: Any, budget: int) -> Any:
+        budgets.append(budget)
+        return real(lo, hi, budget)
+
+    monkeypatch.setattr(Vf, "_meeting_pairs", spy)
+    width = 7400
+    rows = [
+        K.Segment(c * width + 4 * i, 256 + 4 * c, 4, "g", f"c{c}.{i}") for c in range(1700) for i in range(50)
+    ]
+    total = 1700 * width + 8000
+    assert K.verify(K.SegmentTable(total, 2, tuple(rows))).ok
+    assert Vf.MAX_CLASS_PAIRS in budgets  # the class-hull path ran
+    x = K.Segment(5 * width + 28 + 276, 4, 4, "g", "x")
+    rep = K.verify(K.SegmentTable(total, 2, (*rows, x)))
+    (v,) = rep.violations
+    assert (v.invariant, v.rows, v.blocks, v.byte_range) == (3, (85000, 257), (0, 1), (37304, 37308))
