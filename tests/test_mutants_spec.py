@@ -631,3 +631,10 @@ def test_json_optional_fields_load() -> None:
     assert [type(x) for x in spec.groups[0].layers] == [K.SlidingWindowSpec, K.MambaSpec, K.MLASpec]
     assert spec.groups[0].layers[0].window == 64 and spec.groups[0].layers[1].page == 128  # type: ignore[attr-defined]
     assert K.KVCacheSpec.from_dict(_spec_json()).version == 1
+
+
+def test_from_json_names_the_spec() -> None:
+    e = _err(lambda: K.KVCacheSpec.from_json("{nope"))
+    assert str(e).startswith("spec is not valid JSON: ") and e.field == "json"
+    e = _err(lambda: K.KVCacheSpec.from_json(b"[\xff]"))
+    assert str(e) == "spec = 'byte 1': is not UTF-8 text" and e.field == "spec"
