@@ -488,3 +488,28 @@ def test_cross_stride_pairs_found_through_class_hulls(monkeypatch: pytest.Monkey
     rep = K.verify(K.SegmentTable(total, 2, (*rows, x)))
     (v,) = rep.violations
     assert (v.invariant, v.rows, v.blocks, v.byte_range) == (3, (85000, 257), (0, 1), (37304, 37308))
+
+
+def test_report_fields_with_no_blocks_or_no_rows() -> None:
+    """The early answer (no blocks, or no rows) keeps every field of the report."""
+    rows = tuple(K.Segment(4 * i + 2, 16, 8) for i in range(70))  # 70 misaligned rows
+    gaps = (K.Segment(0, 16, 4, "", "l", "padding"),)
+    rep = K.verify(K.SegmentTable(4096, 0, rows, gaps))
+    assert (rep.num_rows, rep.num_blocks, rep.total_bytes, rep.padding_checked) == (70, 0, 4096, True)
+    assert len(rep.by_invariant(1)) == 64 and rep.truncated == {1: 6}
+    v = rep.violations[0]
+    assert v.message == "row 0 (//page): base 2 (must be multiples of 4, span > 0)"
+    bad = K.verify(K.SegmentTable(64, 0, (K.Segment(0, 6, 0), K.Segment(8, 16, 2))))
+    assert [v.message for v in bad.violations] == [
+        "row 0 (//page): stride 6, span 0 is not positive (must be multiples of 4, span > 0)",
+        "row 1 (//page): span 2 (must be multiples of 4, span > 0)",
+    ]
+    none = K.verify(K.SegmentTable(64, 5, ()))
+    assert (none.ok, none.num_rows, none.num_blocks, none.total_bytes, none.padding_checked) == (
+        True,
+        0,
+        5,
+        64,
+        False,
+    )
+    assert none.truncated == {}
