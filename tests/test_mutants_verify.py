@@ -233,6 +233,9 @@ def test_every_violation_is_exact_on_random_tables() -> None:
         ([(8, 0, 60)], 5, 64),  # stride 0 past the end, and meeting itself in every block
         ([(64, -16, 8)], 3, 64),  # negative stride past the end at block 0
         ([(0, 16, 24)], 2, 48),  # a row wider than its stride meets its next block
+        ([(0, -16, 8)], 3, 64),  # base 0, negative stride: block 2 is the one below the buffer
+        ([(60, 1, 8)], 4, 64),  # stride 1: past the end from block 0 to block 3
+        ([(0, 16, 1), (8, 16, 4)], 2, 64),  # a span of 1 is misaligned, not "not positive"
     ],
 )
 def test_hand_written_violations(rows: list[Row], n: int, total: int) -> None:
