@@ -85,9 +85,10 @@ stage_tests() {  # one module's tests and mutmut config into its work folder
 
 keep_results() {  # the status of every mutant, and the diff of each one that was not killed
   local w="$WORK/$1"
-  (cd "$w" && rm -f show.*.txt && "$ROOT/$VENV/bin/mutmut" results --all true > results.txt
+  # (a diff already shown is kept: it changes only with the source, and a full run starts afresh)
+  (cd "$w" && "$ROOT/$VENV/bin/mutmut" results --all true > results.txt
    grep -E ': (survived|no tests|timeout|suspicious)$' results.txt | sed 's/^ *//; s/:.*//' | while read -r m; do
-     "$ROOT/$VENV/bin/mutmut" show "$m" > "show.$m.txt" 2>&1 || true
+     [ -s "show.$m.txt" ] || "$ROOT/$VENV/bin/mutmut" show "$m" > "show.$m.txt" 2>&1 || true
    done)
 }
 
@@ -124,7 +125,9 @@ export JAX_PLATFORMS=cpu TPU_SKIP_MDS_QUERY=1 HYPOTHESIS_PROFILE=ci PYTHONDONTWR
 # KVLAYOUT_MUTATION_REPORT_ONLY=1: rebuild the table from the last run's results in $WORK
 # KVLAYOUT_MUTATION_RERUN=1: rerun only the last run's survivors with the current tests (new tests can
 # only kill more mutants; the sources must be those of the last full run)
-if [ -z "${KVLAYOUT_MUTATION_REPORT_ONLY:-}" ]; then
+if [ -n "${KVLAYOUT_MUTATION_REPORT_ONLY:-}" ]; then
+  for n in "${names[@]}"; do keep_results "$n"; done  # e.g. after an interrupted survivor rerun
+else
   mkdir -p "$WORK"
   for n in "${names[@]}"; do
     echo "== $n: ${TARGETS[$n]} with ${TESTS[$n]}"
