@@ -516,3 +516,28 @@ def test_report_fields_with_no_blocks_or_no_rows() -> None:
         False,
     )
     assert none.truncated == {}
+
+
+def test_gaps_of_any_size_and_stride() -> None:
+    """Gaps of 0-3 bytes (never touched when empty), of the rows' stride or another, against brute force."""
+    rng = random.Random(1903)
+    tables = []
+    for _ in O.seeds(300):
+        n = rng.randint(1, 5)
+        s = rng.choice((16, 32))
+        rows = [
+            (4 * rng.randint(0, 3 * s // 4), s, 4 * rng.randint(1, s // 8)) for _ in range(rng.randint(1, 4))
+        ]
+        gaps = [
+            (rng.randint(0, 4 * s), rng.choice((s, s, 0, 8, -s, 1)), rng.choice((0, 1, 2, 3, 4, 8)))
+            for _ in range(rng.randint(1, 3))
+        ]
+        gaps = [(b - (n - 1) * st if st < 0 and b - (n - 1) * st >= 0 else b, st, sp) for b, st, sp in gaps]
+        top = max(max(b, b + (n - 1) * st) + sp for b, st, sp in rows + gaps)
+        tables.append(_pad_table(top, n, rows, gaps))
+    assert O.check_verifier(K.verify, tables) == []
+    assert sum(not O.brute_invariants(t)[4] for t in tables) > 20 * O.SCALE
+    # an empty gap inside a row is never touched; a one-byte gap inside a row is
+    assert K.verify(_pad_table(64, 3, [(0, 16, 16)], [(4, 16, 0)])).ok
+    (v,) = K.verify(_pad_table(64, 3, [(0, 16, 16)], [(5, 16, 1)])).by_invariant(4)
+    assert v.byte_range == (5, 6)
