@@ -150,7 +150,9 @@ targets = {"spec": "kvlayout.spec", "planner": "kvlayout.planner", "table": "kvl
 equiv = []  # (module, function, mutated line, reason)
 for line in (pathlib.Path(root) / "scripts/mutation_equivalent.txt").read_text().splitlines():
     if line.strip() and not line.startswith("#"):
-        mod, fn, code, why = (x.strip() for x in line.split(" | ", 3))
+        mod, fn, rest = line.split(" | ", 2)  # the code may hold " | " itself: the reason is last
+        code, why = rest.rsplit(" | ", 1)
+        mod, fn, code, why = mod.strip(), fn.strip(), code.strip(), why.strip()
         equiv.append((mod, fn, code, why))
 
 def parse(name):
