@@ -5,6 +5,7 @@
 #   scripts/mutation.sh spec planner    # some of them (names below)
 #   KVLAYOUT_MUTATION_REPORT_ONLY=1 scripts/mutation.sh spec   # only rebuild the table
 #   KVLAYOUT_MUTATION_RERUN=1 scripts/mutation.sh spec   # rerun the last run's survivors, current tests
+#   KVLAYOUT_MUTATION_RERUN=1 KVLAYOUT_MUTATION_RERUN_TESTS=tests/test_mutants_verify.py scripts/mutation.sh verify
 #
 # mutmut goes into its own venv (.venv-mutation); the test venv (.venv, made by
 # scripts/test.sh) lends it numpy, hypothesis, torch and triton through a .pth line, without
@@ -112,6 +113,9 @@ rerun_survivors() {  # the last run's survivors only, against the current tests 
   local n=$1 w="$WORK/$1"
   local src=${TARGETS[$n]/kvlayout\/backends/backends}  # where the mutated file lives in the repository
   cmp -s "$src" "$w/${TARGETS[$n]}" || { echo "$src changed since the last full run of $n: run it in full" >&2; return 1; }
+  # KVLAYOUT_MUTATION_RERUN_TESTS: only these test files (the survivors already passed the others,
+  # so when only these changed since the full run, the verdicts are the same, faster)
+  [ -z "${KVLAYOUT_MUTATION_RERUN_TESTS:-}" ] || TESTS[$n]=$KVLAYOUT_MUTATION_RERUN_TESTS
   stage_tests "$n"
   mapfile -t left < <(grep -E ': (survived|no tests|suspicious)$' "$w/results.txt" | sed 's/^ *//; s/:.*//')
   local start=$SECONDS
@@ -211,6 +215,8 @@ old["runs"] = old.get("runs", []) + ([] if report_only else [{
     "commit": subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True).stdout.strip(),
     "command": ("KVLAYOUT_MUTATION_RERUN=1 " if __import__("os").environ.get("KVLAYOUT_MUTATION_RERUN") else "")
+    + (f"KVLAYOUT_MUTATION_RERUN_TESTS={__import__('os').environ['KVLAYOUT_MUTATION_RERUN_TESTS']} "
+       if __import__("os").environ.get("KVLAYOUT_MUTATION_RERUN_TESTS") else "")
     + "scripts/mutation.sh " + " ".join(names), "tool": "mutmut 3.8.1"}])
 path.write_text(json.dumps(old, indent=1) + "\n")
 lines = ["# Mutation testing (issue 19)", "",
