@@ -87,7 +87,16 @@ stage_tests() {  # one module's tests and mutmut config into its work folder
 keep_results() {  # the status of every mutant, and the diff of each one that was not killed
   local w="$WORK/$1"
   # (a diff already shown is kept: it changes only with the source, and a full run starts afresh)
-  (cd "$w" && "$ROOT/$VENV/bin/mutmut" results --all true > results.txt
+  # a mutant killed by an earlier run of the same source stays killed: reruns only add tests (and a
+  # rerun with another test selection makes mutmut forget the earlier verdicts)
+  (cd "$w" && "$ROOT/$VENV/bin/mutmut" results --all true > results.new
+   if [ -s results.txt ]; then
+     awk -F': ' 'NR == FNR { if ($2 ~ /^(killed|timeout|segfault)$/) dead[$1] = $2; next }
+                 { if (($1 in dead) && $2 !~ /^(killed|timeout|segfault)$/) print $1 ": " dead[$1]; else print }' \
+       results.txt results.new > results.merged && mv results.merged results.txt && rm results.new
+   else
+     mv results.new results.txt
+   fi
    grep -E ': (survived|no tests|timeout|suspicious)$' results.txt | sed 's/^ *//; s/:.*//' | while read -r m; do
      [ -s "show.$m.txt" ] || "$ROOT/$VENV/bin/mutmut" show "$m" > "show.$m.txt" 2>&1 || true
    done)
