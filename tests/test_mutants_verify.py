@@ -541,3 +541,26 @@ def test_gaps_of_any_size_and_stride() -> None:
     assert K.verify(_pad_table(64, 3, [(0, 16, 16)], [(4, 16, 0)])).ok
     (v,) = K.verify(_pad_table(64, 3, [(0, 16, 16)], [(5, 16, 1)])).by_invariant(4)
     assert v.byte_range == (5, 6)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="verifier bug found by mutation testing (issue 19): a gap meeting more than MAX_CROSS_PAIRS "
+    "rows of other strides is skipped and only counted in truncated[4], yet the report says SAFE",
+)
+def test_padding_not_checked_is_not_safe() -> None:
+    """5,100 rows of stride 20,500 meet a stride-0 gap; row 7 of block 1 clears it (brute force agrees).
+
+    Expected: a violation of invariant 4, or a refusal (TableError) as for too many cross pairs;
+    never ``ok`` with invariant 4 unchecked.
+    """
+    s = 20_500
+    rows = tuple(K.Segment(4 * i, s, 4, "g", f"r{i}") for i in range(5100))
+    gap = K.Segment(s + 28, 0, 4, "", "L", "padding")
+    t = K.SegmentTable(s + 4 * 5100 + 64, 2, rows, (gap,), True)
+    assert [(i, b) for i in (6, 7, 8) for b in (0, 1) if 4 * i + b * s == s + 28] == [(7, 1)]
+    try:
+        rep = K.verify(t)
+    except K.TableError:
+        return  # refusing is an answer
+    assert not rep.ok and rep.by_invariant(4)
