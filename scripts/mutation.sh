@@ -242,6 +242,13 @@ for key in ["ranges", "spec", "planner", "table", "validate", "reference", "cuda
     score = 100.0 * (r["killed"] + r["timeout"]) / live if live else 100.0
     lines.append(f"| {r['module']} | {r['total']} | {r['killed']} | {r['timeout']} | {r['equivalent']} | "
                  f"{r['survived']} | {r['no_tests']} | {score:.1f}% |")
+lines += ["", "Each row comes from these runs (the last full run of the module, then survivor reruns):", ""]
+for key in ["ranges", "spec", "planner", "table", "validate", "reference", "cuda-plan", "pallas-plan", "verify"]:
+    mine = [x for x in old["runs"] if key in x["modules"]]
+    full = [i for i, x in enumerate(mine) if "RERUN" not in x["command"]]
+    mine = mine[full[-1]:] if full else mine
+    if mine:
+        lines.append(f"- {key}: " + "; ".join(f"{x['date']} {x['commit']} `{x['command']}`" for x in mine))
 lines += ["", "Runs (seconds per module):"] + [
     f"- {x['date']} {x['commit']} `{x['command']}` {x['seconds']} on {x['jobs']} cores" for x in old["runs"][-6:]] + [""]
 left = [(k, s) for k, r in old["modules"].items() for s in r["survivors"]]
