@@ -173,6 +173,7 @@ def _check_report(t: K.SegmentTable, rep: K.VerifyReport) -> None:
                 f" (first block out of bounds: {v.blocks[0]})"
             )
     for v in rep.by_invariant(3):
+        assert len(set(v.rows)) == len(v.rows), v  # a row meeting itself is named once
         ra, rb = v.rows if len(v.rows) == 2 else v.rows * 2
         ba, bb = v.blocks
         (a0, a1), (c0, c1) = _iv(_r(segs[ra]), ba), _iv(_r(segs[rb]), bb)
@@ -233,6 +234,7 @@ def test_every_violation_is_exact_on_random_tables() -> None:
         ([(8, 0, 60)], 5, 64),  # stride 0 past the end, and meeting itself in every block
         ([(64, -16, 8)], 3, 64),  # negative stride past the end at block 0
         ([(0, 16, 24)], 2, 48),  # a row wider than its stride meets its next block
+        ([(8, 0, 8)], 2, 64),  # stride 0 with two blocks: blocks 0 and 1 are the same bytes
         ([(0, -16, 8)], 3, 64),  # base 0, negative stride: block 2 is the one below the buffer
         ([(60, 1, 8)], 4, 64),  # stride 1: past the end from block 0 to block 3
         ([(0, 16, 1), (8, 16, 4)], 2, 64),  # a span of 1 is misaligned, not "not positive"
