@@ -309,7 +309,7 @@ class MLASpec(LayerSpec):
         if (
             self.cache_dtype is not None
             and self.cache_dtype != FP8_DS_MLA
-            and self.cache_dtype not in DTYPE_SIZES
+            and (not isinstance(self.cache_dtype, str) or self.cache_dtype not in DTYPE_SIZES)
         ):
             raise spec_error(
                 f"{self.where}.cache_dtype",
@@ -559,7 +559,7 @@ def _layer_from_dict(path: str, raw: object) -> LayerSpec:
     if "kind" not in obj:
         raise spec_error(f"{path}.kind", None, "missing required field")
     kind = obj["kind"]
-    if kind not in LAYER_KINDS:
+    if not isinstance(kind, str) or kind not in LAYER_KINDS:
         raise spec_error(f"{path}.kind", kind, f"unknown layer kind; valid: {', '.join(LAYER_KINDS)}")
     cls = LAYER_KINDS[kind]
     required = [f.name for f in fields(cls) if f.default is not None and f.name != "window"]

@@ -583,7 +583,6 @@ def verify(table: SegmentTable) -> VerifyReport:
     live = np.flatnonzero(span > 0)  # rows with no bytes meet nothing (invariant 1 reports them)
     nb = _normalised(base, stride, n)
     keys = _class_keys(stride)
-    truncated_pairs = 0
 
     # 3. block isolation: within stride classes by the circle sweep, across classes pair by pair
     if n >= 2:
@@ -655,9 +654,8 @@ def verify(table: SegmentTable) -> VerifyReport:
             wide = pp[j] > abs(int(ps[j]))  # gaps wider than their stride are not swept
             other = (keys[live] != ps[j]) | (ps[j] == 0) | wide | (span[live] > abs(int(ps[j])))
             rows = live[(lo[live] < phi[j]) & (plo[j] < hi[live]) & other]
-            if rows.size > MAX_CROSS_PAIRS:
-                truncated_pairs += int(rows.size)
-                continue
+            if rows.size > MAX_CROSS_PAIRS:  # undecided in the time bound: refuse, never answer SAFE
+                raise _refuse(int(rows.size), n)
             for a in rows.tolist():
                 w = pair_witness(_row(segs[a]), _row(pad[j]), n, cross_block=False)
                 if w is not None:
@@ -676,8 +674,6 @@ def verify(table: SegmentTable) -> VerifyReport:
                     f"{pad[j].layer!r} in block {bj}",
                 )
             )
-    if truncated_pairs:
-        dropped[4] = dropped.get(4, 0) + truncated_pairs
     return VerifyReport(len(segs), n, total, _flat(viol), table.planned or bool(table.padding), dropped)
 
 
