@@ -28,7 +28,10 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/core.json")
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
-    results: dict[str, object] = {"machine": platform.processor() or platform.machine(), "numpy": np.__version__}
+    results: dict[str, object] = {
+        "machine": platform.processor() or platform.machine(),
+        "numpy": np.__version__,
+    }
 
     plan_rows = []
     for n in (10**3, 10**5, 10**7):
@@ -72,8 +75,13 @@ def main() -> None:
     print(f"{'num_blocks':>12} {'ms':>8}")
     for r in plan_rows:
         print(f"{r['num_blocks']:>12} {r['plan_table_verify_ms']:>8.2f}")
-    print(f"\nreference zeroing, dsv4-test geometry ({n_blocks} blocks pool), vs numpy fill of the same bytes")
-    print(f"{'batch':>6} {'bytes':>12} {'ref ms':>8} {'fill ms':>8} {'ref GB/s':>9} {'fill GB/s':>9} {'fill/ref':>8}")
+    print(
+        f"\nreference zeroing, dsv4-test geometry ({n_blocks} blocks pool), vs numpy fill of the same bytes"
+    )
+    print(
+        f"{'batch':>6} {'bytes':>12} {'ref ms':>8} {'fill ms':>8} "
+        f"{'ref GB/s':>9} {'fill GB/s':>9} {'fill/ref':>8}"
+    )
     for r in zero_rows:
         print(
             f"{r['batch']:>6} {r['bytes']:>12} {r['reference_ms']:>8.3f} {r['numpy_fill_ms']:>8.3f} "

@@ -57,11 +57,20 @@ def main() -> int:
     state = {"buf": jax.dlpack.from_dlpack(owner.view(torch.int32).view(rows, 128))}
     res: dict[str, Any] = {"preset": "dsv4", "blocks_per_gpu": BLOCKS, "own_ids": OWN, "rows": []}
     for g in GS:
-        foreign = BLOCKS + rng.choice(BLOCKS * (g - 1), OWN * (g - 1), replace=False) if g > 1 else np.zeros(0, np.int64)
+        foreign = (
+            BLOCKS + rng.choice(BLOCKS * (g - 1), OWN * (g - 1), replace=False)
+            if g > 1
+            else np.zeros(0, np.int64)
+        )
         mix = rng.permutation(np.concatenate([own, foreign]))
         t_ids = torch.from_numpy(mix).cuda()
-        t_skip = queued_us(lambda t_ids=t_ids, g=g: cz._launch(t_ids, id_lo=0, id_limit=BLOCKS * g), torch.cuda.synchronize)
-        t_us = queued_us(lambda t_ids=t_ids, g=g: cz.launch_routed(t_ids, id_lo=0, id_limit=BLOCKS * g), torch.cuda.synchronize)
+        t_skip = queued_us(
+            lambda t_ids=t_ids, g=g: cz._launch(t_ids, id_lo=0, id_limit=BLOCKS * g), torch.cuda.synchronize
+        )
+        t_us = queued_us(
+            lambda t_ids=t_ids, g=g: cz.launch_routed(t_ids, id_lo=0, id_limit=BLOCKS * g),
+            torch.cuda.synchronize,
+        )
         j_ids = jax.device_put(np.where(mix < BLOCKS, mix, 0).astype(np.int32))
         j_valid = jax.device_put(mix < BLOCKS)
 
@@ -74,26 +83,49 @@ def main() -> int:
             state["buf"] = step_p(state["buf"], j_ids, j_valid)
 
         jp_us = queued_us(jstep_p, lambda: state["buf"].block_until_ready())
-        res["rows"].append({"G": g, "ids_seen": int(mix.size), "torch_skip_us": t_skip, "torch_us": t_us, "jax_us": j_us, "jax_persistent_us": jp_us})
+        res["rows"].append(
+            {
+                "G": g,
+                "ids_seen": int(mix.size),
+                "torch_skip_us": t_skip,
+                "torch_us": t_us,
+                "jax_us": j_us,
+                "jax_persistent_us": jp_us,
+            }
+        )
     cz.check()
     base = res["rows"][0]
     for r in res["rows"]:
         r["torch_skip_ratio"] = round(r["torch_skip_us"] / base["torch_skip_us"], 3)
         r["torch_ratio"] = round(r["torch_us"] / base["torch_us"], 3)
         r["jax_ratio"] = round(r["jax_us"] / base["jax_us"], 3)
-        r["jax_persistent_ratio"] = round(r["jax_persistent_us"] / base["jax_us"], 3)  # against the grid at G = 1
+        r["jax_persistent_ratio"] = round(
+            r["jax_persistent_us"] / base["jax_us"], 3
+        )  # against the grid at G = 1
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_sharded_foreign.json"), "w") as f:
         json.dump(res, f, indent=1)
-    print(f"per-GPU cost of G-way block sharding: {OWN} own ids + (G-1) x {OWN} foreign ids, dsv4, {BLOCKS} blocks (queued, median)")
-    print("torch skip: one launch, foreign ids skipped per work item; torch routed: pack owned ids, then zero (what")
-    print("ShardedCudaZeroer runs); jax grid / persistent: apply_masked with foreign ids as invalid slots, per-slot grid or")
-    print(f"{kp.sharded.PERSISTENT_PROGRAMS_PER_SM} x {sms} persistent programs (what ShardedPallasZeroer runs for device ids); ratios against G = 1 (grid for jax)")
-    print(f"{'G':>3} {'ids seen':>9} {'torch skip us':>14} {'ratio':>6} {'torch routed us':>16} {'ratio':>6} {'jax grid us':>12} {'ratio':>6} "
-          f"{'jax persistent us':>18} {'ratio':>6}")
+    print(
+        f"per-GPU cost of G-way block sharding: {OWN} own ids + (G-1) x {OWN} foreign ids, "
+        f"dsv4, {BLOCKS} blocks (queued, median)"
+    )
+    print("torch skip: one launch, foreign ids skipped per work item; torch routed: pack owned ids,")
+    print("then zero (what ShardedCudaZeroer runs); jax grid / persistent: apply_masked with foreign")
+    print("ids as invalid slots,")
+    print(
+        f"per-slot grid or {kp.sharded.PERSISTENT_PROGRAMS_PER_SM} x {sms} persistent programs (what "
+        "ShardedPallasZeroer runs for device ids); ratios against G = 1 (grid for jax)"
+    )
+    print(
+        f"{'G':>3} {'ids seen':>9} {'torch skip us':>14} {'ratio':>6} {'torch routed us':>16} {'ratio':>6} "
+        f"{'jax grid us':>12} {'ratio':>6} {'jax persistent us':>18} {'ratio':>6}"
+    )
     for r in res["rows"]:
-        print(f"{r['G']:>3} {r['ids_seen']:>9} {r['torch_skip_us']:>14.1f} {r['torch_skip_ratio']:>6.3f} {r['torch_us']:>16.1f} "
-              f"{r['torch_ratio']:>6.3f} {r['jax_us']:>12.1f} {r['jax_ratio']:>6.3f} {r['jax_persistent_us']:>18.1f} {r['jax_persistent_ratio']:>6.3f}")
+        print(
+            f"{r['G']:>3} {r['ids_seen']:>9} {r['torch_skip_us']:>14.1f} {r['torch_skip_ratio']:>6.3f} "
+            f"{r['torch_us']:>16.1f} {r['torch_ratio']:>6.3f} {r['jax_us']:>12.1f} {r['jax_ratio']:>6.3f} "
+            f"{r['jax_persistent_us']:>18.1f} {r['jax_persistent_ratio']:>6.3f}"
+        )
     return 0
 
 

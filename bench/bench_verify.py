@@ -90,29 +90,63 @@ def main() -> None:
                     continue  # beyond the section-8 limit: refused at load, nothing to time
                 table = make(rows, n)
                 secs, peak, ok = measure(table, args.repeats)
-                results.append({"shape": shape, "rows": rows, "num_blocks": n, "seconds": round(secs, 4),
-                                "peak_mib": round(peak, 1), "safe": ok})
-                print(f"{shape:12s} {rows:>7} rows {n:>11} blocks {secs * 1e3:9.1f} ms {peak:7.1f} MiB "
-                      f"{'SAFE' if ok else 'UNSAFE'}", flush=True)
+                results.append(
+                    {
+                        "shape": shape,
+                        "rows": rows,
+                        "num_blocks": n,
+                        "seconds": round(secs, 4),
+                        "peak_mib": round(peak, 1),
+                        "safe": ok,
+                    }
+                )
+                print(
+                    f"{shape:12s} {rows:>7} rows {n:>11} blocks {secs * 1e3:9.1f} ms {peak:7.1f} MiB "
+                    f"{'SAFE' if ok else 'UNSAFE'}",
+                    flush=True,
+                )
     spec = K.preset("dsv4").with_num_blocks(10**7)
     plan_verify = median_s(lambda: K.verify(K.plan(spec)), args.repeats)
     table = K.plan(spec)
     secs, peak, ok = measure(table, args.repeats)
-    results.append({"shape": "dsv4 preset", "rows": len(table), "num_blocks": 10**7, "seconds": round(secs, 4),
-                    "plan_and_verify_seconds": round(plan_verify, 4), "peak_mib": round(peak, 1), "safe": ok})
+    results.append(
+        {
+            "shape": "dsv4 preset",
+            "rows": len(table),
+            "num_blocks": 10**7,
+            "seconds": round(secs, 4),
+            "plan_and_verify_seconds": round(plan_verify, 4),
+            "peak_mib": round(peak, 1),
+            "safe": ok,
+        }
+    )
     worst = max((r for r in results if r["rows"] == 100_000), key=lambda r: r["seconds"], default=None)
     print()
     print(f"{'shape':12s} {'rows':>7} {'blocks':>11} {'ms':>9} {'MiB':>7}")
     for r in results:
-        print(f"{r['shape']!s:12s} {r['rows']:>7} {r['num_blocks']:>11} {float(r['seconds']) * 1e3:9.1f} "  # type: ignore[arg-type]
-              f"{r['peak_mib']:>7}")
-    print(f"dsv4 at 10^7 blocks: verify {secs * 1e3:.1f} ms, plan + verify {plan_verify * 1e3:.1f} ms (target < 50 ms)")
+        print(
+            f"{r['shape']!s:12s} {r['rows']:>7} {r['num_blocks']:>11} {float(r['seconds']) * 1e3:9.1f} "  # type: ignore[arg-type]
+            f"{r['peak_mib']:>7}"
+        )
+    print(
+        f"dsv4 at 10^7 blocks: verify {secs * 1e3:.1f} ms, "
+        f"plan + verify {plan_verify * 1e3:.1f} ms (target < 50 ms)"
+    )
     if worst is not None:
         print(f"slowest at 10^5 rows: {worst['shape']} {float(worst['seconds']):.2f} s (target < 2 s)")  # type: ignore[arg-type]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.processor() or platform.machine(), "numpy": np.__version__,
-                               "python": platform.python_version(), "results": results}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "numpy": np.__version__,
+                "python": platform.python_version(),
+                "results": results,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {out}")
 
 

@@ -1,6 +1,6 @@
 """Pallas-Triton design sweep on the GPU: rows per program and warps (wall clock, queued calls).
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false python bench/pallas_design.py [--out DIR]
+XLA_PYTHON_CLIENT_PREALLOCATE=false python bench/pallas_design.py [--out DIR]
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ import numpy as np
 import kvlayout as K
 
 POOL = 65536
-CONFIGS = [tuple(int(x) for x in c.split("x")) for c in os.environ.get("PALLAS_CONFIGS", "16x4,32x4,64x4,64x8,128x4,128x8,256x8,32x2").split(",")]
+CONFIGS = [
+    tuple(int(x) for x in c.split("x"))
+    for c in os.environ.get("PALLAS_CONFIGS", "16x4,32x4,64x4,64x8,128x4,128x8,256x8,32x2").split(",")
+]
 
 
 def main() -> None:
@@ -47,8 +50,21 @@ def main() -> None:
                     ts.append((time.perf_counter() - t0) / 10 * 1e6)
                 us = statistics.median(ts)
                 nbytes = batch * table.bytes_per_block
-                rows.append({"preset": name, "batch": batch, "chunk_rows": chunk_rows, "num_warps": warps, "us": us, "TBps": nbytes / us / 1e6})
-                print(f"{name:>9} {batch:>6} chunk_rows={chunk_rows:>4} warps={warps} {us:9.1f} us {nbytes / us / 1e6:5.2f} TB/s", flush=True)
+                rows.append(
+                    {
+                        "preset": name,
+                        "batch": batch,
+                        "chunk_rows": chunk_rows,
+                        "num_warps": warps,
+                        "us": us,
+                        "TBps": nbytes / us / 1e6,
+                    }
+                )
+                print(
+                    f"{name:>9} {batch:>6} chunk_rows={chunk_rows:>4} warps={warps} "
+                    f"{us:9.1f} us {nbytes / us / 1e6:5.2f} TB/s",
+                    flush=True,
+                )
             del buf
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "pallas_design.json"), "w") as f:

@@ -63,7 +63,12 @@ def main() -> int:
     owner = torch.empty(rows * 512, dtype=torch.uint8, device="cuda")
     owner.fill_(0x5A)
     cz = kc.CudaZeroer(table, owner)
-    res: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "sms": sms, "jax": jax.__version__, "rows": []}
+    res: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(0),
+        "sms": sms,
+        "jax": jax.__version__,
+        "rows": [],
+    }
     t4, t16, tmix = (torch.from_numpy(x).cuda() for x in (own4, own16, mix))
     cuda = {
         "own4096": queued_us(lambda: cz.zero(t4), torch.cuda.synchronize, rounds=7),
@@ -83,7 +88,12 @@ def main() -> int:
             row[name] = queued_us(st, st.sync, rounds=7)
             buf = st.buf
         masked = jax.jit(z.apply_masked, donate_argnums=0)
-        st = Step(masked, buf, jnp.asarray(np.where(mix < BLOCKS, mix, 0).astype(np.int32)), jnp.asarray(mix < BLOCKS))
+        st = Step(
+            masked,
+            buf,
+            jnp.asarray(np.where(mix < BLOCKS, mix, 0).astype(np.int32)),
+            jnp.asarray(mix < BLOCKS),
+        )
         row["g8"] = queued_us(st, st.sync, rounds=7)
         buf = st.buf
         for k in ("own4096", "own16384", "g8"):
@@ -95,11 +105,16 @@ def main() -> int:
     with open(os.path.join(args.out, "pallas_persistent.json"), "w") as f:
         json.dump(res, f, indent=1)
     print(f"\npallas-triton, dsv4 {BLOCKS} blocks, queued us (cuda/pallas in brackets); cuda: {cuda}")
-    print(f"{'programs':>9} {'chunk':>5} {'warps':>5} {'own 4096':>16} {'own 16384':>16} {'8-way (4096 own)':>18}")
+    head = f"{'programs':>9} {'chunk':>5} {'warps':>5} {'own 4096':>16} {'own 16384':>16}"
+    print(f"{head} {'8-way (4096 own)':>18}")
     for r in res["rows"]:
         p = "grid" if r["programs"] is None else str(r["programs"])
-        print(f"{p:>9} {r['chunk_rows']:>5} {r['num_warps']:>5} {r['own4096']:>9.1f} ({r['own4096_cuda_over_pallas']:.2f}) "
-              f"{r['own16384']:>9.1f} ({r['own16384_cuda_over_pallas']:.2f}) {r['g8']:>10.1f} ({r['g8_cuda_over_pallas']:.2f})")
+        print(
+            f"{p:>9} {r['chunk_rows']:>5} {r['num_warps']:>5} "
+            f"{r['own4096']:>9.1f} ({r['own4096_cuda_over_pallas']:.2f}) "
+            f"{r['own16384']:>9.1f} ({r['own16384_cuda_over_pallas']:.2f}) "
+            f"{r['g8']:>10.1f} ({r['g8_cuda_over_pallas']:.2f})"
+        )
     return 0
 
 

@@ -41,8 +41,16 @@ def main() -> None:
             moved = batch * (full_rows_per_block * 512 + rmw_per_block * 2 * 512)
             dmas = batch * (full_per_block + 2 * rmw_per_block)
             steps = -(-batch // IDS_PER_STEP)
-            r = {"preset": name, "batch": batch, "bytes_cleared": cleared, "hbm_bytes_moved": int(moved),
-                 "dmas": int(round(dmas)), "grid_steps": steps, "period": plan.period, "fast_path": plan.aligned}
+            r = {
+                "preset": name,
+                "batch": batch,
+                "bytes_cleared": cleared,
+                "hbm_bytes_moved": int(moved),
+                "dmas": int(round(dmas)),
+                "grid_steps": steps,
+                "period": plan.period,
+                "fast_path": plan.aligned,
+            }
             for chip, bw in HBM.items():
                 r[f"{chip}_floor_us"] = moved / bw * 1e6
             rows.append(r)
@@ -50,16 +58,22 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=1))
     Path(args.out).with_name("tpu_roofline_native.json").write_text(json.dumps(native, indent=1))
-    print("| preset | batch | bytes cleared | HBM bytes moved | DMAs | grid steps | v5e floor us | v6e floor us |")
+    cols = ("preset", "batch", "bytes cleared", "HBM bytes moved", "DMAs", "grid steps", "v5e floor us")
+    print("| " + " | ".join(cols) + " | v6e floor us |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['preset']} | {r['batch']} | {r['bytes_cleared']} | {r['hbm_bytes_moved']} | {r['dmas']} | {r['grid_steps']} "
-              f"| {r['v5e_floor_us']:.1f} | {r['v6e_floor_us']:.1f} |")
+        print(
+            f"| {r['preset']} | {r['batch']} | {r['bytes_cleared']} | {r['hbm_bytes_moved']} "
+            f"| {r['dmas']} | {r['grid_steps']} "
+            f"| {r['v5e_floor_us']:.1f} | {r['v6e_floor_us']:.1f} |"
+        )
 
     print()
     cols = ("cache", "leaves", "batch", "bytes_cleared", "hbm_bytes_moved", "dmas", "grid_steps")
-    print("| native cache | leaves | batch | bytes cleared | HBM bytes moved | DMAs | grid steps "
-          "| v5e floor us | v6e floor us |")
+    print(
+        "| native cache | leaves | batch | bytes cleared | HBM bytes moved | DMAs | grid steps "
+        "| v5e floor us | v6e floor us |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in native:
         floors = f" | {r['v5e_floor_us']:.1f} | {r['v6e_floor_us']:.1f} |"
@@ -87,9 +101,16 @@ def native_rows(pages: int = 65536) -> list[dict]:
         rmw = sum(2 for lp in plan.leaves if lp.kind == "rmw")
         for batch in (1, 16, 256, 4096, 16384):
             moved = batch * moved_per_id
-            r = {"cache": name, "leaves": len(leaves), "batch": batch, "bytes_cleared": batch * per_id,
-                 "hbm_bytes_moved": moved, "dmas": batch * (plan.dmas_per_id + rmw),
-                 "grid_steps": -(-batch // step), "ids_per_step": step}
+            r = {
+                "cache": name,
+                "leaves": len(leaves),
+                "batch": batch,
+                "bytes_cleared": batch * per_id,
+                "hbm_bytes_moved": moved,
+                "dmas": batch * (plan.dmas_per_id + rmw),
+                "grid_steps": -(-batch // step),
+                "ids_per_step": step,
+            }
             for chip, bw in HBM.items():
                 r[f"{chip}_floor_us"] = moved / bw * 1e6
             out.append(r)

@@ -396,7 +396,9 @@ def test_pallas_triton_refuses_tables_beyond_int32_lanes() -> None:
     assert e.value.field == "table.num_blocks" and e.value.value == TRITON_MAX_BLOCKS + 1
     assert f"table.num_blocks = {TRITON_MAX_BLOCKS + 1}" in str(e.value)
     # the TPU kernel adds whole rows per block (int32 row offsets, checked by the planner): accepted
-    assert kp.PallasZeroer(_lane_table(TRITON_MAX_BLOCKS + 1), kernel="tpu", interpret=True).plan.period == 128
+    assert (
+        kp.PallasZeroer(_lane_table(TRITON_MAX_BLOCKS + 1), kernel="tpu", interpret=True).plan.period == 128
+    )
 
 
 @needs_pallas

@@ -15,7 +15,9 @@ def test_every_planted_bug_is_rejected(bug: str) -> None:
     failures, _ = run_battery(PLANTED[bug], battery(quick=True))
     assert failures, f"planted bug {bug} passed the battery"
     text = failures[0].format()
-    assert f"backend=planted:{bug}" in text and "replay:" in text and "kvlayout zero spec.json --blocks" in text
+    assert (
+        f"backend=planted:{bug}" in text and "replay:" in text and "kvlayout zero spec.json --blocks" in text
+    )
 
 
 def test_full_battery_real_backends_agree_byte_for_byte() -> None:

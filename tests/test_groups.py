@@ -15,12 +15,14 @@ from kvlayout.conformance import Case, run_battery, run_case
 
 def two_groups() -> K.KVCacheSpec:
     """Group ``a``: two 4,096 B layers; group ``b`` overlaid: one 2,048 B layer (packed, stride 8,192)."""
+
     def full(name: str, heads: int) -> K.FullAttentionSpec:
         return K.FullAttentionSpec(name, block_size=16, num_kv_heads=heads, head_size=64, dtype="bfloat16")
 
     # full page = 2 * 16 * heads * 64 * 2 B = 4,096 * heads
-    return K.KVCacheSpec(6, "packed", (K.GroupSpec("a", (full("a0", 1), full("a1", 1))),
-                                       K.GroupSpec("b", (full("b0", 1),))))
+    return K.KVCacheSpec(
+        6, "packed", (K.GroupSpec("a", (full("a0", 1), full("a1", 1))), K.GroupSpec("b", (full("b0", 1),)))
+    )
 
 
 def test_contract_by_hand() -> None:
@@ -89,13 +91,27 @@ def test_conformance_rejects_a_backend_that_ignores_the_group() -> None:
 
 
 def test_cli_zero_group(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["zero", "--preset", "dsv4", "--blocks", "0,5", "--group", "swa.3", "--backend", "reference",
-                 "--json"])
+    code = main(
+        [
+            "zero",
+            "--preset",
+            "dsv4",
+            "--blocks",
+            "0,5",
+            "--group",
+            "swa.3",
+            "--backend",
+            "reference",
+            "--json",
+        ]
+    )
     rep = json.loads(capsys.readouterr().out)
     assert code == 0 and rep["matches_contract"] and rep["group"] == "swa.3"
     table = K.plan(K.preset("dsv4"))
     assert rep["zeroed"] == K.expected_zeroed(table, [0, 5], group="swa.3").tolist()
-    assert main(["zero", "--preset", "dsv4", "--blocks", "0", "--group", "nope", "--backend", "reference"]) == 2
+    assert (
+        main(["zero", "--preset", "dsv4", "--blocks", "0", "--group", "nope", "--backend", "reference"]) == 2
+    )
     assert "valid groups: 'c4.0'" in capsys.readouterr().err
 
 

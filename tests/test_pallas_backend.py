@@ -123,7 +123,9 @@ def test_triton_persistent_kernel_interpreted_on_cpu(name: str, nb: int) -> None
     data = K.poison_pattern(z.buffer_shape[0] * 512)
     buf = jnp.asarray(data.view(np.int32).reshape(z.buffer_shape))
     ids = jnp.array([3, 1, 3, 2, 1, 0], jnp.int32) % nb
-    out = jax.jit(z.apply_masked)(buf, ids, jnp.array([True, False, True, False, True, True]))  # invalid slots: never visited
+    out = jax.jit(z.apply_masked)(
+        buf, ids, jnp.array([True, False, True, False, True, True])
+    )  # invalid slots: never visited
     got = np.asarray(out).reshape(-1).view(np.uint8)
     assert K.reference.compare_to_contract(data, got, t, np.unique(np.array([3, 3, 1, 0]) % nb)).matches
 
@@ -132,7 +134,9 @@ def test_triton_kernel_random_spec() -> None:
     for seed in range(6):
         spec = random_spec(seed, max_blocks=5)
         t = K.plan(spec)
-        res = run_case(backend(kernel="triton", interpret=True, chunk_rows=2), t, list(range(spec.num_blocks)))
+        res = run_case(
+            backend(kernel="triton", interpret=True, chunk_rows=2), t, list(range(spec.num_blocks))
+        )
         assert res.ok, (seed, res.check.describe())
 
 
@@ -189,7 +193,9 @@ def test_callable_inside_user_jit_and_aliasing() -> None:
     got = np.asarray(out).reshape(-1).view(np.uint8)
     assert K.reference.compare_to_contract(data, got, t, [2, 6]).matches
     text = z.lower(4).as_text()
-    assert re.search(r"x128xi32> \{tf\.aliasing_output = \d", text)  # the donated buffer is the output: no copy
+    assert re.search(
+        r"x128xi32> \{tf\.aliasing_output = \d", text
+    )  # the donated buffer is the output: no copy
 
 
 def test_buffer_validation() -> None:

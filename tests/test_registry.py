@@ -31,7 +31,10 @@ def test_unknown_name_lists_options(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(K.BackendError) as ei:
         registry.load()
     msg = str(ei.value)
-    assert msg.startswith("Invalid value 'tpu' for KVLAYOUT_BACKEND. Valid options: auto, reference, cuda (pip install 'kvlayout[cuda]')")
+    assert msg.startswith(
+        "Invalid value 'tpu' for KVLAYOUT_BACKEND. "
+        "Valid options: auto, reference, cuda (pip install 'kvlayout[cuda]')"
+    )
     assert "pallas (pip install 'kvlayout[pallas]')" in msg
     with pytest.raises(K.BackendError, match="Invalid value 'nope'. Valid"):
         registry.load("nope")
@@ -49,13 +52,18 @@ def test_module_attr_errors() -> None:
 
 @pytest.mark.parametrize("backend, blocked, extra", [("cuda", "torch", "cuda"), ("pallas", "jax", "pallas")])
 def test_missing_extra_names_the_install(backend: str, blocked: str, extra: str) -> None:
-    code = f"import sys; sys.modules[{blocked!r}] = None\nimport kvlayout\ntry:\n kvlayout.load_backend({backend!r})\nexcept kvlayout.BackendError as e:\n print(e)"
+    code = (
+        f"import sys; sys.modules[{blocked!r}] = None\nimport kvlayout\n"
+        f"try:\n kvlayout.load_backend({backend!r})\nexcept kvlayout.BackendError as e:\n print(e)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert f"pip install 'kvlayout[{extra}]'" in r.stdout, r.stdout + r.stderr
     assert f"missing module {blocked!r}" in r.stdout
 
 
-def test_auto_picks_reference_on_cpu_and_logs_once(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_picks_reference_on_cpu_and_logs_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("KVLAYOUT_BACKEND", raising=False)
     registry._announced.clear()
     with caplog.at_level(logging.INFO, logger="kvlayout"):

@@ -28,7 +28,9 @@ def shard_buffers(lay: ShardedLayout, seed: int = 7) -> tuple[np.ndarray, list[t
     return data, bufs
 
 
-def check_equal_reference(lay: ShardedLayout, bufs: list[torch.Tensor], before: list[np.ndarray], ids: object) -> None:
+def check_equal_reference(
+    lay: ShardedLayout, bufs: list[torch.Tensor], before: list[np.ndarray], ids: object
+) -> None:
     """Shard by shard: what changed is the local contract of the ids routed there, and nothing else."""
     for k, local in enumerate(lay.route(ids)):
         after = bufs[k].cpu().numpy()
@@ -38,8 +40,12 @@ def check_equal_reference(lay: ShardedLayout, bufs: list[torch.Tensor], before: 
 
 LAYOUTS = {
     "block_1d": lambda: shard_spec(K.preset("dsv4-test").with_num_blocks(16), {"dp": 4}, block_axes=("dp",)),
-    "replicated_1d": lambda: shard_spec(K.preset("llama-8b").with_num_blocks(6), {"tp": 4}, head_axes=("tp",)),
-    "block_2d": lambda: shard_spec(K.preset("dsv4").with_num_blocks(8), {"dp": 2, "tp": 2}, block_axes=("dp",), head_axes=("tp",)),
+    "replicated_1d": lambda: shard_spec(
+        K.preset("llama-8b").with_num_blocks(6), {"tp": 4}, head_axes=("tp",)
+    ),
+    "block_2d": lambda: shard_spec(
+        K.preset("dsv4").with_num_blocks(8), {"dp": 2, "tp": 2}, block_axes=("dp",), head_axes=("tp",)
+    ),
 }
 
 
@@ -92,7 +98,9 @@ def test_bad_device_ids_write_nothing_on_any_shard_then_check_raises() -> None:
     launch = z.zero if kc.MODE == "native" else z._zero_device
     launch(torch.tensor([1, 5, 16, -3], device=DEV))
     check_equal_reference(lay, bufs, before, [1, 5])  # 16 and -3 wrote nothing on any shard
-    with pytest.raises(K.BlockIdError, match=r"outside \[0, 16\) \(e\.g\. (16|-3)\); they wrote nothing on any shard"):
+    with pytest.raises(
+        K.BlockIdError, match=r"outside \[0, 16\) \(e\.g\. (16|-3)\); they wrote nothing on any shard"
+    ):
         z.check()
     z.check()  # every shard's flag was reset
     launch(torch.tensor([99], dtype=torch.int32, device=DEV))
@@ -102,7 +110,9 @@ def test_bad_device_ids_write_nothing_on_any_shard_then_check_raises() -> None:
 
 
 def test_one_rank_holds_one_shard() -> None:
-    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2, "tp": 2}, block_axes=("dp",), head_axes=("tp",))
+    lay = shard_spec(
+        K.preset("dsv4-test").with_num_blocks(8), {"dp": 2, "tp": 2}, block_axes=("dp",), head_axes=("tp",)
+    )
     _, bufs = shard_buffers(lay)
     before = [b.cpu().numpy().copy() for b in bufs]
     z = kc.ShardedCudaZeroer.for_rank(lay, bufs[3], rank=3, offset=GUARD)  # dp=1, tp=1: blocks 4..7
@@ -155,12 +165,14 @@ def test_torch_distributed_ranks_each_zero_their_own_shard(tmp_path: object) -> 
     lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": world}, block_axes=("dp",))
     for rank, local in enumerate(lay.route([0, 3, 5, 6, 7])):
         got = np.load(f"{tmp_path}/rank{rank}.npy")
-        chk = K.reference.compare_to_contract(K.poison_pattern(lay.shard_bytes, seed=rank), got, lay.local_table, local)
+        chk = K.reference.compare_to_contract(
+            K.poison_pattern(lay.shard_bytes, seed=rank), got, lay.local_table, local
+        )
         assert chk.matches, (rank, chk.describe())
 
 
 def test_route_kernel_packs_owned_ids_across_chunks() -> None:
-    """launch_routed over 2,600 ids (3 chunks of 1,024): owned ones packed and counted, the rest skipped or flagged."""
+    """launch_routed over 2,600 ids (3 chunks of 1,024): owned ids packed and counted, others skipped."""
     t = K.plan(K.preset("dsv4-test").with_num_blocks(8))
     data = K.poison_pattern(t.total_bytes)
     buf = torch.from_numpy(data.copy()).to(DEV)

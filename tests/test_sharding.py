@@ -23,7 +23,9 @@ def test_block_sharded_2d_mesh_geometry() -> None:
     assert [lay.block_shard(k) for k in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert lay.shard_coords(6) == {"dp": 1, "tp": 2}
     assert [lay.shard_of_rank(r) for r in range(8)] == list(range(8))
-    assert lay.local_table.total_bytes == 50 * 149_760 and lay.shard_bytes == 50 * 149_760  # 7,488,000 = 14,625 rows
+    assert (
+        lay.local_table.total_bytes == 50 * 149_760 and lay.shard_bytes == 50 * 149_760
+    )  # 7,488,000 = 14,625 rows
     routed = lay.route([99, 0, 50, 49, 0])
     assert [r.tolist() for r in routed] == [[0, 49]] * 4 + [[0, 49]] * 4
     assert lay.local_ids(5, [3, 60, 61]).tolist() == [10, 11]
@@ -47,7 +49,15 @@ def test_mla_and_mamba_stay_whole_when_heads_split() -> None:
     spec = K.KVCacheSpec(
         num_blocks=4,
         layout="packed",
-        groups=(K.GroupSpec("g", (K.MLASpec(name="mla", block_size=4, head_size=8, dtype="bfloat16"), K.MambaSpec(name="m", state_bytes=64))),),
+        groups=(
+            K.GroupSpec(
+                "g",
+                (
+                    K.MLASpec(name="mla", block_size=4, head_size=8, dtype="bfloat16"),
+                    K.MambaSpec(name="m", state_bytes=64),
+                ),
+            ),
+        ),
     )
     assert split_heads(spec, 4) == spec
 
@@ -55,10 +65,26 @@ def test_mla_and_mamba_stay_whole_when_heads_split() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "field", "match"),
     [
-        ({"mesh_axes": {"dp": 3}, "block_axes": ("dp",)}, "num_blocks", r"num_blocks = 100: not divisible by the 3 block shards"),
-        ({"mesh_axes": {"tp": 3}, "head_axes": ("tp",)}, "num_kv_heads", r"num_kv_heads = 8: not divisible by mesh axis 'tp' of size 3"),
-        ({"mesh_axes": {"dp": 2}, "block_axes": ("x",)}, "block_axes", r"'x' is not a mesh axis \(axes: dp\)"),
-        ({"mesh_axes": {"dp": 2}, "block_axes": ("dp",), "head_axes": ("dp",)}, "head_axes", r"'dp' is already a block axis"),
+        (
+            {"mesh_axes": {"dp": 3}, "block_axes": ("dp",)},
+            "num_blocks",
+            r"num_blocks = 100: not divisible by the 3 block shards",
+        ),
+        (
+            {"mesh_axes": {"tp": 3}, "head_axes": ("tp",)},
+            "num_kv_heads",
+            r"num_kv_heads = 8: not divisible by mesh axis 'tp' of size 3",
+        ),
+        (
+            {"mesh_axes": {"dp": 2}, "block_axes": ("x",)},
+            "block_axes",
+            r"'x' is not a mesh axis \(axes: dp\)",
+        ),
+        (
+            {"mesh_axes": {"dp": 2}, "block_axes": ("dp",), "head_axes": ("dp",)},
+            "head_axes",
+            r"'dp' is already a block axis",
+        ),
         ({"mesh_axes": {"dp": 0}}, "mesh_axes.dp", r"mesh_axes\['dp'\] = 0: must be a positive integer"),
         ({"mesh_axes": {}}, "mesh_axes", r"at least one axis"),
     ],
@@ -103,7 +129,11 @@ def test_packed_block_sharded_gathered_equals_single_device_layout() -> None:
     assert np.array_equal(a, b)
 
 
-@given(st.integers(0, 2**32 - 1), st.sampled_from([(("a", 2),), (("a", 2), ("b", 3)), (("a", 1), ("b", 2))]), st.data())
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([(("a", 2),), (("a", 2), ("b", 3)), (("a", 1), ("b", 2))]),
+    st.data(),
+)
 @settings(max_examples=30)
 def test_reference_changes_exactly_the_gathered_contract(seed: int, axes: tuple, data: st.DataObject) -> None:
     local = random_spec(seed, max_blocks=5)
@@ -141,5 +171,7 @@ def test_describe_and_dict() -> None:
 
 def test_sharding_module_imports_neither_torch_nor_jax() -> None:
     code = "import sys, kvlayout.sharding; print('jax' in sys.modules, 'torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["False", "False"]
