@@ -105,7 +105,9 @@ def make_id_batches(batch: int, rng: np.random.Generator) -> list[torch.Tensor]:
     return [torch.from_numpy(rng.choice(POOL, batch, replace=False)).cuda() for _ in range(ROT)]
 
 
-def bench_geometry(name: str, buf: torch.Tensor, rng: np.random.Generator, methods: set[str]) -> list[dict[str, object]]:
+def bench_geometry(
+    name: str, buf: torch.Tensor, rng: np.random.Generator, methods: set[str]
+) -> list[dict[str, object]]:
     table = K.plan(K.preset(name).with_num_blocks(POOL))
     words = buf[: table.total_bytes].view(torch.int32)
     z = kc.CudaZeroer(table, words, max_batch=max(BATCHES))
@@ -125,24 +127,37 @@ def bench_geometry(name: str, buf: torch.Tensor, rng: np.random.Generator, metho
         host_ids = [t.cpu().numpy() for t in ids]
         nbytes = batch * per_block
         reps = reps_for(nbytes)
-        res: dict[str, object] = {"preset": name, "batch": batch, "bytes": nbytes, "rows": len(table), "kernel_rows": len(z.kernel_table)}
+        res: dict[str, object] = {
+            "preset": name,
+            "batch": batch,
+            "bytes": nbytes,
+            "rows": len(table),
+            "kernel_rows": len(z.kernel_table),
+        }
         res["kvlayout-cuda"] = time_calls(lambda i: z.zero(ids[i % ROT]), reps)
         res["kvlayout-cuda-host"] = time_calls(lambda i: z.zero(host_ids[i % ROT]), reps)
         region = buf.numel() - nbytes
         offs = [int(x) // 4096 * 4096 for x in rng.integers(0, max(1, region), ROT)]
         res["zero_"] = time_calls(lambda i: buf[offs[i % ROT] : offs[i % ROT] + nbytes].zero_(), reps)
         w32 = buf.view(torch.int32)
-        res["zero_i32"] = time_calls(lambda i: w32[offs[i % ROT] // 4 : (offs[i % ROT] + nbytes) // 4].zero_(), reps)
+        res["zero_i32"] = time_calls(
+            lambda i: w32[offs[i % ROT] // 4 : (offs[i % ROT] + nbytes) // 4].zero_(), reps
+        )
         if batch <= 256:
             res["kvlayout-cuda-graph"] = time_graph(lambda i: z.zero(ids[i % ROT]))
             res["empty-launch-graph"] = time_graph(lambda i: empty_kernel[(1,)](words))
         res["vllm-style"] = time_calls(
-            lambda i: vllm_style_kernel[(batch, len(raw), max_chunks)](words, ids[i % ROT], vb, vs, vsp, CHUNK=1024), reps
+            lambda i: vllm_style_kernel[(batch, len(raw), max_chunks)](
+                words, ids[i % ROT], vb, vs, vsp, CHUNK=1024
+            ),
+            reps,
         )
         if batch <= 4096 and "naive-torch" in methods:
+
             def naive(i: int) -> None:
                 for v in views:
                     v[ids[i % ROT]] = 0
+
             res["naive-torch"] = time_calls(naive, max(20, reps // 4))
         res["empty-launch"] = time_calls(lambda i: empty_kernel[(1,)](words), reps)
         if pz is not None:
@@ -157,7 +172,9 @@ def bench_geometry(name: str, buf: torch.Tensor, rng: np.random.Generator, metho
     return rows
 
 
-def _pallas_setup(table: K.SegmentTable, buf: torch.Tensor) -> Callable[[int, list[np.ndarray], int], dict[str, float]] | None:
+def _pallas_setup(
+    table: K.SegmentTable, buf: torch.Tensor
+) -> Callable[[int, list[np.ndarray], int], dict[str, float]] | None:
     """Timers for the Pallas backend and an XLA scatter, on JAX's copy of the same geometry."""
     try:
         import jax
@@ -184,7 +201,10 @@ def _pallas_setup(table: K.SegmentTable, buf: torch.Tensor) -> Callable[[int, li
         out["kvlayout-pallas"] = _time_jax(pallas_call, state, reps)
         if batch <= 256:
             idx = [_word_indices(table, h) for h in host_ids]
-            rl = [(jnp.asarray((w // 128).astype(np.int32)), jnp.asarray((w % 128).astype(np.int32))) for w in idx]
+            rl = [
+                (jnp.asarray((w // 128).astype(np.int32)), jnp.asarray((w % 128).astype(np.int32)))
+                for w in idx
+            ]
 
             def scatter_call(i: int) -> None:
                 state["buf"] = scatter_d(state["buf"], *rl[i % ROT])
@@ -216,7 +236,11 @@ def time_wall(fn: Callable[[int], object], reps: int, per: int = 10) -> float:
 
 
 def _word_indices(table: K.SegmentTable, ids: np.ndarray) -> np.ndarray:
-    parts = [np.arange(s.span // 4, dtype=np.int64) + (s.base + int(b) * s.stride) // 4 for s in table.segments for b in ids]
+    parts = [
+        np.arange(s.span // 4, dtype=np.int64) + (s.base + int(b) * s.stride) // 4
+        for s in table.segments
+        for b in ids
+    ]
     return np.concatenate(parts)
 
 
@@ -241,7 +265,14 @@ def _time_jax(fn: Callable[[int], None], state: dict[str, object], reps: int, wa
 def bench_designs(buf: torch.Tensor, rng: np.random.Generator) -> list[dict[str, object]]:
     """Compare kernel designs: unit size, store width, warps, programs per SM."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    base: dict[str, object] = dict(chunk_words=8192, sub_words=2048, num_warps=4, max_programs=sms * 16, cache_modifier="", eviction_policy="")
+    base: dict[str, object] = dict(
+        chunk_words=8192,
+        sub_words=2048,
+        num_warps=4,
+        max_programs=sms * 16,
+        cache_modifier="",
+        eviction_policy="",
+    )
     variants = [base]
     for k, vals in (
         ("max_programs", (sms, sms * 2, sms * 4)),
@@ -250,8 +281,13 @@ def bench_designs(buf: torch.Tensor, rng: np.random.Generator) -> list[dict[str,
         for v in vals:
             variants.append({**base, k: v})
     for p in (sms, sms * 2, sms * 4):
-        for extra in ({"num_warps": 8}, {"num_warps": 16}, {"sub_words": 4096}, {"sub_words": 4096, "num_warps": 8},
-                      {"chunk_words": 16384, "num_warps": 8}):
+        for extra in (
+            {"num_warps": 8},
+            {"num_warps": 16},
+            {"sub_words": 4096},
+            {"sub_words": 4096, "num_warps": 8},
+            {"chunk_words": 16384, "num_warps": 8},
+        ):
             variants.append({**base, "max_programs": p, "eviction_policy": "evict_first", **extra})
     rows = []
     for name in ("dsv4-test", "dsv4"):
@@ -264,8 +300,20 @@ def bench_designs(buf: torch.Tensor, rng: np.random.Generator) -> list[dict[str,
                 z = kc.CudaZeroer(table, words, max_batch=batch, **v)  # type: ignore[arg-type]
                 us = time_calls(lambda i, z=z: z.zero(ids[i % ROT]), reps_for(nbytes))
                 ptx = z.last_compiled.asm.get("ptx", "") if hasattr(z, "last_compiled") else ""
-                stores = {w: ptx.count(w) for w in ("st.global.v4", "st.global.v2", "st.global.b32", "st.global.cs", "evict_first")}
-                rows.append({"preset": name, "batch": batch, **v, "us": us, "TBps": nbytes / us / 1e6, "ptx_stores": stores})
+                stores = {
+                    w: ptx.count(w)
+                    for w in ("st.global.v4", "st.global.v2", "st.global.b32", "st.global.cs", "evict_first")
+                }
+                rows.append(
+                    {
+                        "preset": name,
+                        "batch": batch,
+                        **v,
+                        "us": us,
+                        "TBps": nbytes / us / 1e6,
+                        "ptx_stores": stores,
+                    }
+                )
     return rows
 
 
@@ -280,8 +328,13 @@ def main() -> int:
     nbytes = K.plan(K.preset("dsv4").with_num_blocks(POOL)).total_bytes
     buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     buf.fill_(0x5A)
-    out: dict[str, object] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
-                              "pool_blocks": POOL, "rotation": ROT}
+    out: dict[str, object] = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "pool_blocks": POOL,
+        "rotation": ROT,
+    }
     if args.designs:
         out["designs"] = bench_designs(buf, rng)
     out["results"] = [r for name in ("dsv4-test", "dsv4") for r in bench_geometry(name, buf, rng, methods)]
@@ -292,18 +345,35 @@ def main() -> int:
     if args.designs:
         print("design comparison (us, TB/s)")
         for r in out["designs"]:  # type: ignore[union-attr]
-            print(f"{r['preset']:>9} {r['batch']:>6} chunk={r['chunk_words']:>6} sub={r['sub_words']:>5} warps={r['num_warps']} "
-                  f"progs={r['max_programs']:>10} cache={r['cache_modifier'] or '-':>3} evict={r['eviction_policy'] or '-':>11} "
-                  f"{r['us']:>9.1f} {r['TBps']:>6.2f} {r['ptx_stores']}")
+            print(
+                f"{r['preset']:>9} {r['batch']:>6} chunk={r['chunk_words']:>6} sub={r['sub_words']:>5} "
+                f"warps={r['num_warps']} progs={r['max_programs']:>10} cache={r['cache_modifier'] or '-':>3} "
+                f"evict={r['eviction_policy'] or '-':>11} "
+                f"{r['us']:>9.1f} {r['TBps']:>6.2f} {r['ptx_stores']}"
+            )
     print(format_table(out["results"]))  # type: ignore[arg-type]
     return 0
 
 
 def format_table(results: list[dict[str, object]]) -> str:
-    cols = ["kvlayout-cuda", "kvlayout-cuda-host", "kvlayout-cuda-graph", "kvlayout-cuda-wall", "kvlayout-pallas", "xla-scatter", "zero_", "zero_i32",
-            "vllm-style", "naive-torch", "empty-launch", "empty-launch-graph"]
+    cols = [
+        "kvlayout-cuda",
+        "kvlayout-cuda-host",
+        "kvlayout-cuda-graph",
+        "kvlayout-cuda-wall",
+        "kvlayout-pallas",
+        "xla-scatter",
+        "zero_",
+        "zero_i32",
+        "vllm-style",
+        "naive-torch",
+        "empty-launch",
+        "empty-launch-graph",
+    ]
     lines = [
-        "| preset | batch | bytes | " + " | ".join(f"{c} us" for c in cols) + " | cuda TB/s | cuda/best zero_ | cuda/vllm | pallas/cuda (wall) |",
+        "| preset | batch | bytes | "
+        + " | ".join(f"{c} us" for c in cols)
+        + " | cuda TB/s | cuda/best zero_ | cuda/vllm | pallas/cuda (wall) |",
         "|---" * (len(cols) + 7) + "|",
     ]
     for r in results:
@@ -311,9 +381,17 @@ def format_table(results: list[dict[str, object]]) -> str:
         cu = float(r["kvlayout-cuda"])  # type: ignore[arg-type]
         ceiling = min(float(r["zero_"]), float(r["zero_i32"])) / cu  # type: ignore[arg-type]
         vllm = float(r["vllm-style"]) / cu  # type: ignore[arg-type]
-        pal = f"{float(r['kvlayout-cuda-wall']) / float(r['kvlayout-pallas']):.2f}" if "kvlayout-pallas" in r else "-"  # type: ignore[arg-type]
+        pal = (
+            f"{float(r['kvlayout-cuda-wall']) / float(r['kvlayout-pallas']):.2f}"
+            if "kvlayout-pallas" in r
+            else "-"
+        )  # type: ignore[arg-type]
         tbps = float(r["bytes"]) / cu / 1e6  # type: ignore[arg-type]
-        lines.append(f"| {r['preset']} | {r['batch']} | {r['bytes']} | " + " | ".join(cells) + f" | {tbps:.2f} | {ceiling:.2f} | {vllm:.2f} | {pal} |")
+        lines.append(
+            f"| {r['preset']} | {r['batch']} | {r['bytes']} | "
+            + " | ".join(cells)
+            + f" | {tbps:.2f} | {ceiling:.2f} | {vllm:.2f} | {pal} |"
+        )
     return "\n".join(lines)
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 
 def queued_us(fn: Callable[[], Any], sync: Callable[[], Any], rounds: int = 9, calls: int = 20) -> float:
-    """Microseconds per call: ``calls`` back-to-back calls then ``sync()``, median over ``rounds`` (one warm-up call)."""
+    """Microseconds per call: ``calls`` back-to-back calls then ``sync()``, median over ``rounds``
+    (one warm-up call)."""
     fn()
     sync()
     per = []

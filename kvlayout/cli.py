@@ -66,24 +66,35 @@ def _count(text: str) -> int:
 def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
     if args.spec and args.preset:
         raise UsageError("give SPEC.json or --preset, not both", field="spec", value=args.spec)
-    model_flags = {"--engine": args.engine, "--tp": args.tp, "--kv-cache-dtype": args.kv_cache_dtype,
-                   "--block-size": args.block_size}
+    model_flags = {
+        "--engine": args.engine,
+        "--tp": args.tp,
+        "--kv-cache-dtype": args.kv_cache_dtype,
+        "--block-size": args.block_size,
+    }
     if args.config:
         if args.spec or args.preset:
-            raise UsageError("give --config or a spec (SPEC.json, --preset), not both", field="config",
-                             value=args.config)
+            raise UsageError(
+                "give --config or a spec (SPEC.json, --preset), not both", field="config", value=args.config
+            )
         from .models import DEFAULT_NUM_BLOCKS, ModelSpec, from_config
 
         args.model_spec = from_config(
-            args.config, engine=args.engine or "vllm", tp=1 if args.tp is None else args.tp,
-            kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,
+            args.config,
+            engine=args.engine or "vllm",
+            tp=1 if args.tp is None else args.tp,
+            kv_cache_dtype=args.kv_cache_dtype,
+            block_size=args.block_size,
             num_blocks=DEFAULT_NUM_BLOCKS if args.num_blocks is None else args.num_blocks,
         )
         if not isinstance(args.model_spec, ModelSpec):  # tpu-inference: per-layer arrays, not a flat buffer
             if args.cmd not in NATIVE_COMMANDS:
-                raise UsageError(f"--engine {args.engine}: native arrays are planned, checked and zeroed by "
-                                 f"{', '.join(NATIVE_COMMANDS)}; {args.cmd} takes vLLM's flat layout",
-                                 field="engine", value=args.engine)
+                raise UsageError(
+                    f"--engine {args.engine}: native arrays are planned, checked and zeroed by "
+                    f"{', '.join(NATIVE_COMMANDS)}; {args.cmd} takes vLLM's flat layout",
+                    field="engine",
+                    value=args.engine,
+                )
             return None  # type: ignore[return-value]  # the command reads args.model_spec
         return args.model_spec.spec
     given = [flag for flag, v in model_flags.items() if v is not None]
@@ -104,9 +115,14 @@ def _fmt_table(layout: Layout | None, table: SegmentTable) -> str:
     lines = []
     if layout is not None:
         sp = layout.spec
-        kind = f"block_stride {layout.block_stride}" if layout.block_stride else f"{len(layout.slot_pages)} slots"
+        kind = (
+            f"block_stride {layout.block_stride}"
+            if layout.block_stride
+            else f"{len(layout.slot_pages)} slots"
+        )
         lines.append(
-            f"layout {sp.layout}: {len(sp.groups)} groups, {len(sp.layers)} layers, {sp.num_blocks} blocks, {kind}, "
+            f"layout {sp.layout}: {len(sp.groups)} groups, {len(sp.layers)} layers, "
+            f"{sp.num_blocks} blocks, {kind}, "
             f"total_bytes {table.total_bytes}"
         )
     lines.append(f"{'row':>4} {'base':>12} {'stride':>9} {'span':>8}  group/layer/part")
@@ -139,8 +155,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         if args.spec or args.preset:
             raise UsageError("give --table or a spec, not both", field="table", value=args.table)
         if args.num_blocks is not None:
-            raise UsageError("--num-blocks applies to specs; a table JSON fixes its own num_blocks",
-                             field="num_blocks", value=args.num_blocks)
+            raise UsageError(
+                "--num-blocks applies to specs; a table JSON fixes its own num_blocks",
+                field="num_blocks",
+                value=args.num_blocks,
+            )
         table = SegmentTable.from_dict(read_json_file(TableError, "table file", args.table))
     else:
         spec = _load_spec(args)
@@ -165,13 +184,17 @@ def parse_blocks(text: str, num_blocks: int) -> np.ndarray:
             continue
         m = re.fullmatch(r"([0-9]{1,19})(?:-([0-9]{1,19}))?", tok)
         if not m:
-            raise UsageError(f"--blocks item {tok!r}: must be N or A-B (decimal digits)", field="blocks", value=tok)
+            raise UsageError(
+                f"--blocks item {tok!r}: must be N or A-B (decimal digits)", field="blocks", value=tok
+            )
         a = int(m[1])
         b = int(m[2]) if m[2] is not None else a
         if a > b:
             raise UsageError(f"--blocks item {tok!r}: range is descending", field="blocks", value=tok)
         if b >= num_blocks:
-            raise UsageError(f"--blocks item {tok!r}: block {b} outside [0, {num_blocks})", field="blocks", value=tok)
+            raise UsageError(
+                f"--blocks item {tok!r}: block {b} outside [0, {num_blocks})", field="blocks", value=tok
+            )
         count += b - a + 1
         if count > MAX_CLI_IDS:
             raise UsageError(f"--blocks names more than {MAX_CLI_IDS} ids", field="blocks", value=count)
@@ -193,7 +216,10 @@ def _host_sized(nbytes: int, what: str) -> None:
 
 
 def run_zero(
-    table: SegmentTable, block_ids: Sequence[int] | np.ndarray, backend: str | None = None, group: str | None = None
+    table: SegmentTable,
+    block_ids: Sequence[int] | np.ndarray,
+    backend: str | None = None,
+    group: str | None = None,
 ) -> dict[str, Any]:
     """Zero ``block_ids`` (of ``group``) with a real backend on a poisoned buffer; the report of section 4."""
     ids = normalize_block_ids(block_ids, table.num_blocks)  # before any buffer exists
@@ -232,7 +258,8 @@ def cmd_zero(args: argparse.Namespace) -> int:
     else:
         print(
             f"backend {rep['backend']} ({rep['mode']}): {len(rep['block_ids'])} block ids, "
-            f"{rep['zeroed_bytes']} B zeroed in {len(rep['zeroed'])} ranges of a {rep['total_bytes']} B buffer "
+            f"{rep['zeroed_bytes']} B zeroed in {len(rep['zeroed'])} ranges of a "
+            f"{rep['total_bytes']} B buffer "
             f"(+{GUARD_BYTES} B guard bands each side)"
         )
         print(f"contract: {chk.describe()}")
@@ -267,11 +294,23 @@ def _zero_native(args: argparse.Namespace) -> int:
     for name, t in tables.items():
         rep = run_zero(t, ids, args.backend)
         chk = rep.pop("_check")
-        arrays.append({"name": name, **{k: rep[k] for k in ("total_bytes", "zeroed", "zeroed_bytes")},
-                       "matches_contract": rep["matches_contract"], "_check": chk})
+        arrays.append(
+            {
+                "name": name,
+                **{k: rep[k] for k in ("total_bytes", "zeroed", "zeroed_bytes")},
+                "matches_contract": rep["matches_contract"],
+                "_check": chk,
+            }
+        )
     ok = all(a["matches_contract"] for a in arrays)
-    out: dict[str, Any] = {"version": 1, "engine": args.model_spec.engine, "backend": rep["backend"],
-                           "mode": rep["mode"], "block_ids": [int(i) for i in ids], "matches_contract": ok}
+    out: dict[str, Any] = {
+        "version": 1,
+        "engine": args.model_spec.engine,
+        "backend": rep["backend"],
+        "mode": rep["mode"],
+        "block_ids": [int(i) for i in ids],
+        "matches_contract": ok,
+    }
     if args.group is not None:
         out["group"] = args.group
     if args.json:
@@ -279,8 +318,10 @@ def _zero_native(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         total = sum(a["zeroed_bytes"] for a in arrays)
-        print(f"backend {out['backend']} ({out['mode']}): {len(ids)} block ids, {total} B zeroed in "
-              f"{len(arrays)} arrays (+{GUARD_BYTES} B guard bands each side of each)")
+        print(
+            f"backend {out['backend']} ({out['mode']}): {len(ids)} block ids, {total} B zeroed in "
+            f"{len(arrays)} arrays (+{GUARD_BYTES} B guard bands each side of each)"
+        )
         for a in arrays:
             if not a["matches_contract"]:
                 print(f"{a['name']}: {a['_check'].describe()}")
@@ -294,7 +335,9 @@ def parse_mesh(text: str) -> list[tuple[str, int]]:
     for tok in (t.strip() for t in text.split(",")):
         m = re.fullmatch(r"([A-Za-z_][\w]*)=(\d+)", tok)
         if not m:
-            raise UsageError(f"--mesh item {tok!r}: must be NAME=SIZE (e.g. dp=2,tp=4)", field="mesh", value=tok)
+            raise UsageError(
+                f"--mesh item {tok!r}: must be NAME=SIZE (e.g. dp=2,tp=4)", field="mesh", value=tok
+            )
         out.append((m[1], int(m[2])))
     return out
 
@@ -308,7 +351,12 @@ def cmd_shard(args: argparse.Namespace) -> int:
 
     if not args.mesh:
         raise UsageError("--mesh is required (e.g. --mesh dp=2,tp=4)", field="mesh", value=None)
-    lay = shard_spec(_load_spec(args), parse_mesh(args.mesh), block_axes=_axes(args.block_axes), head_axes=_axes(args.head_axes))
+    lay = shard_spec(
+        _load_spec(args),
+        parse_mesh(args.mesh),
+        block_axes=_axes(args.block_axes),
+        head_axes=_axes(args.head_axes),
+    )
     report = lay.verify()
     if args.blocks is not None:
         _host_sized(lay.gathered_bytes, "gathered bytes")
@@ -336,7 +384,10 @@ def cmd_shard(args: argparse.Namespace) -> int:
         for k, r in enumerate(routes):
             coords = ", ".join(f"{a}={i}" for a, i in lay.shard_coords(k).items())
             shown = ", ".join(map(str, r[:8])) + (f", ... ({len(r)} ids)" if len(r) > 8 else "")
-            print(f"  shard {k} ({coords}; bytes [{k * lay.shard_bytes}, {(k + 1) * lay.shard_bytes})): local ids [{shown}]")
+            print(
+                f"  shard {k} ({coords}; bytes [{k * lay.shard_bytes}, {(k + 1) * lay.shard_bytes})): "
+                f"local ids [{shown}]"
+            )
         if check is not None:
             print(f"reference on the gathered buffer: {check.zeroed_bytes} B zeroed, {check.describe()}")
     return 0 if report.ok and (check is None or check.matches) else 1
@@ -382,7 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source(ps)
     ps.add_argument("--mesh", help="mesh axes in order, e.g. dp=2,tp=4")
     ps.add_argument("--block-axes", help="axes that split the block pool (block_sharded mode), e.g. dp")
-    ps.add_argument("--head-axes", help="axes that split the KV heads (each shard: a full local layout), e.g. tp")
+    ps.add_argument(
+        "--head-axes", help="axes that split the KV heads (each shard: a full local layout), e.g. tp"
+    )
     ps.add_argument("--blocks", help="global block ids to route (and zero with the reference), e.g. 0,5,99")
     ps.add_argument("--json", action="store_true", help="print the sharded layout (and routing) as JSON")
     ps.set_defaults(func=cmd_shard)
@@ -391,16 +444,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source(pm)
     pm.add_argument("--table", help="draw a segment table JSON instead of a spec (--kind table or steps)")
     pm.add_argument("--out", required=True, help="FILE.png, FILE.svg or FILE.pdf")
-    pm.add_argument("--blocks", help="block ids to draw (default: first, second, middle, last); "
-                    "for --kind diff: ids to zero")
-    pm.add_argument("--kind", choices=("map", "table", "diff", "steps"), default=None,
-                    help="map (default for a spec): lanes per group shape, gaps at byte scale; table "
-                         "(default for --table): what each row clears, red only where unsafe; diff: "
-                         "reference zeroing, changed bytes; steps: bytes written per step, per-group "
-                         "against all-group zeroing")
-    pm.add_argument("--compare", metavar="KEY=VALUE[,...]",
-                    help="draw the spec above a variant of it: layout=NAME, tp=N, dtype=NAME, num_blocks=N, "
-                         "preset=NAME or spec=FILE (e.g. --compare layout=layer_major or --compare tp=2)")
+    pm.add_argument(
+        "--blocks",
+        help="block ids to draw (default: first, second, middle, last); for --kind diff: ids to zero",
+    )
+    pm.add_argument(
+        "--kind",
+        choices=("map", "table", "diff", "steps"),
+        default=None,
+        help="map (default for a spec): lanes per group shape, gaps at byte scale; table "
+        "(default for --table): what each row clears, red only where unsafe; diff: "
+        "reference zeroing, changed bytes; steps: bytes written per step, per-group "
+        "against all-group zeroing",
+    )
+    pm.add_argument(
+        "--compare",
+        metavar="KEY=VALUE[,...]",
+        help="draw the spec above a variant of it: layout=NAME, tp=N, dtype=NAME, num_blocks=N, "
+        "preset=NAME or spec=FILE (e.g. --compare layout=layer_major or --compare tp=2)",
+    )
     pm.set_defaults(func=cmd_plot)
 
     pf = sub.add_parser("conformance", help="run the conformance battery on one or every installed backend")
@@ -413,11 +475,13 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_plot(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise UsageError(f"--out {args.out!r}: the file must end in .png, .svg or .pdf", field="out",
-                         value=args.out)
+        raise UsageError(
+            f"--out {args.out!r}: the file must end in .png, .svg or .pdf", field="out", value=args.out
+        )
     if not out.parent.is_dir():
-        raise UsageError(f"--out {args.out!r}: folder {str(out.parent)!r} does not exist", field="out",
-                         value=args.out)
+        raise UsageError(
+            f"--out {args.out!r}: folder {str(out.parent)!r} does not exist", field="out", value=args.out
+        )
     from .viz import describe_changes, parse_compare, variant  # no matplotlib: the input is checked first
 
     kind = args.kind or ("table" if args.table else "map")
@@ -426,8 +490,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if args.spec or args.preset or getattr(args, "config", None):
             raise UsageError("give --table or a spec, not both", field="table", value=args.table)
         if args.num_blocks is not None or args.compare is not None or kind not in ("table", "steps"):
-            raise UsageError("--table draws --kind table or steps (a table JSON has no layout: --compare, "
-                             "--num-blocks and --kind map/diff need a spec)", field="table", value=args.table)
+            raise UsageError(
+                "--table draws --kind table or steps (a table JSON has no layout: --compare, "
+                "--num-blocks and --kind map/diff need a spec)",
+                field="table",
+                value=args.table,
+            )
         table = SegmentTable.from_dict(read_json_file(TableError, "table file", args.table))
     else:
         spec = _load_spec(args)
@@ -436,8 +504,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
     changes: list[tuple[str, str]] = []
     if args.compare is not None:
         if kind != "map" or spec is None:
-            raise UsageError("--compare draws two byte maps: use it without --kind (or with --kind map)",
-                             field="compare", value=args.compare)
+            raise UsageError(
+                "--compare draws two byte maps: use it without --kind (or with --kind map)",
+                field="compare",
+                value=args.compare,
+            )
         changes = parse_compare(args.compare)
         other = variant(spec, changes)
         plan_layout(other)  # a variant that cannot be planned is exit 2 here, before matplotlib
@@ -449,13 +520,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
         matplotlib.use("Agg")
     except ImportError:
-        raise UsageError("kvlayout plot needs matplotlib: pip install 'kvlayout[notebook]'", field="plot",
-                         value=None) from None
+        raise UsageError(
+            "kvlayout plot needs matplotlib: pip install 'kvlayout[notebook]'", field="plot", value=None
+        ) from None
     from .reference import ReferenceBackend
     from .viz import byte_map, bytes_per_step, compare_maps, table_map, zero_diff
 
     config = getattr(args, "config", None)
-    name = args.preset or (Path(config).parent.name or "config" if config else Path(args.spec or args.table).name)
+    name = args.preset or (
+        Path(config).parent.name or "config" if config else Path(args.spec or args.table).name
+    )
     if other is not None and spec is not None:
         fig = compare_maps(spec, other, (name, f"{name} with {describe_changes(changes)}"), blocks)
     elif kind == "map" and spec is not None:
@@ -493,7 +567,10 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     for f in failures:
         print(f.format())
     modes = ", ".join(backends)
-    print(f"conformance: {len(backends)} backends ({modes}): " + ("all passed" if not failures else f"{len(failures)} failures"))
+    print(
+        f"conformance: {len(backends)} backends ({modes}): "
+        + ("all passed" if not failures else f"{len(failures)} failures")
+    )
     return 0 if not failures else 1
 
 
@@ -505,7 +582,9 @@ def _one_line(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING, format="%(message)s")
+    logging.basicConfig(
+        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING, format="%(message)s"
+    )
     try:
         return int(args.func(args))
     except KVLayoutError as e:

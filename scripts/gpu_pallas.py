@@ -51,16 +51,31 @@ def check_dlpack_scale(name: str, num_blocks: int, batches: list[np.ndarray]) ->
     equal = bool(torch.equal(owner, ref))
     del buf, owner, ref
     torch.cuda.empty_cache()
-    return {"preset": name, "num_blocks": num_blocks, "total_bytes": table.total_bytes, "rows": rows,
-            "mode": z.mode, "dlpack_zero_copy": bool(same_in), "in_place_same_pointer": bool(same_out),
-            "equal_to_torch_reference": equal, "ids": int(sum(len(b) for b in batches))}
+    return {
+        "preset": name,
+        "num_blocks": num_blocks,
+        "total_bytes": table.total_bytes,
+        "rows": rows,
+        "mode": z.mode,
+        "dlpack_zero_copy": bool(same_in),
+        "in_place_same_pointer": bool(same_out),
+        "equal_to_torch_reference": equal,
+        "ids": int(sum(len(b) for b in batches)),
+    }
 
 
 def check_exact_host(name: str) -> dict[str, object]:
     table = K.plan(K.preset(name))
     n = table.num_blocks
     out: dict[str, object] = {"preset": name}
-    for label, ids in (("first", [0]), ("odd", [1, 3]), ("last", [n - 1]), ("all", list(range(n))), ("dups", [3, 3, n - 1]), ("empty", [])):
+    for label, ids in (
+        ("first", [0]),
+        ("odd", [1, 3]),
+        ("last", [n - 1]),
+        ("all", list(range(n))),
+        ("dups", [3, 3, n - 1]),
+        ("empty", []),
+    ):
         res = run_case(kp.PallasBackend, table, ids)
         out[label] = res.ok and res.mode == "native-gpu"
     return out
@@ -94,12 +109,18 @@ def main() -> int:
     n = 10**5
     batches = [rng.choice(n, 4096, replace=False) for _ in range(4)] + [np.array([0, n - 1, n - 1, 7])]
     res: dict[str, object] = {"jax": jax.__version__, "device": str(jax.devices()[0])}
-    res["scale"] = [check_dlpack_scale("dsv4", n, batches), check_dlpack_scale("dsv4-test", n, batches[:2]),
-                    check_dlpack_scale("llama-8b", 8192, [rng.choice(8192, 1024)])]
+    res["scale"] = [
+        check_dlpack_scale("dsv4", n, batches),
+        check_dlpack_scale("dsv4-test", n, batches[:2]),
+        check_dlpack_scale("llama-8b", 8192, [rng.choice(8192, 1024)]),
+    ]
     res["exact_host"] = [check_exact_host(p) for p in ("dsv4-test", "dsv4")]
     res["bad_ids"] = check_bad_ids()
     res["seconds"] = time.time() - t0
-    ok = all(r["equal_to_torch_reference"] and r["in_place_same_pointer"] and r["dlpack_zero_copy"] for r in res["scale"])  # type: ignore[index,union-attr]
+    ok = all(
+        r["equal_to_torch_reference"] and r["in_place_same_pointer"] and r["dlpack_zero_copy"]
+        for r in res["scale"]
+    )  # type: ignore[index,union-attr]
     ok &= all(all(v for k, v in r.items() if k != "preset") for r in res["exact_host"])  # type: ignore[union-attr]
     ok &= bool(res["bad_ids"]["flag_raised"] and res["bad_ids"]["only_valid_ids_written"])  # type: ignore[index]
     res["all_ok"] = ok

@@ -52,7 +52,8 @@ def layout_for(mode: str, ngpu: int, per_gpu: int) -> ShardedLayout:
 
 
 def batches_for(lay: ShardedLayout, seed: int) -> list[np.ndarray]:
-    """Global id batches: 4,096 ids per GPU each (block_sharded: drawn from every GPU's part), plus edge ids."""
+    """Global id batches: 4,096 ids per GPU each (block_sharded: drawn from every GPU's part),
+    plus edge ids."""
     rng = np.random.default_rng(seed)
     bps = lay.blocks_per_shard
     out = []
@@ -77,8 +78,11 @@ def event_times(fns: list[Callable[[], None]], reps: int) -> list[list[float]]:
     return out
 
 
-def queued_times(fns: list[Callable[[], None]], sync: Callable[[Any], Any], rounds: int = 7, calls: int = 20) -> list[list[float]]:
-    """Seconds per call over ``calls`` back-to-back calls then one ``sync(fn)`` (host overhead overlapped), per round."""
+def queued_times(
+    fns: list[Callable[[], None]], sync: Callable[[Any], Any], rounds: int = 7, calls: int = 20
+) -> list[list[float]]:
+    """Seconds per call over ``calls`` back-to-back calls then one ``sync(fn)`` (host overhead
+    overlapped), per round."""
     out: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for fn, acc in zip(fns, out):
@@ -140,20 +144,33 @@ def torch_rank(rank: int, world: int, per_gpu: int, init_file: str, out_dir: str
         torch.cuda.synchronize()
         equal = bool(torch.equal(buf, ref))
         seconds = time.time() - t0
-        # timing: one batch of 4,096 blocks per GPU, sharded (global device ids) vs the single-device zeroer (local ids)
+        # timing: one batch of 4,096 blocks per GPU, sharded (global device ids) vs the
+        # single-device zeroer (local ids)
         ids_g = torch.from_numpy(batches[0]).to(dev)
         ids_l = torch.from_numpy(lay.local_ids(shard, batches[0])).to(dev)
         single = CudaZeroer(lay.local_table, buf, max_batch=BATCH)
         t_sh, t_si = event_times([partial(z.zero, ids_g), partial(single.zero, ids_l)], reps=30)
-        q_sh, q_si = queued_times([partial(z.zero, ids_g), partial(single.zero, ids_l)], lambda fn: torch.cuda.synchronize())
+        q_sh, q_si = queued_times(
+            [partial(z.zero, ids_g), partial(single.zero, ids_l)], lambda fn: torch.cuda.synchronize()
+        )
         z.check()
         res[mode] = {
-            "shard": shard, "blocks_per_gpu": lay.blocks_per_shard, "global_blocks": lay.num_blocks, "shard_bytes": lay.shard_bytes,
-            "ids_zeroed_here": int(sum(lay.local_ids(shard, b[(b >= 0) & (b < lay.num_blocks)]).size for b in batches)),
-            "equal_to_torch_reference": equal, "bad_ids_flagged": bad_flagged,
-            "check_seconds": round(seconds, 2), "local_ids_in_timed_batch": int(ids_l.numel()),
-            "sharded_us": median_us(t_sh), "single_us": median_us(t_si), "ratio_sharded_over_single": round(statistics.median(t_sh) / statistics.median(t_si), 3),
-            "queued_sharded_us": median_us(q_sh), "queued_single_us": median_us(q_si),
+            "shard": shard,
+            "blocks_per_gpu": lay.blocks_per_shard,
+            "global_blocks": lay.num_blocks,
+            "shard_bytes": lay.shard_bytes,
+            "ids_zeroed_here": int(
+                sum(lay.local_ids(shard, b[(b >= 0) & (b < lay.num_blocks)]).size for b in batches)
+            ),
+            "equal_to_torch_reference": equal,
+            "bad_ids_flagged": bad_flagged,
+            "check_seconds": round(seconds, 2),
+            "local_ids_in_timed_batch": int(ids_l.numel()),
+            "sharded_us": median_us(t_sh),
+            "single_us": median_us(t_si),
+            "ratio_sharded_over_single": round(statistics.median(t_sh) / statistics.median(t_si), 3),
+            "queued_sharded_us": median_us(q_sh),
+            "queued_single_us": median_us(q_si),
             "queued_ratio": round(statistics.median(q_sh) / statistics.median(q_si), 3),
             "bytes_per_batch": int(ids_l.numel()) * lay.local_table.bytes_per_block,
         }
@@ -168,7 +185,9 @@ def run_torch(world: int, per_gpu: int, out_dir: str) -> list[dict[str, Any]]:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(torch_rank, args=(world, per_gpu, os.path.join(tmp, "init"), out_dir), nprocs=world, join=True)
+        mp.spawn(
+            torch_rank, args=(world, per_gpu, os.path.join(tmp, "init"), out_dir), nprocs=world, join=True
+        )
     out = []
     for r in range(world):
         with open(os.path.join(out_dir, f"torch_rank{r}.json")) as f:
@@ -222,7 +241,9 @@ def run_jax(per_gpu: int) -> dict[str, Any]:
             words = ref[: lay.local_table.total_bytes].view(torch.int32)
             for ids in batches:
                 valid = ids[(ids >= 0) & (ids < lay.num_blocks)]
-                torch_reference_zero(words, lay.local_table, torch.from_numpy(lay.local_ids(k, valid)).to(ref.device))
+                torch_reference_zero(
+                    words, lay.local_table, torch.from_numpy(lay.local_ids(k, valid)).to(ref.device)
+                )
             torch.cuda.synchronize()
             per_dev.append(bool(torch.equal(t, ref)))
         seconds = time.time() - t0
@@ -241,11 +262,19 @@ def run_jax(per_gpu: int) -> dict[str, Any]:
         z.check()
         single.check()
         res[mode] = {
-            "mode": z.mode, "blocks_per_gpu": lay.blocks_per_shard, "global_blocks": lay.num_blocks, "shard_bytes": lay.shard_bytes,
-            "equal_to_torch_reference_per_gpu": per_dev, "in_place_same_pointers": in_place, "sharding_kept": same_sharding,
-            "bad_ids_flagged": bad_flagged, "check_seconds": round(seconds, 2),
+            "mode": z.mode,
+            "blocks_per_gpu": lay.blocks_per_shard,
+            "global_blocks": lay.num_blocks,
+            "shard_bytes": lay.shard_bytes,
+            "equal_to_torch_reference_per_gpu": per_dev,
+            "in_place_same_pointers": in_place,
+            "sharding_kept": same_sharding,
+            "bad_ids_flagged": bad_flagged,
+            "check_seconds": round(seconds, 2),
             "local_ids_in_timed_batch": int(lay.local_ids(0, batches[0]).size),
-            "sharded_us": median_us(t_sh), "single_us": median_us(t_si), "ratio_sharded_over_single": round(statistics.median(t_sh) / statistics.median(t_si), 3),
+            "sharded_us": median_us(t_sh),
+            "single_us": median_us(t_si),
+            "ratio_sharded_over_single": round(statistics.median(t_sh) / statistics.median(t_si), 3),
             "traces": z.trace_count,
         }
         del buf, one, owners, refs, z, single
@@ -328,9 +357,15 @@ def check_routed_one_gpu(per_shard: int = 25_000, shards: int = 4) -> dict[str, 
     jax_equal = bool(torch.equal(owner, ref))
     del buf, owner, ref
     torch.cuda.empty_cache()
-    return {"shards_on_one_gpu": shards, "blocks_per_shard": per_shard, "torch_equal_per_shard": equal,
-            "torch_bad_id_flagged": flagged, "torch_graph_replays": len(replays), "jax_persistent_equal": jax_equal,
-            "jax_persistent_programs": pz.programs}
+    return {
+        "shards_on_one_gpu": shards,
+        "blocks_per_shard": per_shard,
+        "torch_equal_per_shard": equal,
+        "torch_bad_id_flagged": flagged,
+        "torch_graph_replays": len(replays),
+        "jax_persistent_equal": jax_equal,
+        "jax_persistent_programs": pz.programs,
+    }
 
 
 def main() -> int:
@@ -343,10 +378,19 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     ngpu = torch.cuda.device_count()
     if ngpu == 0:
-        print("no CUDA device: this script is for GPU machines (CPU tests: tests/test_sharded_*.py)", file=sys.stderr)
+        print(
+            "no CUDA device: this script is for GPU machines (CPU tests: tests/test_sharded_*.py)",
+            file=sys.stderr,
+        )
         return 2
     t0 = time.time()
-    res: dict[str, Any] = {"gpus": ngpu, "blocks_per_gpu": args.blocks, "preset": "dsv4", "batch_per_gpu": BATCH, "torch": torch.__version__}
+    res: dict[str, Any] = {
+        "gpus": ngpu,
+        "blocks_per_gpu": args.blocks,
+        "preset": "dsv4",
+        "batch_per_gpu": BATCH,
+        "torch": torch.__version__,
+    }
     if not args.skip_torch:
         res["torch_path"] = run_torch(ngpu, args.blocks, args.out)
     if not args.skip_jax:
@@ -360,13 +404,48 @@ def main() -> int:
         for mode in MODES:
             m = r[mode]
             ok &= m["equal_to_torch_reference"] and m["bad_ids_flagged"]
-            rows.append(("torch", mode, f"rank {r['rank']} events", m["equal_to_torch_reference"], m["sharded_us"], m["single_us"], m["ratio_sharded_over_single"]))
-            rows.append(("torch", mode, f"rank {r['rank']} queued", m["equal_to_torch_reference"], m["queued_sharded_us"], m["queued_single_us"], m["queued_ratio"]))
+            rows.append(
+                (
+                    "torch",
+                    mode,
+                    f"rank {r['rank']} events",
+                    m["equal_to_torch_reference"],
+                    m["sharded_us"],
+                    m["single_us"],
+                    m["ratio_sharded_over_single"],
+                )
+            )
+            rows.append(
+                (
+                    "torch",
+                    mode,
+                    f"rank {r['rank']} queued",
+                    m["equal_to_torch_reference"],
+                    m["queued_sharded_us"],
+                    m["queued_single_us"],
+                    m["queued_ratio"],
+                )
+            )
     if "jax_path" in res:
         for mode in MODES:
             m = res["jax_path"][mode]
-            ok &= all(m["equal_to_torch_reference_per_gpu"]) and m["in_place_same_pointers"] and m["sharding_kept"] and m["bad_ids_flagged"]
-            rows.append(("jax", mode, f"{ngpu}-GPU queued", all(m["equal_to_torch_reference_per_gpu"]), m["sharded_us"], m["single_us"], m["ratio_sharded_over_single"]))
+            ok &= (
+                all(m["equal_to_torch_reference_per_gpu"])
+                and m["in_place_same_pointers"]
+                and m["sharding_kept"]
+                and m["bad_ids_flagged"]
+            )
+            rows.append(
+                (
+                    "jax",
+                    mode,
+                    f"{ngpu}-GPU queued",
+                    all(m["equal_to_torch_reference_per_gpu"]),
+                    m["sharded_us"],
+                    m["single_us"],
+                    m["ratio_sharded_over_single"],
+                )
+            )
     if "routed_one_gpu" in res:
         r1 = res["routed_one_gpu"]
         ok &= all(r1["torch_equal_per_shard"]) and r1["torch_bad_id_flagged"] and r1["jax_persistent_equal"]
@@ -374,15 +453,25 @@ def main() -> int:
     with open(os.path.join(args.out, "gpu_sharded.json"), "w") as f:
         json.dump(res, f, indent=1)
     print(json.dumps(res, indent=1))
-    print(f"\nsharded zeroing, dsv4, {args.blocks} blocks per GPU, {ngpu} GPU(s); timed: one batch of {BATCH} blocks per GPU (median)")
-    print(f"{'path':6} {'mode':14} {'timing':15} {'equal':6} {'sharded us':>11} {'single us':>10} {'ratio':>6}")
+    print(
+        f"\nsharded zeroing, dsv4, {args.blocks} blocks per GPU, {ngpu} GPU(s); "
+        f"timed: one batch of {BATCH} blocks per GPU (median)"
+    )
+    print(
+        f"{'path':6} {'mode':14} {'timing':15} {'equal':6} {'sharded us':>11} {'single us':>10} {'ratio':>6}"
+    )
     for p, mode, where, eq, sh, si, ratio in rows:
         print(f"{p:6} {mode:14} {where:15} {eq!s:6} {sh:11.1f} {si:10.1f} {ratio:6.3f}")
     if "routed_one_gpu" in res:
         r1 = res["routed_one_gpu"]
-        print(f"routed device ids, {r1['shards_on_one_gpu']} shards on one GPU: torch equal per shard {r1['torch_equal_per_shard']} "
-              f"(incl. {r1['torch_graph_replays']} CUDA-graph replays), bad id flagged {r1['torch_bad_id_flagged']}; "
-              f"JAX persistent kernel ({r1['jax_persistent_programs']} programs) equal {r1['jax_persistent_equal']}")
+        print(
+            f"routed device ids, {r1['shards_on_one_gpu']} shards on one GPU: "
+            f"torch equal per shard {r1['torch_equal_per_shard']} "
+            f"(incl. {r1['torch_graph_replays']} CUDA-graph replays), "
+            f"bad id flagged {r1['torch_bad_id_flagged']}; "
+            f"JAX persistent kernel ({r1['jax_persistent_programs']} programs) "
+            f"equal {r1['jax_persistent_equal']}"
+        )
     print("ALL OK" if ok else "FAILURES")
     return 0 if ok else 1
 

@@ -33,16 +33,29 @@ def test_plan_check_zero_presets(capsys: pytest.CaptureFixture[str], name: str) 
     rc, out, _ = run(capsys, "check", "--preset", name)
     assert rc == 0 and "SAFE" in out
     n = K.preset(name).num_blocks
-    rc, out, _ = run(capsys, "zero", "--preset", name, "--blocks", f"0,1,{n - 1}", "--backend", "reference", "--json")
+    rc, out, _ = run(
+        capsys, "zero", "--preset", name, "--blocks", f"0,1,{n - 1}", "--backend", "reference", "--json"
+    )
     assert rc == 0
     rep = json.loads(out)
-    assert set(rep) == {"version", "backend", "mode", "total_bytes", "block_ids", "matches_contract", "zeroed", "zeroed_bytes"}
+    assert set(rep) == {
+        "version",
+        "backend",
+        "mode",
+        "total_bytes",
+        "block_ids",
+        "matches_contract",
+        "zeroed",
+        "zeroed_bytes",
+    }
     assert rep["matches_contract"] is True and rep["backend"] == "reference" and rep["mode"] == "native"
     assert rep["zeroed"] == K.expected_zeroed(K.plan(K.preset(name)), [0, 1, n - 1]).tolist()
 
 
 def test_zero_report_dsv4_test(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capsys, "zero", "--preset", "dsv4-test", "--blocks", "0,5,99", "--json", "--backend", "reference")
+    rc, out, _ = run(
+        capsys, "zero", "--preset", "dsv4-test", "--blocks", "0,5,99", "--json", "--backend", "reference"
+    )
     rep = json.loads(out)
     assert rc == 0
     assert rep["block_ids"] == [0, 5, 99]
@@ -72,7 +85,10 @@ def test_spec_file_and_table_file(tmp_path: Path, capsys: pytest.CaptureFixture[
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["zero", "--preset", "dsv4-test", "--blocks", "0,100", "--backend", "reference"], "block 100 outside [0, 100)"),
+        (
+            ["zero", "--preset", "dsv4-test", "--blocks", "0,100", "--backend", "reference"],
+            "block 100 outside [0, 100)",
+        ),
         (["zero", "--preset", "dsv4-test", "--blocks", "0,x"], "'x'"),
         (["zero", "--preset", "dsv4-test", "--blocks", "0", "--backend", "nope"], "Invalid value 'nope'"),
         (["plan", "/nonexistent.json"], "/nonexistent.json"),
@@ -105,24 +121,59 @@ def test_env_var_unknown_backend(monkeypatch: pytest.MonkeyPatch, capsys: pytest
 
 
 def test_python_m_and_console_script() -> None:
-    r = subprocess.run([sys.executable, "-m", "kvlayout", "check", "--preset", "dsv4-test"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "kvlayout", "check", "--preset", "dsv4-test"], capture_output=True, text=True
+    )
     assert r.returncode == 0 and "SAFE" in r.stdout
 
 
 def test_import_is_light() -> None:
-    code = "import sys, kvlayout; kvlayout.plan(kvlayout.preset('dsv4')); print(sorted(m for m in ('torch','jax','triton') if m in sys.modules))"
+    code = (
+        "import sys, kvlayout; kvlayout.plan(kvlayout.preset('dsv4')); "
+        "print(sorted(m for m in ('torch','jax','triton') if m in sys.modules))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"
 
 
 def test_shard_routes_and_proves(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capsys, "shard", "--preset", "dsv4-test", "--mesh", "dp=2,tp=4", "--block-axes", "dp", "--head-axes", "tp", "--blocks", "0,5,50,99")
+    rc, out, _ = run(
+        capsys,
+        "shard",
+        "--preset",
+        "dsv4-test",
+        "--mesh",
+        "dp=2,tp=4",
+        "--block-axes",
+        "dp",
+        "--head-axes",
+        "tp",
+        "--blocks",
+        "0,5,50,99",
+    )
     assert rc == 0, out
     assert "block_sharded" in out and "SAFE" in out and "matches the contract" in out
     assert "shard 4 (dp=1, tp=0; bytes [29952000, 37440000)): local ids [0, 49]" in out
-    rc, out, _ = run(capsys, "shard", "--preset", "llama-8b", "--mesh", "tp=4", "--head-axes", "tp", "--blocks", "1-3", "--json")
+    rc, out, _ = run(
+        capsys,
+        "shard",
+        "--preset",
+        "llama-8b",
+        "--mesh",
+        "tp=4",
+        "--head-axes",
+        "tp",
+        "--blocks",
+        "1-3",
+        "--json",
+    )
     rep = json.loads(out)
-    assert rc == 0 and rep["mode"] == "replicated" and rep["local_ids"] == [[1, 2, 3]] * 4 and rep["matches_contract"]
+    assert (
+        rc == 0
+        and rep["mode"] == "replicated"
+        and rep["local_ids"] == [[1, 2, 3]] * 4
+        and rep["matches_contract"]
+    )
     assert rep["local_total_bytes"] * 4 == K.plan(K.preset("llama-8b")).total_bytes
 
 
@@ -131,7 +182,10 @@ def test_shard_routes_and_proves(capsys: pytest.CaptureFixture[str]) -> None:
     [
         (["--mesh", "dp2"], "--mesh item 'dp2'"),
         ([], "--mesh is required"),
-        (["--mesh", "tp=3", "--head-axes", "tp"], "num_kv_heads = 8: not divisible by mesh axis 'tp' of size 3"),
+        (
+            ["--mesh", "tp=3", "--head-axes", "tp"],
+            "num_kv_heads = 8: not divisible by mesh axis 'tp' of size 3",
+        ),
         (["--mesh", "dp=2", "--block-axes", "dp", "--blocks", "0,64"], "block 64 outside [0, 64)"),
         (["--mesh", "dp=2", "--block-axes", "x"], "'x' is not a mesh axis"),
     ],

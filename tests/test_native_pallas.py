@@ -259,10 +259,21 @@ def test_triton_every_shape_host_device_and_bad_ids() -> None:
 
 def test_triton_per_group_overlaid_and_odd_shapes() -> None:
     """Odd page axes: boxes overlap at the end of an axis (zeros twice, never outside)."""
-    shapes = {"odd": ((5, 3, 7, 20), "float32"), "slot": ((5, 6, 2, 128), "bfloat16"),
-              "other": ((5, 12), "int32")}
-    run(list(shapes), [[4, 0], (2, 2)], shapes=shapes, groups=[("a", "b"), "a", "b"], group="b",
-        kernel="triton", interpret=True, box_elements=64)
+    shapes = {
+        "odd": ((5, 3, 7, 20), "float32"),
+        "slot": ((5, 6, 2, 128), "bfloat16"),
+        "other": ((5, 12), "int32"),
+    }
+    run(
+        list(shapes),
+        [[4, 0], (2, 2)],
+        shapes=shapes,
+        groups=[("a", "b"), "a", "b"],
+        group="b",
+        kernel="triton",
+        interpret=True,
+        box_elements=64,
+    )
 
 
 # ---- NumPy models of both kernels ----------------------------------------------------------------
@@ -385,8 +396,12 @@ def test_mosaic_compiles_aliased_with_no_copy_of_any_leaf() -> None:
 
 def test_eight_device_mesh_cases_in_their_own_process() -> None:
     """tests/native_mesh_cases.py on 8 forced host devices (XLA_FLAGS must be set before JAX starts)."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=9", JAX_PLATFORMS="cpu",
-               TPU_SKIP_MDS_QUERY="1")
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=9",
+        JAX_PLATFORMS="cpu",
+        TPU_SKIP_MDS_QUERY="1",
+    )
     here = os.path.dirname(os.path.abspath(__file__))
     cases = os.path.join(here, "native_mesh_cases.py")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cases]
@@ -433,8 +448,12 @@ def test_zeroer_from_a_spec_names_groups_and_cold_leaves() -> None:
     from kvlayout.native import NativeCacheSpec, NativeLeaf
 
     names = ["attn_bf16", "rank3_i32"]
-    spec = NativeCacheSpec((NativeLeaf("k0", *SHAPES[names[0]], group="full"),
-                            NativeLeaf("state", *SHAPES[names[1]], zeroed=False)))
+    spec = NativeCacheSpec(
+        (
+            NativeLeaf("k0", *SHAPES[names[0]], group="full"),
+            NativeLeaf("state", *SHAPES[names[1]], zeroed=False),
+        )
+    )
     host = host_cache(names)
     caches = [jnp.asarray(a) for a in host]
     z = kp.CacheZeroer(caches, spec=spec)
@@ -453,5 +472,8 @@ def test_rank2_row_groups_full_and_tail() -> None:
     """Rank-2 8/16-bit leaves: ids in whole row groups and in the tail group, neighbours kept."""
     shapes = {"bf16": ((40, 256), "bfloat16"), "u8": ((40, 512), "uint8")}
     plan = nk.plan_tpu(list(shapes.values()))
-    assert [(lp.kind, lp.chunk, lp.groups) for lp in plan.leaves] == [("rmw", 16, (32, 8)), ("rmw", 32, (32, 8))]
+    assert [(lp.kind, lp.chunk, lp.groups) for lp in plan.leaves] == [
+        ("rmw", 16, (32, 8)),
+        ("rmw", 32, (32, 8)),
+    ]
     run(list(shapes), [[3, 17, 33, 39, 0, 31], (32, 16, 15)], shapes=shapes)

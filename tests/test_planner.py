@@ -41,13 +41,18 @@ def test_packed_groups_overlay_and_stride_is_largest_group() -> None:
     a = K.MambaSpec(name="m", state_bytes=400)
     b = K.MLASpec(name="x", block_size=4, head_size=4, dtype="float32")  # 64 B
     c = K.MLASpec(name="y", block_size=4, head_size=8, dtype="float32", alignment=256)  # 128 -> 256
-    spec = K.KVCacheSpec(num_blocks=10, layout="packed", groups=(K.GroupSpec("g1", (a, b)), K.GroupSpec("g2", (c,))))
+    spec = K.KVCacheSpec(
+        num_blocks=10, layout="packed", groups=(K.GroupSpec("g1", (a, b)), K.GroupSpec("g2", (c,)))
+    )
     lay = K.plan_layout(spec)
     assert lay.block_stride == 464
     assert lay.total_bytes == 4640
     t = lay.table()
     # mamba produces no rows; g2's layer starts at offset 0 of the same row
-    assert [(s.layer, s.base, s.stride, s.span) for s in t.segments] == [("x", 400, 464, 64), ("y", 0, 464, 128)]
+    assert [(s.layer, s.base, s.stride, s.span) for s in t.segments] == [
+        ("x", 400, 464, 64),
+        ("y", 0, 464, 128),
+    ]
     assert K.verify(t).ok
 
 
@@ -71,24 +76,35 @@ def test_layer_major_slot_page_is_max_over_groups() -> None:
     small = K.MLASpec(name="s", block_size=4, head_size=4, dtype="float32")  # 64
     big = K.MLASpec(name="b", block_size=4, head_size=8, dtype="float32")  # 128
     tail = K.MambaSpec(name="m", state_bytes=40, alignment=64)
-    spec = K.KVCacheSpec(num_blocks=3, layout="layer_major", groups=(K.GroupSpec("a", (small, tail)), K.GroupSpec("b", (big,))))
+    spec = K.KVCacheSpec(
+        num_blocks=3, layout="layer_major", groups=(K.GroupSpec("a", (small, tail)), K.GroupSpec("b", (big,)))
+    )
     lay = K.plan_layout(spec)
     assert lay.slot_pages == (128, 64)
     assert lay.total_bytes == 128 * 3 + 64 * 3
     t = lay.table()
-    assert [(s.layer, s.base, s.stride, s.span) for s in t.segments] == [("s", 0, 128, 64), ("b", 0, 128, 128)]
+    assert [(s.layer, s.base, s.stride, s.span) for s in t.segments] == [
+        ("s", 0, 128, 64),
+        ("b", 0, 128, 128),
+    ]
     assert K.verify(t).ok
 
 
 def test_virtual_block_splitting_same_bytes() -> None:
-    layer = K.FullAttentionSpec(name="a", block_size=16, num_kv_heads=1, head_size=8, dtype="float32", kv_split=True)
+    layer = K.FullAttentionSpec(
+        name="a", block_size=16, num_kv_heads=1, head_size=8, dtype="float32", kv_split=True
+    )
     whole = K.KVCacheSpec(num_blocks=4, layout="layer_major", groups=(K.GroupSpec("g", (layer,)),))
-    split = K.KVCacheSpec(num_blocks=4, layout="layer_major", groups=(K.GroupSpec("g", (layer,), kernel_block_size=4),))
+    split = K.KVCacheSpec(
+        num_blocks=4, layout="layer_major", groups=(K.GroupSpec("g", (layer,), kernel_block_size=4),)
+    )
     tw, ts = K.plan(whole), K.plan(split)
     assert len(tw) == 2 and len(ts) == 8
     half = layer.real_page // 2
     ks = [s for s in ts.segments if s.part == "k"]
-    assert [(s.base, s.span, s.virtual_index) for s in ks] == [(v * half // 4, half // 4, v) for v in range(4)]
+    assert [(s.base, s.span, s.virtual_index) for s in ks] == [
+        (v * half // 4, half // 4, v) for v in range(4)
+    ]
     assert all(s.stride == half for s in ts.segments)
     assert ts.bytes_per_block == tw.bytes_per_block
     assert ts.coalesced().segments == tw.coalesced().segments
@@ -99,41 +115,63 @@ def test_virtual_block_splitting_same_bytes() -> None:
 def test_virtual_splitting_of_padded_page_rejected() -> None:
     spec = K.preset("dsv4-test")
     g = spec.groups[0]
-    bad = K.KVCacheSpec(num_blocks=4, layout="packed", groups=(K.GroupSpec("mla", g.layers, kernel_block_size=64),))
-    with pytest.raises(SpecError, match=r"kernel_block_size = 64: virtual block splitting needs a dense page.*model.layers.0"):
+    bad = K.KVCacheSpec(
+        num_blocks=4, layout="packed", groups=(K.GroupSpec("mla", g.layers, kernel_block_size=64),)
+    )
+    with pytest.raises(
+        SpecError, match=r"kernel_block_size = 64: virtual block splitting needs a dense page.*model.layers.0"
+    ):
         K.plan(bad)
 
 
 def test_virtual_splitting_part_not_divisible_rejected() -> None:
     layer = K.MLASpec(name="x", block_size=8, head_size=3, dtype="float32")  # 96 B: 4*8 divides it
-    ok = K.KVCacheSpec(num_blocks=2, layout="packed", groups=(K.GroupSpec("g", (layer,), kernel_block_size=1),))
+    ok = K.KVCacheSpec(
+        num_blocks=2, layout="packed", groups=(K.GroupSpec("g", (layer,), kernel_block_size=1),)
+    )
     assert len(K.plan(ok)) == 8
     layer2 = K.MLASpec(name="y", block_size=8, head_size=1, dtype="uint8")  # 8 B
-    bad = K.KVCacheSpec(num_blocks=2, layout="packed", groups=(K.GroupSpec("g", (layer2,), kernel_block_size=1),))
+    bad = K.KVCacheSpec(
+        num_blocks=2, layout="packed", groups=(K.GroupSpec("g", (layer2,), kernel_block_size=1),)
+    )
     with pytest.raises(SpecError, match=r"layer 'y' part 'page' of 8 B is not a multiple of 4\*8"):
         K.plan(bad)
-    bad2 = K.KVCacheSpec(num_blocks=2, layout="packed", groups=(K.GroupSpec("g", (layer2,), kernel_block_size=3),))
+    bad2 = K.KVCacheSpec(
+        num_blocks=2, layout="packed", groups=(K.GroupSpec("g", (layer2,), kernel_block_size=3),)
+    )
     with pytest.raises(SpecError, match=r"kernel_block_size = 3: does not divide block_size 8"):
         K.plan(bad2)
 
 
 def test_kv_split_in_packed_rejected() -> None:
-    layer = K.FullAttentionSpec(name="kv", block_size=4, num_kv_heads=1, head_size=8, dtype="float32", kv_split=True)
-    with pytest.raises(SpecError, match=r"layer 'kv'.kv_split = True: kv_split is an error in the packed layout"):
+    layer = K.FullAttentionSpec(
+        name="kv", block_size=4, num_kv_heads=1, head_size=8, dtype="float32", kv_split=True
+    )
+    with pytest.raises(
+        SpecError, match=r"layer 'kv'.kv_split = True: kv_split is an error in the packed layout"
+    ):
         K.plan(K.KVCacheSpec(num_blocks=2, layout="packed", groups=(K.GroupSpec("g", (layer,)),)))
 
 
 def test_kv_split_half_not_multiple_of_4_rejected() -> None:
-    layer = K.FullAttentionSpec(name="kv", block_size=1, num_kv_heads=1, head_size=3, dtype="float16", kv_split=True)  # 12 B
+    layer = K.FullAttentionSpec(
+        name="kv", block_size=1, num_kv_heads=1, head_size=3, dtype="float16", kv_split=True
+    )  # 12 B
     with pytest.raises(SpecError, match=r"layer 'kv'.kv_split.*multiples of 4"):
         K.plan(K.KVCacheSpec(num_blocks=2, layout="layer_major", groups=(K.GroupSpec("g", (layer,)),)))
 
 
 def test_mixed_kv_split_in_one_slot_rejected() -> None:
-    a = K.FullAttentionSpec(name="a", block_size=4, num_kv_heads=1, head_size=8, dtype="float32", kv_split=True)
+    a = K.FullAttentionSpec(
+        name="a", block_size=4, num_kv_heads=1, head_size=8, dtype="float32", kv_split=True
+    )
     b = K.FullAttentionSpec(name="b", block_size=4, num_kv_heads=1, head_size=8, dtype="float32")
     with pytest.raises(SpecError, match=r"slot 0 must agree on kv_split"):
-        K.plan(K.KVCacheSpec(num_blocks=2, layout="layer_major", groups=(K.GroupSpec("g", (a,)), K.GroupSpec("h", (b,)))))
+        K.plan(
+            K.KVCacheSpec(
+                num_blocks=2, layout="layer_major", groups=(K.GroupSpec("g", (a,)), K.GroupSpec("h", (b,)))
+            )
+        )
 
 
 def test_dsv4_preset_shape() -> None:
@@ -154,7 +192,9 @@ def test_dsv4_preset_shape() -> None:
 def test_padding_of_overlaid_groups_excludes_other_groups_data() -> None:
     a = K.MLASpec(name="a", block_size=4, head_size=4, dtype="float32", alignment=128)  # 64 -> 128
     b = K.MLASpec(name="b", block_size=4, head_size=6, dtype="float32")  # 96, dense
-    t = K.plan(K.KVCacheSpec(num_blocks=3, layout="packed", groups=(K.GroupSpec("g", (a,)), K.GroupSpec("h", (b,)))))
+    t = K.plan(
+        K.KVCacheSpec(num_blocks=3, layout="packed", groups=(K.GroupSpec("g", (a,)), K.GroupSpec("h", (b,))))
+    )
     assert [(p.base, p.span) for p in t.padding] == [(96, 32)]
     assert K.verify(t).ok
 

@@ -19,7 +19,9 @@ def run_reference(table: K.SegmentTable, ids: object) -> K.reference.ZeroCheck:
     assert not (data == 0).any()
     be = K.ReferenceBackend.from_host(table, data, offset=GUARD)
     be.zero(ids)
-    return K.reference.compare_to_contract(data, be.to_host(), table, ids if isinstance(ids, np.ndarray) else list(ids), origin=GUARD)  # type: ignore[call-overload]
+    return K.reference.compare_to_contract(
+        data, be.to_host(), table, ids if isinstance(ids, np.ndarray) else list(ids), origin=GUARD
+    )  # type: ignore[call-overload]
 
 
 @pytest.mark.parametrize("name", sorted(K.PRESETS))
@@ -97,7 +99,9 @@ def test_accepted_id_forms() -> None:
 
 def test_buffer_checks() -> None:
     t = K.plan(K.preset("dsv4-test"))
-    with pytest.raises(LayoutBufferError, match=r"buffer.nbytes = 14975999: smaller than offset 0 \+ total_bytes 14976000"):
+    with pytest.raises(
+        LayoutBufferError, match=r"buffer.nbytes = 14975999: smaller than offset 0 \+ total_bytes 14976000"
+    ):
         K.ReferenceBackend(t, np.zeros(t.total_bytes - 1, np.uint8))
     with pytest.raises(LayoutBufferError, match="numpy.ndarray"):
         K.ReferenceBackend(t, [0] * 10)

@@ -60,11 +60,15 @@ def test_json_round_trip_keeps_input_verbatim() -> None:
 def test_page_sizes_of_each_kind() -> None:
     full = K.FullAttentionSpec(name="a", block_size=16, num_kv_heads=8, head_size=128, dtype="bfloat16")
     assert full.real_page == 2 * 16 * 8 * 128 * 2
-    swa = K.SlidingWindowSpec(name="s", block_size=16, num_kv_heads=1, head_size=64, dtype="float32", window=128)
+    swa = K.SlidingWindowSpec(
+        name="s", block_size=16, num_kv_heads=1, head_size=64, dtype="float32", window=128
+    )
     assert swa.real_page == 2 * 16 * 64 * 4
     idx = K.MLASpec(name="i", block_size=256, head_size=132, dtype="uint8", compress_ratio=4, alignment=576)
     assert (idx.real_page, idx.page) == (8_448, 8_640)
-    c128 = K.MLASpec(name="c", block_size=256, head_size=512, cache_dtype="fp8_ds_mla", compress_ratio=128, alignment=576)
+    c128 = K.MLASpec(
+        name="c", block_size=256, head_size=512, cache_dtype="fp8_ds_mla", compress_ratio=128, alignment=576
+    )
     assert (c128.real_page, c128.page) == (1_168, 1_728)
     tb = K.MLASpec(name="t", block_size=8, head_size=512, dtype="bfloat16", token_bytes=12)
     assert tb.real_page == 96

@@ -55,10 +55,14 @@ class PallasBackend(Backend):
             self.buffer = self._zeroer_for(group)(self.buffer, block_ids)
 
     @classmethod
-    def from_host(cls, table: SegmentTable, data: np.ndarray, *, offset: int = 0, **kwargs: Any) -> PallasBackend:
+    def from_host(
+        cls, table: SegmentTable, data: np.ndarray, *, offset: int = 0, **kwargs: Any
+    ) -> PallasBackend:
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         if raw.size % 4:
-            raise LayoutBufferError(f"host bytes = {raw.size}: must be a multiple of 4", field="buffer.nbytes", value=raw.size)
+            raise LayoutBufferError(
+                f"host bytes = {raw.size}: must be a multiple of 4", field="buffer.nbytes", value=raw.size
+            )
         rows = -(-raw.size // ROW_BYTES)
         padded = np.zeros(rows * ROW_BYTES, np.uint8)
         padded[: raw.size] = raw

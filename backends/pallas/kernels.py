@@ -127,12 +127,14 @@ def _tpu_kernel(
     each_id(wait_full)
 
 
-def tpu_zero_call(
-    plan: RowPlan, n_pad: int, ids_per_step: int, interpret: Any = False
-) -> Any:
+def tpu_zero_call(plan: RowPlan, n_pad: int, ids_per_step: int, interpret: Any = False) -> Any:
     """``f(ids, take, count, buf) -> buf``: the TPU kernel as a pallas_call for ``n_pad`` ids."""
     kernel = partial(
-        _tpu_kernel, period=plan.period, num_blocks=plan.num_blocks, ids_per_step=ids_per_step, has_rmw=not plan.aligned
+        _tpu_kernel,
+        period=plan.period,
+        num_blocks=plan.num_blocks,
+        ids_per_step=ids_per_step,
+        has_rmw=not plan.aligned,
     )
     m = plan.masks.shape[0]
     grid_spec = pltpu.PrefetchScalarGridSpec(
@@ -150,10 +152,19 @@ def tpu_zero_call(
         ],
     )
     # SMEM operands are never empty (Mosaic rejects s32[0]); padding entries are never read.
-    tables = [np.pad(a, (0, 1)) if a.size == 0 else a for a in (
-        plan.full_start, plan.full_row, plan.full_qstride, plan.full_rows,
-        plan.rmw_start, plan.rmw_row, plan.rmw_qstride, plan.rmw_mask,
-    )]
+    tables = [
+        np.pad(a, (0, 1)) if a.size == 0 else a
+        for a in (
+            plan.full_start,
+            plan.full_row,
+            plan.full_qstride,
+            plan.full_rows,
+            plan.rmw_start,
+            plan.rmw_row,
+            plan.rmw_qstride,
+            plan.rmw_mask,
+        )
+    ]
     masks = plan.masks  # NumPy: turned into constants inside each trace (no leaked tracers)
 
     def f(ids: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:
@@ -342,10 +353,16 @@ def triton_zero_call(
     check_triton_int32(units64, table, total_rows, chunk_rows)
     units = units64.astype(np.int32)
     if programs is None:
-        kernel = partial(_triton_kernel, num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows)
+        kernel = partial(
+            _triton_kernel, num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows
+        )
     else:
         kernel = partial(
-            _triton_persistent_kernel, num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows, num_units=units.shape[0]
+            _triton_persistent_kernel,
+            num_blocks=table.num_blocks,
+            chunk_rows=chunk_rows,
+            total_rows=total_rows,
+            num_units=units.shape[0],
         )
 
     def f(ids: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:

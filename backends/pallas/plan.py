@@ -116,7 +116,11 @@ def plan_rows(table: SegmentTable, offset: int = 0, tile_rows: int = 64) -> RowP
     last_word = max((b + (table.num_blocks - 1) * st + sp for b, st, sp in words), default=0)
     rows_needed = -(-max(last_word, (offset + table.total_bytes) // 4) // LANES)
     if rows_needed > INT32_MAX:
-        raise TableError(f"buffer of {rows_needed} rows exceeds int32 row offsets", field="table.total_bytes", value=table.total_bytes)
+        raise TableError(
+            f"buffer of {rows_needed} rows exceeds int32 row offsets",
+            field="table.total_bytes",
+            value=table.total_bytes,
+        )
 
     def csr(items: list[list[tuple[int, int, int]]]) -> tuple[np.ndarray, ...]:
         start = np.zeros(period + 1, np.int32)

@@ -38,11 +38,16 @@ DEFAULT_SMS = 132
 
 def _check_mesh(layout: ShardedLayout, mesh: Mesh) -> None:
     if not isinstance(mesh, Mesh):
-        raise LayoutBufferError(f"mesh type = {type(mesh).__name__}: must be a jax.sharding.Mesh", field="mesh", value=type(mesh).__name__)
+        raise LayoutBufferError(
+            f"mesh type = {type(mesh).__name__}: must be a jax.sharding.Mesh",
+            field="mesh",
+            value=type(mesh).__name__,
+        )
     got = tuple((str(a), int(mesh.shape[a])) for a in mesh.axis_names)
     if got != layout.mesh_axes:
         raise LayoutBufferError(
-            f"mesh axes = {dict(got)}: the layout was planned for {dict(layout.mesh_axes)} (same names, sizes and order)",
+            f"mesh axes = {dict(got)}: the layout was planned for {dict(layout.mesh_axes)} "
+            "(same names, sizes and order)",
             field="mesh",
             value=dict(got),
         )
@@ -67,7 +72,11 @@ class ShardedPallasZeroer:
         layout.require_safe()
         _check_mesh(layout, mesh)
         if "offset" in kwargs:
-            raise LayoutBufferError("offset: sharded buffers hold the local layout at row 0 of each shard", field="offset", value=kwargs["offset"])
+            raise LayoutBufferError(
+                "offset: sharded buffers hold the local layout at row 0 of each shard",
+                field="offset",
+                value=kwargs["offset"],
+            )
         self.layout = layout
         self.mesh = mesh
         self.local = PallasZeroer(layout.local_table, **kwargs)
@@ -78,20 +87,30 @@ class ShardedPallasZeroer:
         self.local_routed = self.local
         if self.local.kernel == "triton" and layout.block_shards > 1 and kwargs.get("programs") is None:
             sms = getattr(mesh.devices.flat[0], "core_count", None) or DEFAULT_SMS
-            self.local_routed = PallasZeroer(layout.local_table, **{**kwargs, "programs": PERSISTENT_PROGRAMS_PER_SM * int(sms)})
+            self.local_routed = PallasZeroer(
+                layout.local_table, **{**kwargs, "programs": PERSISTENT_PROGRAMS_PER_SM * int(sms)}
+            )
         self.shard_rows = layout.shard_bytes // ROW_BYTES
         self.spec = P(layout.shard_axes or None, None)
         self.sharding = NamedSharding(mesh, self.spec)
         self.ids_sharding = NamedSharding(mesh, P())
         self._check_interpret_mesh()
         self._step = jax.shard_map(
-            self._shard_step, mesh=mesh, in_specs=(self.spec, P()), out_specs=(self.spec, P()), check_vma=False
+            self._shard_step,
+            mesh=mesh,
+            in_specs=(self.spec, P()),
+            out_specs=(self.spec, P()),
+            check_vma=False,
         )
         self._jitted = jax.jit(self._traced, donate_argnums=0)
         # host ids are routed on the host: each shard gets only its own local ids
         self.routed_sharding = NamedSharding(mesh, P(layout.shard_axes or None))
         self._local_step = jax.shard_map(
-            self._shard_step_local, mesh=mesh, in_specs=(self.spec, P(layout.shard_axes or None)), out_specs=self.spec, check_vma=False
+            self._shard_step_local,
+            mesh=mesh,
+            in_specs=(self.spec, P(layout.shard_axes or None)),
+            out_specs=self.spec,
+            check_vma=False,
         )
         self._jitted_local = jax.jit(self._traced_local, donate_argnums=0)
         self.trace_count = 0
@@ -106,8 +125,9 @@ class ShardedPallasZeroer:
         cpu0 = jax.local_devices(backend="cpu")[0]
         if cpu0 in set(self.mesh.devices.flat):
             raise BackendError(
-                "pallas TPU interpret mode under shard_map deadlocks when the mesh includes cpu:0 (the interpreter's "
-                "callbacks stage their operands there): build the mesh from jax.devices()[1:] (force one more host device), "
+                "pallas TPU interpret mode under shard_map deadlocks when the mesh includes cpu:0 "
+                "(the interpreter's callbacks stage their operands there): build the mesh from "
+                "jax.devices()[1:] (force one more host device), "
                 "or pass kernel='triton' (plain Pallas interpret)",
                 field="mesh",
                 value=str(cpu0),
@@ -125,26 +145,35 @@ class ShardedPallasZeroer:
 
     def _check_buffer(self, buf: Any) -> None:
         if not isinstance(buf, jax.Array):
-            raise LayoutBufferError(f"buffer type = {type(buf).__name__}: must be a jax.Array", field="buffer", value=type(buf).__name__)
+            raise LayoutBufferError(
+                f"buffer type = {type(buf).__name__}: must be a jax.Array",
+                field="buffer",
+                value=type(buf).__name__,
+            )
         if buf.dtype != jnp.int32:
-            raise LayoutBufferError(f"buffer dtype = {buf.dtype}: must be int32", field="buffer.dtype", value=str(buf.dtype))
+            raise LayoutBufferError(
+                f"buffer dtype = {buf.dtype}: must be int32", field="buffer.dtype", value=str(buf.dtype)
+            )
         if tuple(buf.shape) != self.buffer_shape:
             raise LayoutBufferError(
-                f"buffer shape = {tuple(buf.shape)}: must be {self.buffer_shape} ({self.layout.num_shards} shards x {self.shard_rows} rows)",
+                f"buffer shape = {tuple(buf.shape)}: must be {self.buffer_shape} "
+                f"({self.layout.num_shards} shards x {self.shard_rows} rows)",
                 field="buffer.shape",
                 value=tuple(buf.shape),
             )
         sh = getattr(buf, "sharding", None)
         if not isinstance(sh, jax.sharding.Sharding) or not sh.is_equivalent_to(self.sharding, 2):
             raise LayoutBufferError(
-                f"buffer sharding = {sh}: must be {self.sharding} (use make_buffer or jax.device_put(buf, zeroer.sharding))",
+                f"buffer sharding = {sh}: must be {self.sharding} "
+                "(use make_buffer or jax.device_put(buf, zeroer.sharding))",
                 field="buffer.sharding",
                 value=str(sh),
             )
 
     # ---- the per-shard step --------------------------------------------------------------
     def _shard_step(self, buf: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Inside shard_map: ``buf`` int32 ``[shard_rows, 128]`` (this shard), ``ids`` int32 ``[n]`` (global)."""
+        """Inside shard_map: ``buf`` int32 ``[shard_rows, 128]`` (this shard), ``ids`` int32 ``[n]``
+        (global)."""
         lay = self.layout
         nbad = jnp.sum((ids < 0) | (ids >= lay.num_blocks)).astype(jnp.int32)
         if ids.shape[0] == 0:
@@ -233,7 +262,9 @@ class ShardedPallasZeroer:
             raw = np.ascontiguousarray(gathered).reshape(-1).view(np.uint8)
             if raw.size != self.layout.gathered_bytes:
                 raise LayoutBufferError(
-                    f"gathered bytes = {raw.size}: must be {self.layout.gathered_bytes}", field="buffer.nbytes", value=raw.size
+                    f"gathered bytes = {raw.size}: must be {self.layout.gathered_bytes}",
+                    field="buffer.nbytes",
+                    value=raw.size,
                 )
             host = raw.view(np.int32).reshape(rows, LANES)
         return jax.make_array_from_callback(self.buffer_shape, self.sharding, lambda idx: host[idx])

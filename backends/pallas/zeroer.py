@@ -91,7 +91,11 @@ def ids_in_range(ids: jax.Array, limit: int) -> tuple[jax.Array, jax.Array]:
 def check_id_array(ids: Any) -> None:
     """Device ids must be a 1-D integer array (values are checked in the kernel)."""
     if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
-        raise BlockIdError(f"block_ids: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}", field="block_ids", value=str(ids.dtype))
+        raise BlockIdError(
+            f"block_ids: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}",
+            field="block_ids",
+            value=str(ids.dtype),
+        )
 
 
 def bucket_ids(host: np.ndarray) -> np.ndarray:
@@ -132,7 +136,11 @@ class BadIdCount:
             return
         count = int(err)
         if count:
-            raise BlockIdError(f"device block_ids: {count} ids outside [0, {num_blocks}); {consequence}", field="block_ids", value=count)
+            raise BlockIdError(
+                f"device block_ids: {count} ids outside [0, {num_blocks}); {consequence}",
+                field="block_ids",
+                value=count,
+            )
 
 
 #: TPU interpret mode keeps its simulated memory in process-wide state set up and torn down
@@ -241,14 +249,27 @@ class PallasZeroer:
 
     def _check_buffer(self, buf: Any) -> None:
         if not isinstance(buf, jax.Array):
-            raise LayoutBufferError(f"buffer type = {type(buf).__name__}: must be a jax.Array", field="buffer", value=type(buf).__name__)
+            raise LayoutBufferError(
+                f"buffer type = {type(buf).__name__}: must be a jax.Array",
+                field="buffer",
+                value=type(buf).__name__,
+            )
         if buf.dtype != jnp.int32:
-            raise LayoutBufferError(f"buffer dtype = {buf.dtype}: must be int32 (view other dtypes as int32 rows)", field="buffer.dtype", value=str(buf.dtype))
+            raise LayoutBufferError(
+                f"buffer dtype = {buf.dtype}: must be int32 (view other dtypes as int32 rows)",
+                field="buffer.dtype",
+                value=str(buf.dtype),
+            )
         if buf.ndim != 2 or buf.shape[1] != LANES:
-            raise LayoutBufferError(f"buffer shape = {tuple(buf.shape)}: must be (rows, 128)", field="buffer.shape", value=tuple(buf.shape))
+            raise LayoutBufferError(
+                f"buffer shape = {tuple(buf.shape)}: must be (rows, 128)",
+                field="buffer.shape",
+                value=tuple(buf.shape),
+            )
         if buf.shape[0] < self.rows:
             raise LayoutBufferError(
-                f"buffer rows = {buf.shape[0]}: the layout needs {self.rows} rows ({self.rows * ROW_BYTES} B for offset "
+                f"buffer rows = {buf.shape[0]}: the layout needs {self.rows} rows "
+                f"({self.rows * ROW_BYTES} B for offset "
                 f"{self.offset} + total_bytes {self.table.total_bytes})",
                 field="buffer.shape",
                 value=tuple(buf.shape),
