@@ -18,4 +18,4 @@ export JAX_PLATFORMS=cpu TPU_SKIP_MDS_QUERY=1 PYTHONUNBUFFERED=1
 "$VENV/bin/python" -m pytest "$@"
 # The 8-device mesh cases need their host devices fixed before JAX starts: a pytest run of their own.
 XLA_FLAGS="--xla_force_host_platform_device_count=9" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-    tests/mesh_cases.py
+    tests/mesh_cases.py tests/native_mesh_cases.py

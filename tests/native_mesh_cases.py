@@ -1,7 +1,7 @@
 """CacheZeroer on an 8-device CPU mesh (2 x 4), Pallas TPU interpret mode with race detection.
 
-Not collected by the main session: ``tests/test_native_pallas.py`` runs this file in a
-process of its own with ``XLA_FLAGS=--xla_force_host_platform_device_count=9``; the meshes
+Not collected by the main session: ``scripts/test.sh`` runs this file in a pytest run of its
+own with ``XLA_FLAGS=--xla_force_host_platform_device_count=9`` (fewer devices: it fails); the meshes
 use devices 1..8 (TPU interpret mode stages its callbacks on cpu:0, which must stay idle).
 
 Leaves carry tpu-inference-like PartitionSpecs: the page axis over the data-parallel axis
@@ -24,8 +24,8 @@ from kvlayout.sharding import shard_spec
 
 jax = pytest.importorskip("jax")
 if jax.device_count() < 9:
-    why = "needs XLA_FLAGS=--xla_force_host_platform_device_count=9 (run through test_native_pallas.py)"
-    pytest.skip(why, allow_module_level=True)
+    flag = "XLA_FLAGS=--xla_force_host_platform_device_count=9"
+    raise RuntimeError(f"{jax.device_count()} devices: run with {flag} (scripts/test.sh does)")
 
 import jax.numpy as jnp  # noqa: E402
 import kvlayout.backends.pallas as kp  # noqa: E402

@@ -394,23 +394,6 @@ def test_mosaic_compiles_aliased_with_no_copy_of_any_leaf() -> None:
     assert "native [] True" in r.stdout, r.stdout
 
 
-def test_eight_device_mesh_cases_in_their_own_process() -> None:
-    """tests/native_mesh_cases.py on 8 forced host devices (XLA_FLAGS must be set before JAX starts)."""
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=9",
-        JAX_PLATFORMS="cpu",
-        TPU_SKIP_MDS_QUERY="1",
-    )
-    here = os.path.dirname(os.path.abspath(__file__))
-    cases = os.path.join(here, "native_mesh_cases.py")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cases]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=os.path.dirname(here))
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-6000:]
-    assert "9 passed" in out and "skipped" not in out, out[-2000:]
-
-
 def test_triton_kernel_lowers_for_cuda_on_the_cpu() -> None:
     """The GPU path's real lowering (Pallas -> Triton IR) runs without a GPU through jax.export
     for ``cuda``: one Triton call over every leaf, each leaf aliased, grid (ids, units)."""
