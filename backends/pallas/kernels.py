@@ -136,21 +136,6 @@ def tpu_zero_call(plan: RowPlan, n_pad: int, ids_per_step: int, interpret: Any =
         ids_per_step=ids_per_step,
         has_rmw=not plan.aligned,
     )
-    m = plan.masks.shape[0]
-    grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=11,
-        grid=(n_pad // ids_per_step,),
-        in_specs=[
-            pl.BlockSpec((m, LANES), lambda i, *_: (0, 0)),
-            pl.BlockSpec(memory_space=pl.ANY),
-        ],
-        out_specs=pl.BlockSpec(memory_space=pl.ANY),
-        scratch_shapes=[
-            pltpu.VMEM((plan.tile_rows, LANES), jnp.int32),
-            pltpu.VMEM((1, LANES), jnp.int32),
-            pltpu.SemaphoreType.DMA((2,)),
-        ],
-    )
     # SMEM operands are never empty (Mosaic rejects s32[0]); padding entries are never read.
     tables = [
         np.pad(a, (0, 1)) if a.size == 0 else a
@@ -165,6 +150,24 @@ def tpu_zero_call(plan: RowPlan, n_pad: int, ids_per_step: int, interpret: Any =
             plan.rmw_mask,
         )
     ]
+    m = plan.masks.shape[0]
+    # operands: the scalar-prefetched (ids, take, count, *tables), then masks and the buffer
+    num_scalars = 3 + len(tables)
+    buf_index = num_scalars + 1
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=num_scalars,
+        grid=(n_pad // ids_per_step,),
+        in_specs=[
+            pl.BlockSpec((m, LANES), lambda i, *_: (0, 0)),
+            pl.BlockSpec(memory_space=pl.ANY),
+        ],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[
+            pltpu.VMEM((plan.tile_rows, LANES), jnp.int32),
+            pltpu.VMEM((1, LANES), jnp.int32),
+            pltpu.SemaphoreType.DMA((2,)),
+        ],
+    )
     masks = plan.masks  # NumPy: turned into constants inside each trace (no leaked tracers)
 
     def f(ids: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:
@@ -172,11 +175,12 @@ def tpu_zero_call(plan: RowPlan, n_pad: int, ids_per_step: int, interpret: Any =
             kernel,
             grid_spec=grid_spec,
             out_shape=jax.ShapeDtypeStruct(buf.shape, buf.dtype),
-            input_output_aliases={12: 0},
+            input_output_aliases={buf_index: 0},
             compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
             interpret=interpret,
         )
-        return call(ids, take, count, *[jnp.asarray(t) for t in tables], jnp.asarray(masks), buf)
+        operands = (ids, take, count, *[jnp.asarray(t) for t in tables], jnp.asarray(masks), buf)
+        return call(*operands)
 
     return f
 
@@ -378,16 +382,17 @@ def triton_zero_call(
                 value=ids.shape[0],
             )
         grid = (ids.shape[0], units.shape[0]) if programs is None else (max(1, min(programs, items)),)
+        operands = (ids, take, count, jnp.asarray(units), buf)  # the buffer last, aliased to the output
         call = pl.pallas_call(
             kernel,
             grid=grid,
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 5,
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * len(operands),
             out_specs=pl.BlockSpec(memory_space=pl.ANY),
             out_shape=jax.ShapeDtypeStruct(buf.shape, buf.dtype),
-            input_output_aliases={4: 0},
+            input_output_aliases={len(operands) - 1: 0},
             compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=1),
             interpret=interpret,
         )
-        return call(ids, take, count, jnp.asarray(units), buf)
+        return call(*operands)
 
     return f
