@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -24,15 +24,12 @@ import torch
 
 import kvlayout as K
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import median_s  # noqa: E402  (bench/ holds the one timing helper)
+
 
 def _median_us(fn: Callable[[], Any], n: int) -> float:
-    fn()
-    times = []
-    for _ in range(n):
-        s = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - s)
-    return round(statistics.median(times) * 1e6, 2)
+    return round(median_s(fn, n) * 1e6, 2)
 
 
 def host_path(batches: list[int], num_blocks: int = 100_000) -> list[dict[str, Any]]:
