@@ -766,7 +766,7 @@ class CudaZeroer:
         one_shot = self.small_batch and items <= self.max_programs and num_ids <= MAX_GRID_Y
         grid = (dp.plan.units_per_block, num_ids) if one_shot else (programs,)
         with launch_guard():
-            self.last_compiled = zero_units_kernel[grid](
+            zero_units_kernel[grid](
                 self.words if words is None else words,
                 dev_ids,
                 dp.base,

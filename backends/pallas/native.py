@@ -131,11 +131,10 @@ class CacheZeroer:
             self._init_mesh(mesh, leaves, partition_specs)
         elif partition_specs is not None:
             raise bad_value(LayoutBufferError, "partition_specs", partition_specs, "needs a mesh")
-        self.trace_count = 0
         self._lock = threading.Lock()
         self._calls: dict[tuple[Any, ...], Any] = {}
         self._bad = BadIdCount()
-        self._jitted = jax.jit(self._traced, donate_argnums=0, static_argnames="group")
+        self._jitted = jax.jit(self.apply, donate_argnums=0, static_argnames="group")
 
     def _check_spec(self, spec: Any, groups: Any) -> NativeCacheSpec:
         """A given spec must describe exactly these leaves (shape and dtype, in pytree order)."""
@@ -345,10 +344,6 @@ class CacheZeroer:
         for i, v in zip(sel, new):
             out[i] = v
         return self.treedef.unflatten(out), bad
-
-    def _traced(self, caches: Any, ids: jax.Array, group: str | None = None) -> tuple[Any, jax.Array]:
-        self.trace_count += 1
-        return self.apply(caches, ids, group)
 
     # ---- per step -------------------------------------------------------------------------
     def __call__(self, caches: Any, block_ids: Any, group: str | None = None) -> Any:

@@ -102,7 +102,7 @@ class ShardedPallasZeroer:
             out_specs=(self.spec, P()),
             check_vma=False,
         )
-        self._jitted = jax.jit(self._traced, donate_argnums=0)
+        self._jitted = jax.jit(self.apply, donate_argnums=0)
         # host ids are routed on the host: each shard gets only its own local ids
         self.routed_sharding = NamedSharding(mesh, P(layout.shard_axes or None))
         self._local_step = jax.shard_map(
@@ -112,8 +112,7 @@ class ShardedPallasZeroer:
             out_specs=self.spec,
             check_vma=False,
         )
-        self._jitted_local = jax.jit(self._traced_local, donate_argnums=0)
-        self.trace_count = 0
+        self._jitted_local = jax.jit(self._local_step, donate_argnums=0)
         self._bad = BadIdCount()
 
     def _check_interpret_mesh(self) -> None:
@@ -191,10 +190,6 @@ class ShardedPallasZeroer:
         keep = local >= 0
         return self.local.apply_masked(buf, jnp.where(keep, local, 0), keep)
 
-    def _traced_local(self, buf: jax.Array, local: jax.Array) -> jax.Array:
-        self.trace_count += 1
-        return self._local_step(buf, local)
-
     def route_host(self, block_ids: Any) -> jax.Array | None:
         """Validated host ids -> int32 ``[num_shards * bucket]`` of local ids sharded like the buffer.
 
@@ -218,10 +213,6 @@ class ShardedPallasZeroer:
         ids32, ok = ids_in_range(ids, self.layout.num_blocks)  # no wide id wraps into the pool
         out, bad = self._step(buf, jnp.where(ok, ids32, -1))
         return out, bad
-
-    def _traced(self, buf: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
-        self.trace_count += 1
-        return self.apply(buf, ids)
 
     def __call__(self, buf: jax.Array, block_ids: Any) -> jax.Array:
         """Zero global ``block_ids`` in the sharded ``buf`` (donated); returns the buffer."""

@@ -231,10 +231,9 @@ class PallasZeroer:
             chunk = effective_chunk_rows(self.rows, self.chunk_rows)
             units = triton_units(self.kernel_table, offset, chunk)
             check_triton_int32(units, self.kernel_table, self.rows, chunk)
-        self.trace_count = 0
         self._lock = threading.Lock()
         self._calls: dict[tuple[int, int], Any] = {}
-        self._jitted = jax.jit(self._apply, donate_argnums=0)
+        self._jitted = jax.jit(self.apply, donate_argnums=0)
         self._bad = BadIdCount()
 
     # ---- description --------------------------------------------------------------------
@@ -327,10 +326,6 @@ class PallasZeroer:
             s = jnp.concatenate([s, jnp.zeros((n_pad - n,), jnp.int32)])
             take = jnp.concatenate([take, jnp.zeros((n_pad - n,), jnp.int32)])
         return self._call_for(n_pad, buf.shape[0])(s, take, count, buf)
-
-    def _apply(self, buf: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
-        self.trace_count += 1
-        return self.apply(buf, ids)
 
     # ---- per step -------------------------------------------------------------------------
     def __call__(self, buf: jax.Array, block_ids: Any) -> jax.Array:
