@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -50,7 +49,7 @@ import kvlayout as K
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_host_path import host_path  # noqa: E402
-from timing import interleaved_us, queued_us  # noqa: E402
+from timing import cuda_graph_us, interleaved_us, queued_us  # noqa: E402
 
 ROT = 8
 #: applies chained in the long jitted step of the Pallas measurement (the slope is over 1 .. K_HI)
@@ -118,31 +117,9 @@ class Vllm033:
         self.launch(host.to(self.device, non_blocking=True))
 
 
-def graph_us(fns: list[Callable[[], None]], calls: int = 16, replays: int = 15) -> float:
-    """Median microseconds per call replayed from one CUDA graph of ``calls`` calls (cycling ``fns``)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for fn in fns[:2]:
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for j in range(calls):
-            fns[j % len(fns)]()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    del g
-    return round(statistics.median(times), 2)
+def graph_us(fns: list[Callable[[], None]]) -> float:
+    """Median microseconds per call replayed from one CUDA graph of 16 calls cycling ``fns``."""
+    return cuda_graph_us(lambda i: fns[i % len(fns)]())
 
 
 def equal_bytes(table: K.SegmentTable, buf: torch.Tensor, ids: list[int], v: Vllm033) -> dict[str, bool]:
@@ -195,19 +172,17 @@ def pallas_in_jit(table: K.SegmentTable, batch: int, reps: int = 15) -> dict[str
         return jax.jit(step, donate_argnums=0)
 
     out: dict[str, float] = {}
+    state = {"buf": buf}
+    del buf  # donated: the state holds the live buffer
     for k in (1, K_HI):
         f = make(k)
-        buf, _ = f(buf, ids)
-        buf.block_until_ready()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            buf, _ = f(buf, ids)
-            buf.block_until_ready()
-            times.append((time.perf_counter() - t0) * 1e6)
-        out[f"k{k}_us"] = round(statistics.median(times), 2)
+
+        def call(f: Any = f) -> None:
+            state["buf"], _ = f(state["buf"], ids)
+
+        # one synchronous step per round: the step's wall time, dispatch included
+        out[f"k{k}_us"] = queued_us(call, lambda: state["buf"].block_until_ready(), rounds=reps, calls=1)
     out["per_zero_us"] = round((out[f"k{K_HI}_us"] - out["k1_us"]) / (K_HI - 1), 2)
-    del buf
     return out
 
 

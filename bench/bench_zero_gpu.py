@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import kvlayout.backends.cuda as kc
 import numpy as np
@@ -33,6 +33,9 @@ import triton
 import triton.language as tl
 
 import kvlayout as K
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import counted, cuda_events_us, cuda_graph_us, queued_us  # noqa: E402  (bench/: one timing helper)
 
 ROT = 16
 BATCHES = (1, 16, 256, 4096, 16384)
@@ -55,46 +58,6 @@ def vllm_style_kernel(buf_ptr, ids_ptr, base_ptr, stride_ptr, span_ptr, CHUNK: t
 @triton.jit
 def empty_kernel(x_ptr):
     pass
-
-
-def time_calls(fn: Callable[[int], object], reps: int, warmup: int = 5) -> float:
-    """Median microseconds of ``fn(i)`` between CUDA events, calls issued back to back."""
-    for i in range(warmup):
-        fn(i)
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn(i)
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
-
-
-def time_graph(fn: Callable[[int], object], calls: int = 32, replays: int = 20) -> float:
-    """Median microseconds per call when ``calls`` calls are replayed from one CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(3):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            fn(i)
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return statistics.median(times)
 
 
 def reps_for(nbytes: int) -> int:
@@ -134,19 +97,20 @@ def bench_geometry(
             "rows": len(table),
             "kernel_rows": len(z.kernel_table),
         }
-        res["kvlayout-cuda"] = time_calls(lambda i: z.zero(ids[i % ROT]), reps)
-        res["kvlayout-cuda-host"] = time_calls(lambda i: z.zero(host_ids[i % ROT]), reps)
+        res["kvlayout-cuda"] = cuda_events_us(lambda i: z.zero(ids[i % ROT]), reps)
+        res["kvlayout-cuda-host"] = cuda_events_us(lambda i: z.zero(host_ids[i % ROT]), reps)
         region = buf.numel() - nbytes
         offs = [int(x) // 4096 * 4096 for x in rng.integers(0, max(1, region), ROT)]
-        res["zero_"] = time_calls(lambda i: buf[offs[i % ROT] : offs[i % ROT] + nbytes].zero_(), reps)
+        res["zero_"] = cuda_events_us(lambda i: buf[offs[i % ROT] : offs[i % ROT] + nbytes].zero_(), reps)
         w32 = buf.view(torch.int32)
-        res["zero_i32"] = time_calls(
+        res["zero_i32"] = cuda_events_us(
             lambda i: w32[offs[i % ROT] // 4 : (offs[i % ROT] + nbytes) // 4].zero_(), reps
         )
         if batch <= 256:
-            res["kvlayout-cuda-graph"] = time_graph(lambda i: z.zero(ids[i % ROT]))
-            res["empty-launch-graph"] = time_graph(lambda i: empty_kernel[(1,)](words))
-        res["vllm-style"] = time_calls(
+            graph = {"calls": 32, "replays": 20, "warmup": 3}
+            res["kvlayout-cuda-graph"] = cuda_graph_us(lambda i: z.zero(ids[i % ROT]), **graph)
+            res["empty-launch-graph"] = cuda_graph_us(lambda i: empty_kernel[(1,)](words), **graph)
+        res["vllm-style"] = cuda_events_us(
             lambda i: vllm_style_kernel[(batch, len(raw), max_chunks)](
                 words, ids[i % ROT], vb, vs, vsp, CHUNK=1024
             ),
@@ -158,10 +122,12 @@ def bench_geometry(
                 for v in views:
                     v[ids[i % ROT]] = 0
 
-            res["naive-torch"] = time_calls(naive, max(20, reps // 4))
-        res["empty-launch"] = time_calls(lambda i: empty_kernel[(1,)](words), reps)
+            res["naive-torch"] = cuda_events_us(naive, max(20, reps // 4))
+        res["empty-launch"] = cuda_events_us(lambda i: empty_kernel[(1,)](words), reps)
         if pz is not None:
-            res["kvlayout-cuda-wall"] = time_wall(lambda i: z.zero(ids[i % ROT]), reps)
+            res["kvlayout-cuda-wall"] = queued_us(
+                counted(lambda i: z.zero(ids[i % ROT])), torch.cuda.synchronize, max(3, reps // 10), 10
+            )
             res.update(pz(batch, host_ids, reps))
         for k in list(res):
             if k not in ("preset", "batch", "bytes", "rows", "kernel_rows") and not k.startswith("empty"):
@@ -191,6 +157,9 @@ def _pallas_setup(
 
     scatter_d = jax.jit(scatter, donate_argnums=0)
 
+    def sync() -> None:
+        state["buf"].block_until_ready()
+
     def run(batch: int, host_ids: list[np.ndarray], reps: int) -> dict[str, float]:
         out: dict[str, float] = {}
         dev_ids = [jnp.asarray(h.astype(np.int32)) for h in host_ids]
@@ -198,7 +167,7 @@ def _pallas_setup(
         def pallas_call(i: int) -> None:
             state["buf"] = zp(state["buf"], dev_ids[i % ROT])
 
-        out["kvlayout-pallas"] = _time_jax(pallas_call, state, reps)
+        out["kvlayout-pallas"] = queued_us(counted(pallas_call), sync, max(3, reps // 10), 10)
         if batch <= 256:
             idx = [_word_indices(table, h) for h in host_ids]
             rl = [
@@ -209,30 +178,10 @@ def _pallas_setup(
             def scatter_call(i: int) -> None:
                 state["buf"] = scatter_d(state["buf"], *rl[i % ROT])
 
-            out["xla-scatter"] = _time_jax(scatter_call, state, max(20, reps // 4))
+            out["xla-scatter"] = queued_us(counted(scatter_call), sync, max(3, max(20, reps // 4) // 10), 10)
         return out
 
     return run
-
-
-def time_wall(fn: Callable[[int], object], reps: int, per: int = 10) -> float:
-    """Median microseconds per call over blocks of ``per`` queued calls (host clock + sync).
-
-    The same method as :func:`_time_jax`, for comparing a torch-launched kernel with JAX.
-    """
-    import time
-
-    for i in range(3):
-        fn(i)
-    torch.cuda.synchronize()
-    times = []
-    for r in range(max(3, reps // per)):
-        t0 = time.perf_counter()
-        for i in range(per):
-            fn(r * per + i)
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / per * 1e6)
-    return statistics.median(times)
 
 
 def _word_indices(table: K.SegmentTable, ids: np.ndarray) -> np.ndarray:
@@ -244,25 +193,38 @@ def _word_indices(table: K.SegmentTable, ids: np.ndarray) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def _time_jax(fn: Callable[[int], None], state: dict[str, object], reps: int, warmup: int = 3) -> float:
-    """Median microseconds per call for queued JAX calls (wall clock over blocks of calls)."""
-    import time
+class LaunchRecorder:
+    """Stands in for a Triton kernel in the cuda zeroer's module: launches it unchanged and keeps
+    the last compiled kernel, whose PTX shows which store widths a design compiled to."""
 
-    for i in range(warmup):
-        fn(i)
-    state["buf"].block_until_ready()  # type: ignore[attr-defined]
-    times = []
-    per = 10
-    for r in range(max(3, reps // per)):
-        t0 = time.perf_counter()
-        for i in range(per):
-            fn(r * per + i)
-        state["buf"].block_until_ready()  # type: ignore[attr-defined]
-        times.append((time.perf_counter() - t0) / per * 1e6)
-    return statistics.median(times)
+    def __init__(self, kernel: Any) -> None:
+        self.kernel, self.last = kernel, None
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        launch = self.kernel[grid]
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            self.last = launch(*args, **kwargs)
+            return self.last
+
+        return run
 
 
 def bench_designs(buf: torch.Tensor, rng: np.random.Generator) -> list[dict[str, object]]:
+    """Compare kernel designs (time and PTX store widths), the zeroer's kernel wrapped meanwhile."""
+    import kvlayout.backends.cuda.zeroer as kz
+
+    launches = LaunchRecorder(kz.zero_units_kernel)
+    kz.zero_units_kernel = launches
+    try:
+        return _designs(buf, rng, launches)
+    finally:
+        kz.zero_units_kernel = launches.kernel
+
+
+def _designs(
+    buf: torch.Tensor, rng: np.random.Generator, launches: LaunchRecorder
+) -> list[dict[str, object]]:
     """Compare kernel designs: unit size, store width, warps, programs per SM."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     base: dict[str, object] = dict(
@@ -298,8 +260,8 @@ def bench_designs(buf: torch.Tensor, rng: np.random.Generator) -> list[dict[str,
             nbytes = batch * table.bytes_per_block
             for v in variants:
                 z = kc.CudaZeroer(table, words, max_batch=batch, **v)  # type: ignore[arg-type]
-                us = time_calls(lambda i, z=z: z.zero(ids[i % ROT]), reps_for(nbytes))
-                ptx = z.last_compiled.asm.get("ptx", "") if hasattr(z, "last_compiled") else ""
+                us = cuda_events_us(lambda i, z=z: z.zero(ids[i % ROT]), reps_for(nbytes))
+                ptx = launches.last.asm.get("ptx", "") if launches.last is not None else ""
                 stores = {
                     w: ptx.count(w)
                     for w in ("st.global.v4", "st.global.v2", "st.global.b32", "st.global.cs", "evict_first")

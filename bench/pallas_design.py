@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +16,9 @@ import kvlayout.backends.pallas as kp
 import numpy as np
 
 import kvlayout as K
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import counted, queued_us  # noqa: E402  (bench/ holds the one timing helper)
 
 POOL = 65536
 CONFIGS = [
@@ -38,17 +40,13 @@ def main() -> None:
             buf = jnp.zeros(z.buffer_shape, jnp.int32)
             for batch in (4096, 16384):
                 ids = [jnp.asarray(rng.choice(POOL, batch, replace=False).astype(np.int32)) for _ in range(8)]
-                for i in range(3):
-                    buf = z(buf, ids[i % 8])
-                buf.block_until_ready()
-                ts = []
-                for _r in range(6):
-                    t0 = time.perf_counter()
-                    for i in range(10):
-                        buf = z(buf, ids[i % 8])
-                    buf.block_until_ready()
-                    ts.append((time.perf_counter() - t0) / 10 * 1e6)
-                us = statistics.median(ts)
+                state = {"buf": buf}
+
+                def call(i: int, z: kp.PallasZeroer = z, ids: list[jax.Array] = ids) -> None:
+                    state["buf"] = z(state["buf"], ids[i % 8])
+
+                us = queued_us(counted(call), lambda: state["buf"].block_until_ready(), rounds=6, calls=10)
+                buf = state["buf"]
                 nbytes = batch * table.bytes_per_block
                 rows.append(
                     {

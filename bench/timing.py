@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -55,3 +56,63 @@ def interleaved_us(
             sync()
             per[name].append((time.perf_counter() - s) / calls)
     return {name: round(statistics.median(v) * 1e6, 2) for name, v in per.items()}
+
+
+def cuda_graph_us(fn: Callable[[int], Any], calls: int = 16, replays: int = 15, warmup: int = 2) -> float:
+    """Median microseconds per call of ``fn(i)``, ``i`` in ``range(calls)``, replayed from one CUDA graph.
+
+    Kernel time without host launch cost: ``warmup`` calls on a side stream (compiles, and lets
+    lazy allocations happen outside the capture), one capture of ``calls`` calls, one replay to
+    settle, then ``replays`` replays timed between CUDA events. GPU only (imports torch here, so
+    host-only benchmarks can use this module without it).
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(warmup):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(i)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    del graph
+    return round(statistics.median(times), 2)
+
+
+def cuda_events_us(fn: Callable[[int], Any], reps: int, warmup: int = 5) -> float:
+    """Median microseconds of ``fn(i)`` between CUDA events, ``reps`` calls issued back to back
+    (one sync at the end: the host stays ahead, so this is device time per call). GPU only."""
+    import torch
+
+    for i in range(warmup):
+        fn(i)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        fn(i)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return round(statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)), 2)
+
+
+def counted(fn: Callable[[int], Any]) -> Callable[[], Any]:
+    """``fn(i)`` as a no-argument call with ``i`` counting up (for :func:`queued_us` and
+    :func:`interleaved_us` over rotating inputs)."""
+    calls = itertools.count()
+    return lambda: fn(next(calls))

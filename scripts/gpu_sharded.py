@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -39,6 +38,9 @@ import torch  # noqa: E402
 
 import kvlayout as K  # noqa: E402
 from kvlayout.sharding import ShardedLayout, shard_spec  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from timing import cuda_events_us, interleaved_us  # noqa: E402  (bench/ holds the one timing helper)
 
 MODES = ("replicated", "block_sharded")
 BATCH = 4096
@@ -64,37 +66,6 @@ def batches_for(lay: ShardedLayout, seed: int) -> list[np.ndarray]:
     return out
 
 
-def event_times(fns: list[Callable[[], None]], reps: int) -> list[list[float]]:
-    """Seconds per call of each function, timed with CUDA events, the functions interleaved."""
-    out: list[list[float]] = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, acc in zip(fns, out):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            acc.append(a.elapsed_time(b) / 1e3)
-    return out
-
-
-def queued_times(
-    fns: list[Callable[[], None]], sync: Callable[[Any], Any], rounds: int = 7, calls: int = 20
-) -> list[list[float]]:
-    """Seconds per call over ``calls`` back-to-back calls then one ``sync(fn)`` (host overhead
-    overlapped), per round."""
-    out: list[list[float]] = [[] for _ in fns]
-    for _ in range(rounds):
-        for fn, acc in zip(fns, out):
-            sync(fn)
-            s = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            sync(fn)
-            acc.append((time.perf_counter() - s) / calls)
-    return out
-
-
 class Donating:
     """A timed step that donates its buffer: each call keeps the result as the next input."""
 
@@ -103,10 +74,6 @@ class Donating:
 
     def __call__(self) -> None:
         self.buf = self.fn(self.buf, self.ids)
-
-
-def median_us(samples: list[float]) -> float:
-    return round(statistics.median(samples) * 1e6, 2)
 
 
 # --------------------------------------------------------------------------- torch path
@@ -149,10 +116,16 @@ def torch_rank(rank: int, world: int, per_gpu: int, init_file: str, out_dir: str
         ids_g = torch.from_numpy(batches[0]).to(dev)
         ids_l = torch.from_numpy(lay.local_ids(shard, batches[0])).to(dev)
         single = CudaZeroer(lay.local_table, buf, max_batch=BATCH)
-        t_sh, t_si = event_times([partial(z.zero, ids_g), partial(single.zero, ids_l)], reps=30)
-        q_sh, q_si = queued_times(
-            [partial(z.zero, ids_g), partial(single.zero, ids_l)], lambda fn: torch.cuda.synchronize()
+        sharded_step, single_step = partial(z.zero, ids_g), partial(single.zero, ids_l)
+        t_sh = cuda_events_us(lambda i, f=sharded_step: f(), reps=30)
+        t_si = cuda_events_us(lambda i, f=single_step: f(), reps=30)
+        queued = interleaved_us(
+            {"sharded": sharded_step, "single": single_step},
+            torch.cuda.synchronize,
+            rounds=7,
         )
+        q_sh, q_si = queued["sharded"], queued["single"]
+        del sharded_step, single_step
         z.check()
         res[mode] = {
             "shard": shard,
@@ -166,12 +139,12 @@ def torch_rank(rank: int, world: int, per_gpu: int, init_file: str, out_dir: str
             "bad_ids_flagged": bad_flagged,
             "check_seconds": round(seconds, 2),
             "local_ids_in_timed_batch": int(ids_l.numel()),
-            "sharded_us": median_us(t_sh),
-            "single_us": median_us(t_si),
-            "ratio_sharded_over_single": round(statistics.median(t_sh) / statistics.median(t_si), 3),
-            "queued_sharded_us": median_us(q_sh),
-            "queued_single_us": median_us(q_si),
-            "queued_ratio": round(statistics.median(q_sh) / statistics.median(q_si), 3),
+            "sharded_us": t_sh,
+            "single_us": t_si,
+            "ratio_sharded_over_single": round(t_sh / t_si, 3),
+            "queued_sharded_us": q_sh,
+            "queued_single_us": q_si,
+            "queued_ratio": round(q_sh / q_si, 3),
             "bytes_per_batch": int(ids_l.numel()) * lay.local_table.bytes_per_block,
         }
         del z, single, buf, ref, words
@@ -256,7 +229,12 @@ def run_jax(per_gpu: int) -> dict[str, Any]:
         one = single(one, ids_l)
         jax.block_until_ready((buf, one))
         sharded_call, single_call = Donating(z, buf, ids_g), Donating(single, one, ids_l)
-        t_sh, t_si = queued_times([sharded_call, single_call], lambda fn: fn.buf.block_until_ready())
+        queued = interleaved_us(
+            {"sharded": sharded_call, "single": single_call},
+            lambda a=sharded_call, b=single_call: jax.block_until_ready((a.buf, b.buf)),
+            rounds=7,
+        )
+        t_sh, t_si = queued["sharded"], queued["single"]
         buf, one = sharded_call.buf, single_call.buf
         del sharded_call, single_call
         z.check()
@@ -272,9 +250,9 @@ def run_jax(per_gpu: int) -> dict[str, Any]:
             "bad_ids_flagged": bad_flagged,
             "check_seconds": round(seconds, 2),
             "local_ids_in_timed_batch": int(lay.local_ids(0, batches[0]).size),
-            "sharded_us": median_us(t_sh),
-            "single_us": median_us(t_si),
-            "ratio_sharded_over_single": round(statistics.median(t_sh) / statistics.median(t_si), 3),
+            "sharded_us": t_sh,
+            "single_us": t_si,
+            "ratio_sharded_over_single": round(t_sh / t_si, 3),
             "traces": sum(f._cache_size() for f in (z._jitted, z._jitted_local)),
         }
         del buf, one, owners, refs, z, single

@@ -8,10 +8,6 @@ one-row table) byte for byte.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -22,6 +18,7 @@ from hypothesis import strategies as st
 
 import kvlayout as K
 from kvlayout.native import expected_zeroed_native, zero_native_numpy
+from tests.mosaic_compile import run_check
 
 jax = pytest.importorskip("jax")
 kp = pytest.importorskip("kvlayout.backends.pallas")
@@ -315,72 +312,17 @@ def test_triton_box_model_equals_page_assignment(page: tuple, box_elements: int,
 
 
 # ---- the real Mosaic compiler ---------------------------------------------------------------------
-MOSAIC = textwrap.dedent(
-    """
-    import re, sys
-    try:
-        import libtpu  # noqa: F401
-    except ImportError as e:
-        sys.exit(f"libtpu is not installed ({e}): pip install 'kvlayout[tpu-compile]' (scripts/test.sh does)")
-    import jax, jax.numpy as jnp
-    import kvlayout.backends.pallas as kp
-    from jax.experimental import topologies
-    from tests.native_hlo import cache_leaf_facts, evidence, TPU_INFERENCE_LEAVES
-    for topo in ("v5e=2x2", "v6e=2x2"):
-        dev = topologies.get_topology_desc(topo, platform="tpu").devices[0]
-        caches = [jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in TPU_INFERENCE_LEAVES]
-        z = kp.CacheZeroer(caches, kernel="tpu", interpret=False)
-        lowered = z.lower(4096, dev)
-        assert lowered.as_text().count("tf.aliasing_output") == len(caches), "a leaf is not donated"
-        hlo = lowered.compile().as_text()
-        facts = cache_leaf_facts(hlo, len(caches))
-        print("compiled", topo, facts, flush=True)
-        # every other path: rank-2 rmw (bf16, uint8 with a tail group, fp8), rank-2 row (f32),
-        # pages in chunks (a 4 KiB tile budget) along a tiled (rank 3) and an untiled first axis
-        odd = [((72, 1024), "bfloat16"), ((72, 512), "uint8"), ((72, 640), "float8_e4m3fn"),
-               ((72, 200), "float32"), ((72, 64, 256), "uint8"), ((72, 6, 2, 2, 128), "bfloat16")]
-        zo = kp.CacheZeroer([jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in odd], kernel="tpu",
-                            interpret=False, tile_bytes=4096)
-        plan = kp.native_kernels.plan_tpu(odd, tile_bytes=4096)
-        kinds = sorted({(lp.kind, len(lp.chunks) > 1) for lp in plan.leaves})
-        facts = cache_leaf_facts(zo.lower(64, dev).compile().as_text(), len(odd))
-        print("odd", topo, kinds, facts, flush=True)
-    from jax.sharding import Mesh, PartitionSpec as P
-    import numpy as np
-    devs = topologies.get_topology_desc("v5e=2x2", platform="tpu").devices
-    mesh = Mesh(np.array(devs).reshape(2, 2), ("dp", "tp"))
-    heads, pages, whole = P("dp", None, "tp", None, None), P("dp"), P(None, None, "tp")
-    specs = [heads, heads, pages, pages, pages, P(None, None, "tp", None, None), whole]
-    z = kp.CacheZeroer(caches, mesh=mesh, partition_specs=specs, kernel="tpu", interpret=False)
-    hlo = z.lower(4096).compile().as_text()
-    ops = ("all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter")
-    collectives = [op for op in ops if op in hlo]
-    local = "bf16[512,64,2,2,128]" in hlo  # each device holds its own shard only
-    print("sharded", cache_leaf_facts(hlo, len(caches)), collectives, local, flush=True)
-    e = evidence("v5e=2x2")
-    flat, native, cache = e["flat"], e["native"], e["cache_bytes"]
-    print("flat", sorted(flat["forbidden_ops"]), flat["temp_size_in_bytes"] // cache, flush=True)
-    print("native", native["forbidden_ops"], native["temp_size_in_bytes"] < cache // 16, flush=True)
-    """
-)
-
-
 def test_mosaic_compiles_aliased_with_no_copy_of_any_leaf() -> None:
     """v5e and v6e: every leaf aliased input to output; no copy/transpose/bitcast-convert/reshape
     of a leaf anywhere in the optimised HLO (tests/native_hlo.py reads it); the same for the
     sharded program on a v5e 2x2 mesh, without a collective. Never skipped."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
-    env.pop("XLA_FLAGS", None)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cmd = [sys.executable, "-c", MOSAIC]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=root)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    lines = [x for x in r.stdout.splitlines() if x.startswith("compiled")]
-    assert len(lines) == 2, r.stdout
+    out = run_check("native")
+    lines = [x for x in out.splitlines() if x.startswith("compiled")]
+    assert len(lines) == 2, out
     for line in lines:
         assert "'aliased': 7, 'touched': [], 'custom_calls': 1, 'forbidden_ops': []" in line, line
-    odd = [x for x in r.stdout.splitlines() if x.startswith("odd")]
-    assert len(odd) == 2, r.stdout
+    odd = [x for x in out.splitlines() if x.startswith("odd")]
+    assert len(odd) == 2, out
     for line in odd:
         kinds = "[('page', True), ('rmw', False), ('row', False)]"
         facts = "{'aliased': 6, 'touched': [], 'custom_calls': 1, 'forbidden_ops': []}"
@@ -388,10 +330,10 @@ def test_mosaic_compiles_aliased_with_no_copy_of_any_leaf() -> None:
     # the sharded SPMD program on a v5e 2x2 mesh: local shapes, no collective, still no copy;
     # one kernel call for the leaves with pages over dp, one for those with whole page axes
     sharded = "sharded {'aliased': 7, 'touched': [], 'custom_calls': 2, 'forbidden_ops': []} [] True"
-    assert sharded in r.stdout, r.stdout
+    assert sharded in out, out
     # the old flat path on the same kind of cache: relayout copies of the whole cache (README)
-    assert "flat ['bitcast-convert', 'copy', 'reshape'] 48" in r.stdout, r.stdout
-    assert "native [] True" in r.stdout, r.stdout
+    assert "flat ['bitcast-convert', 'copy', 'reshape'] 48" in out, out
+    assert "native [] True" in out, out
 
 
 def test_triton_kernel_lowers_for_cuda_on_the_cpu() -> None:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +10,7 @@ import pytest
 
 import kvlayout as K
 from kvlayout.sharding import shard_spec
+from tests.mosaic_compile import run_check
 
 jax = pytest.importorskip("jax")
 kp = pytest.importorskip("kvlayout.backends.pallas")
@@ -50,47 +47,8 @@ def test_one_device_mesh_both_modes(mode: str) -> None:
     assert chk.matches, chk.describe()
 
 
-SHARDED_MOSAIC = textwrap.dedent(
-    """
-    import sys
-    try:
-        import libtpu  # noqa: F401
-    except ImportError as e:
-        sys.exit(f"libtpu is not installed ({e}): pip install 'kvlayout[tpu-compile]' (scripts/test.sh does)")
-    import numpy as np
-    import kvlayout as K, kvlayout.backends.pallas as kp
-    from kvlayout.sharding import shard_spec
-    from jax.experimental import topologies
-    from jax.sharding import Mesh
-    devs = topologies.get_topology_desc("v5e=2x2", platform="tpu").devices
-    mesh = Mesh(np.array(devs).reshape(2, 2), ("dp", "tp"))
-    cases = {
-        "block_sharded dsv4-test": shard_spec(
-            K.preset("dsv4-test"), {"dp": 2, "tp": 2}, block_axes=("dp",), head_axes=("tp",)
-        ),
-        "replicated llama-8b": shard_spec(K.preset("llama-8b"), {"dp": 2, "tp": 2}, head_axes=("tp",)),
-    }
-    for name, lay in cases.items():
-        z = kp.ShardedPallasZeroer(lay, mesh, kernel="tpu", interpret=False)
-        lowered = z.lower(4096)
-        assert "jax.buffer_donor = true" in lowered.as_text(), "buffer not donated"
-        hlo = lowered.compile().as_text()
-        assert "input_output_alias={ {0}: (0, {}" in hlo, "buffer not aliased to the output"
-        assert f"s32[{z.shard_rows},128]" in hlo, "each device must see only its own shard"
-        collectives = ("all-gather", "all-reduce", "all-to-all", "collective-permute")
-        assert not any(op in hlo for op in collectives), "collective in the program"
-        print("compiled", name, lay.mode, z.buffer_shape, flush=True)
-    """
-)
-
-
 def test_sharded_mosaic_compiles_for_a_v5e_2x2_mesh() -> None:
     """The whole SPMD program (shard_map + TPU kernel) through the real TPU compiler, no collectives."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
-    env.pop("XLA_FLAGS", None)
-    r = subprocess.run(
-        [sys.executable, "-c", SHARDED_MOSAIC], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    lines = [x for x in r.stdout.splitlines() if x.startswith("compiled")]
-    assert len(lines) == 2, r.stdout
+    out = run_check("sharded")
+    lines = [x for x in out.splitlines() if x.startswith("compiled")]
+    assert len(lines) == 2, out

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Everything kvlayout runs on the GPU machine, in one device-tool call (carry .whl/, built here by
+# scripts/build_wheel.sh). Logs and JSON go to $OUT (at most 8 files come back: logs are few).
+#   BUDGET=560 bash scripts/gpu_run.sh [PARTS]      PARTS: comma list, default tests,memcheck,step
+#   tests       pytest -m gpu (tests/test_gpu_cuda.py, tests/test_gpu_pallas.py: correctness at
+#               scale, guard bands, DLPack in place) + the cuda/custom-op test files natively
+#   memcheck    compute-sanitizer memcheck over tests/test_gpu_cuda.py -k small
+#   conformance python -m kvlayout conformance (every backend natively)
+#   step        bench/bench_step.py (per step vs vLLM 0.33, kernel by graph replay, Pallas in jit)
+#   sweep       bench/pallas_gpu_sweep.py (Pallas-Triton kernel options against the cuda kernel)
+#   zero        bench/bench_zero_gpu.py (both backends, XLA scatter, memset)
+#   native      bench/bench_native_gpu.py (typed per-layer arrays)
+#   sharded     scripts/gpu_sharded.py + bench/bench_sharded_foreign.py (every GPU here)
+set -uo pipefail
+. "$(dirname "$0")/gpu_env.sh"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false HYPOTHESIS_PROFILE=dev JAX_PLATFORMS=cuda,cpu
+OUT=${OUT:-out}; mkdir -p "$OUT"
+LOG="$OUT/run.log"; : > "$LOG"
+PARTS=",${1:-tests,memcheck,step},"
+has() { [[ $PARTS == *",$1,"* ]]; }
+left() { echo $(( ${BUDGET:-570} - SECONDS )); }  # seconds left in this call
+cap() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }  # at most $1 seconds, within the budget
+declare -A rc
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee -a "$LOG"
+python3 -c "import kvlayout, kvlayout.backends.cuda as kc; print('kvlayout from', kvlayout.__file__, kc.MODE)" \
+  2>&1 | tee -a "$LOG"
+# a copy of tests/ outside the checkout, so the source folder kvlayout/ cannot shadow the wheel
+rm -rf /tmp/kvt && mkdir -p /tmp/kvt && cp -r tests pyproject.toml /tmp/kvt/
+in_tests() { (cd /tmp/kvt && "$@"); }
+if has tests; then
+  in_tests timeout "$(cap 300)" python3 -m pytest -q -p no:cacheprovider -m gpu \
+    tests/test_gpu_cuda.py tests/test_gpu_pallas.py > "$OUT/tests.log" 2>&1; rc[gpu_tests]=$?
+  in_tests timeout "$(cap 120)" python3 -m pytest -q -p no:cacheprovider tests/test_cuda_op.py \
+    tests/test_cuda_fast_path.py tests/test_cuda_backend.py tests/test_backend_hardening.py \
+    -k "cuda or Cuda or op or fast" >> "$OUT/tests.log" 2>&1; rc[cuda_tests]=$?
+  grep -E "passed|failed|error" "$OUT/tests.log" | tee -a "$LOG"
+fi
+if has memcheck; then
+  in_tests timeout "$(cap 150)" compute-sanitizer --tool memcheck --leak-check no \
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_cuda.py -k small > /tmp/memcheck.log 2>&1
+  rc[memcheck]=$?
+  { echo "== memcheck"; grep -E "ERROR SUMMARY|passed|failed" /tmp/memcheck.log; } | tee -a "$LOG"
+fi
+if has conformance; then
+  timeout "$(cap 200)" python3 -m kvlayout conformance > "$OUT/conformance.log" 2>&1; rc[conformance]=$?
+  tail -n 5 "$OUT/conformance.log" | tee -a "$LOG"
+fi
+if has step; then
+  timeout "$(cap 240)" python3 bench/bench_step.py --out "$OUT" > "$OUT/step.log" 2>&1; rc[step]=$?
+fi
+if has sweep; then
+  timeout "$(cap 240)" python3 bench/pallas_gpu_sweep.py --out "$OUT" > "$OUT/sweep.log" 2>&1; rc[sweep]=$?
+fi
+if has zero; then
+  timeout "$(cap 240)" python3 bench/bench_zero_gpu.py --out "$OUT" > "$OUT/zero.log" 2>&1; rc[zero]=$?
+fi
+if has native; then
+  timeout "$(left)" python3 bench/bench_native_gpu.py --out "$OUT" --pages 4096 > "$OUT/native.log" 2>&1
+  rc[native]=$?
+fi
+if has sharded; then
+  timeout "$(cap 300)" python3 scripts/gpu_sharded.py --out "$OUT" > "$OUT/sharded.log" 2>&1; rc[sharded]=$?
+  timeout "$(cap 120)" python3 bench/bench_sharded_foreign.py --out "$OUT" >> "$OUT/sharded.log" 2>&1
+  rc[foreign]=$?
+fi
+for f in native sharded zero sweep step; do  # tables are printed last by each script
+  [ -f "$OUT/$f.log" ] && { echo "== $f"; tail -n 32 "$OUT/$f.log"; }
+done
+summary="rc:"; for k in "${!rc[@]}"; do summary+=" $k=${rc[$k]}"; done
+echo "$summary (${SECONDS}s)" | tee -a "$LOG"
