@@ -258,3 +258,160 @@ def test_apply_masked_skips_invalid_slots_and_duplicates() -> None:
     out = jax.jit(z.apply_masked)(buf, ids, valid)
     got = np.asarray(out).reshape(-1).view(np.uint8)
     assert K.reference.compare_to_contract(data, got, t, [1, 4]).matches
+
+
+# --------------------------------------------------------------------------- GPU kernel options (issue 15)
+#: option sets of the Pallas-Triton kernel: each must zero exactly the contract's bytes
+TRITON_OPTIONS = [
+    {"dedup": False},
+    {"dedup": False, "vector": True},
+    {"dedup": False, "vector": True, "unit_major": True},
+    {"dedup": False, "vector": True, "chunk_rows": 32},
+    {"dedup": False, "vector": True, "programs": 7, "chunk_rows": 8},
+    {"dedup": True, "vector": True, "programs": 7},
+    {"dedup": True, "vector": True, "unit_major": True},
+]
+
+
+def option_id(kw: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in kw.items())
+
+
+@pytest.mark.parametrize("kw", TRITON_OPTIONS, ids=option_id)
+@pytest.mark.parametrize("guard", [4096, 4100])  # 4100: the layout 4 B past a 16 B boundary
+def test_triton_options_exact_on_guarded_buffers(kw: dict[str, Any], guard: int) -> None:
+    """Host ids (padded with duplicates to the bucket) on a poisoned buffer with guard bands."""
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(12))
+    res = run_case(backend(kernel="triton", interpret=True, **kw), t, [11, 0, 5, 1], guard=guard)
+    assert res.mode == "triton-interpret"
+    assert res.ok, res.check.describe()
+
+
+def guarded(z: Any, offset: int, seed: int = 0x5EED) -> tuple[np.ndarray, jax.Array]:
+    """Poisoned bytes (4 KiB trailing guard) and the buffer holding them, layout at ``offset``."""
+    rows = z.buffer_shape[0] + 8
+    data = K.poison_pattern(rows * 512, seed)
+    return data, jnp.asarray(data.view(np.int32).reshape(rows, 128))
+
+
+@pytest.mark.parametrize("kw", TRITON_OPTIONS, ids=option_id)
+def test_triton_options_device_ids_duplicates_and_bad_ids(kw: dict[str, Any]) -> None:
+    """Device ids in a user's jit: duplicates, ids out of range both ways, the bad count exact."""
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(10))
+    z = kp.PallasZeroer(t, offset=4096, kernel="triton", interpret=True, **kw)
+    data, buf = guarded(z, 4096)
+    ids = jnp.array([7, 9, -3, 7, 10, 0, 2**31 - 1, 9, 7], jnp.int32)
+    out, bad = jax.jit(z.apply, donate_argnums=0)(buf, ids)
+    assert int(bad) == 3
+    got = np.asarray(out).reshape(-1).view(np.uint8)
+    assert K.reference.compare_to_contract(data, got, t, [0, 7, 9], origin=4096).matches
+
+
+@pytest.mark.parametrize("kw", TRITON_OPTIONS[:3], ids=option_id)
+def test_triton_options_apply_masked(kw: dict[str, Any]) -> None:
+    """The sharded zeroer's primitive: invalid slots write nothing and are not errors."""
+    t = K.plan(K.preset("dsv4").with_num_blocks(6))
+    z = kp.PallasZeroer(t, kernel="triton", interpret=True, **kw)
+    data, buf = guarded(z, 0)
+    ids = jnp.array([4, 1, 4, 2, 1, 5, 4], jnp.int32)
+    valid = jnp.array([True, False, True, False, True, False, True])
+    out = jax.jit(z.apply_masked)(buf, ids, valid)
+    got = np.asarray(out).reshape(-1).view(np.uint8)
+    assert K.reference.compare_to_contract(data, got, t, [1, 4]).matches
+
+
+def test_triton_direct_wide_id_dtype_not_wrapped() -> None:
+    """uint32 ids beyond int32 take the range check before narrowing: counted, never wrapped."""
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(8))
+    z = kp.PallasZeroer(t, kernel="triton", interpret=True, dedup=False, vector=True)
+    data, buf = guarded(z, 0)
+    ids = jnp.array([2**32 - 1, 3, 2**31 + 3, 8], jnp.uint32)
+    out, bad = jax.jit(z.apply)(buf, ids)
+    assert int(bad) == 3
+    got = np.asarray(out).reshape(-1).view(np.uint8)
+    assert K.reference.compare_to_contract(data, got, t, [3]).matches
+
+
+def test_triton_vector_width_only_when_16_byte_aligned() -> None:
+    """16-byte stores need every span to start and end on a 4-lane group, whatever the id."""
+    dsv4 = K.plan(K.preset("dsv4"))
+    assert kp.PallasZeroer(dsv4, kernel="triton", vector=True).vector_width == 4
+    assert kp.PallasZeroer(dsv4, kernel="triton", vector=False).vector_width == 1
+    assert kp.PallasZeroer(dsv4, kernel="triton", vector=True, offset=4).vector_width == 1
+    assert kp.PallasZeroer(dsv4, kernel="tpu", vector=True).vector_width == 1
+    widths = set()
+    for seed in range(8):  # random tables: some unaligned spans or strides; vector must stay exact
+        spec = random_spec(seed, max_blocks=5)
+        t = K.plan(spec)
+        z = kp.PallasZeroer(t, kernel="triton", interpret=True, vector=True, dedup=False, chunk_rows=2)
+        widths.add(z.vector_width)
+        ids = list(range(spec.num_blocks))
+        res = run_case(
+            backend(kernel="triton", interpret=True, vector=True, dedup=False, chunk_rows=2), t, ids
+        )
+        assert res.ok, (seed, res.check.describe())
+    assert widths == {1, 4}
+
+
+@pytest.mark.parametrize("name", ["flag", "value"])
+def test_triton_option_validation(name: str) -> None:
+    t = K.plan(K.preset("dsv4-test"))
+    bad: dict[str, Any] = {"dedup": 1} if name == "flag" else {"vector": "yes"}
+    with pytest.raises(K.BackendError, match=f"{next(iter(bad))} = "):
+        kp.PallasZeroer(t, kernel="triton", **bad)
+
+
+def cuda_lowering(z: Any, n: int) -> str:
+    """StableHLO of ``z.apply`` lowered for an NVIDIA GPU (no GPU needed)."""
+    buf = jax.ShapeDtypeStruct(z.buffer_shape, jnp.int32)
+    ids = jax.ShapeDtypeStruct((n,), jnp.int32)
+    return str(jax.jit(z.apply).trace(buf, ids).lower(lowering_platforms=("cuda",)).as_text())
+
+
+def test_triton_direct_step_is_one_kernel() -> None:
+    """``dedup=False``: the step lowers to the Triton call alone (no sort, take or count ops)."""
+    t = K.plan(K.preset("dsv4"))
+    direct = cuda_lowering(kp.PallasZeroer(t, kernel="triton", interpret=False, dedup=False), 64)
+    sorted_ = cuda_lowering(kp.PallasZeroer(t, kernel="triton", interpret=False), 64)
+    assert direct.count("__gpu$xla.gpu.triton") == 1 and sorted_.count("__gpu$xla.gpu.triton") == 1
+    assert "stablehlo.sort" in sorted_ and "stablehlo.sort" not in direct
+    assert not re.search(r"stablehlo\.(reduce|concatenate|select|compare)", direct)
+
+
+def triton_ptx(z: Any, n: int, monkeypatch: pytest.MonkeyPatch) -> str:
+    """PTX of the zeroer's Pallas-Triton kernel for sm_90: JAX's Triton IR, compiled by Triton."""
+    triton = pytest.importorskip("triton")
+    pytest.importorskip("triton.backends.nvidia")
+    from jax._src.pallas.triton import pallas_call_registration as reg
+    from triton.backends.compiler import GPUTarget
+
+    modules: list[str] = []
+    lower = reg.lowering.lower_jaxpr_to_triton_module
+
+    def keep(*a: Any, **k: Any) -> Any:
+        res = lower(*a, **k)
+        modules.append(res.module.operation.get_asm(enable_debug_info=False))
+        return res
+
+    monkeypatch.setattr(reg.lowering, "lower_jaxpr_to_triton_module", keep)
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    cuda_lowering(z, n)
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"kvlayout_pallas_{os.getpid()}.ttir")
+    with open(path, "w") as f:
+        f.write(modules[-1])
+    opts = {"num_warps": z.num_warps, "num_stages": 1}
+    return str(triton.compile(path, target=GPUTarget("cuda", 90, 32), options=opts).asm["ptx"])
+
+
+def test_triton_vector_option_emits_16_byte_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hypothesis behind ``vector``: the per-lane mask gives 4-byte stores, the per-group one
+    16-byte stores (Triton's own compiler, sm_90, on the CPU)."""
+    t = K.plan(K.preset("dsv4"))
+    per_lane = triton_ptx(kp.PallasZeroer(t, kernel="triton", interpret=False, dedup=False), 64, monkeypatch)
+    grouped = triton_ptx(
+        kp.PallasZeroer(t, kernel="triton", interpret=False, dedup=False, vector=True), 64, monkeypatch
+    )
+    assert "st.global.v4.b32" not in per_lane and len(re.findall(r"st\.global\.b32", per_lane)) >= 16
+    # 16 rows x 128 lanes / 128 threads = 4 vectors each; one 4-byte store is the bad-id count
+    assert len(re.findall(r"st\.global\.v4\.b32", grouped)) == 4
+    assert len(re.findall(r"st\.global\.b32", grouped)) == 1

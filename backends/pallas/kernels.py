@@ -15,7 +15,10 @@ other item, so no two writes to one row ever race. A table without partial rows 
 without the RMW loop (the DMA-only fast path).
 
 GPU (:func:`triton_zero_call`): grid (ids, units); a unit is ``chunk_rows`` rows of one
-segment, stored with a lane mask computed from the word offsets.
+segment, stored with a lane mask computed from the word offsets (per 4-lane group with
+``vector``: 16-byte stores). Its direct mode takes the ids as they come (no sort, no
+``take``, no ``count``): zeroing a block twice writes the same zeros, and the kernel
+itself counts the out-of-range ids, so a step is one kernel launch.
 """
 
 from __future__ import annotations
@@ -186,86 +189,147 @@ def tpu_zero_call(plan: RowPlan, n_pad: int, ids_per_step: int, interpret: Any =
 
 
 # --------------------------------------------------------------------------- GPU kernel
-def _triton_kernel(
-    ids_ref,  # int32 [n] block ids (live slots first)
-    take_ref,  # int32 [n]
-    count_ref,  # int32 [1] live slots
-    seg_ref,  # int32 [U, 6] per unit: base_row, base_lane, stride_rows, stride_lanes, span_words, chunk
-    buf_in_ref,  # int32 [rows, 128] (aliased)
-    buf_ref,  # int32 [rows, 128] output
+def _store_unit(
+    buf_ref: Any,
+    seg_ref: Any,
+    u: jax.Array,
+    b: jax.Array,
+    ok: jax.Array,
     *,
-    num_blocks: int,
     chunk_rows: int,
     total_rows: int,
+    vec: int,
 ) -> None:
+    """Zero unit ``u`` of block ``b`` (nothing unless ``ok``): one masked ``(chunk_rows, 128)`` store.
+
+    ``vec = 4``: the lane mask is computed on groups of 4 lanes (``lanes // 4``), which
+    Triton's axis analysis sees as constant over 4 lanes, so it emits 16-byte stores instead
+    of 4-byte ones. Exact only when every unit's base lane, stride lanes and span are
+    multiples of 4 words (:func:`triton_vector_width` checks): a span then starts and ends on
+    a 4-lane group boundary.
+    """
     from jax.experimental.pallas import triton as pltriton
 
-    del buf_in_ref
-    i = pl.program_id(0)
-    u = pl.program_id(1)
-    b = ids_ref[i]
-    ok = (i < count_ref[0]) & (take_ref[i] != 0) & (b >= 0) & (b < num_blocks)
     bb = jnp.where(ok, b, 0)
     base_row, base_lane = seg_ref[u, 0], seg_ref[u, 1]
     srow, slane, span, chunk = seg_ref[u, 2], seg_ref[u, 3], seg_ref[u, 4], seg_ref[u, 5]
     lane0 = base_lane + bb * slane  # < 2**31 for ids below 2**24
     r0 = base_row + bb * srow + lane0 // LANES
     a0 = lane0 % LANES
-    want = r0 + chunk * chunk_rows
-    start = jnp.clip(want, 0, total_rows - chunk_rows)  # never slice past the buffer
+    start = jnp.clip(r0 + chunk * chunk_rows, 0, total_rows - chunk_rows)  # never slice past the buffer
     rows = start + jax.lax.broadcasted_iota(jnp.int32, (chunk_rows, LANES), 0)
     lanes = jax.lax.broadcasted_iota(jnp.int32, (chunk_rows, LANES), 1)
-    w = (rows - r0) * LANES + lanes - a0
-    mask = ok & (w >= 0) & (w < span)
+    if vec == 1:
+        w = (rows - r0) * LANES + lanes - a0
+        mask = ok & (w >= 0) & (w < span)
+    else:  # in groups of vec words; lax.div (truncating, lanes >= 0) keeps the analysis simple
+        g = jax.lax.div(lanes, jnp.int32(vec))
+        w = (rows - r0) * (LANES // vec) + g - jax.lax.div(a0, jnp.int32(vec))
+        mask = ok & (w >= 0) & (w < jax.lax.div(span, jnp.int32(vec)))
     zeros = jnp.zeros((chunk_rows, LANES), jnp.int32)
     pltriton.store(buf_ref.at[pl.ds(start, chunk_rows), _all_lanes()], zeros, mask=mask)
 
 
+#: ids read per step when a GPU program counts the out-of-range ids of a batch
+COUNT_BLOCK = 1024
+
+
+def _count_bad(ids_ref: Any, bad_ref: Any, n: int, num_blocks: int) -> None:
+    """``bad_ref[0]`` = number of ``ids_ref[:n]`` outside ``[0, num_blocks)`` (one program)."""
+    from jax.experimental.pallas import triton as pltriton
+
+    blk = min(COUNT_BLOCK, 1 << max(n - 1, 0).bit_length())
+    iota = jax.lax.broadcasted_iota(jnp.int32, (blk,), 0)
+
+    def body(j: jax.Array, acc: jax.Array) -> jax.Array:
+        first = j * blk
+        live = first + iota < n
+        v = pltriton.load(ids_ref.at[pl.ds(first, blk)], mask=live, other=0)
+        bad = live & ((v < 0) | (v >= num_blocks))
+        return acc + jnp.sum(bad.astype(jnp.int32))
+
+    total = jax.lax.fori_loop(0, -(-n // blk), body, jnp.int32(0))
+    bad_ref[0] = total
+
+
+def _triton_kernel(
+    *refs: Any,
+    num_blocks: int,
+    chunk_rows: int,
+    total_rows: int,
+    vec: int,
+    direct: bool,
+    unit_major: bool,
+    n_ids: int,
+) -> None:
+    """Program (id slot, unit): one unit of one id.
+
+    Sorted mode (``direct=False``) refs: ids (live slots first), take (1 = first occurrence),
+    count ``[1]`` (live slots), units ``[U, 6]``, buffer in (aliased), buffer out. Direct
+    mode refs: ids (any order, duplicates and out-of-range ids allowed), units, buffer in,
+    buffer out, bad ``[1]`` (out-of-range slots, counted by program (0, 0)).
+    Units: base_row, base_lane, stride_rows, stride_lanes, span_words, chunk.
+    """
+    if direct:
+        ids_ref, seg_ref, _, buf_ref, bad_ref = refs
+    else:
+        ids_ref, take_ref, count_ref, seg_ref, _, buf_ref = refs
+    first, second = pl.program_id(0), pl.program_id(1)
+    i, u = (second, first) if unit_major else (first, second)
+    b = ids_ref[i]
+    ok = (b >= 0) & (b < num_blocks)
+    if not direct:
+        ok = ok & (i < count_ref[0]) & (take_ref[i] != 0)
+    _store_unit(buf_ref, seg_ref, u, b, ok, chunk_rows=chunk_rows, total_rows=total_rows, vec=vec)
+    if direct:
+
+        @pl.when((i == 0) & (u == 0))
+        def _() -> None:
+            _count_bad(ids_ref, bad_ref, n_ids, num_blocks)
+
+
 def _triton_persistent_kernel(
-    ids_ref,  # int32 [n] block ids (live slots first)
-    take_ref,  # int32 [n]
-    count_ref,  # int32 [1] live slots: the programs walk count * U items, not n * U
-    seg_ref,  # int32 [U, 6] as _triton_kernel's
-    buf_in_ref,  # int32 [rows, 128] (aliased)
-    buf_ref,  # int32 [rows, 128] output
-    *,
+    *refs: Any,
     num_blocks: int,
     chunk_rows: int,
     total_rows: int,
     num_units: int,
+    vec: int,
+    direct: bool,
+    n_ids: int,
 ) -> None:
-    """A fixed grid of programs striding over (live id, unit) items: slots past the live
-    count (ids of other shards, padding) launch nothing, unlike the (ids, units) grid."""
-    from jax.experimental.pallas import triton as pltriton
+    """A fixed grid of programs striding over (id, unit) items; refs as :func:`_triton_kernel`'s.
 
-    del buf_in_ref
+    Sorted mode walks ``count * U`` items, so slots past the live count (ids of other
+    shards, padding) launch nothing, unlike the (ids, units) grid; direct mode walks all
+    ``n * U`` items and program 0 counts the out-of-range ids.
+    """
+    if direct:
+        ids_ref, seg_ref, _, buf_ref, bad_ref = refs
+    else:
+        ids_ref, take_ref, count_ref, seg_ref, _, buf_ref = refs
     pid = pl.program_id(0)
     nprog = pl.num_programs(0)
-    total = count_ref[0] * num_units
+    total = n_ids * num_units if direct else count_ref[0] * num_units
     trips = jnp.maximum(total - pid + nprog - 1, 0) // nprog
-    rows_iota = jax.lax.broadcasted_iota(jnp.int32, (chunk_rows, LANES), 0)
-    lanes = jax.lax.broadcasted_iota(jnp.int32, (chunk_rows, LANES), 1)
-    zeros = jnp.zeros((chunk_rows, LANES), jnp.int32)
 
     def body(k: jax.Array, carry: jax.Array) -> jax.Array:
         item = pid + k * nprog
         i = item // num_units
         u = item - i * num_units
         b = ids_ref[i]
-        ok = (take_ref[i] != 0) & (b >= 0) & (b < num_blocks)
-        bb = jnp.where(ok, b, 0)
-        base_row, base_lane = seg_ref[u, 0], seg_ref[u, 1]
-        srow, slane, span, chunk = seg_ref[u, 2], seg_ref[u, 3], seg_ref[u, 4], seg_ref[u, 5]
-        lane0 = base_lane + bb * slane
-        r0 = base_row + bb * srow + lane0 // LANES
-        a0 = lane0 % LANES
-        start = jnp.clip(r0 + chunk * chunk_rows, 0, total_rows - chunk_rows)
-        w = (start + rows_iota - r0) * LANES + lanes - a0
-        mask = ok & (w >= 0) & (w < span)
-        pltriton.store(buf_ref.at[pl.ds(start, chunk_rows), _all_lanes()], zeros, mask=mask)
+        ok = (b >= 0) & (b < num_blocks)
+        if not direct:
+            ok = ok & (take_ref[i] != 0)
+        _store_unit(buf_ref, seg_ref, u, b, ok, chunk_rows=chunk_rows, total_rows=total_rows, vec=vec)
         return carry
 
     jax.lax.fori_loop(0, trips, body, jnp.int32(0))
+    if direct:
+
+        @pl.when(pid == 0)
+        def _() -> None:
+            _count_bad(ids_ref, bad_ref, n_ids, num_blocks)
 
 
 def triton_units(table: SegmentTable, offset: int, chunk_rows: int) -> np.ndarray:
@@ -338,6 +402,14 @@ def check_triton_int32(units: np.ndarray, table: SegmentTable, total_rows: int, 
             )
 
 
+def triton_vector_width(units: np.ndarray) -> int:
+    """4 when every unit's base lane, stride lanes and span are multiples of 4 words (spans
+    start and end on 16-byte lane groups, so masks may be computed per group); else 1."""
+    if units.size == 0:
+        return 1
+    return 4 if bool(np.all(units[:, [1, 3, 4]] % 4 == 0)) else 1
+
+
 def triton_zero_call(
     table: SegmentTable,
     offset: int,
@@ -346,53 +418,78 @@ def triton_zero_call(
     num_warps: int,
     interpret: bool = False,
     programs: int | None = None,
+    *,
+    direct: bool = False,
+    vector: bool = False,
+    unit_major: bool = False,
 ) -> Any:
-    """``f(ids, take, count, buf) -> buf``: the Pallas-Triton kernel (GPU, or interpret on CPU).
+    """The Pallas-Triton kernel (GPU, or interpret on CPU) as a function of its operands.
 
-    ``programs=None``: one program per (id slot, unit); else that many persistent programs
-    striding over the live items only.
+    Sorted mode: ``f(ids, take, count, buf) -> buf``. Direct mode (``direct=True``):
+    ``f(ids, buf) -> (buf, bad int32[1])``, ids in any order with duplicates (a block zeroed
+    twice gets the same zeros) and out-of-range ids (skipped, counted in ``bad``), so no
+    sort or dedup runs around the kernel.
+
+    ``programs=None``: one program per (id slot, unit), ids on grid x (``unit_major``:
+    units on x, so neighbouring programs write neighbouring memory); else that many
+    persistent programs striding over the items. ``vector``: 16-byte stores where the table
+    allows (:func:`triton_vector_width`), else the per-lane mask (always exact).
     """
     chunk_rows = effective_chunk_rows(total_rows, chunk_rows)
     units64 = triton_units(table, offset, chunk_rows)
     check_triton_int32(units64, table, total_rows, chunk_rows)
     units = units64.astype(np.int32)
-    if programs is None:
-        kernel = partial(
-            _triton_kernel, num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows
-        )
-    else:
-        kernel = partial(
-            _triton_persistent_kernel,
-            num_blocks=table.num_blocks,
-            chunk_rows=chunk_rows,
-            total_rows=total_rows,
-            num_units=units.shape[0],
-        )
+    vec = triton_vector_width(units64) if vector else 1
+    common = dict(num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows, vec=vec)
 
-    def f(ids: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:
+    def build(n: int, buf: jax.Array, n_operands: int) -> Any:
         from jax.experimental.pallas import triton as pltriton
 
-        if units.shape[0] == 0:  # a table without rows (only mamba layers): nothing to write
-            return buf
-        items = ids.shape[0] * units.shape[0]
-        if programs is not None and items > INT32_MAX - programs:  # the persistent kernel's int32 item index
-            raise BlockIdError(
-                f"block_ids: {ids.shape[0]} ids x {units.shape[0]} units = {items} work items, beyond int32",
-                field="block_ids",
-                value=ids.shape[0],
+        items = n * units.shape[0]
+        if programs is None:
+            kernel = partial(_triton_kernel, direct=direct, unit_major=unit_major, n_ids=n, **common)
+            grid: tuple[int, ...] = (units.shape[0], n) if unit_major else (n, units.shape[0])
+        else:
+            if items > INT32_MAX - programs:  # the persistent kernel's int32 item index
+                raise BlockIdError(
+                    f"block_ids: {n} ids x {units.shape[0]} units = {items} work items, beyond int32",
+                    field="block_ids",
+                    value=n,
+                )
+            kernel = partial(
+                _triton_persistent_kernel, num_units=units.shape[0], direct=direct, n_ids=n, **common
             )
-        grid = (ids.shape[0], units.shape[0]) if programs is None else (max(1, min(programs, items)),)
-        operands = (ids, take, count, jnp.asarray(units), buf)  # the buffer last, aliased to the output
-        call = pl.pallas_call(
+            grid = (max(1, min(programs, items)),)
+        buf_shape = jax.ShapeDtypeStruct(buf.shape, buf.dtype)
+        out_shape: Any = (buf_shape, jax.ShapeDtypeStruct((1,), jnp.int32)) if direct else buf_shape
+        any_spec = pl.BlockSpec(memory_space=pl.ANY)
+        return pl.pallas_call(
             kernel,
             grid=grid,
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * len(operands),
-            out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            out_shape=jax.ShapeDtypeStruct(buf.shape, buf.dtype),
-            input_output_aliases={len(operands) - 1: 0},
+            in_specs=[any_spec] * n_operands,
+            out_specs=(any_spec, any_spec) if direct else any_spec,
+            out_shape=out_shape,
+            input_output_aliases={n_operands - 1: 0},  # the buffer is the last operand
             compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=1),
             interpret=interpret,
         )
-        return call(*operands)
+
+    if direct:
+
+        def fd(ids: jax.Array, buf: jax.Array) -> tuple[jax.Array, jax.Array]:
+            if units.shape[0] == 0:  # a table without rows (only mamba layers): nothing to write
+                bad = jnp.sum(((ids < 0) | (ids >= table.num_blocks)).astype(jnp.int32)).reshape(1)
+                return buf, bad
+            operands = (ids, jnp.asarray(units), buf)
+            out, bad = build(ids.shape[0], buf, len(operands))(*operands)
+            return out, bad
+
+        return fd
+
+    def f(ids: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:
+        if units.shape[0] == 0:  # a table without rows (only mamba layers): nothing to write
+            return buf
+        operands = (ids, take, count, jnp.asarray(units), buf)
+        return build(ids.shape[0], buf, len(operands))(*operands)
 
     return f

@@ -32,6 +32,7 @@ from .kernels import (
     effective_chunk_rows,
     tpu_zero_call,
     triton_units,
+    triton_vector_width,
     triton_zero_call,
 )
 from .plan import INT32_MAX, LANES, ROW_BYTES, RowPlan, check_rows_disjoint_per_block, plan_rows
@@ -194,6 +195,9 @@ class PallasZeroer:
         num_warps: int = 4,
         programs: int | None = None,
         group: str | None = None,
+        dedup: bool = True,
+        vector: bool = False,
+        unit_major: bool = False,
     ) -> None:
         check_table(table)
         if group is not None and not isinstance(group, str):
@@ -208,6 +212,14 @@ class PallasZeroer:
         self.num_warps = check_option("num_warps", num_warps, power_of_two=True, limit=32)
         #: GPU kernel: None = a program per (id slot, unit); N = N persistent programs over live items
         self.programs = None if programs is None else check_option("programs", programs)
+        for name, flag in (("dedup", dedup), ("vector", vector), ("unit_major", unit_major)):
+            if not isinstance(flag, bool):
+                raise BackendError(f"{name} = {flag!r}: must be True or False", field=name, value=flag)
+        #: GPU kernel options (the TPU kernel ignores them; it always sorts and deduplicates):
+        #: dedup=False passes ids as they come (no sort; duplicates zeroed twice, bad ids
+        #: counted in the kernel); vector: 16-byte stores where the table allows;
+        #: unit_major: units on grid x
+        self.dedup, self.vector, self.unit_major = dedup, vector, unit_major
         if interpret is not None and not isinstance(interpret, bool):
             msg = f"interpret = {interpret!r}: must be True, False or None"
             raise BackendError(msg, field="interpret", value=interpret)
@@ -231,6 +243,8 @@ class PallasZeroer:
             chunk = effective_chunk_rows(self.rows, self.chunk_rows)
             units = triton_units(self.kernel_table, offset, chunk)
             check_triton_int32(units, self.kernel_table, self.rows, chunk)
+        #: lanes per masked store group of the GPU kernel (4: 16-byte stores), 1 elsewhere
+        self.vector_width = triton_vector_width(units) if self.kernel == "triton" and vector else 1
         self._lock = threading.Lock()
         self._calls: dict[tuple[int, int], Any] = {}
         self._jitted = jax.jit(self.apply, donate_argnums=0)
@@ -277,6 +291,11 @@ class PallasZeroer:
             check_triton_rows(buf.shape[0], effective_chunk_rows(buf.shape[0], self.chunk_rows))
 
     # ---- the traced step ------------------------------------------------------------------
+    @property
+    def direct(self) -> bool:
+        """Whether steps pass ids to the kernel as they come (GPU kernel, ``dedup=False``)."""
+        return self.kernel == "triton" and not self.dedup
+
     def _call_for(self, n_pad: int, total_rows: int) -> Any:
         key = (n_pad, total_rows)
         with self._lock:
@@ -293,6 +312,9 @@ class PallasZeroer:
                         self.num_warps,
                         self.interpret,
                         self.programs,
+                        direct=self.direct,
+                        vector=self.vector,
+                        unit_major=self.unit_major,
                     )
             return self._calls[key]
 
@@ -303,6 +325,10 @@ class PallasZeroer:
         check_id_array(ids)
         if ids.shape[0] == 0:
             return buf, jnp.zeros((), jnp.int32)
+        if self.direct and len(self.kernel_table) and jnp.iinfo(ids.dtype).max <= INT32_MAX:
+            # one launch: the kernel skips and counts out-of-range ids itself
+            out, bad = self._call_for(ids.shape[0], buf.shape[0])(ids.astype(jnp.int32), buf)
+            return out, bad[0]
         ids32, ok = ids_in_range(ids, self.table.num_blocks)
         bad = jnp.sum(~ok).astype(jnp.int32)
         return self.apply_masked(buf, ids32, ok), bad
@@ -315,6 +341,9 @@ class PallasZeroer:
         if len(self.kernel_table) == 0:  # only mamba layers: no rows, nothing to write
             return buf
         n = ids.shape[0]
+        if self.direct:  # invalid slots become -1: skipped by the kernel (its bad count is not wanted)
+            out, _ = self._call_for(n, buf.shape[0])(jnp.where(valid, ids, -1).astype(jnp.int32), buf)
+            return out
         # invalid slots become num_blocks (out of range: the kernel skips them); sorting then
         # puts equal ids side by side, so each id is taken once
         s = jnp.sort(jnp.where(valid, ids, self.table.num_blocks))
