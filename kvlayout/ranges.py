@@ -13,6 +13,8 @@ import numpy as np
 MAX_BYTES = 2**62
 #: ``num_blocks`` is at most this (section 8).
 MAX_BLOCKS = 2**31 - 1
+#: The largest int32: kernels that index in int32 refuse what would pass it.
+INT32_MAX = 2**31 - 1
 
 
 def cdiv(a: int, b: int) -> int:

@@ -7,12 +7,21 @@ never built with the library's own helpers.
 from __future__ import annotations
 
 import pathlib
+import re
 
 import numpy as np
 import pytest
 
+import kvlayout as K
 from kvlayout import validate as V
-from kvlayout.errors import BlockIdError, KVLayoutError, LayoutBufferError, SpecError, TableError
+from kvlayout.errors import (
+    BackendError,
+    BlockIdError,
+    KVLayoutError,
+    LayoutBufferError,
+    SpecError,
+    TableError,
+)
 
 
 def _raises(cls: type[KVLayoutError], message: str, field: str | None, value: object, fn, *args, **kw):  # type: ignore[no-untyped-def]
@@ -527,3 +536,49 @@ def test_read_json_file_os_error_without_strerror(monkeypatch: pytest.MonkeyPatc
         "spec",
         "x.json",
     )
+
+
+# ---- backend options and the table argument ------------------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "power_of_two", "limit", "ok"),
+    [
+        (1, False, 8, True),
+        (8, False, 8, True),
+        (np.int32(8), True, 8, True),
+        (6, False, 8, True),
+        (6, True, 8, False),  # not a power of two
+        (16, True, 8, False),  # above the limit, although a power of two
+        (9, False, 8, False),
+        (0, False, 8, False),
+        (-4, True, 8, False),
+        (True, False, 8, False),  # a bool is not an option value
+        (2.0, False, 8, False),
+        ("2", False, 8, False),
+        (2**31 - 1, False, 2**31 - 1, True),
+        (2**31, False, 2**31 - 1, False),
+    ],
+)
+def test_check_option(value: object, power_of_two: bool, limit: int, ok: bool) -> None:
+    if ok:
+        got = V.check_option("num_warps", value, power_of_two=power_of_two, limit=limit)
+        assert got == value and type(got) is int
+        return
+    what = "a positive power of two" if power_of_two else "a positive integer"
+    msg = f"num_warps = {value!r}: must be {what}, at most {limit}"
+    with pytest.raises(BackendError, match=re.escape(msg)):
+        V.check_option("num_warps", value, power_of_two=power_of_two, limit=limit)
+
+
+def test_check_option_default_limit_is_int32() -> None:
+    assert V.check_option("programs", 2**31 - 1) == 2**31 - 1
+    with pytest.raises(BackendError, match=r"at most 2147483647") as e:
+        V.check_option("programs", 2**31)
+    assert e.value.field == "programs" and e.value.value == 2**31
+
+
+def test_check_table() -> None:
+    t = K.plan(K.preset("dsv4-test"))
+    assert V.check_table(t) is t
+    with pytest.raises(TableError, match=r"table type = dict: must be a kvlayout.SegmentTable") as e:
+        V.check_table(t.to_dict())
+    assert e.value.field == "table" and e.value.value == "dict"

@@ -29,8 +29,10 @@ import triton
 
 from kvlayout.backend import check_offset_and_size
 from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, TableError
+from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
+from kvlayout.validate import check_option, check_table
 from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE, launch_guard
@@ -57,8 +59,6 @@ ROUTE_BLOCK = 1024
 #: Triton's store cache modifiers and eviction policies.
 CACHE_MODIFIERS = ("", ".wb", ".cg", ".cs", ".wt")
 EVICTION_POLICIES = ("", "evict_first", "evict_last")
-#: Largest launch option accepted (programs, warps, vector words).
-INT32_MAX = 2**31 - 1
 
 
 def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
@@ -90,25 +90,6 @@ def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
     check_offset_and_size(offset, nbytes, table)
     flat = buffer.reshape(-1).view(torch.uint8)
     return flat[offset : offset + table.total_bytes].view(torch.int32)
-
-
-def check_table(table: Any) -> SegmentTable:
-    """The first argument of every zeroer: a :class:`SegmentTable` (checked before anything else)."""
-    if not isinstance(table, SegmentTable):
-        kind = type(table).__name__
-        raise TableError(f"table type = {kind}: must be a kvlayout.SegmentTable", field="table", value=kind)
-    return table
-
-
-def check_option(name: str, value: Any, *, power_of_two: bool = False, limit: int = INT32_MAX) -> int:
-    """A positive integer launch option (not a bool), optionally a power of two, at most ``limit``."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer)) and 0 < value <= limit
-    if ok and power_of_two:
-        ok = value & (value - 1) == 0
-    if not ok:
-        what = "a positive power of two" if power_of_two else "a positive integer"
-        raise BackendError(f"{name} = {value!r}: must be {what}, at most {limit}", field=name, value=value)
-    return int(value)
 
 
 _DLPACK_READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY of DLManagedTensorVersioned.flags
