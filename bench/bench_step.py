@@ -301,6 +301,14 @@ def bench(preset: str, pool_bytes: int, batches: list[int], calls: int) -> dict[
         nbytes = batch * table.bytes_per_block
         flat = words[: max(1, nbytes // 4)]
         memset = graph_us([lambda: flat.zero_()])
+        # the same scattered blocks as whole rows through torch's own kernel: what scattering
+        # costs a vendor kernel (a contiguous memset is the bound for one run of bytes only)
+        strides = {s.stride for s in z.kernel_table.segments}
+        rows_us = None
+        if len(strides) == 1:
+            stride_words = strides.pop() // 4
+            rows = words[: n * stride_words].view(n, stride_words)
+            rows_us = graph_us([lambda d=d: rows.index_fill_(0, d, 0) for d in devs])
         z.check()
         row: dict[str, Any] = {
             "preset": preset,
@@ -321,6 +329,8 @@ def bench(preset: str, pool_bytes: int, batches: list[int], calls: int) -> dict[
             "step_eager_speedup": round(theirs / eager, 3),
             "kernel_speedup": round(theirs_k / ours_k, 3),
             "kernel_vs_memset": round(memset / ours_k, 3),
+            "rows_index_fill_us": rows_us,
+            "kernel_vs_rows": None if rows_us is None else round(rows_us / ours_k, 3),
             "kernel_chunk": z.plan_for_batch(batch).plan.chunk_words,
         }
         if batch in (64, 4096) and os.environ.get("BENCH_PALLAS", "1") == "1":
@@ -360,9 +370,10 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| preset | ids | step us kvlayout (graph / eager) | step us vLLM 0.33 | step x "
         "| kernel us kvlayout / vLLM "
-        "| kernel x | memset us | kernel vs memset | pallas in jit us | equal | targets missed |"
+        "| kernel x | memset us | kernel vs memset | rows index_fill us (kernel x) "
+        "| pallas in jit us | equal | targets missed |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         pj = (
             f"{r['pallas_in_jit_us']:.1f} ({r['pallas_vs_cuda_kernel']:.2f}x cuda)"
@@ -370,11 +381,15 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             else ""
         )
         miss = "; ".join(verdict(r)) or "none"
+        rows = ""
+        if r.get("rows_index_fill_us") is not None:
+            rows = f"{r['rows_index_fill_us']:.1f} ({r['kernel_vs_rows']:.2f})"
         lines.append(
             f"| {r['preset']} | {r['batch']} | {r['step_us']:.1f} / {r['step_eager_us']:.1f} "
             f"| {r['vllm_step_us']:.1f} | {r['step_speedup']:.2f} "
             f"| {r['kernel_us']:.1f} / {r['vllm_kernel_us']:.1f} | {r['kernel_speedup']:.2f} | "
-            f"{r['memset_us']:.1f} | {r['kernel_vs_memset']:.2f} | {pj} | {r['byte_equal']} | {miss} |"
+            f"{r['memset_us']:.1f} | {r['kernel_vs_memset']:.2f} | {rows} | {pj} | {r['byte_equal']} "
+            f"| {miss} |"
         )
     return "\n".join(lines)
 
