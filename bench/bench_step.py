@@ -381,14 +381,14 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             else ""
         )
         miss = "; ".join(verdict(r)) or "none"
-        rows = ""
+        fill = ""
         if r.get("rows_index_fill_us") is not None:
-            rows = f"{r['rows_index_fill_us']:.1f} ({r['kernel_vs_rows']:.2f})"
+            fill = f"{r['rows_index_fill_us']:.1f} ({r['kernel_vs_rows']:.2f})"
         lines.append(
             f"| {r['preset']} | {r['batch']} | {r['step_us']:.1f} / {r['step_eager_us']:.1f} "
             f"| {r['vllm_step_us']:.1f} | {r['step_speedup']:.2f} "
             f"| {r['kernel_us']:.1f} / {r['vllm_kernel_us']:.1f} | {r['kernel_speedup']:.2f} | "
-            f"{r['memset_us']:.1f} | {r['kernel_vs_memset']:.2f} | {rows} | {pj} | {r['byte_equal']} "
+            f"{r['memset_us']:.1f} | {r['kernel_vs_memset']:.2f} | {fill} | {pj} | {r['byte_equal']} "
             f"| {miss} |"
         )
     return "\n".join(lines)
