@@ -586,3 +586,283 @@ def test_sorted_set_queries_across_buckets() -> None:
         assert {r for v in rep.by_invariant(3) for r in v.rows} <= {x for h in want for x in (h[0], h[2])}
         verdicts.add(rep.ok)
     assert verdicts == {True, False}
+
+
+# ---------------------------------------------------------------- helpers' contracts (issue 19, round 2)
+def test_sorted_keys_stay_sorted_with_bounded_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random inserts and removes against a sorted list: every query, and each bucket within ``2*LOAD``.
+
+    The set's purpose is memmoves of O(sqrt) size (a bucket never holds more than ``2*LOAD``
+    keys); ``maxes`` is each bucket's last key, which add/remove/iter_from bisect on.
+    """
+    rng = random.Random(1905)
+    for load in (2, 3, 256):
+        monkeypatch.setattr(Vf._SortedKeys, "LOAD", load)
+        ks = Vf._SortedKeys()
+        ref: list[tuple[int, int]] = []
+        ops = 3000 if load == 256 else 400
+        for step in range(ops):
+            if ref and rng.random() < 0.3:
+                key = ref.pop(rng.randrange(len(ref)))
+                ks.remove(key)
+            else:
+                key = (rng.randint(-50, 50), step)
+                ref.append(key)
+                ref.sort()
+                ks.add(key)
+            assert all(ks.buckets) and [b[-1] for b in ks.buckets] == ks.maxes
+            assert max(map(len, ks.buckets), default=0) <= 2 * load
+            if step % 7 == 0 or load != 256:
+                assert [k for b in ks.buckets for k in b] == ref
+                q = (rng.randint(-52, 52), -1)
+                assert list(ks.iter_from(q)) == [k for k in ref if k >= q], (load, step, q)
+        assert len(ks.buckets) > 2  # the buckets did split (and, with the removes, empty)
+
+
+def test_pair_counts_with_strides_past_float_precision() -> None:
+    """Strides of 2**50 to 2**61: counts and witnesses are floors of exact integer quotients.
+
+    Row j is placed on row i's block b, shifted by -span_j .. span_i (touching, meeting or
+    apart); brute force over the few block ids decides.
+    """
+    rng = random.Random(1906)
+    for _ in O.seeds(1500):
+        n = rng.randint(2, 5)
+        big = 2 ** rng.randint(50, 61) // (n * 4)
+        si = 4 * rng.choice((-1, 1)) * rng.randint(big // 2, big)
+        sj = rng.choice((4 * rng.choice((-1, 1)) * rng.randint(big // 2, big), si, 0, 4))
+        pi, pj = rng.choice((4, 8, 1, abs(si) + 4)), rng.choice((4, 8, 3))
+        bi = 2**62 // 2
+        b, c = rng.randrange(n), rng.randrange(n)
+        ri = (bi, si, pi)
+        rj = (bi + b * si - c * sj + rng.choice((-pj, -pj + 1, -1, 0, 1, pi - 1, pi)), sj, pj)
+        every = _brute_pairs(ri, rj, n, False)
+        p = Vf._Pair(ri, rj, n)
+        assert p.count(0, n) == len(every), (ri, rj, n)
+        for cross in (True, False):
+            pairs = [(x, y) for x, y in every if not cross or x != y]
+            got = Vf.pair_witness(ri, rj, n, cross_block=cross)
+            assert (got is None) if not pairs else (got in pairs and got[0] == min(x for x, _ in pairs))
+    # touching rows whose quotient (T - 1) / T rounds to 1.0 as a float: safe
+    t = 2**56
+    rows = (K.Segment(8, 4, 4, "g", "a"), K.Segment(t + 4, -t, 4, "g", "b"))
+    table = K.SegmentTable(t + 64, 2, rows)
+    assert all(O.brute_invariants(table).values()) and K.verify(table).ok
+    assert Vf.pair_witness((8, 4, 4), (t + 4, -t, 4), 2, cross_block=True) is None
+
+
+def test_meeting_pairs_are_exactly_the_meeting_pairs() -> None:
+    """``_meeting_pairs``: every ``i < j`` whose ``[lo, hi)`` share a point, once; over budget, the count."""
+    import numpy as np
+
+    rng = random.Random(1907)
+    for _ in O.seeds(300):
+        m = rng.randint(0, 30)
+        lo = [rng.randint(0, 40) for _ in range(m)]
+        hi = [x + rng.randint(1, 12) for x in lo]
+        want = {(i, j) for i in range(m) for j in range(i + 1, m) if max(lo[i], lo[j]) < min(hi[i], hi[j])}
+        got = Vf._meeting_pairs(np.array(lo, np.int64), np.array(hi, np.int64), len(want))
+        assert got.shape == (len(want), 2) and {(int(a), int(b)) for a, b in got.tolist()} == want
+        if want:
+            with pytest.raises(Vf._TooMany) as e:
+                Vf._meeting_pairs(np.array(lo, np.int64), np.array(hi, np.int64), len(want) - 1)
+            assert e.value.count == len(want)
+
+
+def _extent_pairs(rows: list[Row], n: int) -> set[tuple[int, int]]:
+    """Row pairs of different strides whose block ranges' extents share a byte."""
+
+    def ext(r: Row) -> tuple[int, int]:
+        return min(r[0], r[0] + (n - 1) * r[1]), max(r[0], r[0] + (n - 1) * r[1]) + r[2]
+
+    return {
+        (i, j)
+        for i in range(len(rows))
+        for j in range(i + 1, len(rows))
+        if (rows[i][1] != rows[j][1] or rows[i][1] == 0) and _meet(ext(rows[i]), ext(rows[j]))
+    }
+
+
+def _isolation_pairs(t: K.SegmentTable) -> set[tuple[int, ...]]:
+    """Rows ``(a,)`` meeting themselves, ``(a, b)`` each other, at two different blocks (brute force)."""
+    n, segs = t.num_blocks, t.segments
+    out = set()
+    for a in range(len(segs)):
+        for b in range(a, len(segs)):
+            if any(
+                _meet(_iv(_r(segs[a]), x), _iv(_r(segs[b]), y)) for x in range(n) for y in range(n) if x != y
+            ):
+                out.add((a,) if a == b else (a, b))
+    return out
+
+
+def _check_pairs(t: K.SegmentTable, rep: K.VerifyReport) -> None:
+    """Invariant 3 lists each broken row pair once, and all of them (up to the listing limit).
+
+    One exception, by design: a row wider than its stride is reported meeting itself, not
+    meeting the other rows of its stride (its table is unsafe either way).
+    """
+    segs = t.segments
+    listed = [tuple(sorted(v.rows)) for v in rep.by_invariant(3)]
+    assert len(listed) == len(set(listed)), listed
+
+    def long(r: int) -> bool:
+        return segs[r].stride != 0 and segs[r].span > abs(segs[r].stride)
+
+    want = {
+        p
+        for p in _isolation_pairs(t)
+        if len(p) == 1
+        or segs[p[0]].stride != segs[p[1]].stride
+        or segs[p[0]].stride == 0
+        or not (long(p[0]) or long(p[1]))
+    }
+    if len(want) <= Vf.MAX_PER_INVARIANT:
+        assert set(listed) == want and not rep.truncated.get(3)
+    else:
+        assert set(listed) <= want and len(listed) == Vf.MAX_PER_INVARIANT and rep.truncated[3] >= 1
+
+
+@pytest.mark.parametrize("hulls", [False, True])
+def test_cross_stride_budget_exactly_at_the_limit(monkeypatch: pytest.MonkeyPatch, hulls: bool) -> None:
+    """``MAX_CROSS_PAIRS`` meeting cross-stride pairs are decided; one more is refused, and counted.
+
+    Rows of one stride are apart, so every meeting pair is a cross pair. ``hulls``: the
+    class-pair path (``MAX_MEETING_PAIRS`` below the meeting pairs), which counts class pair by
+    class pair and stops at the first past the budget: one pair per class pair when every
+    class has one row.
+    """
+    if hulls:
+        monkeypatch.setattr(Vf, "MAX_MEETING_PAIRS", 0)
+    spy: list[int] = []
+    real = Vf._meeting_pairs
+
+    def counting(lo: Any, hi: Any, budget: int) -> Any:
+        spy.append(budget)
+        return real(lo, hi, budget)
+
+    monkeypatch.setattr(Vf, "_meeting_pairs", counting)
+    n = 2
+    several = [
+        (0, 4000, 4),
+        (5000, 4000, 4),
+        (2000, 4004, 8),
+        (3004, 4008, 4),
+        (9000, 4008, 4),
+        (96, 12000, 4),
+    ]
+    several += [(6000, -900, 4), (10_000, 0, 4)]
+    single = [(40 * i, 400 + 4 * i, 4) for i in range(9)]  # one row per class, every pair meets
+    for rows in (several, single):
+        t = K.SegmentTable(30_000, n, tuple(K.Segment(*r, "g", f"r{k}") for k, r in enumerate(rows)))
+        same = [(i, j) for i, j in _extent_pairs(rows, n) if rows[i][1] == rows[j][1]]
+        cross = len(_extent_pairs(rows, n))
+        assert not same and cross >= 8
+        for limit in (cross, cross - 1, cross - 3):
+            monkeypatch.setattr(Vf, "MAX_CROSS_PAIRS", limit)
+            spy.clear()
+            if limit == cross:
+                rep = K.verify(t)
+                assert rep.ok == all(O.brute_invariants(t).values())
+                _check_report(t, rep)
+                _check_pairs(t, rep)
+                continue
+            with pytest.raises(K.TableError) as e:
+                K.verify(t)
+            if limit == cross - 1 or not hulls:
+                assert e.value.value == cross
+            elif rows is single:
+                assert e.value.value == limit + 1
+            assert e.value.field == "table.segments"
+            assert str(e.value).startswith(f"table = {e.value.value} pairs of rows with different strides")
+        assert (Vf.MAX_CLASS_PAIRS in spy) == hulls
+
+
+def _touched_gaps(t: K.SegmentTable) -> set[str]:
+    """Layers of the gaps some row clears, at any two blocks (brute force)."""
+    n = t.num_blocks
+    return {
+        p.layer
+        for p in t.padding
+        if any(_meet(_iv(_r(s), x), _iv(_r(p), y)) for s in t.segments for x in range(n) for y in range(n))
+    }
+
+
+@pytest.mark.parametrize("hulls", [False, True])
+def test_every_broken_pair_and_cleared_gap_listed(monkeypatch: pytest.MonkeyPatch, hulls: bool) -> None:
+    """Rows and gaps of strides 0, +-1, +-2, +-4, +-8, +-12 and any bytes: the listing against brute force.
+
+    Invariant 3 names every broken row pair once (:func:`_check_pairs`); invariant 4 names every
+    gap that some row clears. ``hulls``: cross-stride pairs found class pair by class pair.
+    """
+    if hulls:
+        monkeypatch.setattr(Vf, "MAX_MEETING_PAIRS", 0)
+    rng = random.Random(1908 + hulls)
+    strides = (0, 1, -1, 2, -2, 4, -4, 8, -8, 12, -12)
+    seen = {"3 and 4 hold": 0, "3": 0, "4": 0}
+    for _ in O.seeds(250):
+        n = rng.randint(1, 5)
+        pick = rng.sample(strides, 3)
+        rows = []
+        for _ in range(rng.randint(1, 5)):
+            st = rng.choice(pick) if rng.random() < 0.3 else rng.choice([x for x in pick if x] or [4])
+            short = rng.random() < 0.8  # mostly no wider than the stride: safe tables too
+            rows.append((rng.randint(0, 60), st, rng.randint(1, max(1, abs(st)) if short else 9)))
+        gaps = [(rng.randint(0, 60), rng.choice(pick), rng.randint(0, 9)) for _ in range(rng.randint(0, 3))]
+        lift = max([0] + [-(b + (n - 1) * st) for b, st, _ in rows + gaps])  # keep every block in bounds
+        rows = [(b + lift, st, sp) for b, st, sp in rows]
+        gaps = [(b + lift, st, sp) for b, st, sp in gaps]
+        t = _pad_table(max(max(b, b + (n - 1) * st) + sp for b, st, sp in rows + gaps), n, rows, gaps)
+        rep = K.verify(t)
+        assert O.check_verifier(K.verify, [t]) == []
+        _check_report(t, rep)
+        _check_pairs(t, rep)
+        named = {v.message.rsplit("padding of layer ", 1)[1].split("'")[1] for v in rep.by_invariant(4)}
+        assert named == _touched_gaps(t), (rows, gaps, n)
+        seen["3 and 4 hold"] += not rep.by_invariant(3) and not rep.by_invariant(4)
+        seen["3"] += bool(rep.by_invariant(3))
+        seen["4"] += bool(rep.by_invariant(4))
+    assert min(seen.values()) > 20 * O.SCALE, seen
+
+
+def test_sweep_finds_each_meeting_pair_once() -> None:
+    """``_sweep`` on one stride class: every pair of items meeting at blocks ``|k| <= n-1`` apart, once.
+
+    Items are ``(base, span, id, kind)`` no wider than the stride; ids of rows (kind 0) and gaps
+    (kind 1) are numbered independently, as verify passes them. Isolation (``same_kind``): pairs
+    of kind-0 items at two different blocks; padding: a row against a gap at any two blocks, the
+    row first. Each hit's blocks are a real meeting; ``want`` caps the hits returned.
+    """
+    rng = random.Random(1909)
+    found = 0
+    for _ in O.seeds(500):
+        s = rng.choice((8, 12, 16))
+        n = rng.randint(1, 5)
+        same = rng.random() < 0.4
+        items = []
+        for kind in (0,) if same else (0, 1):
+            for i in range(rng.randint(1, 5)):
+                items.append((rng.randint(0, 4 * s), rng.randint(1, s), i, kind))
+        row_of = {(it[2], it[3]): (it[0], s, it[1]) for it in items}
+        want = set()
+        for a in items:
+            for b in items:
+                if same and a[2] < b[2] or not same and (a[3], b[3]) == (0, 1):
+                    ra, rb = row_of[a[2], a[3]], row_of[b[2], b[3]]
+                    if any(
+                        _meet(_iv(ra, x), _iv(rb, y))
+                        for x in range(n)
+                        for y in range(n)
+                        if x != y or not same
+                    ):
+                        want.add((a[2], b[2]))
+        hits = Vf._sweep(items, s, n, same, 10**6)
+        pairs = [(min(h[0], h[2]), max(h[0], h[2])) if same else (h[0], h[2]) for h in hits]
+        assert sorted(pairs) == sorted(want), (items, s, n, same, hits)
+        for ra, ba, rb, bb in hits:
+            x, y = row_of[ra, 0], row_of[rb, 0 if same else 1]
+            assert 0 <= ba < n and 0 <= bb < n and (ba != bb or not same) and _meet(_iv(x, ba), _iv(y, bb))
+        found += len(want) > 1
+        for cap in range(1, len(want) + 1):
+            assert Vf._sweep(items, s, n, same, cap) == hits[:cap]
+    assert found > 100 * O.SCALE
