@@ -266,7 +266,7 @@ TRITON_OPTIONS = [
     {"dedup": False},
     {"dedup": False, "vector": True},
     {"dedup": False, "vector": True, "unit_major": True},
-    {"dedup": False, "vector": True, "chunk_rows": 32},
+    {"dedup": False, "vector": True, "chunk_rows": 32, "evict_first": True},
     {"dedup": False, "vector": True, "programs": 7, "chunk_rows": 8},
     {"dedup": True, "vector": True, "programs": 7},
     {"dedup": True, "vector": True, "unit_major": True},
@@ -356,7 +356,7 @@ def test_triton_vector_width_only_when_16_byte_aligned() -> None:
 @pytest.mark.parametrize("name", ["flag", "value"])
 def test_triton_option_validation(name: str) -> None:
     t = K.plan(K.preset("dsv4-test"))
-    bad: dict[str, Any] = {"dedup": 1} if name == "flag" else {"vector": "yes"}
+    bad: dict[str, Any] = {"dedup": 1} if name == "flag" else {"evict_first": "yes"}
     with pytest.raises(K.BackendError, match=f"{next(iter(bad))} = "):
         kp.PallasZeroer(t, kernel="triton", **bad)
 

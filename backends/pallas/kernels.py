@@ -199,6 +199,7 @@ def _store_unit(
     chunk_rows: int,
     total_rows: int,
     vec: int,
+    evict_first: bool,
 ) -> None:
     """Zero unit ``u`` of block ``b`` (nothing unless ``ok``): one masked ``(chunk_rows, 128)`` store.
 
@@ -227,7 +228,14 @@ def _store_unit(
         w = (rows - r0) * (LANES // vec) + g - jax.lax.div(a0, jnp.int32(vec))
         mask = ok & (w >= 0) & (w < jax.lax.div(span, jnp.int32(vec)))
     zeros = jnp.zeros((chunk_rows, LANES), jnp.int32)
-    pltriton.store(buf_ref.at[pl.ds(start, chunk_rows), _all_lanes()], zeros, mask=mask)
+    policy = "evict_first" if evict_first else None  # zeros nobody reads soon: leave L2 to others
+    pltriton.store(
+        buf_ref.at[pl.ds(start, chunk_rows), _all_lanes()], zeros, mask=mask, eviction_policy=policy
+    )
+
+
+def _store_args(chunk_rows: int, total_rows: int, vec: int, evict_first: bool) -> dict[str, Any]:
+    return {"chunk_rows": chunk_rows, "total_rows": total_rows, "vec": vec, "evict_first": evict_first}
 
 
 #: ids read per step when a GPU program counts the out-of-range ids of a batch
@@ -258,6 +266,7 @@ def _triton_kernel(
     chunk_rows: int,
     total_rows: int,
     vec: int,
+    evict_first: bool,
     direct: bool,
     unit_major: bool,
     n_ids: int,
@@ -280,7 +289,7 @@ def _triton_kernel(
     ok = (b >= 0) & (b < num_blocks)
     if not direct:
         ok = ok & (i < count_ref[0]) & (take_ref[i] != 0)
-    _store_unit(buf_ref, seg_ref, u, b, ok, chunk_rows=chunk_rows, total_rows=total_rows, vec=vec)
+    _store_unit(buf_ref, seg_ref, u, b, ok, **_store_args(chunk_rows, total_rows, vec, evict_first))
     if direct:
 
         @pl.when((i == 0) & (u == 0))
@@ -295,6 +304,7 @@ def _triton_persistent_kernel(
     total_rows: int,
     num_units: int,
     vec: int,
+    evict_first: bool,
     direct: bool,
     n_ids: int,
 ) -> None:
@@ -321,7 +331,7 @@ def _triton_persistent_kernel(
         ok = (b >= 0) & (b < num_blocks)
         if not direct:
             ok = ok & (take_ref[i] != 0)
-        _store_unit(buf_ref, seg_ref, u, b, ok, chunk_rows=chunk_rows, total_rows=total_rows, vec=vec)
+        _store_unit(buf_ref, seg_ref, u, b, ok, **_store_args(chunk_rows, total_rows, vec, evict_first))
         return carry
 
     jax.lax.fori_loop(0, trips, body, jnp.int32(0))
@@ -422,6 +432,7 @@ def triton_zero_call(
     direct: bool = False,
     vector: bool = False,
     unit_major: bool = False,
+    evict_first: bool = False,
 ) -> Any:
     """The Pallas-Triton kernel (GPU, or interpret on CPU) as a function of its operands.
 
@@ -434,13 +445,14 @@ def triton_zero_call(
     units on x, so neighbouring programs write neighbouring memory); else that many
     persistent programs striding over the items. ``vector``: 16-byte stores where the table
     allows (:func:`triton_vector_width`), else the per-lane mask (always exact).
+    ``evict_first``: stores with Triton's ``evict_first`` policy.
     """
     chunk_rows = effective_chunk_rows(total_rows, chunk_rows)
     units64 = triton_units(table, offset, chunk_rows)
     check_triton_int32(units64, table, total_rows, chunk_rows)
     units = units64.astype(np.int32)
     vec = triton_vector_width(units64) if vector else 1
-    common = dict(num_blocks=table.num_blocks, chunk_rows=chunk_rows, total_rows=total_rows, vec=vec)
+    common = dict(num_blocks=table.num_blocks, **_store_args(chunk_rows, total_rows, vec, evict_first))
 
     def build(n: int, buf: jax.Array, n_operands: int) -> Any:
         from jax.experimental.pallas import triton as pltriton

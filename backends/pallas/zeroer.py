@@ -198,6 +198,7 @@ class PallasZeroer:
         dedup: bool = True,
         vector: bool = False,
         unit_major: bool = False,
+        evict_first: bool = False,
     ) -> None:
         check_table(table)
         if group is not None and not isinstance(group, str):
@@ -212,14 +213,16 @@ class PallasZeroer:
         self.num_warps = check_option("num_warps", num_warps, power_of_two=True, limit=32)
         #: GPU kernel: None = a program per (id slot, unit); N = N persistent programs over live items
         self.programs = None if programs is None else check_option("programs", programs)
-        for name, flag in (("dedup", dedup), ("vector", vector), ("unit_major", unit_major)):
+        flags = {"dedup": dedup, "vector": vector, "unit_major": unit_major, "evict_first": evict_first}
+        for name, flag in flags.items():
             if not isinstance(flag, bool):
                 raise BackendError(f"{name} = {flag!r}: must be True or False", field=name, value=flag)
         #: GPU kernel options (the TPU kernel ignores them; it always sorts and deduplicates):
         #: dedup=False passes ids as they come (no sort; duplicates zeroed twice, bad ids
         #: counted in the kernel); vector: 16-byte stores where the table allows;
-        #: unit_major: units on grid x
+        #: unit_major: units on grid x; evict_first: stores with that eviction policy
         self.dedup, self.vector, self.unit_major = dedup, vector, unit_major
+        self.evict_first = evict_first
         if interpret is not None and not isinstance(interpret, bool):
             msg = f"interpret = {interpret!r}: must be True, False or None"
             raise BackendError(msg, field="interpret", value=interpret)
@@ -315,6 +318,7 @@ class PallasZeroer:
                         direct=self.direct,
                         vector=self.vector,
                         unit_major=self.unit_major,
+                        evict_first=self.evict_first,
                     )
             return self._calls[key]
 
