@@ -2,7 +2,9 @@
 
 For each preset (pool sized as ``bench_step.py`` sizes it: ``--pool-gib`` GiB, at least 20,000
 blocks) and batch, every variant (a set of :class:`PallasZeroer` options, :data:`VARIANTS`) gets
-one jitted, donated step that chains ``K`` applies over ``ROT`` rotating id batches, and is
+one jitted, donated step that chains ``K`` applies over ``ROT`` rotating id batches (a tuple of
+arrays, as an engine passes its ids; ``NAME@stacked``: rows of one ``[ROT, n]`` array, as
+``bench_step.py`` passes them, each apply slicing its row), and is
 
 1. checked: on a poisoned buffer the step must leave exactly the bytes of
    ``kvlayout.backends.cuda.testing.torch_reference_zero`` (strided torch views, no Triton) for
@@ -44,7 +46,8 @@ ROT = 8
 GIB = 2**30
 MIN_BLOCKS = 20_000  # bench_step.py's pool: max(20,000, pool bytes // bytes per block)
 TARGET = 1.1
-#: name -> PallasZeroer options; "per_sm" becomes ``programs = per_sm * SMs`` (persistent grid)
+#: name -> PallasZeroer options; "per_sm" becomes ``programs = per_sm * SMs`` (persistent grid).
+#: ``NAME@stacked`` on the command line: that variant with the ids as rows of one array.
 VARIANTS: dict[str, dict[str, Any]] = {
     "sorted": {},  # the current default: sort + dedup around the kernel, per-lane masks
     "sorted-vec": {"vector": True},
@@ -58,11 +61,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "direct-vec-pers4": {"dedup": False, "vector": True, "per_sm": 4},
     "direct-vec-pers8": {"dedup": False, "vector": True, "per_sm": 8},
 }
-DEFAULT_VARIANTS = "sorted,sorted-vec,direct-vec,direct-vec-umaj,direct-vec-c32,direct-vec-ef,direct-vec-pers8"
+DEFAULT_VARIANTS = ",".join(
+    [
+        "sorted",
+        "sorted-vec",
+        "direct-vec",
+        "direct-vec@stacked",
+        "direct-vec-umaj",
+        "direct-vec-c32",
+        "direct-vec-ef",
+        "direct-vec-pers8",
+    ]
+)
 
 
 def options(name: str, sms: int) -> dict[str, Any]:
-    kw = dict(VARIANTS[name])
+    kw = dict(VARIANTS[name.partition("@")[0]])
     per_sm = kw.pop("per_sm", None)
     if per_sm is not None:
         kw["programs"] = per_sm * sms
@@ -122,15 +136,19 @@ class Bench:
         del view
         return same
 
-    def step(self, z: Any, k: int) -> Any:
-        """``jit(step, donate buf)``: ``k`` chained applies over the rotating id batches."""
+    def step(self, z: Any, k: int, stacked: bool) -> Any:
+        """``jit(step, donate buf)``: ``k`` chained applies over the rotating id batches.
+
+        The batches come as a tuple of arrays, as an engine passes its ids; ``stacked``: as
+        rows of one ``[ROT, n]`` array (``bench_step.py``'s way), each apply taking a row.
+        """
         import jax
         import jax.numpy as jnp
 
-        def step(b: jax.Array, all_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+        def step(b: jax.Array, all_ids: Any) -> tuple[jax.Array, jax.Array]:
             bad = jnp.zeros((), jnp.int32)
             for j in range(k):
-                b, e = z.apply(b, all_ids[j % all_ids.shape[0]])
+                b, e = z.apply(b, all_ids[j % len(all_ids)])
                 bad = bad + e
             return b, bad  # the rest of an engine's step would go here
 
@@ -186,44 +204,49 @@ def run_batch(bench: Bench, batch: int, names: list[str], sms: int, rounds: int)
     k = bench.k
     rng = np.random.default_rng(batch)
     id_sets = np.stack([rng.choice(bench.num_blocks, size=batch, replace=False) for _ in range(ROT)])
-    ids = jnp.asarray(id_sets.astype(np.int32))
+    stacked_ids = jnp.asarray(id_sets.astype(np.int32))
+    tuple_ids = tuple(jnp.asarray(x.astype(np.int32)) for x in id_sets)
     awkward = awkward_batch(bench.num_blocks, batch, batch + 1)
-    awkward_ids = jnp.asarray(np.tile(awkward, (ROT, 1)))
+    awkward_stacked = jnp.asarray(np.tile(awkward, (ROT, 1)))
+    awkward_tuple = tuple(jnp.asarray(awkward) for _ in range(ROT))
     ref = bench.reference(id_sets[: min(k, ROT)].reshape(-1))  # the batches the step applies
     ref_awkward = bench.reference(awkward)
     row: dict[str, Any] = {"preset": bench.preset, "batch": batch, "num_blocks": bench.num_blocks}
     row["bytes"] = batch * bench.table.bytes_per_block
-    steps: dict[str, Any] = {}
+    steps: dict[str, tuple[Any, Any]] = {}
     checks: dict[str, Any] = {}
     t0 = time.perf_counter()
     for name in names:
-        z = bench.zeroer(name, sms)
-        f = bench.step(z, k)
+        base_name, _, how = name.partition("@")
+        z = bench.zeroer(base_name, sms)
+        stacked = how == "stacked"
+        f = bench.step(z, k, stacked)
+        ids = stacked_ids if stacked else tuple_ids
         buf, bad = f(bench.jax_poisoned(), ids)  # compiles
         c = {"vector_width": z.vector_width, "equal": bench.equal(buf, ref), "bad": int(bad)}
         del buf
-        buf, bad = f(bench.jax_poisoned(), awkward_ids)
+        buf, bad = f(bench.jax_poisoned(), awkward_stacked if stacked else awkward_tuple)
         c["awkward_equal"], c["awkward_bad"] = bench.equal(buf, ref_awkward), int(bad)
         del buf
         c["exact"] = c["equal"] and c["bad"] == 0 and c["awkward_equal"] and c["awkward_bad"] == 4 * k
         checks[name] = c
-        steps[name] = f
+        steps[name] = (f, ids)
     del ref, ref_awkward
     row["compile_check_s"] = round(time.perf_counter() - t0, 2)
 
-    def base(b: jax.Array, all_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
-        return b, all_ids[0, 0] + 1  # one tiny kernel: the launch and sync every step pays
+    def base(b: jax.Array, all_ids: Any) -> tuple[jax.Array, jax.Array]:
+        return b, all_ids[0][0] + 1  # one tiny kernel: the launch and sync every step pays
 
     state = {"buf": bench.jax_poisoned()}
 
-    def call(f: Any) -> Any:
+    def call(f: Any, ids: Any) -> Any:
         def go() -> None:
             state["buf"], _ = f(state["buf"], ids)
 
         return go
 
-    fns = {"base": call(jax.jit(base, donate_argnums=0))}
-    fns.update({name: call(f) for name, f in steps.items()})
+    fns = {"base": call(jax.jit(base, donate_argnums=0), tuple_ids)}
+    fns.update({name: call(f, ids) for name, (f, ids) in steps.items()})
     times = interleaved_us(fns, lambda: jax.block_until_ready(state["buf"]), rounds=rounds, calls=1)
     del state["buf"]
     row.update(cuda_kernel_us(bench, batch, id_sets))
@@ -268,12 +291,12 @@ def main() -> int:
     ap.add_argument("--pool-gib", type=float, default=4.0)
     ap.add_argument("--k", type=int, default=17, help="applies chained in each step")
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--time-limit", type=float, default=200.0, help="seconds: no new batch starts after")
+    ap.add_argument("--time-limit", type=float, default=190.0, help="seconds: no new batch starts after")
     ap.add_argument("--dry-run", action="store_true", help="CPU: 64-block pool, interpreted kernels")
     args = ap.parse_args()
     names = args.variants.split(",")
     for n in names:
-        if n not in VARIANTS:
+        if n.partition("@")[0] not in VARIANTS or n.partition("@")[2] not in ("", "stacked"):
             ap.error(f"--variants: unknown {n!r}; known: {', '.join(VARIANTS)}")
     batches = [int(b) for b in args.batches.split(",")]
     if min(batches) < 8:
