@@ -222,12 +222,17 @@ def run_batch(bench: Bench, batch: int, names: list[str], sms: int, rounds: int)
         stacked = how == "stacked"
         f = bench.step(z, k, stacked)
         ids = stacked_ids if stacked else tuple_ids
-        buf, bad = f(bench.jax_poisoned(), ids)  # compiles
-        c = {"vector_width": z.vector_width, "equal": bench.equal(buf, ref), "bad": int(bad)}
-        del buf
-        buf, bad = f(bench.jax_poisoned(), awkward_stacked if stacked else awkward_tuple)
-        c["awkward_equal"], c["awkward_bad"] = bench.equal(buf, ref_awkward), int(bad)
-        del buf
+        try:
+            buf, bad = f(bench.jax_poisoned(), ids)  # compiles
+            c = {"vector_width": z.vector_width, "equal": bench.equal(buf, ref), "bad": int(bad)}
+            del buf
+            buf, bad = f(bench.jax_poisoned(), awkward_stacked if stacked else awkward_tuple)
+            c["awkward_equal"], c["awkward_bad"] = bench.equal(buf, ref_awkward), int(bad)
+            del buf
+        except Exception as e:  # one variant failing to compile or run must not lose the others
+            checks[name] = {"error": f"{type(e).__name__}: {e}"[:500], "exact": False}
+            print(json.dumps({"variant": name, "batch": batch, **checks[name]}), flush=True)
+            continue
         c["exact"] = c["equal"] and c["bad"] == 0 and c["awkward_equal"] and c["awkward_bad"] == 4 * k
         checks[name] = c
         steps[name] = (f, ids)
@@ -249,10 +254,18 @@ def run_batch(bench: Bench, batch: int, names: list[str], sms: int, rounds: int)
     fns.update({name: call(f, ids) for name, (f, ids) in steps.items()})
     times = interleaved_us(fns, lambda: jax.block_until_ready(state["buf"]), rounds=rounds, calls=1)
     del state["buf"]
-    row.update(cuda_kernel_us(bench, batch, id_sets))
+    try:
+        row.update(cuda_kernel_us(bench, batch, id_sets))
+    except Exception as e:  # keep the Pallas numbers
+        row.update(
+            {"cuda_kernel_us": -1.0, "cuda_equal": False, "cuda_error": f"{type(e).__name__}: {e}"[:500]}
+        )
     row["base_us"] = times["base"]
     row["variants"] = {}
     for name in names:
+        if name not in steps:
+            row["variants"][name] = checks[name]
+            continue
         per = round((times[name] - times["base"]) / k, 2)
         cuda = row["cuda_kernel_us"]
         row["variants"][name] = {
@@ -265,20 +278,26 @@ def run_batch(bench: Bench, batch: int, names: list[str], sms: int, rounds: int)
 
 
 def format_table(rows: list[dict[str, Any]], names: list[str]) -> str:
-    head = "| preset | ids | cuda kernel us | " + " | ".join(f"{n} us (x cuda)" for n in names) + " |"
-    lines = [head, "|" + "---|" * (3 + len(names))]
+    head = "| preset | ids | cuda kernel us | " + " | ".join(f"{n} us (x cuda)" for n in names)
+    lines = [head + " | best exact |", "|" + "---|" * (4 + len(names))]
     for r in rows:
         cells = []
         for n in names:
             v = r["variants"].get(n)
-            if v is None:
-                cells.append("")
+            if v is None or "error" in v:
+                cells.append("" if v is None else "FAILED (see json)")
                 continue
             flag = "" if v["exact"] else " NOT EXACT"
             ratio = f"{v['vs_cuda']:.2f}x" if v["vs_cuda"] is not None else "-"
             cells.append(f"{v['per_zero_us']:.1f} ({ratio}){flag}")
         cuda = f"{r['cuda_kernel_us']:.1f}" + ("" if r["cuda_equal"] else " NOT EXACT")
-        lines.append(f"| {r['preset']} | {r['batch']} | {cuda} | " + " | ".join(cells) + " |")
+        timed = [(v["per_zero_us"], n) for n, v in r["variants"].items() if v.get("exact")]
+        best = ""
+        if timed:
+            us, n = min(timed)
+            ratio = r["variants"][n]["vs_cuda"]
+            best = f"{n} {us:.1f}" + (f" ({ratio:.2f}x)" if ratio is not None else "")
+        lines.append(f"| {r['preset']} | {r['batch']} | {cuda} | " + " | ".join(cells) + f" | {best} |")
     return "\n".join(lines)
 
 
