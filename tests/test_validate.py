@@ -543,6 +543,8 @@ def test_read_json_file_os_error_without_strerror(monkeypatch: pytest.MonkeyPatc
     ("value", "power_of_two", "limit", "ok"),
     [
         (1, False, 8, True),
+        (1, True, 8, True),  # 2**0
+        (3, True, 8, False),
         (8, False, 8, True),
         (np.int32(8), True, 8, True),
         (6, False, 8, True),
