@@ -8,6 +8,7 @@
 #   conformance python -m kvlayout conformance (every backend natively)
 #   step        bench/bench_step.py (per step vs vLLM 0.33, kernel by graph replay, Pallas in jit)
 #   sweep       bench/pallas_gpu_sweep.py (Pallas-Triton kernel options against the cuda kernel)
+#   host        bench/bench_host_path.py --replay (a graph-replay step's host time, piece by piece)
 #   zero        bench/bench_zero_gpu.py (both backends, XLA scatter, memset)
 #   native      bench/bench_native_gpu.py (typed per-layer arrays)
 #   sharded     scripts/gpu_sharded.py + bench/bench_sharded_foreign.py (every GPU here)
@@ -51,6 +52,9 @@ fi
 if has sweep; then
   timeout "$(cap 240)" python3 bench/pallas_gpu_sweep.py --out "$OUT" > "$OUT/sweep.log" 2>&1; rc[sweep]=$?
 fi
+if has host; then
+  timeout "$(cap 120)" python3 bench/bench_host_path.py --replay --out "$OUT" > "$OUT/host.log" 2>&1; rc[host]=$?
+fi
 if has zero; then
   timeout "$(cap 240)" python3 bench/bench_zero_gpu.py --out "$OUT" > "$OUT/zero.log" 2>&1; rc[zero]=$?
 fi
@@ -63,7 +67,7 @@ if has sharded; then
   timeout "$(cap 120)" python3 bench/bench_sharded_foreign.py --out "$OUT" >> "$OUT/sharded.log" 2>&1
   rc[foreign]=$?
 fi
-for f in native sharded zero sweep step; do  # tables are printed last by each script
+for f in native sharded zero host sweep step; do  # tables are printed last by each script
   [ -f "$OUT/$f.log" ] && { echo "== $f"; tail -n 32 "$OUT/$f.log"; }
 done
 summary="rc:"; for k in "${!rc[@]}"; do summary+=" $k=${rc[$k]}"; done
