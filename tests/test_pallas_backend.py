@@ -307,9 +307,10 @@ def test_triton_options_device_ids_duplicates_and_bad_ids(kw: dict[str, Any]) ->
     assert K.reference.compare_to_contract(data, got, t, [0, 7, 9], origin=4096).matches
 
 
-@pytest.mark.parametrize("kw", TRITON_OPTIONS[:3], ids=option_id)
+@pytest.mark.parametrize("kw", [TRITON_OPTIONS[i] for i in (0, 1, 2, 4)], ids=option_id)
 def test_triton_options_apply_masked(kw: dict[str, Any]) -> None:
-    """The sharded zeroer's primitive: invalid slots write nothing and are not errors."""
+    """The sharded zeroer's primitive: invalid slots write nothing and are not errors (the
+    persistent grid keeps the sorted path there, so it walks only the live slots)."""
     t = K.plan(K.preset("dsv4").with_num_blocks(6))
     z = kp.PallasZeroer(t, kernel="triton", interpret=True, **kw)
     data, buf = guarded(z, 0)

@@ -249,7 +249,7 @@ class PallasZeroer:
         #: lanes per masked store group of the GPU kernel (4: 16-byte stores), 1 elsewhere
         self.vector_width = triton_vector_width(units) if self.kernel == "triton" and vector else 1
         self._lock = threading.Lock()
-        self._calls: dict[tuple[int, int], Any] = {}
+        self._calls: dict[tuple[int, int, bool], Any] = {}
         self._jitted = jax.jit(self.apply, donate_argnums=0)
         self._bad = BadIdCount()
 
@@ -299,8 +299,8 @@ class PallasZeroer:
         """Whether steps pass ids to the kernel as they come (GPU kernel, ``dedup=False``)."""
         return self.kernel == "triton" and not self.dedup
 
-    def _call_for(self, n_pad: int, total_rows: int) -> Any:
-        key = (n_pad, total_rows)
+    def _call_for(self, n_pad: int, total_rows: int, direct: bool = False) -> Any:
+        key = (n_pad, total_rows, direct)
         with self._lock:
             if key not in self._calls:
                 if self.kernel == "tpu":
@@ -315,7 +315,7 @@ class PallasZeroer:
                         self.num_warps,
                         self.interpret,
                         self.programs,
-                        direct=self.direct,
+                        direct=direct,
                         vector=self.vector,
                         unit_major=self.unit_major,
                         evict_first=self.evict_first,
@@ -331,7 +331,7 @@ class PallasZeroer:
             return buf, jnp.zeros((), jnp.int32)
         if self.direct and len(self.kernel_table) and jnp.iinfo(ids.dtype).max <= INT32_MAX:
             # one launch: the kernel skips and counts out-of-range ids itself
-            out, bad = self._call_for(ids.shape[0], buf.shape[0])(ids.astype(jnp.int32), buf)
+            out, bad = self._call_for(ids.shape[0], buf.shape[0], True)(ids.astype(jnp.int32), buf)
             return out, bad[0]
         ids32, ok = ids_in_range(ids, self.table.num_blocks)
         bad = jnp.sum(~ok).astype(jnp.int32)
@@ -345,8 +345,12 @@ class PallasZeroer:
         if len(self.kernel_table) == 0:  # only mamba layers: no rows, nothing to write
             return buf
         n = ids.shape[0]
-        if self.direct:  # invalid slots become -1: skipped by the kernel (its bad count is not wanted)
-            out, _ = self._call_for(n, buf.shape[0])(jnp.where(valid, ids, -1).astype(jnp.int32), buf)
+        if self.direct and self.programs is None:
+            # invalid slots become -1: skipped by the kernel (its bad count is not wanted here).
+            # The persistent grid keeps the sorted path below: sorting puts the live slots
+            # first, so it walks only those (ids of other shards cost nothing).
+            ids = jnp.where(valid, ids, -1).astype(jnp.int32)
+            out, _ = self._call_for(n, buf.shape[0], True)(ids, buf)
             return out
         # invalid slots become num_blocks (out of range: the kernel skips them); sorting then
         # puts equal ids side by side, so each id is taken once
