@@ -416,3 +416,27 @@ def test_triton_vector_option_emits_16_byte_stores(monkeypatch: pytest.MonkeyPat
     # 16 rows x 128 lanes / 128 threads = 4 vectors each; one 4-byte store is the bad-id count
     assert len(re.findall(r"st\.global\.v4\.b32", grouped)) == 4
     assert len(re.findall(r"st\.global\.b32", grouped)) == 1
+
+
+@pytest.mark.parametrize("n", [1, 5, 1024, 2500])
+def test_triton_bad_id_count_over_several_blocks(n: int) -> None:
+    """The direct kernel's bad-id count: masked loads in blocks of 1,024 ids, tail included."""
+    from functools import partial
+
+    from jax.experimental import pallas as pl
+    from kvlayout.backends.pallas import kernels as kk
+
+    rng = np.random.default_rng(n)
+    ids = rng.integers(-50, 150, size=n).astype(np.int32)
+    ids[rng.integers(0, n)] = 2**31 - 1
+    any_spec = pl.BlockSpec(memory_space=pl.ANY)
+    call = pl.pallas_call(
+        partial(kk._count_bad, n=n, num_blocks=100),
+        grid=(1,),
+        in_specs=[any_spec],
+        out_specs=any_spec,
+        out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+        interpret=True,
+    )
+    got = int(call(jnp.asarray(ids))[0])
+    assert got == int(np.sum((ids < 0) | (ids >= 100)))
