@@ -239,7 +239,7 @@ def _store_args(chunk_rows: int, total_rows: int, vec: int, evict_first: bool) -
 
 
 #: ids read per step when a GPU program counts the out-of-range ids of a batch
-COUNT_BLOCK = 1024
+COUNT_BLOCK = 4096
 
 
 def _count_bad(ids_ref: Any, bad_ref: Any, n: int, num_blocks: int) -> None:
