@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -207,7 +208,53 @@ def cuda_kernel_us(bench: Bench, batch: int, id_sets: np.ndarray) -> dict[str, A
     return {"cuda_kernel_us": us, "cuda_equal": equal}
 
 
-def run_batch(bench: Bench, batch: int, names: list[str], sms: int, rounds: int) -> dict[str, Any]:
+#: optimized-HLO opcodes that launch nothing (or only hold what does: command-buffer calls)
+NO_LAUNCH = {"parameter", "tuple", "get-tuple-element", "bitcast", "constant", "call"}
+
+
+def launched_ops(hlo: str) -> dict[str, int]:
+    """Opcodes of the instructions a compiled module runs itself: its entry computation's and
+    those of computations it ``call``s (command buffers), not fusion bodies or reducers.
+    Each is roughly one kernel launch."""
+    comps: dict[str, list[tuple[str, str]]] = {}
+    entry, cur = "", ""
+    for line in hlo.splitlines():
+        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+            m = re.match(r"(ENTRY )?%?([^ ]+) ", line)
+            if m:
+                cur = m.group(2)
+                comps[cur] = []
+                entry = cur if m.group(1) else entry
+        elif line.startswith("  ") and cur:
+            m = re.search(r" = .*? ([a-z][a-z0-9-]*)\(", line)
+            if m:
+                comps[cur].append((m.group(1), line))
+    todo, seen, ops = [entry], set(), {}
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in comps:
+            continue
+        seen.add(name)
+        for op, line in comps[name]:
+            if op == "call":
+                todo += re.findall(r"to_apply=%?([^ ,}]+)", line)
+            if op not in NO_LAUNCH:
+                ops[op] = ops.get(op, 0) + 1
+    return ops
+
+
+def entry_ops(f: Any, buf: Any, ids: Any) -> dict[str, int]:
+    """:func:`launched_ops` of the step compiled for these shapes (one more compile)."""
+    import jax
+
+    spec = jax.ShapeDtypeStruct(buf.shape, buf.dtype)
+    ids_spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), ids)
+    return launched_ops(f.lower(spec, ids_spec).compile().as_text())
+
+
+def run_batch(
+    bench: Bench, batch: int, names: list[str], sms: int, rounds: int, count_ops: bool = False
+) -> dict[str, Any]:
     """Check then time every variant at one batch size; one compiled step per variant.
 
     The step chains ``K`` applies over the ``ROT`` id batches. Checks: the timed ids (the
@@ -251,6 +298,12 @@ def run_batch(bench: Bench, batch: int, names: list[str], sms: int, rounds: int)
             print(json.dumps({"variant": name, "batch": batch, **checks[name]}), flush=True)
             continue
         c["exact"] = c["equal"] and c["bad"] == 0 and c["awkward_equal"] and c["awkward_bad"] == 4 * k
+        if count_ops:  # what one step launches, from the optimized HLO (one more compile)
+            try:
+                c["entry_ops"] = entry_ops(f, bench.master, ids)
+                c["launches_per_apply"] = round(sum(c["entry_ops"].values()) / k, 2)
+            except Exception as e:
+                c["entry_ops_error"] = f"{type(e).__name__}: {e}"[:300]
         checks[name] = c
         steps[name] = (f, ids)
     del ref, ref_awkward
@@ -356,7 +409,7 @@ def main() -> int:
             if time.perf_counter() - start > args.time_limit:
                 skipped.append((p, batch))
                 continue
-            row = run_batch(bench, batch, names, sms, args.rounds)
+            row = run_batch(bench, batch, names, sms, args.rounds, count_ops=batch == batches[0])
             rows.append(row)
             print(json.dumps(row), flush=True)
     meta = {
