@@ -300,18 +300,99 @@ def test_report_format_and_dict() -> None:
 
 
 def test_truncation_per_invariant() -> None:
-    """64 violations listed per invariant and the overflow counted (invariant 2 exactly), for 2, 3 and 4."""
+    """64 violations listed per invariant and the overflow counted: invariant 2 exactly, 3 and 4 as "more".
+
+    Invariants 3 and 4 stop looking in a stride class after 65 hits (the verdict needs one):
+    64 listed and "... and 1 more", whether the hits come from long rows, the circle sweep or
+    the footprint of gaps; self-hits of stride-0 rows are all counted.
+    """
     n = 2
     wide = tuple(K.Segment(128 * i, 64, 96, "g", f"w{i}") for i in range(70))  # each meets its own next block
     rep = K.verify(K.SegmentTable(128 * 70, n, wide))
-    assert len(rep.by_invariant(3)) == 64 and rep.truncated.get(3, 0) >= 1
+    assert len(rep.by_invariant(3)) == 64 and rep.truncated == {3: 1}
     assert f"... and {rep.truncated[3]} more" in rep.format()
+    # 70 pairs meeting one block apart, found by the sweep (one cluster wider than the stride)
+    swept = tuple(K.Segment(64 * i + 60, 64, 4, "g", f"a{i}") for i in range(70)) + tuple(
+        K.Segment(64 * i + 124, 64, 4, "g", f"b{i}") for i in range(70)
+    )
+    rep = K.verify(K.SegmentTable(64 * 72, n, swept))
+    assert len(rep.by_invariant(3)) == 64 and rep.truncated == {3: 1}
+    # a second wide cluster of the class further up: not looked at once the first gave 65
+    far = (K.Segment(8000 + 60, 64, 4, "g", "c"), K.Segment(8000 + 124, 64, 4, "g", "d"))
+    rep = K.verify(K.SegmentTable(8256, n, swept + far))
+    assert len(rep.by_invariant(3)) == 64 and rep.truncated == {3: 1}
+    # 65 long rows, then a swept pair of the same stride: not looked at
+    rep = K.verify(K.SegmentTable(8256, n, wide[:65] + far))
+    assert len(rep.by_invariant(3)) == 64 and rep.truncated == {3: 1}
+    # 10 long rows (far up), then the sweep: 55 more, 65 in all
+    rep = K.verify(
+        K.SegmentTable(
+            128 * 70 + 64 * 72, n, swept + tuple(K.Segment(64 * 72 + s.base, 64, 96) for s in wide[:10])
+        )
+    )
+    assert [v.rows for v in rep.by_invariant(3)][:10] == [(140 + i,) for i in range(10)]
+    assert len(rep.by_invariant(3)) == 64 and rep.truncated == {3: 1}
+    # and 10 rows of stride 0 (each meets itself in every other block): all counted
+    zero = tuple(K.Segment(64 * 72 + 8 * i, 0, 4, "g", f"z{i}") for i in range(10))
+    rep = K.verify(K.SegmentTable(64 * 72 + 80, n, swept + zero))
+    assert len(rep.by_invariant(3)) == 64 and rep.truncated == {3: 1 + 10}
     out = tuple(K.Segment(16 * i, 4096, 8, "g", f"o{i}") for i in range(80))
     rep = K.verify(K.SegmentTable(4096, n, out))
     assert len(rep.by_invariant(2)) == 64 and rep.truncated == {2: 16}
     pads = tuple(K.Segment(16 * i + 8, 4096, 8, "", f"o{i}", "padding") for i in range(80))
     rep = K.verify(K.SegmentTable(4096 * 2, n, tuple(K.Segment(16 * i, 4096, 16) for i in range(80)), pads))
-    assert len(rep.by_invariant(4)) == 64 and rep.truncated.get(4, 0) >= 1
+    assert len(rep.by_invariant(4)) == 64 and rep.truncated == {4: 1}
+
+
+def test_padding_budget_exactly_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gap of another stride meeting ``MAX_CROSS_PAIRS`` rows' extents is decided; one more is refused.
+
+    Rows ``64 i`` of stride 512 (two blocks) all reach over byte 388, where a stride-0 gap sits;
+    only row 6 (block 0) clears it.
+    """
+    monkeypatch.setattr(Vf, "MAX_CROSS_PAIRS", 6)
+    rows = [(64 * i, 512, 8) for i in range(7)]
+    gap = [(388, 0, 4)]
+    rep = K.verify(_pad_table(4096, 2, rows[1:], gap))
+    assert [(v.rows, v.blocks, v.byte_range) for v in rep.violations] == [((5,), (0, 0), (388, 392))]
+    with pytest.raises(K.TableError) as e:
+        K.verify(_pad_table(4096, 2, rows, gap))
+    assert (e.value.field, e.value.value) == ("table.segments", 7)
+
+
+def test_padding_budget_counts_rows_meeting_the_gap_extent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows counted against a gap of another stride are those whose extents share a byte with the gap's.
+
+    Six rows of stride 512 reach over the two-block extent ``[1000, 1008)`` of a stride +-4 gap
+    (none clears it); a seventh row whose extent only touches it (ends at 1000 or starts at
+    1008) is not counted, so with ``MAX_CROSS_PAIRS = 6`` the table is decided, and SAFE.
+    """
+    monkeypatch.setattr(Vf, "MAX_CROSS_PAIRS", 6)
+    six = [(600 + 40 * i, 512, 8) for i in range(6)]
+    for gap in ((1000, 4, 4), (1004, -4, 4)):
+        for touching in ((480, 512, 8), (1008, 512, 8)):
+            t = _pad_table(2048, 2, [*six, touching], [gap])
+            assert all(O.brute_invariants(t).values())
+            assert K.verify(t).ok, (gap, touching)
+        with pytest.raises(K.TableError) as e:  # a seventh row meeting the extent
+            K.verify(_pad_table(2048, 2, [*six, (484, 512, 8)], [gap]))
+        assert e.value.value == 7
+
+
+def test_gaps_of_another_stride_keep_their_own_blocks() -> None:
+    """A gap is swept with rows of its own stride only; a stride-0 gap is one byte range in every block.
+
+    A stride-0 gap below a row of stride 1 or -2 (never reached: those rows run away from it)
+    is untouched; a stride +1 gap crossed by a stride -1 row is cleared at block pairs
+    (0, 2), (1, 1), (2, 0), listed once at the first row block with the gap's own block 2.
+    """
+    for n, row, gap in ((2, (5, 1, 1), (4, 0, 1)), (2, (6, -2, 1), (2, 0, 1)), (3, (9, 1, 1), (8, 0, 1))):
+        t = _pad_table(16, n, [row], [gap])
+        assert O.brute_invariants(t)[4] and not K.verify(t).by_invariant(4), (row, gap)
+    t = _pad_table(16, 3, [(10, -1, 1)], [(8, 1, 1)])
+    assert [(v.rows, v.blocks, v.byte_range) for v in K.verify(t).by_invariant(4)] == [
+        ((0,), (0, 2), (10, 11))
+    ]
 
 
 def test_too_many_cross_stride_pairs_refused() -> None:
@@ -807,7 +888,10 @@ def test_every_broken_pair_and_cleared_gap_listed(monkeypatch: pytest.MonkeyPatc
         for _ in range(rng.randint(1, 5)):
             st = rng.choice(pick) if rng.random() < 0.3 else rng.choice([x for x in pick if x] or [4])
             short = rng.random() < 0.8  # mostly no wider than the stride: safe tables too
-            rows.append((rng.randint(0, 60), st, rng.randint(1, max(1, abs(st)) if short else 9)))
+            span = (
+                rng.randint(1, max(1, abs(st)) if short else 9) if rng.random() < 0.9 else rng.choice((0, -4))
+            )
+            rows.append((rng.randint(0, 60), st, span))  # a span of 0 or less meets nothing
         gaps = [(rng.randint(0, 60), rng.choice(pick), rng.randint(0, 9)) for _ in range(rng.randint(0, 3))]
         lift = max([0] + [-(b + (n - 1) * st) for b, st, _ in rows + gaps])  # keep every block in bounds
         rows = [(b + lift, st, sp) for b, st, sp in rows]
