@@ -143,7 +143,9 @@ def equal_bytes(table: K.SegmentTable, buf: torch.Tensor, ids: list[int], v: Vll
     return out
 
 
-def pallas_in_jit(table: K.SegmentTable, batch: int, reps: int = 15) -> dict[str, float] | None:
+def pallas_in_jit(
+    table: K.SegmentTable, batch: int, reps: int = 15, **options: Any
+) -> dict[str, float] | None:
     """Device microseconds per zeroing inside a jitted, donated step: slope of K chained applies."""
     try:
         import jax
@@ -152,17 +154,16 @@ def pallas_in_jit(table: K.SegmentTable, batch: int, reps: int = 15) -> dict[str
     except ImportError as e:
         print(f"pallas skipped: {e}", flush=True)
         return None
-    z = PallasZeroer(table)
+    z = PallasZeroer(table, **options)
     rng = np.random.default_rng(1)
     buf = jnp.full(z.buffer_shape, 7, jnp.int32)
-    ids = jnp.asarray(
-        np.stack([rng.choice(table.num_blocks, size=batch, replace=False) for _ in range(ROT)]).astype(
-            np.int32
-        )
-    )
+    # one array per batch, as an engine holds its step's ids (slicing rows of one array would
+    # add a slice kernel per apply to the zeroing's time)
+    n = table.num_blocks
+    ids = tuple(jnp.asarray(rng.choice(n, size=batch, replace=False).astype(np.int32)) for _ in range(ROT))
 
     def make(k: int) -> Any:
-        def step(b: jax.Array, all_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+        def step(b: jax.Array, all_ids: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
             bad = jnp.zeros((), jnp.int32)
             for j in range(k):
                 b, e = z.apply(b, all_ids[j % ROT])
