@@ -377,6 +377,12 @@ def test_padding_budget_counts_rows_meeting_the_gap_extent(monkeypatch: pytest.M
         with pytest.raises(K.TableError) as e:  # a seventh row meeting the extent
             K.verify(_pad_table(2048, 2, [*six, (484, 512, 8)], [gap]))
         assert e.value.value == 7
+    # a gap of no bytes is never looked at, whatever its extent meets
+    assert K.verify(_pad_table(2048, 2, [*six, (484, 512, 8)], [(1000, 4, 0)])).ok
+    # a gap exactly one stride wide is decided with the rows of its stride (no budget): cleared
+    seven = [(64 * i, 512, 8) for i in range(7)]
+    rep = K.verify(_pad_table(2048, 2, seven, [(0, 512, 512)]))
+    assert rep.by_invariant(4) and not rep.by_invariant(3)
 
 
 def test_gaps_of_another_stride_keep_their_own_blocks() -> None:
@@ -392,6 +398,11 @@ def test_gaps_of_another_stride_keep_their_own_blocks() -> None:
     t = _pad_table(16, 3, [(10, -1, 1)], [(8, 1, 1)])
     assert [(v.rows, v.blocks, v.byte_range) for v in K.verify(t).by_invariant(4)] == [
         ((0,), (0, 2), (10, 11))
+    ]
+    # a stride-1 gap with a stride-1 row: swept in their class, listed once
+    t = _pad_table(16, 2, [(8, 1, 1)], [(9, 1, 1)])
+    assert [(v.rows, v.blocks, v.byte_range) for v in K.verify(t).by_invariant(4)] == [
+        ((0,), (1, 0), (9, 10))
     ]
 
 
