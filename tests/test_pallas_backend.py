@@ -370,10 +370,11 @@ def cuda_lowering(z: Any, n: int) -> str:
 
 
 def test_triton_direct_step_is_one_kernel() -> None:
-    """``dedup=False``: the step lowers to the Triton call alone (no sort, take or count ops)."""
+    """``dedup=False`` (the default): the step lowers to the Triton call alone (no sort, take or
+    count ops); ``dedup=True`` sorts around it."""
     t = K.plan(K.preset("dsv4"))
-    direct = cuda_lowering(kp.PallasZeroer(t, kernel="triton", interpret=False, dedup=False), 64)
-    sorted_ = cuda_lowering(kp.PallasZeroer(t, kernel="triton", interpret=False), 64)
+    direct = cuda_lowering(kp.PallasZeroer(t, kernel="triton", interpret=False), 64)
+    sorted_ = cuda_lowering(kp.PallasZeroer(t, kernel="triton", interpret=False, dedup=True), 64)
     assert direct.count("__gpu$xla.gpu.triton") == 1 and sorted_.count("__gpu$xla.gpu.triton") == 1
     assert "stablehlo.sort" in sorted_ and "stablehlo.sort" not in direct
     assert not re.search(r"stablehlo\.(reduce|concatenate|select|compare)", direct)
@@ -408,10 +409,8 @@ def test_triton_vector_option_emits_16_byte_stores(monkeypatch: pytest.MonkeyPat
     """The hypothesis behind ``vector``: the per-lane mask gives 4-byte stores, the per-group one
     16-byte stores (Triton's own compiler, sm_90, on the CPU)."""
     t = K.plan(K.preset("dsv4"))
-    per_lane = triton_ptx(kp.PallasZeroer(t, kernel="triton", interpret=False, dedup=False), 64, monkeypatch)
-    grouped = triton_ptx(
-        kp.PallasZeroer(t, kernel="triton", interpret=False, dedup=False, vector=True), 64, monkeypatch
-    )
+    per_lane = triton_ptx(kp.PallasZeroer(t, kernel="triton", interpret=False, vector=False), 64, monkeypatch)
+    grouped = triton_ptx(kp.PallasZeroer(t, kernel="triton", interpret=False), 64, monkeypatch)  # default
     assert "st.global.v4.b32" not in per_lane and len(re.findall(r"st\.global\.b32", per_lane)) >= 16
     # 16 rows x 128 lanes / 128 threads = 4 vectors each; one 4-byte store is the bad-id count
     assert len(re.findall(r"st\.global\.v4\.b32", grouped)) == 4

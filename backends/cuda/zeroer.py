@@ -203,6 +203,9 @@ class _Replay:
     graphs: dict[tuple[str | None, int, int], Any]
     done: Any = None  # torch.cuda.Event recorded after the last replay
     busy: bool = False
+    #: an external event every graph of this entry records after its launch, so a replay needs no
+    #: host-side record (about 6 us a step on the H200 host); None: the host records ``done``
+    signal: Any = None
 
 
 #: Zeroers by the int handle the ``kvlayout::zero_blocks`` op names them with (weakly held).
@@ -223,6 +226,15 @@ def zeroer_for_handle(handle: int) -> CudaZeroer:
 
 def _capturing() -> bool:
     return MODE == "native" and torch.cuda.is_current_stream_capturing()
+
+
+def _graph_event() -> Any:
+    """An event a CUDA graph can record as a node of its own (``external=True``), or None where
+    this torch has no such events."""
+    try:
+        return torch.cuda.Event(external=True)
+    except TypeError:
+        return None
 
 
 def _bucket(k: int, limit: int) -> int:
@@ -638,7 +650,8 @@ class CudaZeroer:
         while len(self._replays) < GRAPH_RING:
             pinned = torch.empty(self.max_batch + 1, dtype=torch.int64, pin_memory=True)
             dev = torch.zeros(self.max_batch + 1, dtype=torch.int64, device=self.device)
-            self._replays.append(_Replay(pinned, pinned.numpy(), dev, {}))
+            signal = _graph_event()
+            self._replays.append(_Replay(pinned, pinned.numpy(), dev, {}, done=signal, signal=signal))
         torch.cuda.synchronize(self.device)
         for r in self._replays:
             for bucket in buckets:
@@ -674,7 +687,10 @@ class CudaZeroer:
         with torch.cuda.stream(side):
             r.dev[:1].zero_()  # count 0: the warm-up launch (compiles the kernel) writes nothing
             self._launch(r.dev[1 : bucket + 1], count=r.dev[:1], dplan=dplan)
-            for with_copy in (True, False) if self.graph_copy is not False else (False,):
+            copies = (True, False) if self.graph_copy is not False else (False,)
+            # with the signal first: a torch that cannot record it in a graph falls back to host records
+            signals = (r.signal, None) if r.signal is not None else (None,)
+            for with_copy, signal in [(c, sg) for c in copies for sg in signals]:
                 graph = torch.cuda.CUDAGraph()
                 try:
                     graph.capture_begin(capture_error_mode="thread_local")
@@ -682,13 +698,18 @@ class CudaZeroer:
                         if with_copy:
                             words.copy_(r.pinned[: bucket + 1], non_blocking=True)
                         self._launch(r.dev[1 : bucket + 1], count=r.dev[:1], dplan=dplan)
+                        if signal is not None:
+                            signal.record()
                     finally:
                         graph.capture_end()
                 except RuntimeError:
-                    if not with_copy:
+                    if signal is None and not with_copy:
                         raise
-                    self.graph_copy = False
+                    if signal is None:
+                        self.graph_copy = False
                     continue
+                if signal is None and r.signal is not None:  # this entry's replays are signalled by the host
+                    r.signal = r.done = None
                 self.graph_copy = with_copy
                 break
         cur.wait_stream(side)
@@ -716,7 +737,7 @@ class CudaZeroer:
             graph.replay()
             replayed = True
         finally:
-            if replayed:
+            if replayed and r.signal is None:  # else the graph recorded r.signal (== r.done) itself
                 r.done = r.done or torch.cuda.Event()
                 r.done.record()
             with self._lock:

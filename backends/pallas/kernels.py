@@ -24,7 +24,7 @@ itself counts the out-of-range ids, so a step is one kernel launch.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,9 +33,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
+from kvlayout.ranges import INT32_MAX
 from kvlayout.table import SegmentTable
 
-from .plan import INT32_MAX, LANES, RowPlan
+from .plan import LANES, RowPlan
 
 
 def _all_lanes() -> Any:
@@ -189,9 +190,29 @@ def tpu_zero_call(plan: RowPlan, n_pad: int, ids_per_step: int, interpret: Any =
 
 
 # --------------------------------------------------------------------------- GPU kernel
+class TritonUnits(NamedTuple):
+    """The GPU kernel's work units, one entry per (segment, chunk of ``chunk_rows`` rows).
+
+    Each field is a ``[U]`` array (host: int64 NumPy; kernel operands: int32; inside the
+    kernel: refs): where the unit's segment starts (row, lane of that row), how far it moves
+    per block id (rows, lanes), its span in words, and which chunk of the span the unit is.
+    """
+
+    base_row: Any
+    base_lane: Any
+    stride_rows: Any
+    stride_lanes: Any
+    span_words: Any
+    chunk: Any
+
+    @property
+    def num_units(self) -> int:
+        return len(self.chunk)
+
+
 def _store_unit(
     buf_ref: Any,
-    seg_ref: Any,
+    units: TritonUnits,
     u: jax.Array,
     b: jax.Array,
     ok: jax.Array,
@@ -212,10 +233,9 @@ def _store_unit(
     from jax.experimental.pallas import triton as pltriton
 
     bb = jnp.where(ok, b, 0)
-    base_row, base_lane = seg_ref[u, 0], seg_ref[u, 1]
-    srow, slane, span, chunk = seg_ref[u, 2], seg_ref[u, 3], seg_ref[u, 4], seg_ref[u, 5]
-    lane0 = base_lane + bb * slane  # < 2**31 for ids below 2**24
-    r0 = base_row + bb * srow + lane0 // LANES
+    span, chunk = units.span_words[u], units.chunk[u]
+    lane0 = units.base_lane[u] + bb * units.stride_lanes[u]  # < 2**31 for ids below 2**24
+    r0 = units.base_row[u] + bb * units.stride_rows[u] + lane0 // LANES
     a0 = lane0 % LANES
     start = jnp.clip(r0 + chunk * chunk_rows, 0, total_rows - chunk_rows)  # never slice past the buffer
     rows = start + jax.lax.broadcasted_iota(jnp.int32, (chunk_rows, LANES), 0)
@@ -254,10 +274,25 @@ def _count_bad(ids_ref: Any, bad_ref: Any, n: int, num_blocks: int) -> None:
         live = first + iota < n
         v = pltriton.load(ids_ref.at[pl.ds(first, blk)], mask=live, other=0)
         bad = live & ((v < 0) | (v >= num_blocks))
-        return acc + jnp.sum(bad.astype(jnp.int32))
+        return acc + jnp.sum(bad, dtype=jnp.int32)  # int32 with jax_enable_x64 too
 
-    total = jax.lax.fori_loop(0, -(-n // blk), body, jnp.int32(0))
+    total = jax.lax.fori_loop(jnp.int32(0), jnp.int32(-(-n // blk)), body, jnp.int32(0))
     bad_ref[0] = total
+
+
+def _unpack(refs: tuple[Any, ...], direct: bool) -> tuple[Any, Any, Any, TritonUnits, Any, Any]:
+    """``(ids, take, count, units, buffer out, bad)`` from a GPU kernel's refs (take and count
+    are None in direct mode, bad in sorted mode)."""
+    n = len(TritonUnits._fields)
+    if direct:
+        ids_ref, *unit_refs, _, buf_ref, bad_ref = refs
+        take_ref = count_ref = None
+    else:
+        ids_ref, take_ref, count_ref, *unit_refs, _, buf_ref = refs
+        bad_ref = None
+    if len(unit_refs) != n:
+        raise TypeError(f"GPU kernel refs: {len(unit_refs)} unit arrays, expected {n}")
+    return ids_ref, take_ref, count_ref, TritonUnits(*unit_refs), buf_ref, bad_ref
 
 
 def _triton_kernel(
@@ -274,22 +309,19 @@ def _triton_kernel(
     """Program (id slot, unit): one unit of one id.
 
     Sorted mode (``direct=False``) refs: ids (live slots first), take (1 = first occurrence),
-    count ``[1]`` (live slots), units ``[U, 6]``, buffer in (aliased), buffer out. Direct
-    mode refs: ids (any order, duplicates and out-of-range ids allowed), units, buffer in,
-    buffer out, bad ``[1]`` (out-of-range slots, counted by program (0, 0)).
-    Units: base_row, base_lane, stride_rows, stride_lanes, span_words, chunk.
+    count ``[1]`` (live slots), the six :class:`TritonUnits` arrays, buffer in (aliased),
+    buffer out. Direct mode refs: ids (any order, duplicates and out-of-range ids allowed),
+    the units, buffer in, buffer out, bad ``[1]`` (out-of-range slots, counted by program
+    (0, 0)).
     """
-    if direct:
-        ids_ref, seg_ref, _, buf_ref, bad_ref = refs
-    else:
-        ids_ref, take_ref, count_ref, seg_ref, _, buf_ref = refs
+    ids_ref, take_ref, count_ref, units, buf_ref, bad_ref = _unpack(refs, direct)
     first, second = pl.program_id(0), pl.program_id(1)
     i, u = (second, first) if unit_major else (first, second)
     b = ids_ref[i]
     ok = (b >= 0) & (b < num_blocks)
     if not direct:
         ok = ok & (i < count_ref[0]) & (take_ref[i] != 0)
-    _store_unit(buf_ref, seg_ref, u, b, ok, **_store_args(chunk_rows, total_rows, vec, evict_first))
+    _store_unit(buf_ref, units, u, b, ok, **_store_args(chunk_rows, total_rows, vec, evict_first))
     if direct:
 
         @pl.when((i == 0) & (u == 0))
@@ -314,10 +346,7 @@ def _triton_persistent_kernel(
     shards, padding) launch nothing, unlike the (ids, units) grid; direct mode walks all
     ``n * U`` items and program 0 counts the out-of-range ids.
     """
-    if direct:
-        ids_ref, seg_ref, _, buf_ref, bad_ref = refs
-    else:
-        ids_ref, take_ref, count_ref, seg_ref, _, buf_ref = refs
+    ids_ref, take_ref, count_ref, units, buf_ref, bad_ref = _unpack(refs, direct)
     pid = pl.program_id(0)
     nprog = pl.num_programs(0)
     total = n_ids * num_units if direct else count_ref[0] * num_units
@@ -331,7 +360,7 @@ def _triton_persistent_kernel(
         ok = (b >= 0) & (b < num_blocks)
         if not direct:
             ok = ok & (take_ref[i] != 0)
-        _store_unit(buf_ref, seg_ref, u, b, ok, **_store_args(chunk_rows, total_rows, vec, evict_first))
+        _store_unit(buf_ref, units, u, b, ok, **_store_args(chunk_rows, total_rows, vec, evict_first))
         return carry
 
     jax.lax.fori_loop(0, trips, body, jnp.int32(0))
@@ -342,8 +371,8 @@ def _triton_persistent_kernel(
             _count_bad(ids_ref, bad_ref, n_ids, num_blocks)
 
 
-def triton_units(table: SegmentTable, offset: int, chunk_rows: int) -> np.ndarray:
-    """int64 ``[U, 6]`` units for the GPU kernel: each segment cut into ``chunk_rows`` chunks.
+def triton_units(table: SegmentTable, offset: int, chunk_rows: int) -> TritonUnits:
+    """int64 units for the GPU kernel: each segment cut into ``chunk_rows`` chunks.
 
     The kernel holds them as int32: :func:`check_triton_int32` proves that they and every
     intermediate of the kernel's arithmetic fit first.
@@ -354,7 +383,8 @@ def triton_units(table: SegmentTable, offset: int, chunk_rows: int) -> np.ndarra
         rows_touched = (LANES - 1 + spw) // LANES + 1
         for k in range(-(-rows_touched // chunk_rows)):
             out.append((bw // LANES, bw % LANES, sw // LANES, sw % LANES, spw, k))
-    return np.array(out, np.int64).reshape(-1, 6)
+    cols = np.array(out, np.int64).reshape(-1, len(TritonUnits._fields))
+    return TritonUnits(*(cols[:, c].copy() for c in range(cols.shape[1])))
 
 
 def effective_chunk_rows(total_rows: int, chunk_rows: int) -> int:
@@ -375,7 +405,7 @@ def check_triton_rows(total_rows: int, chunk_rows: int) -> None:
         )
 
 
-def check_triton_int32(units: np.ndarray, table: SegmentTable, total_rows: int, chunk_rows: int) -> None:
+def check_triton_int32(units: TritonUnits, table: SegmentTable, total_rows: int, chunk_rows: int) -> None:
     """Refuse a table or buffer whose Pallas-Triton lane and row arithmetic would overflow int32.
 
     For the largest block id ``b = num_blocks - 1`` (every term grows with ``b``) the kernel
@@ -385,11 +415,11 @@ def check_triton_int32(units: np.ndarray, table: SegmentTable, total_rows: int, 
     ``lane0`` is what bounds ``num_blocks``: up to 127 lanes per block, so about 2**24 blocks.
     """
     check_triton_rows(total_rows, chunk_rows)
-    if units.size == 0:
+    if units.num_units == 0:
         return
     num_blocks = table.num_blocks
     b = max(num_blocks - 1, 0)
-    br, bl, sr, sl, spw, k = (units[:, c].astype(object) for c in range(6))  # Python ints: exact
+    br, bl, sr, sl, spw, k = (col.astype(object) for col in units)  # Python ints: exact
     lane0 = bl + b * sl
     worst = int(np.argmax(lane0))
     if lane0[worst] > INT32_MAX:
@@ -412,12 +442,13 @@ def check_triton_int32(units: np.ndarray, table: SegmentTable, total_rows: int, 
             )
 
 
-def triton_vector_width(units: np.ndarray) -> int:
+def triton_vector_width(units: TritonUnits) -> int:
     """4 when every unit's base lane, stride lanes and span are multiples of 4 words (spans
     start and end on 16-byte lane groups, so masks may be computed per group); else 1."""
-    if units.size == 0:
+    if units.num_units == 0:
         return 1
-    return 4 if bool(np.all(units[:, [1, 3, 4]] % 4 == 0)) else 1
+    aligned = (units.base_lane % 4 == 0) & (units.stride_lanes % 4 == 0) & (units.span_words % 4 == 0)
+    return 4 if bool(np.all(aligned)) else 1
 
 
 def triton_zero_call(
@@ -450,26 +481,26 @@ def triton_zero_call(
     chunk_rows = effective_chunk_rows(total_rows, chunk_rows)
     units64 = triton_units(table, offset, chunk_rows)
     check_triton_int32(units64, table, total_rows, chunk_rows)
-    units = units64.astype(np.int32)
+    units = TritonUnits(*(col.astype(np.int32) for col in units64))
     vec = triton_vector_width(units64) if vector else 1
     common = dict(num_blocks=table.num_blocks, **_store_args(chunk_rows, total_rows, vec, evict_first))
 
     def build(n: int, buf: jax.Array, n_operands: int) -> Any:
         from jax.experimental.pallas import triton as pltriton
 
-        items = n * units.shape[0]
+        items = n * units.num_units
         if programs is None:
             kernel = partial(_triton_kernel, direct=direct, unit_major=unit_major, n_ids=n, **common)
-            grid: tuple[int, ...] = (units.shape[0], n) if unit_major else (n, units.shape[0])
+            grid: tuple[int, ...] = (units.num_units, n) if unit_major else (n, units.num_units)
         else:
             if items > INT32_MAX - programs:  # the persistent kernel's int32 item index
                 raise BlockIdError(
-                    f"block_ids: {n} ids x {units.shape[0]} units = {items} work items, beyond int32",
+                    f"block_ids: {n} ids x {units.num_units} units = {items} work items, beyond int32",
                     field="block_ids",
                     value=n,
                 )
             kernel = partial(
-                _triton_persistent_kernel, num_units=units.shape[0], direct=direct, n_ids=n, **common
+                _triton_persistent_kernel, num_units=units.num_units, direct=direct, n_ids=n, **common
             )
             grid = (max(1, min(programs, items)),)
         buf_shape = jax.ShapeDtypeStruct(buf.shape, buf.dtype)
@@ -489,19 +520,19 @@ def triton_zero_call(
     if direct:
 
         def fd(ids: jax.Array, buf: jax.Array) -> tuple[jax.Array, jax.Array]:
-            if units.shape[0] == 0:  # a table without rows (only mamba layers): nothing to write
+            if units.num_units == 0:  # a table without rows (only mamba layers): nothing to write
                 bad = jnp.sum(((ids < 0) | (ids >= table.num_blocks)).astype(jnp.int32)).reshape(1)
                 return buf, bad
-            operands = (ids, jnp.asarray(units), buf)
+            operands = (ids, *(jnp.asarray(col) for col in units), buf)
             out, bad = build(ids.shape[0], buf, len(operands))(*operands)
             return out, bad
 
         return fd
 
     def f(ids: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:
-        if units.shape[0] == 0:  # a table without rows (only mamba layers): nothing to write
+        if units.num_units == 0:  # a table without rows (only mamba layers): nothing to write
             return buf
-        operands = (ids, take, count, jnp.asarray(units), buf)
+        operands = (ids, take, count, *(jnp.asarray(col) for col in units), buf)
         return build(ids.shape[0], buf, len(operands))(*operands)
 
     return f

@@ -37,12 +37,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from kvlayout.errors import LayoutBufferError, bad_value
-from kvlayout.ranges import cdiv, round_up
+from kvlayout.ranges import INT32_MAX, cdiv, round_up
 
 LANES = 128
 #: HBM tile rows of 8/16-bit arrays: a DMA's row offset and size must be multiples of it.
 TILE_ROWS = 8
-INT32_MAX = 2**31 - 1
 #: Padded VMEM bytes one zero tile may take before a page is split into chunks.
 DEFAULT_TILE_BYTES = 2 * 2**20
 #: DMAs one grid step keeps in flight (ids_per_step is derived from it).

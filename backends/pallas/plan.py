@@ -23,12 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvlayout.errors import TableError
+from kvlayout.ranges import INT32_MAX
 from kvlayout.table import SegmentTable
 from kvlayout.verify import overlaps_within_block
 
 LANES = 128
 ROW_BYTES = 4 * LANES
-INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from kvlayout.errors import BackendError, LayoutBufferError, TableError
 from kvlayout.sharding import ShardedLayout
 
 from .plan import LANES, ROW_BYTES
-from .zeroer import BadIdCount, PallasZeroer, check_id_array, ids_in_range, run_step
+from .zeroer import BadIdCount, PallasZeroer, check_id_array, check_int32_array, ids_in_range, run_step
 
 #: Persistent GPU programs per SM for routed device ids (H200 sweep: 4 x 16 rows x 4 warps best).
 PERSISTENT_PROGRAMS_PER_SM = 4
@@ -143,16 +143,7 @@ class ShardedPallasZeroer:
         return (self.layout.num_shards * self.shard_rows, LANES)
 
     def _check_buffer(self, buf: Any) -> None:
-        if not isinstance(buf, jax.Array):
-            raise LayoutBufferError(
-                f"buffer type = {type(buf).__name__}: must be a jax.Array",
-                field="buffer",
-                value=type(buf).__name__,
-            )
-        if buf.dtype != jnp.int32:
-            raise LayoutBufferError(
-                f"buffer dtype = {buf.dtype}: must be int32", field="buffer.dtype", value=str(buf.dtype)
-            )
+        check_int32_array(buf)
         if tuple(buf.shape) != self.buffer_shape:
             raise LayoutBufferError(
                 f"buffer shape = {tuple(buf.shape)}: must be {self.buffer_shape} "
