@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,6 +15,7 @@ from hypothesis import strategies as st
 import kvlayout as K
 from kvlayout.conformance import run_case
 from kvlayout.testing import random_spec
+from tests.mosaic_compile import run_check
 
 jax = pytest.importorskip("jax")
 chex = pytest.importorskip("chex")
@@ -216,34 +214,11 @@ def test_buffer_validation() -> None:
         kp.PallasZeroer(prefix_table())
 
 
-MOSAIC = textwrap.dedent(
-    """
-    import sys
-    try:
-        import libtpu  # noqa: F401
-    except ImportError as e:
-        sys.exit(f"libtpu is not installed ({e}): pip install 'kvlayout[tpu-compile]' (scripts/test.sh does)")
-    import kvlayout as K, kvlayout.backends.pallas as kp
-    from jax.experimental import topologies
-    for topo_name in ("v5e=2x2", "v6e=2x2"):
-        dev = topologies.get_topology_desc(topo_name, platform="tpu").devices[0]
-        for name in ("dsv4-test", "dsv4", "llama-8b"):
-            z = kp.PallasZeroer(K.plan(K.preset(name)), kernel="tpu", interpret=False)
-            lowered = z.lower(4096, dev)
-            assert "tf.aliasing_output = 0" in lowered.as_text()
-            lowered.compile()
-            print("compiled", topo_name, name, "fast-path" if z.plan.aligned else "rmw", flush=True)
-    """
-)
-
-
 def test_mosaic_compiles_for_v5e_and_v6e() -> None:
     """The real TPU compiler (libtpu, no TPU needed) accepts the kernel. Never skipped."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
-    r = subprocess.run([sys.executable, "-c", MOSAIC], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    lines = [x for x in r.stdout.splitlines() if x.startswith("compiled")]
-    assert len(lines) == 6, r.stdout
+    out = run_check("flat")
+    lines = [x for x in out.splitlines() if x.startswith("compiled")]
+    assert len(lines) == 6, out
     assert "compiled v5e=2x2 llama-8b fast-path" in lines and "compiled v6e=2x2 dsv4-test rmw" in lines
 
 
