@@ -169,6 +169,32 @@ def test_sharded_numbers_come_from_the_cited_results() -> None:
     assert "131072" in roof.replace(",", "").replace("_", "")
 
 
+def _span(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
+def test_step_numbers_come_from_the_cited_results() -> None:
+    """The per-step, kernel, memset, index_fill and Pallas ranges quoted are those of the JSON."""
+    step = json.loads((ROOT / "bench" / "results" / "h200-step-2" / "step.json").read_text())
+    rows = [r for preset in step["results"].values() for r in preset["rows"]]
+    small, large = [r for r in rows if r["batch"] <= 512], [r for r in rows if r["batch"] >= 4096]
+    section = FLAT[FLAT.index("Measured (H200)"):]
+    quoted = [
+        f"{_span([r['step_speedup'] for r in small])}x faster than vLLM's at 1-512 ids",
+        f"{_span([r['step_speedup'] for r in large])}x at 4,096-16,384 ids",
+        f"is {_span([r['kernel_speedup'] for r in rows])}x vLLM's",
+        f"runs {_span([r['kernel_vs_memset'] for r in large])}x an int32 memset",
+        f"{_span([r['kernel_vs_rows'] for r in large])}x torch's `index_fill_`",
+        f"takes {_span([r['pallas_vs_cuda_kernel'] for r in rows if 'pallas_in_jit_us' in r])}x the cuda",
+    ]
+    sweep = json.loads((ROOT / "bench" / "results" / "h200-pallas-sweep" / "pallas_sweep.json").read_text())
+    chosen = [r["variants"]["direct-vec-umaj"]["vs_cuda"] for r in sweep["rows"]]
+    quoted.append(f"measured {_span(chosen)}x at 64-16,384 ids")
+    for q in quoted:
+        assert q in section, q
+    assert all(r["byte_equal"] for r in rows)
+
+
 def test_no_path_outside_the_repository() -> None:
     word = "shared" + "/"
     for path in [ROOT / "README.md", *(ROOT / "kvlayout").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]:
