@@ -406,6 +406,47 @@ def test_gaps_of_another_stride_keep_their_own_blocks() -> None:
     ]
 
 
+def test_a_cluster_exactly_one_stride_wide_is_not_swept() -> None:
+    """A cluster exactly one stride wide (no two points a stride apart), then two wide ones: each pair once.
+
+    Stride 64, two blocks: row 0 spans one whole stride at 0 (never meets itself); far above,
+    two clusters each hold one pair meeting one block apart.
+    """
+    rows = [(0, 64, 64), (1060, 64, 4), (1124, 64, 4), (3060, 64, 4), (3124, 64, 4)]
+    t = K.SegmentTable(4096, 2, tuple(K.Segment(*r, "g", f"r{i}") for i, r in enumerate(rows)))
+    rep = K.verify(t)
+    assert sorted(tuple(sorted(v.rows)) for v in rep.violations) == [(1, 2), (3, 4)]
+    _check_pairs(t, rep)
+
+
+def test_isolation_listed_cluster_by_cluster_from_the_lowest() -> None:
+    """Past the listing limit, a stride class's violations are listed by cluster, lowest addresses first.
+
+    Stride 64, two blocks: 40 pairs (row a of block 1 on row b of block 0), each its own cluster
+    (clusters 124 B apart, beyond one stride), at circle position 40; above them 40 more at
+    position 8. All 40 low pairs are listed, then 24 high ones.
+    """
+    low = [r for i in range(40) for r in ((256 * i + 40, 64, 4), (256 * i + 104, 64, 4))]
+    high = [r for j in range(40) for r in ((256 * (40 + j) + 8, 64, 4), (256 * (40 + j) + 72, 64, 4))]
+    rows = low + high
+    t = K.SegmentTable(256 * 81, 2, tuple(K.Segment(*r, "g", f"r{i}") for i, r in enumerate(rows)))
+    rep = K.verify(t)
+    pairs = [tuple(sorted(v.rows)) for v in rep.by_invariant(3)]
+    assert pairs[:40] == [(2 * i, 2 * i + 1) for i in range(40)] and rep.truncated == {3: 1}
+    assert all(a >= 80 for a, _ in pairs[40:]) and len(pairs) == 64
+
+
+def test_a_gap_cleared_twice_in_a_narrow_cluster_is_listed_once() -> None:
+    """In a cluster no wider than the stride, a cleared gap is listed once: the row reaching its first byte.
+
+    Stride 64, two blocks: rows [0, 8) and [4, 12) both clear gap [4, 8) in block 0; a row at
+    76 sits exactly one stride (the splitting distance) above their cluster, in its own.
+    """
+    t = _pad_table(256, 2, [(0, 64, 8), (4, 64, 8), (76, 64, 4)], [(4, 64, 4)])
+    rep = K.verify(t)
+    assert [(v.rows, v.blocks, v.byte_range) for v in rep.violations] == [((0,), (0, 0), (4, 8))]
+
+
 def test_too_many_cross_stride_pairs_refused() -> None:
     """More than MAX_CROSS_PAIRS meeting pairs of different strides: an answer (TableError), not a guess."""
     rows = [K.Segment(0, 4 * (i + 1), 4) for i in range(80)] + [
