@@ -416,7 +416,9 @@ def _class_padding(
     """Rows of one class (no wider than ``s``) clearing gaps of the same class, at any two blocks."""
     if idx.size == 0 or pidx.size == 0:
         return []
-    hits: list[Hit] = []
+    # distinct hits in the order found: the sweep can find a same-block hit again, and a
+    # duplicate must not count toward ``want`` (the caller reads ``want`` hits as "more exist")
+    hits: dict[Hit, None] = {}
     # the same block: intersect the rows' block-0 footprint with each gap (vectorised)
     u = merge_ranges(base, base + span)
     j = np.searchsorted(u[:, 0], pbase + pspan, side="left") - 1
@@ -424,18 +426,20 @@ def _class_padding(
     for p in meet[:want].tolist():
         x = max(int(pbase[p]), int(u[j[p], 0]))  # a byte in both the gap and the footprint
         r = int(np.flatnonzero((base <= x) & (x < base + span))[0])
-        hits.append((int(idx[r]), 0, int(pidx[p]), 0))
+        hits[(int(idx[r]), 0, int(pidx[p]), 0)] = None
     # other blocks: only clusters wider than one stride can reach them
     allb = np.concatenate([base, pbase])
     alle = np.concatenate([base + span, pbase + pspan])
     kind = np.r_[np.zeros(idx.size, np.int64), np.ones(pidx.size, np.int64)]
     ids = np.r_[idx, pidx]
     for grp in _wide_clusters(allb, alle, min((n - 1) * s, MAX_BYTES), s):
-        if len(hits) >= want or kind[grp].min() == kind[grp].max():
+        if len(hits) >= want:
+            break
+        if kind[grp].min() == kind[grp].max():
             continue
         items = [(int(allb[g]), int(alle[g] - allb[g]), int(ids[g]), int(kind[g])) for g in grp]
-        hits += _sweep(items, s, n, False, want - len(hits))
-    return list(dict.fromkeys(hits))[:want]
+        hits.update(dict.fromkeys(_sweep(items, s, n, False, want)))  # want of its own: some may repeat
+    return list(hits)[:want]
 
 
 # --------------------------------------------------------------------------- rows of different strides
@@ -632,8 +636,10 @@ def verify(table: SegmentTable) -> VerifyReport:
         for k in np.unique(keys[live]).tolist():
             if k >= MAX_BYTES:
                 continue
-            idx = live[keys[live] == k]
             step = abs(int(k))
+            # rows wider than their stride go pair by pair below (as gaps wider than theirs do):
+            # each (row, gap) pair is decided on exactly one path, so listed once
+            idx = live[(keys[live] == k) & (span[live] <= step)]
             pidx = np.flatnonzero((pk == k) & (pp > 0) & (pp <= step))
             for ra, ba, pj, bj in _class_padding(
                 idx,

@@ -1002,3 +1002,73 @@ def test_sweep_finds_each_meeting_pair_once() -> None:
         for cap in range(1, len(want) + 1):
             assert Vf._sweep(items, s, n, same, cap) == hits[:cap]
     assert found > 100 * O.SCALE
+
+
+def _cleared_gaps(t: K.SegmentTable) -> set[int]:
+    """Brute force: the gaps some row of some block clears (invariant 4), by gap index."""
+    n, out = t.num_blocks, set()
+    for j, g in enumerate(t.padding):
+        for s in t.segments:
+            if any(_meet(_iv(_row(s), b), _iv(_row(g), c)) for b in range(n) for c in range(n)):
+                out.add(j)
+    return out
+
+
+def _row(s: K.Segment) -> Row:
+    return s.base, s.stride, s.span
+
+
+def test_every_cleared_gap_is_named_when_nothing_is_truncated() -> None:
+    """Regression (mutation review): duplicate hits counted toward a class's listing limit made it
+    stop early, so a cleared gap went unnamed while the report said nothing was left out."""
+    rows = [(40, 16, 12), (0, 16, 12), (20, 16, 4), (60, 16, 4), (28, 16, 4), (0, 16, 12)]
+    gaps = [
+        (72, 16, 4), (48, 16, 4), (28, 16, 8), (72, 16, 4), (48, 16, 4), (44, 16, 8), (68, 16, 4),
+        (60, 16, 8), (52, 16, 8), (16, 16, 4), (36, 16, 4), (16, 16, 8), (44, 16, 4), (16, 16, 8),
+        (56, 16, 4), (0, 16, 4), (32, 16, 8), (16, 16, 4), (52, 16, 8), (4, 16, 4), (20, 16, 8),
+        (0, 16, 8), (52, 16, 8), (24, 16, 4), (64, 16, 4), (60, 16, 4), (36, 16, 8), (24, 16, 4),
+        (20, 16, 8), (4, 16, 8),
+    ]  # fmt: skip
+    t = _pad_table(328, 2, rows, gaps)
+    rep = K.verify(t)
+    named = {int(v.message.rsplit("padding of layer 'gap", 1)[1].split("'")[0]) for v in rep.by_invariant(4)}
+    assert rep.truncated.get(4, 0) == 0
+    assert named == _cleared_gaps(t) and 14 in named
+
+
+def test_a_row_wider_than_its_stride_clears_a_gap_once() -> None:
+    """Regression (mutation review): such a row went through both the stride-class path and the
+    pair-by-pair path, so the same violation was listed (and counted) twice."""
+    t = _pad_table(40, 2, [(8, 8, 12)], [(24, 8, 8)])
+    rep = K.verify(t)
+    listed = [(v.rows, v.blocks, v.byte_range, v.message) for v in rep.by_invariant(4)]
+    assert len(listed) == len(set(listed)) and len(listed) >= 1
+    assert _cleared_gaps(t) == {0}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_padding_listing_is_exact_against_brute_force(seed: int) -> None:
+    """Random rows and gaps of one or two strides, some rows wider than their stride: the gaps
+    named are exactly the cleared ones, each (row, blocks, bytes) once, when nothing is truncated."""
+    rng = random.Random(7000 + seed)
+    n = rng.randint(2, 4)
+    strides = rng.sample([8, 12, 16, -16], rng.randint(1, 2))
+    rows = [
+        (4 * rng.randint(0, 16), rng.choice(strides), 4 * rng.randint(1, 6)) for _ in range(rng.randint(1, 5))
+    ]
+    gaps = [
+        (4 * rng.randint(0, 16), rng.choice(strides), 4 * rng.randint(1, 3)) for _ in range(rng.randint(1, 6))
+    ]
+    lo = min(min(b, b + (n - 1) * s) for b, s, _ in rows + gaps)
+    shift = -lo if lo < 0 else 0
+    rows = [(b + shift, s, p) for b, s, p in rows]
+    gaps = [(b + shift, s, p) for b, s, p in gaps]
+    total = max(max(b, b + (n - 1) * s) + p for b, s, p in rows + gaps)
+    t = _pad_table(total, n, rows, gaps)
+    rep = K.verify(t)
+    v4 = rep.by_invariant(4)
+    listed = [(v.rows, v.blocks, v.byte_range, v.message) for v in v4]
+    assert len(listed) == len(set(listed)), listed
+    if rep.truncated.get(4, 0) == 0:
+        named = {int(v.message.rsplit("padding of layer 'gap", 1)[1].split("'")[0]) for v in v4}
+        assert named == _cleared_gaps(t)
