@@ -1072,3 +1072,13 @@ def test_padding_listing_is_exact_against_brute_force(seed: int) -> None:
     if rep.truncated.get(4, 0) == 0:
         named = {int(v.message.rsplit("padding of layer 'gap", 1)[1].split("'")[0]) for v in v4}
         assert named == _cleared_gaps(t)
+
+
+def test_padding_listing_full_from_the_same_block_with_a_wide_cluster_left() -> None:
+    """A stride class whose same-block hits alone fill the listing, with a cluster wider than
+    one stride still to visit: the listing stops there, full, and says more exist."""
+    s, n = 4096, 2
+    rows = [(0, s, s), (s, s, 4)]  # touching rows: one cluster wider than a stride
+    gaps = [(4 * i, s, 4) for i in range(70)]  # all cleared in block 0 by the first row
+    rep = K.verify(_pad_table(s * n + 8, n, rows, gaps))
+    assert len(rep.by_invariant(4)) == 64 and rep.truncated.get(4, 0) >= 1
