@@ -601,12 +601,9 @@ def test_verifier_on_one_stride_class_of_many_rows() -> None:
         _check_report(t, K.verify(t))
 
 
-def test_cross_stride_pairs_found_through_class_hulls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over 2,000,000 meeting row pairs: the verifier goes class pair by class pair (hulls first).
-
-    1,700 stride classes of 50 rows each (all rows of a class meet, 1,225 pairs a class; class
-    hulls apart). Row x, of its own stride, sits on block 1 of row 7 of class 5 at its block 0.
-    """
+@pytest.fixture
+def meeting_budgets(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The budget of every ``_meeting_pairs`` call verify makes (which path ran, how far it got)."""
     budgets: list[int] = []
     real = Vf._meeting_pairs
 
@@ -615,6 +612,16 @@ def test_cross_stride_pairs_found_through_class_hulls(monkeypatch: pytest.Monkey
         return real(lo, hi, budget)
 
     monkeypatch.setattr(Vf, "_meeting_pairs", spy)
+    return budgets
+
+
+def test_cross_stride_pairs_found_through_class_hulls(meeting_budgets: list[int]) -> None:
+    """Over 2,000,000 meeting row pairs: the verifier goes class pair by class pair (hulls first).
+
+    1,700 stride classes of 50 rows each (all rows of a class meet, 1,225 pairs a class; class
+    hulls apart). Row x, of its own stride, sits on block 1 of row 7 of class 5 at its block 0.
+    """
+    budgets = meeting_budgets
     width = 7400
     rows = [
         K.Segment(c * width + 4 * i, 256 + 4 * c, 4, "g", f"c{c}.{i}") for c in range(1700) for i in range(50)
@@ -857,7 +864,9 @@ def _check_pairs(t: K.SegmentTable, rep: K.VerifyReport) -> None:
 
 
 @pytest.mark.parametrize("hulls", [False, True])
-def test_cross_stride_budget_exactly_at_the_limit(monkeypatch: pytest.MonkeyPatch, hulls: bool) -> None:
+def test_cross_stride_budget_exactly_at_the_limit(
+    monkeypatch: pytest.MonkeyPatch, meeting_budgets: list[int], hulls: bool
+) -> None:
     """``MAX_CROSS_PAIRS`` meeting cross-stride pairs are decided; one more is refused, and counted.
 
     Rows of one stride are apart, so every meeting pair is a cross pair. ``hulls``: the
@@ -867,14 +876,7 @@ def test_cross_stride_budget_exactly_at_the_limit(monkeypatch: pytest.MonkeyPatc
     """
     if hulls:
         monkeypatch.setattr(Vf, "MAX_MEETING_PAIRS", 0)
-    spy: list[int] = []
-    real = Vf._meeting_pairs
-
-    def counting(lo: Any, hi: Any, budget: int) -> Any:
-        spy.append(budget)
-        return real(lo, hi, budget)
-
-    monkeypatch.setattr(Vf, "_meeting_pairs", counting)
+    spy = meeting_budgets
     n = 2
     several = [
         (0, 4000, 4),
