@@ -1,4 +1,4 @@
-"""Pictures (kvlayout/viz.py, `kvlayout plot`): each test checks what a picture shows (lanes, colours,
+"""Pictures (kvlayout/viz/, `kvlayout plot`): each test checks what a picture shows (lanes, colours,
 annotations, insets, red only where unsafe), and describe_at / the explorer against the layout."""
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ def test_conflicts_against_brute_force() -> None:
         for r in rows:
             for b in range(n):
                 a = r.base + b * r.stride
-                shared, outside = viz._conflicts(t, b, a, a + r.span)
+                shared, outside = viz.maps._conflicts(t, b, a, a + r.span)
                 got = {x for c0, c1 in [*shared.tolist(), *outside.tolist()] for x in range(c0, c1)}
                 assert got == _brute_conflicts(t, b, a, a + r.span), (t, r, b)
 
@@ -554,7 +554,7 @@ def test_bad_compare_is_refused_before_matplotlib_is_imported(tmp_path: Path) ->
 
 def test_plot_model_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = ROOT / "tests" / "fixtures" / "models" / "deepseek_v4" / "config.json"
-    if not config.exists() or viz._models() is None:
+    if not config.exists() or viz.interactive._models() is None:
         pytest.skip("kvlayout.models and its fixtures are not here")
     out = tmp_path / "cfg.png"
     assert main(["plot", "--config", str(config), "--out", str(out)]) == 0
@@ -615,7 +615,7 @@ def test_explorer_updates_on_every_control(tmp_path: Path) -> None:
 def test_explorer_reads_a_model_config_per_tp_rank() -> None:
     pytest.importorskip("ipywidgets")
     config = ROOT / "tests" / "fixtures" / "models" / "llama" / "config.json"
-    if not config.exists() or viz._models() is None:
+    if not config.exists() or viz.interactive._models() is None:
         pytest.skip("kvlayout.models and its fixtures are not here")
     from kvlayout.models import spec_from_config
 

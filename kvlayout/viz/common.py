@@ -1,0 +1,335 @@
+"""What every picture shares: colours, lanes of equal shape, block-row geometry, number formats.
+
+No matplotlib here: the drawing modules import it inside their functions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import spec_error
+from ..planner import Layout, Placement, plan_layout
+from ..spec import (
+    KVCacheSpec,
+    LayerSpec,
+    MambaSpec,
+    MLASpec,
+    SlidingWindowSpec,
+)
+from ..table import Segment, SegmentTable
+
+#: Alignment gaps (hatched).
+PAD_COLOR = "#bbbbbb"
+#: The row a lane's group owns but does not fill (other groups do).
+LANE_BG = "#f2f2f2"
+#: Block boundaries and the end of the buffer. Red is kept for what is unsafe.
+EDGE_COLOR = "#222222"
+#: Bytes that break an invariant (two blocks, out of bounds, padding written).
+UNSAFE_COLOR = "#ff0000"
+#: Layer kinds of the legend: (colour, lighter shade for every other layer of a lane).
+KIND_COLORS: Mapping[str, tuple[str, str]] = {
+    "attention": ("#1f77b4", "#8fbce0"),
+    "compressed": ("#ff7f0e", "#ffc285"),
+    "indexer": ("#2ca02c", "#98d98e"),
+    "sliding window": ("#9467bd", "#c9b3e0"),
+    "mamba": ("#8c564b", "#d2a99e"),
+}
+#: One colour per layer when a map shows few layers: tab20 without its reds and greys.
+LAYER_PALETTE = (
+    "#1f77b4",
+    "#aec7e8",
+    "#ff7f0e",
+    "#ffbb78",
+    "#2ca02c",
+    "#98df8a",
+    "#9467bd",
+    "#c5b0d5",
+    "#8c564b",
+    "#c49c94",
+    "#e377c2",
+    "#f7b6d2",
+    "#bcbd22",
+    "#dbdb8d",
+    "#17becf",
+    "#9edae5",
+)
+#: Most distinct layers a map colours one by one; beyond, it colours by kind.
+MAX_LAYER_COLORS = 8
+#: Lane height and the gap between blocks, in lane units; inches per lane unit.
+LANE_H, BLOCK_GAP, LANE_IN = 0.8, 0.6, 0.27
+#: Room above the lanes for the stride/page/span arrows (lane units).
+HEADER = 3.0
+
+
+def _fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+def _count(k: int, what: str) -> str:
+    return f"{_fmt(k)} {what}{'' if k == 1 else 's'}"
+
+
+def _short(name: str) -> str:
+    """``model.layers.3.self_attn`` -> ``layers.3.self_attn``."""
+    return name[6:] if name.startswith("model.") else name
+
+
+# --------------------------------------------------------------------------- layer kinds and lanes
+def layer_kind(layer: LayerSpec) -> str:
+    """The legend kind of a layer: mamba, indexer, sliding window, compressed or attention."""
+    name = layer.name.lower()
+    if isinstance(layer, MambaSpec):
+        return "mamba"
+    if "indexer" in name:
+        return "indexer"
+    if isinstance(layer, SlidingWindowSpec) or re.search(r"(^|[._/-])(swa|sliding)", name):
+        return "sliding window"
+    if isinstance(layer, MLASpec) and layer.ratio > 1:
+        return "compressed"
+    return "attention"
+
+
+def group_pattern(names: Sequence[str]) -> str:
+    """A name for several groups: their common prefix up to a separator, then ``*`` (``c4.*``)."""
+    if len(names) == 1:
+        return names[0]
+    prefix = os.path.commonprefix(list(names))
+    m = re.match(r"^(.*[._/:-])", prefix)
+    return f"{m[1]}*" if m else f"{names[0]}..."
+
+
+@dataclass(frozen=True)
+class Box:
+    """One layer part in a lane: ``span`` zeroed bytes at ``x``, padded to ``padded`` bytes."""
+
+    x: int
+    span: int
+    padded: int
+    placement: Placement
+    part: str
+
+    @property
+    def gap(self) -> int:
+        return self.padded - self.span
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Groups whose layers have the same shape, drawn once: its boxes are the first group's."""
+
+    groups: tuple[str, ...]
+    boxes: tuple[Box, ...]
+
+    @property
+    def label(self) -> str:
+        if len(self.groups) == 1:
+            return self.groups[0]
+        return f"\u00d7 {len(self.groups)} groups like {group_pattern(self.groups)}"
+
+    @property
+    def short_label(self) -> str:
+        return group_pattern(self.groups)
+
+    @property
+    def end(self) -> int:
+        return max(b.x + b.padded for b in self.boxes)
+
+
+class Geometry:
+    """Block-row coordinates of a layout: packed rows, or a block's slot pages side by side."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.packed = layout.block_stride is not None
+        pages = layout.slot_pages
+        self.slot_x = [sum(pages[:j]) for j in range(len(pages))]
+        self.regions = [sum(pages[:j]) * layout.num_blocks for j in range(len(pages))]
+        self.split = [
+            any(p.layer.split_kv for p in layout.placements if p.slot == j) for j in range(len(pages))
+        ]
+        self.width = int(layout.block_stride) if layout.block_stride is not None else sum(pages)
+        # LHBNC: the head slots of a block lie num_blocks * N*C apart; pitch N*C per slot (else 0)
+        self.head_pitch = [0] * len(pages)
+        if layout.order == "LHBNC":
+            for p in layout.placements:
+                if p.layer.heads > 1:
+                    self.head_pitch[p.slot] = pages[p.slot] // p.layer.heads
+
+    def box_x(self, p: Placement, part: str, base: int) -> int:
+        """Where a part starts in the row (LHBNC: head ``h`` at ``h * N*C`` of its slot page)."""
+        if self.packed:
+            return base
+        if part.startswith("head"):
+            return self.slot_x[p.slot] + int(part[4:]) * self.head_pitch[p.slot]
+        return self.slot_x[p.slot] + (self.layout.slot_pages[p.slot] // 2 if part == "v" else 0)
+
+    def to_buffer(self, block: int, x: int) -> int:
+        """The buffer offset of byte ``x`` of ``block``'s row."""
+        if self.packed:
+            return block * self.width + x
+        n = self.layout.num_blocks
+        j = max(k for k, sx in enumerate(self.slot_x) if sx <= x) if x >= 0 else 0
+        sp, within = self.layout.slot_pages[j], x - self.slot_x[j]
+        if self.head_pitch[j]:
+            h, r = divmod(within, self.head_pitch[j])
+            return self.regions[j] + (h * n + block) * self.head_pitch[j] + r
+        if self.split[j]:
+            half = sp // 2
+            if within < half:
+                return self.regions[j] + block * half + within
+            return self.regions[j] + half * n + block * half + within - half
+        return self.regions[j] + block * sp + within
+
+    def to_row(self, offset: int) -> tuple[int, int, int] | None:
+        """``(block, x, slot)`` of a buffer offset (slot 0 for packed), ``None`` outside the buffer."""
+        lay = self.layout
+        n = lay.num_blocks
+        if not 0 <= offset < lay.total_bytes or n == 0:
+            return None
+        if self.packed:
+            b, x = divmod(offset, self.width)
+            return b, x, 0
+        for j, sp in enumerate(lay.slot_pages):
+            rel = offset - self.regions[j]
+            if 0 <= rel < sp * n:
+                if self.head_pitch[j]:
+                    pitch = self.head_pitch[j]
+                    h, rem = divmod(rel, n * pitch)
+                    b, r = divmod(rem, pitch)
+                    return b, self.slot_x[j] + h * pitch + r, j
+                if self.split[j]:
+                    half = sp // 2
+                    upper = rel >= half * n
+                    b, r = divmod(rel - (half * n if upper else 0), half)
+                    return b, self.slot_x[j] + (half if upper else 0) + r, j
+                b, r = divmod(rel, sp)
+                return b, self.slot_x[j] + r, j
+        return None
+
+
+def group_lanes(layout: Layout, collapse: bool = True) -> list[Lane]:
+    """One lane per group, or with ``collapse`` one per distinct group shape (first-seen order)."""
+    geo = Geometry(layout)
+    shapes: dict[tuple[Any, ...], tuple[list[str], tuple[Box, ...]]] = {}
+    for g in layout.spec.groups:
+        boxes = tuple(
+            Box(geo.box_x(p, part.name, part.base), part.span, part.padded, p, part.name)
+            for p in layout.placements
+            if p.group == g.name
+            for part in p.parts
+        )
+        key: tuple[Any, ...] = tuple(
+            (b.x, b.span, b.padded, b.part, layer_kind(b.placement.layer)) for b in boxes
+        )
+        if not collapse:
+            key = (g.name, *key)
+        shapes.setdefault(key, ([], boxes))[0].append(g.name)
+    return [Lane(tuple(names), boxes) for names, boxes in shapes.values()]
+
+
+def _color_mode(lanes: Sequence[Lane], color_by: str) -> str:
+    if color_by in ("layer", "kind"):
+        return color_by
+    if color_by != "auto":
+        raise spec_error("color_by", color_by, "valid: auto, layer, kind")
+    layers = {b.placement.layer.name for lane in lanes for b in lane.boxes}
+    return "layer" if len(layers) <= MAX_LAYER_COLORS else "kind"
+
+
+def _lane_colors(lanes: Sequence[Lane], mode: str) -> list[dict[str, str]]:
+    """Per lane: layer name -> colour. Kind mode alternates two shades along a lane."""
+    out: list[dict[str, str]] = []
+    k = 0
+    for lane in lanes:
+        colors: dict[str, str] = {}
+        for b in lane.boxes:
+            name = b.placement.layer.name
+            if name in colors:
+                continue
+            if mode == "layer":
+                colors[name] = LAYER_PALETTE[k % len(LAYER_PALETTE)]
+                k += 1
+            else:
+                colors[name] = KIND_COLORS[layer_kind(b.placement.layer)][len(colors) % 2]
+        out.append(colors)
+    return out
+
+
+def layer_colors(layout: Layout, color_by: str = "auto") -> dict[str, str]:
+    """The colour :func:`byte_map` gives every layer (a collapsed group takes its lane's colours)."""
+    lanes = group_lanes(layout)
+    per_lane = _lane_colors(lanes, _color_mode(lanes, color_by))
+    out: dict[str, str] = {}
+    for lane, colors in zip(lanes, per_lane):
+        firsts = list(dict.fromkeys(b.placement.layer.name for b in lane.boxes))
+        for g in lane.groups:
+            names = [p.layer.name for p in layout.placements if p.group == g]
+            for mine, first in zip(names, firsts):
+                out[mine] = colors[first]
+    return out
+
+
+def _as_layout(source: KVCacheSpec | Layout) -> Layout:
+    return source if isinstance(source, Layout) else plan_layout(source)
+
+
+def _shown_blocks(
+    n: int, blocks: Sequence[int] | None, per_block: int, max_lanes: int
+) -> tuple[list[int], bool]:
+    """Blocks to draw: the asked ones, else first/second/middle/last, within ``max_lanes`` lanes."""
+    limit = max(1, max_lanes // max(1, per_block))
+    if n == 0:
+        return [0], False
+    if blocks is not None:
+        asked = sorted({int(b) for b in blocks if 0 <= int(b) < n}) or [0]
+        return asked[:limit], len(asked) > limit
+    for pick in ({0, min(1, n - 1), n // 2, n - 1}, {0, n - 1}, {0}):
+        if len(pick) <= limit:
+            return sorted(pick), len(pick) < n
+    return [0], n > 1
+
+
+@dataclass
+class MapInfo:
+    """What a drawn map shows, for :func:`attach_hover` and tests: lanes by their y extent."""
+
+    layout: Layout
+    geometry: Geometry
+    lanes: list[tuple[float, int, Lane]]  # (y of the lane's top, block, lane)
+    insets: list[str]
+
+
+def _comma_formatter() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: _fmt(int(v)))
+
+
+def _meeting(s: Segment, lo: int, hi: int, n: int) -> range:
+    """Block ids ``b`` in ``[0, n)`` whose ``[base + b*stride, + span)`` meets ``[lo, hi)``."""
+    if s.span <= 0 or n <= 0 or hi <= lo:
+        return range(0)
+    if s.stride == 0:
+        return range(n) if s.base < hi and lo < s.base + s.span else range(0)
+    if s.stride > 0:
+        b_lo, b_hi = (lo - s.base - s.span) // s.stride + 1, (hi - 1 - s.base) // s.stride
+    else:
+        t = -s.stride
+        b_lo, b_hi = -((hi - 1 - s.base) // t), -((lo - s.base - s.span) // t) - 1
+    return range(max(b_lo, 0), min(b_hi, n - 1) + 1)
+
+
+def _covering(s: Segment, offset: int, n: int) -> range:
+    """Block ids ``b`` in ``[0, n)`` with ``offset`` in ``[base + b*stride, + span)``."""
+    return _meeting(s, offset, offset + 1, n)
+
+
+def _table_of(source: SegmentTable | Layout | KVCacheSpec) -> tuple[SegmentTable, Layout | None]:
+    if isinstance(source, SegmentTable):
+        return source, None
+    layout = _as_layout(source)
+    return layout.table(), layout
