@@ -244,6 +244,17 @@ class SegmentTable:
         return cls.from_dict(parse_json(TableError, "table", text))
 
 
+def check_table(table: Any) -> SegmentTable:
+    """The first argument of every zeroer: a :class:`SegmentTable` (checked before anything else).
+
+    Here, not in validate.py: validate.py sits below table.py and imports nothing of it.
+    """
+    if not isinstance(table, SegmentTable):
+        kind = type(table).__name__
+        raise TableError(f"table type = {kind}: must be a kvlayout.SegmentTable", field="table", value=kind)
+    return table
+
+
 def _provenance(row: Segment, sources: Iterable[Segment]) -> Segment:
     """Name a merged row after all the rows it came from."""
     src = list(sources)

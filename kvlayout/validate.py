@@ -7,15 +7,12 @@ Every rule raises a :class:`~kvlayout.errors.KVLayoutError` subclass whose messa
 from __future__ import annotations
 
 import unicodedata
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from .errors import BackendError, BlockIdError, KVLayoutError, LayoutBufferError, TableError, bad_value
+from .errors import BackendError, BlockIdError, KVLayoutError, LayoutBufferError, bad_value
 from .ranges import INT32_MAX, MAX_BLOCKS, MAX_BYTES
-
-if TYPE_CHECKING:
-    from .table import SegmentTable
 
 
 def is_int(v: object) -> bool:
@@ -153,16 +150,6 @@ def read_json_file(cls: type[KVLayoutError], what: str, path: str) -> Any:
     if len(data) > MAX_JSON_BYTES:
         raise bad_value(cls, what, path, f"larger than {MAX_JSON_BYTES} B")
     return parse_json(cls, f"{what} {path!r}", data)
-
-
-def check_table(table: Any) -> SegmentTable:
-    """The first argument of every zeroer: a :class:`SegmentTable` (checked before anything else)."""
-    from .table import SegmentTable  # table.py imports this module
-
-    if not isinstance(table, SegmentTable):
-        kind = type(table).__name__
-        raise TableError(f"table type = {kind}: must be a kvlayout.SegmentTable", field="table", value=kind)
-    return table
 
 
 def check_option(name: str, value: Any, *, power_of_two: bool = False, limit: int = INT32_MAX) -> int:

@@ -22,6 +22,7 @@ from kvlayout.errors import (
     SpecError,
     TableError,
 )
+from kvlayout.table import check_table
 
 
 def _raises(cls: type[KVLayoutError], message: str, field: str | None, value: object, fn, *args, **kw):  # type: ignore[no-untyped-def]
@@ -580,7 +581,7 @@ def test_check_option_default_limit_is_int32() -> None:
 
 def test_check_table() -> None:
     t = K.plan(K.preset("dsv4-test"))
-    assert V.check_table(t) is t
+    assert check_table(t) is t
     with pytest.raises(TableError, match=r"table type = dict: must be a kvlayout.SegmentTable") as e:
-        V.check_table(t.to_dict())
+        check_table(t.to_dict())
     assert e.value.field == "table" and e.value.value == "dict"

@@ -31,8 +31,8 @@ from kvlayout.backend import check_offset_and_size
 from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, TableError
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
-from kvlayout.table import SegmentTable
-from kvlayout.validate import check_option, check_table
+from kvlayout.table import SegmentTable, check_table
+from kvlayout.validate import check_option
 from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE, launch_guard

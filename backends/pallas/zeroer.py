@@ -24,8 +24,8 @@ from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, Table
 from kvlayout.hardware import jax_platform
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
-from kvlayout.table import SegmentTable
-from kvlayout.validate import check_option, check_table
+from kvlayout.table import SegmentTable, check_table
+from kvlayout.validate import check_option
 from kvlayout.verify import require_safe
 
 from .kernels import (
