@@ -2,6 +2,38 @@
 
 The core is NumPy only: importing it pulls in neither torch nor JAX. Backends (``cuda``,
 ``pallas``, plugins) load lazily through :mod:`kvlayout.registry`.
+
+Map of the modules, by layer. A module imports from its own layer and the layers listed before
+it, never after (this package's ``__init__`` re-exports from all three); there are no import
+cycles. ``tests/test_layers.py`` checks both, and that every module is listed here.
+
+core: the contract (docs/GEOMETRY.md) in NumPy
+    ``errors``         the error classes: every bad input names its field and value
+    ``ranges``         exact integer and byte-range arithmetic, the limits of section 8
+    ``validate``       input rules shared by every entry point (names, ints, JSON)
+    ``hardware``       the one probe of which accelerators torch and JAX can reach
+    ``spec``           layer, group and cache specs; page arithmetic
+    ``table``          the segment table: rows, groups, coalescing, JSON
+    ``planner``        spec -> layout -> segment table, all six orders
+    ``verify``         the static verifier: invariants 1-4 of section 3, every block id
+    ``presets``        built-in specs for ``--preset``: DeepSeek-V4 geometries, Llama-8B
+    ``backend``        the backend interface every zeroer implements
+    ``reference``      the NumPy oracle: expected bytes, the reference backend
+adapters: other systems' objects to and from specs and tables
+    ``native``         native caches (section 9): typed arrays, page axis first
+    ``sharding``       ``ShardedLayout``: one local layout per shard of a device mesh
+    ``models``         a HuggingFace config.json to a spec, family by family
+    ``integrations``   vLLM's objects (``integrations.vllm``)
+    ``backends``       the kernel backends: ``cuda`` (Triton, torch), ``pallas`` (JAX)
+tools: for people and test suites, built on the two layers above
+    ``registry``       backend discovery and selection (``auto``, plugins)
+    ``conformance``    the conformance battery any backend must pass
+    ``planted``        backends with real past bugs, which the battery must catch
+    ``testing``        seeded random specs
+    ``pytest_plugin``  the battery as a pytest plugin
+    ``viz``            pictures: byte maps, table maps, step charts, the explorer
+    ``cli``            the ``kvlayout`` command line
+    ``__main__``       ``python -m kvlayout``
 """
 
 from __future__ import annotations
