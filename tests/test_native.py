@@ -170,6 +170,24 @@ def test_overlaid_slot_leaf_belongs_to_several_groups() -> None:
         NativeLeaf("x", (4, 8), "float32", ())
 
 
+def test_cold_leaves_stay_cold_through_with_num_blocks_and_byte_counts() -> None:
+    """Issue 25: a leaf marked ``zeroed=False`` (state addressed by request slot) keeps that mark
+    when the page count changes, and never counts toward the bytes one block clears."""
+    spec = NativeCacheSpec((
+        NativeLeaf("kv", (4, 8, 128), "bfloat16", "full"),
+        NativeLeaf("state", (4, 64), "float32", "full", zeroed=False),
+    ))
+    assert spec.bytes_per_block == 8 * 128 * 2
+    grown = spec.with_num_blocks(9)
+    assert [(x.name, x.num_blocks, x.zeroed, x.group) for x in grown.leaves] == [
+        ("kv", 9, True, "full"), ("state", 9, False, "full")]
+    assert grown.bytes_per_block == spec.bytes_per_block
+    assert grown.zeroed_mask() == (True, False) and len(native_tables(grown)["state"]) == 0
+    arrays = [np.full(x.total_bytes, 0xAB, np.uint8) for x in grown.leaves]
+    zero_native_numpy(arrays, grown, [3])
+    assert (arrays[1] == 0xAB).all() and not arrays[0].reshape(9, -1)[3].any()
+
+
 def test_native_api_is_exported_lazily_without_jax() -> None:
     import subprocess
     import sys
