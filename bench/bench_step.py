@@ -3,7 +3,7 @@
 One run on one GPU, same buffer and same ids for every method:
 
 - ``vllm033``: vLLM 0.33.0's ``KVBlockZeroer`` path, written by us from its description
-  (../shared/CONTEXT.md): segments deduplicated by address keeping the widest span, one
+  (``vllm/v1/worker/utils.py``): segments deduplicated by address keeping the widest span, one
   Triton launch on a grid ``(ids, segments, ceil(max_page_words / BLOCK))`` with ``BLOCK =
   min(next_pow2(max page words), 1024)``, masked int32 stores, early exit past a segment's
   page, no bounds check; its host path is a fresh pinned tensor from the Python list, then a
