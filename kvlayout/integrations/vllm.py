@@ -24,9 +24,11 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from ..errors import BlockIdError, SpecError, bad_value, spec_error
+import numpy as np
+
+from ..errors import BlockIdError, SpecError, TableError, bad_value, spec_error
 from ..planner import Layout, plan, plan_layout
-from ..ranges import round_up
+from ..ranges import merge_ranges, round_up
 from ..spec import (
     DTYPE_SIZES,
     FP8_DS_MLA,
@@ -130,6 +132,23 @@ def _padding(vspec: Any, real: int) -> dict[str, int]:
     return {"padded_page": padded} if padded is not None else {}
 
 
+def _is_torch_dtype(value: Any) -> bool:
+    return type(value).__name__ == "dtype" and type(value).__module__ == "torch"
+
+
+def _check_dtypes(where: str, vspec: Any, kind: str) -> None:
+    """A ``torch.dtype`` wherever vLLM's page arithmetic reads one (a string makes torch raise a raw
+    ``TypeError`` there), checked before any of vLLM's properties run."""
+    if kind == "mamba":
+        dtypes = getattr(vspec, "dtypes", None)
+        if not isinstance(dtypes, (list, tuple)) or not all(_is_torch_dtype(d) for d in dtypes):
+            raise spec_error(f"{where}.dtypes", dtypes, "must be a tuple of torch.dtype")
+    elif not _is_torch_dtype(getattr(vspec, "dtype", None)):
+        raise spec_error(
+            f"{where}.dtype", getattr(vspec, "dtype", None), "must be a torch.dtype (e.g. torch.bfloat16)"
+        )
+
+
 def _layer(where: str, name: str, vspec: Any) -> LayerSpec:
     """The kvlayout layer of one vLLM per-layer spec, checked against vLLM's page arithmetic."""
     kind = SUPPORTED_SPECS.get(type(vspec).__name__)
@@ -139,6 +158,7 @@ def _layer(where: str, name: str, vspec: Any) -> LayerSpec:
             type(vspec).__name__,
             f"kvlayout does not represent this spec kind; supported: {', '.join(SUPPORTED_SPECS)}",
         )
+    _check_dtypes(where, vspec, kind)
     if kind == "mamba":
         if vspec.num_heads != 1:
             raise spec_error(
@@ -422,23 +442,183 @@ def _check_against_tensors(
             )
 
 
+#: The fields of vLLM 0.33's ``KVBlockZeroer._meta``, in order.
+META_FIELDS = ("seg_addrs", "seg_block_strides", "seg_page_sizes", "max_chunks", "blk_size", "n_segs")
+
+
+def _meta_column(meta: Any, i: int) -> list[int]:
+    """Column ``i`` of ``_meta`` as Python ints (a 1-D tensor, array, list or tuple of integers)."""
+    field = f"zeroer._meta[{i}] ({META_FIELDS[i]})"
+    x = meta[i]
+    values = x.tolist() if hasattr(x, "tolist") else x
+    if not isinstance(values, (list, tuple)):
+        raise bad_value(TableError, field, x, "must be a 1-D tensor or sequence of integers")
+    for j, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise bad_value(TableError, f"{field}[{j}]", v, "must be an integer (no float, bool or nesting)")
+    return list(values)
+
+
+def _meta_int(meta: Any, i: int) -> int:
+    v = meta[i]
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise bad_value(TableError, f"zeroer._meta[{i}] ({META_FIELDS[i]})", v, "must be an integer")
+    return int(v)
+
+
 def table_from_block_zeroer(
     zeroer: Any, base_address: int, total_bytes: int, num_blocks: int
 ) -> SegmentTable:
     """vLLM's ``KVBlockZeroer`` segments as a kvlayout table, bases relative to ``base_address``.
 
-    ``_meta`` holds absolute byte addresses and, in int32 words, block strides and page sizes.
-    Rows are named ``vllm/segment<i>``; the table carries no padding (``planned`` is false).
+    ``_meta`` holds absolute byte addresses and, in int32 words, block strides and page sizes,
+    then the launch's chunk count, chunk words and segment count. Every column must hold the
+    same number of integers, the segment count must be that number (vLLM's kernel launches that
+    many) and the chunks must cover the widest page, or the table would not be what the kernel
+    writes: a ``TableError`` names the field. Rows are named ``vllm/segment<i>``; the table
+    carries no padding (``planned`` is false). ``_meta`` of ``None`` (no attention layer): no rows.
     """
+    if isinstance(base_address, bool) or not isinstance(base_address, int):
+        raise bad_value(TableError, "base_address", base_address, "must be an integer byte address")
     meta = getattr(zeroer, "_meta", None)
     rows: list[Segment] = []
     if meta is not None:
-        addrs, strides, pages = (x.tolist() for x in meta[:3])
-        for i, (a, s, p) in enumerate(zip(addrs, strides, pages)):
-            rows.append(
-                Segment(int(a) - base_address, 4 * int(s), 4 * int(p), "vllm", f"segment{i}", "page", 0)
+        if not isinstance(meta, (tuple, list)) or len(meta) < 3:
+            shown = type(meta).__name__ if not isinstance(meta, (tuple, list)) else f"{len(meta)} entries"
+            raise bad_value(
+                TableError, "zeroer._meta", shown, f"must be a tuple ({', '.join(META_FIELDS)})", shown=shown
             )
+        addrs, strides, pages = (_meta_column(meta, i) for i in range(3))
+        for i, col in ((1, strides), (2, pages)):
+            if len(col) != len(addrs):
+                raise bad_value(
+                    TableError,
+                    f"zeroer._meta[{i}] ({META_FIELDS[i]})",
+                    len(col),
+                    f"entries: seg_addrs has {len(addrs)}; every segment needs one of each",
+                )
+        if len(meta) >= 6:
+            chunks, blk, n_segs = (_meta_int(meta, i) for i in (3, 4, 5))
+            if n_segs != len(addrs):
+                why = f"the table has {len(addrs)} segments: the kernel must launch each"
+                raise bad_value(TableError, "zeroer._meta[5] (n_segs)", n_segs, why)
+            widest = max(pages, default=0)
+            if chunks * blk < widest:
+                raise bad_value(
+                    TableError,
+                    "zeroer._meta[3] (max_chunks)",
+                    chunks,
+                    f"{chunks} chunks of {blk} words do not cover the widest page ({widest} words)",
+                )
+        for i, (a, st, p) in enumerate(zip(addrs, strides, pages)):
+            rows.append(Segment(a - base_address, 4 * st, 4 * p, "vllm", f"segment{i}", "page", 0))
     return SegmentTable(total_bytes, num_blocks, tuple(rows))
+
+
+#: At most this many contiguous runs per block in one view: more is refused, not enumerated.
+MAX_VIEW_RUNS = 1 << 16
+
+
+def _view_block_ranges(where: str, view: Any, num_blocks: int) -> tuple[int, np.ndarray]:
+    """(block stride, block 0's merged byte ranges in its storage) of a ``[B, ...]`` view.
+
+    The view may address kernel blocks (``B = ratio * num_blocks``, vLLM's virtual splitting):
+    manager block 0 is then kernel blocks ``0 .. ratio-1``. Bytes, never elements; Python
+    ints except for the run starts, which lie inside the view's storage (int64 holds them).
+    """
+    shape, strides, el = tuple(view.shape), tuple(view.stride()), int(view.element_size())
+    if not shape or shape[0] == 0 or shape[0] % num_blocks:
+        raise spec_error(
+            f"{where}.shape",
+            shape,
+            f"dim 0 must be a positive multiple of the {num_blocks} blocks (kernel blocks per block)",
+        )
+    ratio = shape[0] // num_blocks
+    if any(d == 0 for d in shape):
+        raise spec_error(f"{where}.shape", shape, "an empty view holds no page")
+    dims = sorted((st * el, sz) for sz, st in zip(shape[1:], strides[1:]) if sz > 1)
+    run, outer = el, list[tuple[int, int]]()
+    for st, sz in dims:
+        if st == run and not outer:  # contiguous with what is inside it: one longer run
+            run *= sz
+        else:
+            outer.append((st, sz))
+    outer.append((strides[0] * el, ratio))  # the kernel blocks of manager block 0
+    count = 1
+    for _, sz in outer:
+        count *= sz
+    if count > MAX_VIEW_RUNS:
+        raise spec_error(f"{where}.stride", strides, f"{count} runs per block: more than {MAX_VIEW_RUNS}")
+    starts = np.zeros(1, np.int64)
+    for st, sz in outer:
+        starts = (starts[:, None] + np.arange(sz, dtype=np.int64)[None, :] * st).ravel()
+    starts += view.storage_offset() * el
+    return strides[0] * el * ratio, merge_ranges(starts, starts + run)
+
+
+def check_views_against_layout(
+    layout: Layout, views: Mapping[str, Any], storage_nbytes: int, *, where: str = "kv_caches"
+) -> int:
+    """Check every layer's view against kvlayout's plan; return the storage byte of the plan's byte 0.
+
+    Each planned layer needs a view (a tensor, or a list/tuple of state tensors) whose block
+    stride is the plan's and whose block 0 covers exactly the plan's bytes of that layer (a
+    state tensor: inside them), all at one common offset in the storage, the plan inside the
+    storage. vLLM's ``allocate_kv_cache`` views its buffer from the buffer's own storage offset
+    (``raw.storage_offset() + offset``), so a nonzero offset is honoured exactly; anything else
+    is refused naming the layer. Views are only checked: the table stays the planner's.
+    """
+    base: int | None = None
+    first = ""
+    for p in layout.placements:
+        name = p.layer.name
+        if name not in views:
+            raise spec_error(f"{where}[{name!r}]", None, "no view of this planned layer")
+        strides = {q.stride for q in p.parts}
+        lo = np.array([q.base for q in p.parts], np.int64)
+        ours = merge_ranges(lo, lo + np.array([q.span for q in p.parts], np.int64))
+        value = views[name]
+        exact = not isinstance(value, (list, tuple))
+        tensors = [value] if exact else list(_walk_tensors(value))
+        if not tensors or not all(hasattr(t, "untyped_storage") for t in tensors):
+            why = "must be a tensor or a list/tuple of tensors, and holds no tensor"
+            raise spec_error(f"{where}[{name!r}]", type(value).__name__, why)
+        for t in tensors:
+            stride, theirs = _view_block_ranges(f"{where}[{name!r}]", t, layout.num_blocks)
+            if strides != {stride}:
+                raise spec_error(
+                    f"{where}[{name!r}].stride",
+                    tuple(t.stride()),
+                    f"strides blocks by {stride} B; kvlayout's {layout.order} plan by {sorted(strides)} B",
+                )
+            at = int(theirs[0, 0]) - int(ours[0, 0])
+            if base is None:
+                base, first = at, name
+            shifted = theirs - base
+            inside = exact and np.array_equal(shifted, ours)
+            if not exact:  # a state tensor: every run inside one of the layer's ranges
+                idx = np.searchsorted(ours[:, 0], shifted[:, 0], side="right") - 1
+                inside = bool(np.all(idx >= 0)) and bool(
+                    np.all(shifted[:, 1] <= ours[np.maximum(idx, 0), 1])
+                )
+            if not inside:
+                got = [(int(a), int(b)) for a, b in theirs[:4].tolist()]
+                want = [(int(a) + base, int(b) + base) for a, b in ours[:4].tolist()]
+                raise spec_error(
+                    f"{where}[{name!r}].storage_offset",
+                    t.storage_offset(),
+                    f"block 0 covers storage bytes {got}, kvlayout's {layout.order} plan puts this "
+                    f"layer at {want} (the cache starting at storage byte {base}, from {first!r})",
+                )
+    if base is None:
+        raise spec_error(where, len(views), "holds no view of a planned layer")
+    if base < 0 or base + layout.total_bytes > storage_nbytes:
+        raise spec_error(
+            f"{where}.storage",
+            storage_nbytes,
+            f"the {layout.total_bytes} B cache starting at storage byte {base} does not fit the storage",
+        )
+    return base
 
 
 def _walk_tensors(value: Any) -> Iterator[Any]:
@@ -471,7 +651,8 @@ class KVBlockZeroer:
         runner_only_attn_layers: Collection[str] = (),
         **options: Any,
     ) -> None:
-        """``buffer``: the backing allocation vLLM's tensors view (any dtype, contiguous, byte 0 first).
+        """``buffer``: the backing allocation vLLM's tensors view (any dtype, contiguous); the cache
+        starts at its byte ``offset`` (an option, default 0).
 
         ``options`` go to :class:`kvlayout.backends.cuda.CudaZeroer` (``max_batch``, launch knobs).
         """
@@ -493,20 +674,35 @@ class KVBlockZeroer:
     def from_kv_caches(
         cls, kv_cache_config: Any, kv_caches: Mapping[str, Any], kv_cache_layout: Any = None, **kwargs: Any
     ) -> KVBlockZeroer:
-        """Build from the per-layer views vLLM allocated (``allocate_kv_cache``), which share one storage."""
+        """Build from the per-layer views vLLM allocated (``allocate_kv_cache``), which share one storage.
+
+        Before anything is written every view is checked against kvlayout's plan (block stride,
+        block 0's bytes, one common start inside the storage: :func:`check_views_against_layout`);
+        the zeroer then writes at that start, which need not be byte 0 of the storage.
+        """
         import torch
 
+        if "offset" in kwargs:
+            why = "taken from the views' storage offset; pass the buffer to KVBlockZeroer instead"
+            raise bad_value(SpecError, "offset", kwargs["offset"], why)
         tensors = [t for v in kv_caches.values() for t in _walk_tensors(v)]
         if not tensors:
             raise bad_value(SpecError, "kv_caches", len(kv_caches), "holds no tensor")
         storage = tensors[0].untyped_storage()
         for name, v in kv_caches.items():
             for t in _walk_tensors(v):
-                if t.untyped_storage().data_ptr() != storage.data_ptr():
+                if t.untyped_storage().data_ptr() != storage.data_ptr() or t.device != tensors[0].device:
                     why = "all layers must view one allocation"
                     raise bad_value(SpecError, f"kv_caches[{name!r}]", "another storage", why)
+        spec = spec_from_kv_cache_config(
+            kv_cache_config,
+            kv_cache_layout,
+            kernel_block_sizes=kwargs.get("kernel_block_sizes"),
+            runner_only_attn_layers=kwargs.get("runner_only_attn_layers", ()),
+        )
+        base = check_views_against_layout(plan_layout(spec), kv_caches, storage.nbytes())
         backing = torch.empty(0, dtype=torch.uint8, device=tensors[0].device).set_(storage)
-        return cls(kv_cache_config, backing, kv_cache_layout, **kwargs)
+        return cls(kv_cache_config, backing, kv_cache_layout, offset=base, **kwargs)
 
     def group_name(self, group: int | str | None) -> str | None:
         """kvlayout's name of ``group``: vLLM's group index, a kvlayout group name, or ``None`` (all)."""
@@ -537,7 +733,10 @@ class KVBlockZeroer:
 
 __all__ = [
     "KVBlockZeroer",
+    "MAX_VIEW_RUNS",
+    "META_FIELDS",
     "SUPPORTED_SPECS",
+    "check_views_against_layout",
     "VLLM_LAYOUT_ALIASES",
     "VLLM_VERSION",
     "layout_name",
