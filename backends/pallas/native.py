@@ -54,6 +54,7 @@ from .zeroer import (
     interpret_params,
     kernel_mode,
     run_step,
+    step_ids,
 )
 
 KERNELS = ("tpu", "triton")
@@ -320,7 +321,7 @@ class CacheZeroer:
     def apply(self, caches: Any, block_ids: Any, group: str | None = None) -> tuple[Any, jax.Array]:
         """Traceable: ``(caches, global ids int[n]) -> (caches, number of ids outside the pool)``."""
         leaves = self.check_caches(caches)
-        ids = jnp.asarray(block_ids)
+        ids = step_ids(block_ids)
         check_id_array(ids)
         sel = self._selected(group)
         if ids.shape[0] == 0:

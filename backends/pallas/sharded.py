@@ -28,7 +28,15 @@ from kvlayout.errors import BackendError, LayoutBufferError, TableError
 from kvlayout.sharding import ShardedLayout
 
 from .plan import LANES, ROW_BYTES
-from .zeroer import BadIdCount, PallasZeroer, check_id_array, check_int32_array, ids_in_range, run_step
+from .zeroer import (
+    BadIdCount,
+    PallasZeroer,
+    check_id_array,
+    check_int32_array,
+    ids_in_range,
+    run_step,
+    step_ids,
+)
 
 #: Persistent GPU programs per SM for routed device ids (H200 sweep: 4 x 16 rows x 4 warps best).
 PERSISTENT_PROGRAMS_PER_SM = 4
@@ -199,7 +207,7 @@ class ShardedPallasZeroer:
 
     def apply(self, buf: jax.Array, block_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Traceable: ``(buf, global ids int[n]) -> (buf, number of ids outside the pool)``."""
-        ids = jnp.asarray(block_ids)
+        ids = step_ids(block_ids)
         check_id_array(ids)
         ids32, ok = ids_in_range(ids, self.layout.num_blocks)  # no wide id wraps into the pool
         out, bad = self._step(buf, jnp.where(ok, ids32, -1))

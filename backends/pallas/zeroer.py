@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, TableError
+from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, TableError, bad_value
 from kvlayout.hardware import jax_platform
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
@@ -40,6 +40,7 @@ from .kernels import (
 from .plan import LANES, ROW_BYTES, RowPlan, check_rows_disjoint_per_block, plan_rows
 
 KERNELS = ("tpu", "triton")
+INT32_MIN = -(2**31)
 
 
 def default_kernel() -> tuple[str, bool]:
@@ -70,6 +71,39 @@ def ids_in_range(ids: jax.Array, limit: int) -> tuple[jax.Array, jax.Array]:
         ids = ids.astype(jnp.int32)
     ok = (ids >= 0) & (ids < limit)
     return jnp.where(ok, ids, 0).astype(jnp.int32), ok
+
+
+def step_ids(block_ids: Any) -> Any:
+    """``block_ids`` as an array for a traced step, host ids narrowed to int32 without wrapping.
+
+    A ``jax.Array`` (or tracer) is returned as is: its values are checked in the traced
+    code (:func:`ids_in_range`). Host ids (a NumPy array or scalar, a list or tuple of
+    integers) are checked in NumPy first, because ``jnp.asarray`` narrows 64-bit ids to
+    int32 with x64 off, at trace time too (``2**32 + 3`` would become block 3): every id
+    outside int32 becomes ``-1``, a bad id the step counts and never writes.
+    """
+    if isinstance(block_ids, jax.Array):
+        return block_ids
+    if isinstance(block_ids, (list, tuple)):
+        if not block_ids:
+            return jnp.zeros((0,), jnp.int32)
+        if all(type(v) is int or isinstance(v, np.integer) for v in block_ids):  # no bools, no tracers
+            fit = [int(v) if INT32_MIN <= v <= INT32_MAX else -1 for v in block_ids]
+            return jnp.asarray(np.array(fit, np.int32))
+    elif isinstance(block_ids, (np.ndarray, np.generic)):
+        arr = np.asarray(block_ids)
+        if arr.dtype.kind == "O":
+            why = "must be an integer array, got dtype object"
+            raise bad_value(BlockIdError, "block_ids.dtype", "object", why, shown="object")
+        if arr.dtype.kind in "iu" and np.iinfo(arr.dtype).max > INT32_MAX:
+            fits = arr <= INT32_MAX if arr.dtype.kind == "u" else (arr >= INT32_MIN) & (arr <= INT32_MAX)
+            return jnp.asarray(np.where(fits, arr, -1).astype(np.int32))
+        return jnp.asarray(arr)
+    try:  # anything else (tracers in a list, floats, Python scalars): the dtype check refuses non-ids
+        return jnp.asarray(block_ids)
+    except OverflowError:
+        why = "an id does not fit int64 (nothing was written)"
+        raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
 
 
 def check_id_array(ids: Any) -> None:
@@ -310,7 +344,7 @@ class PallasZeroer:
     def apply(self, buf: jax.Array, block_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Traceable step: ``(buf, ids int32[n]) -> (buf, number of out-of-range ids)``."""
         self._check_buffer(buf)
-        ids = jnp.asarray(block_ids)
+        ids = step_ids(block_ids)
         check_id_array(ids)
         if ids.shape[0] == 0:
             return buf, jnp.zeros((), jnp.int32)
