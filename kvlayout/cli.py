@@ -21,7 +21,8 @@ from .conformance import GUARD_BYTES, run_case
 from .errors import KVLayoutError, SpecError, TableError
 from .planner import Layout, plan_layout
 from .presets import PRESETS, preset
-from .reference import normalize_block_ids, poison_pattern
+from .reference import normalize_block_ids, poison_pattern, range_count_bound
+from .sharding import MAX_MESH_AXES, MAX_MESH_DEVICES
 from .spec import KVCacheSpec
 from .table import SegmentTable
 from .validate import read_json_file
@@ -31,6 +32,8 @@ from .verify import verify
 MAX_HOST_BYTES = 2**30
 #: Most block ids ``--blocks`` may name.
 MAX_CLI_IDS = 10_000_000
+#: Most byte ranges a zero report may list (rows x id runs, bounded before anything runs).
+MAX_REPORT_RANGES = 1_000_000
 
 
 #: Commands that take ``--engine tpu-inference`` (typed per-layer arrays, GEOMETRY.md section 9).
@@ -215,6 +218,17 @@ def _host_sized(nbytes: int, what: str) -> None:
         )
 
 
+def _report_sized(ranges: int) -> None:
+    """Refuse a zero whose contract could list more than :data:`MAX_REPORT_RANGES` byte ranges."""
+    if ranges > MAX_REPORT_RANGES:
+        raise UsageError(
+            f"--blocks: the contract for these ids may hold up to {ranges} separate byte ranges; a zero "
+            f"report lists at most {MAX_REPORT_RANGES} (give fewer or consecutive ids)",
+            field="blocks",
+            value=ranges,
+        )
+
+
 def run_zero(
     table: SegmentTable,
     block_ids: Sequence[int] | np.ndarray,
@@ -249,6 +263,7 @@ def cmd_zero(args: argparse.Namespace) -> int:
     ids = parse_blocks(args.blocks, table.num_blocks)
     table.for_group(args.group)  # exit 2 naming the valid groups
     _host_sized(table.total_bytes, "total_bytes")
+    _report_sized(range_count_bound(table, ids, args.group))
     rep = run_zero(table, ids, args.backend, args.group)
     if args.group is not None:
         rep["group"] = args.group
@@ -333,13 +348,26 @@ def parse_mesh(text: str) -> list[tuple[str, int]]:
     """``"dp=2,tp=4"`` -> ``[("dp", 2), ("tp", 4)]`` (mesh order)."""
     out = []
     for tok in (t.strip() for t in text.split(",")):
-        m = re.fullmatch(r"([A-Za-z_][\w]*)=(\d+)", tok)
+        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]{0,63})=([0-9]+)", tok)
         if not m:
             raise UsageError(
-                f"--mesh item {tok!r}: must be NAME=SIZE (e.g. dp=2,tp=4)", field="mesh", value=tok
+                f"--mesh item {_short(tok)!r}: must be NAME=SIZE (e.g. dp=2,tp=4)", field="mesh", value=tok
+            )
+        if len(m[2]) > 10 or not 1 <= int(m[2]) <= MAX_MESH_DEVICES:
+            raise UsageError(
+                f"--mesh item {_short(tok)!r}: axis size must lie in [1, {MAX_MESH_DEVICES}]",
+                field=f"mesh.{m[1]}",
+                value=_short(m[2]),
             )
         out.append((m[1], int(m[2])))
-    return out
+        if len(out) > MAX_MESH_AXES:
+            raise UsageError(f"--mesh names more than {MAX_MESH_AXES} axes", field="mesh", value=len(out))
+    return out  # the product of the sizes is bounded by kvlayout.sharding
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters for a one-line message."""
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} characters)"
 
 
 def _axes(text: str | None) -> tuple[str, ...]:
@@ -365,9 +393,18 @@ def cmd_shard(args: argparse.Namespace) -> int:
     check = None
     if args.blocks is not None:
         ids = lay.validate_ids(parse_blocks(args.blocks, lay.num_blocks))  # exit 2 before anything
-        routes = [r.tolist() for r in lay.route(ids)]
+        routes = lay.route(ids)
+        routed = sum(r.size for r in routes)
+        if args.json and routed > MAX_CLI_IDS:
+            raise UsageError(
+                f"--blocks: {ids.size} ids routed to {lay.num_shards} shards give {routed} local ids; "
+                f"--json lists at most {MAX_CLI_IDS}",
+                field="blocks",
+                value=routed,
+            )
         out["block_ids"] = ids.tolist()
-        out["local_ids"] = routes
+        if args.json:
+            out["local_ids"] = [r.tolist() for r in routes]
         # the NumPy reference on a poisoned gathered buffer, every changed byte against the contract
         before = poison_pattern(lay.gathered_bytes)
         after = before.copy()
@@ -383,7 +420,7 @@ def cmd_shard(args: argparse.Namespace) -> int:
         print(f"local table: {report.format().splitlines()[0]}")
         for k, r in enumerate(routes):
             coords = ", ".join(f"{a}={i}" for a, i in lay.shard_coords(k).items())
-            shown = ", ".join(map(str, r[:8])) + (f", ... ({len(r)} ids)" if len(r) > 8 else "")
+            shown = ", ".join(map(str, r[:8].tolist())) + (f", ... ({len(r)} ids)" if len(r) > 8 else "")
             print(
                 f"  shard {k} ({coords}; bytes [{k * lay.shard_bytes}, {(k + 1) * lay.shard_bytes})): "
                 f"local ids [{shown}]"

@@ -54,6 +54,7 @@ available in ``layer_major``/``LBHNC`` only.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -406,22 +407,46 @@ def _padding(layout: Layout) -> tuple[Segment, ...]:
             by_stride.setdefault(stride, ([], []))[0].append((widest, stride, ""))
     out: list[Segment] = []
     for stride, (gaps, reals) in by_stride.items():
-        reals.sort()
+        starts, ends = _union(reals)
         for g0, g1, name in gaps:
-            pieces = [(g0, g1)]
-            for r0, r1 in reals:
-                nxt = []
-                for a, b in pieces:
-                    if r1 <= a or r0 >= b:
-                        nxt.append((a, b))
-                        continue
-                    if a < r0:
-                        nxt.append((a, r0))
-                    if r1 < b:
-                        nxt.append((r1, b))
-                pieces = nxt
+            pieces = _minus(g0, g1, starts, ends)
             out.extend(Segment(a, stride, b - a, "", name, "padding", 0) for a, b in pieces)
     return tuple(out)
+
+
+def _union(ranges: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """Sorted, disjoint starts and ends of the union of non-empty ``ranges`` (touching ones joined)."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for a, b in sorted(ranges):
+        if ends and a <= ends[-1]:
+            ends[-1] = max(ends[-1], b)
+        else:
+            starts.append(a)
+            ends.append(b)
+    return starts, ends
+
+
+def _minus(g0: int, g1: int, starts: list[int], ends: list[int]) -> list[tuple[int, int]]:
+    """The pieces of ``[g0, g1)`` outside the union ``starts``/``ends``, ascending.
+
+    Binary search finds the first union range that can reach ``g0``; the walk then visits
+    only the ranges that meet the gap, so padding costs O(n log n) plus its output, where
+    subtracting every real range from every gap was quadratic (issue 25).
+    """
+    pieces = []
+    i = max(bisect.bisect_right(starts, g0) - 1, 0)
+    a = g0
+    while i < len(starts) and starts[i] < g1:
+        if ends[i] > a:
+            if starts[i] > a:
+                pieces.append((a, starts[i]))
+            a = ends[i]
+            if a >= g1:
+                return pieces
+        i += 1
+    pieces.append((a, g1))
+    return pieces
 
 
 def plan(spec: KVCacheSpec, *, coalesce: bool = False) -> SegmentTable:

@@ -32,15 +32,142 @@ def expected_zeroed(table: SegmentTable, block_ids: BlockIds, group: str | None 
     ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
     if ids.size == 0 or len(table) == 0:
         return np.zeros((0, 2), np.int64)
-    starts = (table.bases[:, None] + ids[None, :] * table.strides[:, None]).ravel()
-    ends = starts + np.repeat(table.spans, ids.size)
-    return merge_ranges(starts, ends)
+    return union_of_rows(table.bases, table.strides, table.spans, ids)
+
+
+#: Most (row, id) ranges materialised at once by :func:`union_of_rows` (16 B each, a few copies).
+UNION_CHUNK = 1 << 21
+
+
+def union_of_rows(
+    bases: np.ndarray,
+    strides: np.ndarray,
+    spans: np.ndarray,
+    ids: np.ndarray,
+    shifts: np.ndarray | None = None,
+) -> np.ndarray:
+    """Merged ``[k, 2]`` union of ``[base + id * stride + shift, + span)`` over rows and points.
+
+    ``ids`` (with ``shifts``, the same length, default 0) are the points, sorted by
+    ``(shift, id)`` and unique. Memory stays O(k + UNION_CHUNK), never O(rows * ids): rows of
+    one stride that touch are coalesced first; a row whose span reaches its stride turns a
+    run of consecutive ids into one range; the rest is built :data:`UNION_CHUNK` ranges at a
+    time and merged as it goes.
+    """
+    bases, strides, spans = _coalesce_rows(
+        np.asarray(bases, np.int64), np.asarray(strides, np.int64), np.asarray(spans, np.int64)
+    )
+    ids = np.asarray(ids, np.int64)
+    shift = np.zeros(ids.size, np.int64) if shifts is None else np.asarray(shifts, np.int64)
+    if ids.size == 0 or bases.size == 0:
+        return np.zeros((0, 2), np.int64)
+    # runs of consecutive ids (same shift): first id, last id, shift
+    brk = np.flatnonzero((np.diff(ids) != 1) | (np.diff(shift) != 0)) + 1
+    first = ids[np.r_[0, brk]]
+    last = ids[np.r_[brk - 1, ids.size - 1]]
+    run_shift = shift[np.r_[0, brk]]
+    dense = spans >= np.abs(strides)
+    acc = _Union()
+    for rows, (lo, hi, sh) in ((dense, (first, last, run_shift)), (~dense, (ids, ids, shift))):
+        b, st, sp = bases[rows], strides[rows], spans[rows]
+        points = lo.size
+        per = max(1, UNION_CHUNK // points)  # rows per chunk
+        step = min(points, UNION_CHUNK)  # points per chunk
+        for r0 in range(0, b.size, per):
+            bb, ss, pp = b[r0 : r0 + per, None], st[r0 : r0 + per, None], sp[r0 : r0 + per, None]
+            for p0 in range(0, points, step):
+                a, e, k = lo[None, p0 : p0 + step], hi[None, p0 : p0 + step], sh[None, p0 : p0 + step]
+                start = bb + k + np.where(ss >= 0, a, e) * ss
+                end = bb + k + np.where(ss >= 0, e, a) * ss + pp
+                acc.add(merge_ranges(start.ravel(), end.ravel()))
+    return acc.result()
+
+
+class _Union:
+    """Merged ranges accumulated piece by piece; re-merged whenever the pieces double in size."""
+
+    def __init__(self) -> None:
+        self.pieces: list[np.ndarray] = []
+        self.size = 0
+        self.merged = 0
+
+    def add(self, r: np.ndarray) -> None:
+        self.pieces.append(r)
+        self.size += len(r)
+        if self.size > 2 * self.merged + UNION_CHUNK:
+            self.pieces = [self.result()]
+            self.size = self.merged = len(self.pieces[0])
+
+    def result(self) -> np.ndarray:
+        if not self.pieces:
+            return np.zeros((0, 2), np.int64)
+        if len(self.pieces) == 1:
+            return self.pieces[0]
+        r = np.concatenate(self.pieces)
+        return merge_ranges(r[:, 0], r[:, 1])
+
+
+def _coalesce_rows(bases: np.ndarray, strides: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Rows of one stride whose per-block ranges touch, joined (the union is unchanged).
+
+    Sorted by (stride, base), a row joins the one before it when it starts at or before that
+    row's end: a chain of such rows covers one contiguous range per block.
+    """
+    order = np.lexsort((bases, strides))
+    b, st, ends = bases[order], strides[order], bases[order] + spans[order]
+    if b.size < 2:
+        return b, st, ends - b
+    new = np.ones(b.size, bool)
+    new[1:] = (st[1:] != st[:-1]) | (b[1:] > ends[:-1])
+    heads = np.flatnonzero(new)
+    out_b = b[heads]
+    return out_b, st[heads], np.maximum.reduceat(ends, heads) - out_b
+
+
+def range_count_bound(table: SegmentTable, block_ids: BlockIds, group: str | None = None) -> int:
+    """An upper bound on ``len(expected_zeroed(table, block_ids, group))``, in O(rows + ids).
+
+    Lets a caller refuse a contract too large to list before computing it.
+    """
+    table = table.for_group(group)
+    ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
+    if ids.size == 0 or len(table) == 0:
+        return 0
+    bases, strides, spans = _coalesce_rows(table.bases, table.strides, table.spans)
+    runs = 1 + int(np.count_nonzero(np.diff(ids) != 1))
+    dense = int(np.count_nonzero(spans >= np.abs(strides)))
+    return dense * runs + (bases.size - dense) * int(ids.size)
 
 
 def changed_ranges(before: np.ndarray, after: np.ndarray, origin: int = 0) -> np.ndarray:
     """Merged ``[k, 2]`` ranges where two byte buffers differ, shifted by ``-origin``."""
-    diff = np.asarray(before).reshape(-1).view(np.uint8) != np.asarray(after).reshape(-1).view(np.uint8)
-    return mask_to_ranges(diff, origin)
+    return _changes(_bytes(before), _bytes(after), origin)[0]
+
+
+def _bytes(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).reshape(-1).view(np.uint8)
+
+
+def _changes(b: np.ndarray, a: np.ndarray, origin: int) -> tuple[np.ndarray, bool]:
+    """(merged changed ranges shifted by ``-origin``, whether a changed byte is not zero).
+
+    Window by window (:data:`_CHUNK_WORDS` * 8 bytes), so the masks stay chunk-sized
+    whatever the buffer's size.
+    """
+    if a.shape != b.shape:
+        raise ValueError(f"before has {b.size} bytes, after {a.size}")
+    window = _CHUNK_WORDS * 8
+    parts, nonzero = [], False
+    for w0 in range(0, b.size, window):
+        aw = a[w0 : w0 + window]
+        d = aw != b[w0 : w0 + window]
+        if d.any():
+            parts.append(mask_to_ranges(d, origin - w0))
+            nonzero = nonzero or bool(aw[d].any())
+    if not parts:
+        return np.zeros((0, 2), np.int64), False
+    r = np.concatenate(parts)
+    return merge_ranges(r[:, 0], r[:, 1]), nonzero  # joins ranges cut at window edges
 
 
 def poison_pattern(nbytes: int, seed: int = 0x5EED) -> np.ndarray:
@@ -50,15 +177,26 @@ def poison_pattern(nbytes: int, seed: int = 0x5EED) -> np.ndarray:
     write. The same function of (index, seed) can be generated on a device.
     """
     words = -(-nbytes // 8)
-    with np.errstate(over="ignore"):
-        z = np.arange(words, dtype=np.uint64) + np.uint64(seed)
-        z = z * np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    b = z.view(np.uint8)[:nbytes].copy()
-    b[b == 0] = 0xA5
-    return b
+    out = np.empty(words * 8, np.uint8)
+    w = out.view(np.uint64)  # native byte order, as the unchunked form had it
+    for w0 in range(0, words, _CHUNK_WORDS):  # a few chunk-sized temporaries, never a buffer-sized one
+        w1 = min(words, w0 + _CHUNK_WORDS)
+        with np.errstate(over="ignore"):
+            z = np.arange(w0, w1, dtype=np.uint64) + np.uint64(seed)
+            z *= np.uint64(0x9E3779B97F4A7C15)
+            z ^= z >> np.uint64(30)
+            z *= np.uint64(0xBF58476D1CE4E5B9)
+            z ^= z >> np.uint64(27)
+            z *= np.uint64(0x94D049BB133111EB)
+            z ^= z >> np.uint64(31)
+        w[w0:w1] = z
+        part = out[w0 * 8 : w1 * 8]
+        part[part == 0] = 0xA5
+    return out[:nbytes]
+
+
+#: Words of the poison pattern (and bytes of a comparison) handled at a time.
+_CHUNK_WORDS = 1 << 22
 
 
 def zero_blocks_numpy(
@@ -74,18 +212,31 @@ def zero_blocks_numpy(
     ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
     if ids.size == 0:
         return
-    _check_rows_in_bounds(table, data.nbytes - offset)
-    for s in table.segments:
+    check_rows_in_bounds(table, data.nbytes - offset)
+    brk = np.flatnonzero(np.diff(ids) != 1) + 1
+    runs = list(zip(ids[np.r_[0, brk]].tolist(), ids[np.r_[brk - 1, ids.size - 1]].tolist()))
+    bases, strides, spans = _coalesce_rows(table.bases, table.strides, table.spans)  # same union
+    for base, stride, span in zip(bases.tolist(), strides.tolist(), spans.tolist()):
+        if span >= abs(stride) and len(runs) <= _MAX_SLICE_RUNS:
+            # consecutive blocks of this row touch: one slice per run of ids
+            for a, e in runs:
+                lo, hi = (a, e) if stride >= 0 else (e, a)
+                data[offset + base + lo * stride : offset + base + hi * stride + span] = 0
+            continue
         # a [num_blocks, span] view starting at the row's lowest block (negative strides too)
-        low = 0 if s.stride >= 0 else table.num_blocks - 1
-        start = offset + s.base + low * s.stride
+        low = 0 if stride >= 0 else table.num_blocks - 1
+        start = offset + base + low * stride
         view = np.lib.stride_tricks.as_strided(
-            data[start:], shape=(table.num_blocks, s.span), strides=(abs(s.stride), 1), writeable=True
+            data[start:], shape=(table.num_blocks, span), strides=(abs(stride), 1), writeable=True
         )
-        view[ids if s.stride >= 0 else table.num_blocks - 1 - ids] = 0
+        view[ids if stride >= 0 else table.num_blocks - 1 - ids] = 0
 
 
-def _check_rows_in_bounds(table: SegmentTable, nbytes: int) -> None:
+#: Above this many runs of consecutive ids, a dense row is cleared by one fancy-indexed store.
+_MAX_SLICE_RUNS = 64
+
+
+def check_rows_in_bounds(table: SegmentTable, nbytes: int) -> None:
     """Refuse rows that leave the buffer or clear nothing (the reference never writes out of bounds)."""
     for r, s in enumerate(table.segments):
         lo, hi = extent(s.base, s.stride, s.span, table.num_blocks)
@@ -196,15 +347,12 @@ def compare_to_contract(
 
 def compare_to_ranges(before: np.ndarray, after: np.ndarray, exp: np.ndarray, origin: int = 0) -> ZeroCheck:
     """Compare two byte images with expected merged ranges ``exp`` (relative to ``origin``)."""
-    b = np.asarray(before).reshape(-1).view(np.uint8)
-    a = np.asarray(after).reshape(-1).view(np.uint8)
-    if a.shape != b.shape:
-        raise ValueError(f"before has {b.size} bytes, after {a.size}")
-    changed = a != b
-    zeroed = mask_to_ranges(changed, origin)
+    b, a = _bytes(before), _bytes(after)
+    zeroed, nonzero = _changes(b, a, origin)
     empty = np.zeros((0, 2), np.int64)
-    if zeroed.shape == exp.shape and (zeroed == exp).all() and not a[changed].any():
-        return ZeroCheck(zeroed, exp, empty, empty, empty)  # the common, fast path
+    if zeroed.shape == exp.shape and (zeroed == exp).all() and not nonzero:
+        return ZeroCheck(zeroed, exp, empty, empty, empty)  # the common, fast path: chunk-sized memory
+    changed = a != b
     emask = ranges_to_mask(exp, b.size, origin)
     return ZeroCheck(
         zeroed=zeroed,

@@ -34,18 +34,22 @@ from .errors import LayoutBufferError, SpecError, spec_error
 from .planner import plan
 from .reference import (
     ZeroCheck,
+    check_rows_in_bounds,
     compare_to_ranges,
-    expected_zeroed,
-    merge_ranges,
     normalize_block_ids,
-    zero_blocks_numpy,
+    union_of_rows,
 )
 from .spec import FullAttentionSpec, GroupSpec, KVCacheSpec
 from .table import SegmentTable
-from .validate import check_int
+from .validate import check_int, host_buffer
 from .verify import VerifyReport, require_safe, verify
 
 MODES = ("replicated", "block_sharded")
+#: Most devices a mesh may have (the product of its axis sizes): well above any serving
+#: mesh, and small enough that routing, describing and zeroing every shard stays fast.
+MAX_MESH_DEVICES = 2**16
+#: Most axes a mesh may have.
+MAX_MESH_AXES = 16
 #: Shards are padded to whole 512 B rows, the TPU DMA granularity (int32[rows, 128] buffers).
 SHARD_ALIGN = 512
 
@@ -54,8 +58,15 @@ def _axes_tuple(mesh_axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> tup
     items = list(mesh_axes.items()) if isinstance(mesh_axes, Mapping) else list(mesh_axes)
     if not items:
         raise SpecError("mesh_axes = (): a mesh needs at least one axis", field="mesh_axes", value=())
+    if len(items) > MAX_MESH_AXES:
+        raise SpecError(
+            f"mesh_axes: {len(items)} axes, at most {MAX_MESH_AXES} allowed",
+            field="mesh_axes",
+            value=len(items),
+        )
     seen: set[str] = set()
     out = []
+    devices = 1
     for item in items:
         if not (isinstance(item, tuple) and len(item) == 2):
             raise SpecError(f"mesh_axes item = {item!r}: must be (name, size)", field="mesh_axes", value=item)
@@ -69,6 +80,13 @@ def _axes_tuple(mesh_axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> tup
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
             raise SpecError(
                 f"mesh_axes[{name!r}] = {size!r}: must be a positive integer",
+                field=f"mesh_axes.{name}",
+                value=size,
+            )
+        devices *= int(min(size, MAX_MESH_DEVICES + 1))
+        if devices > MAX_MESH_DEVICES:
+            raise SpecError(
+                f"mesh_axes[{name!r}] = {size!r}: the mesh would have more than {MAX_MESH_DEVICES} devices",
                 field=f"mesh_axes.{name}",
                 value=size,
             )
@@ -246,37 +264,97 @@ class ShardedLayout:
         lo = self.block_shard(shard) * self.blocks_per_shard
         return ids[(ids >= lo) & (ids < lo + self.blocks_per_shard)] - lo
 
+    def _part_of_shards(self) -> np.ndarray:
+        """``[num_shards]``: the block-pool part every shard owns (:meth:`block_shard`, vectorised)."""
+        k = np.arange(self.num_shards, dtype=np.int64)
+        sizes = self.axis_sizes
+        coords: dict[str, np.ndarray] = {}
+        for a in reversed(self.shard_axes):
+            k, coords[a] = np.divmod(k, sizes[a])
+        part = np.zeros(self.num_shards, np.int64)
+        for a in self.block_axes:
+            part = part * sizes[a] + coords[a]
+        return part
+
+    def _parts(self, ids: np.ndarray) -> list[np.ndarray]:
+        """Local ids of every block-pool part, for sorted unique global ``ids`` (read-only views).
+
+        One pass over the ids (``searchsorted``), never one per shard: shards of one part share
+        the same read-only array, so routing costs O(ids + shards), not O(ids * shards).
+        """
+        bps = self.blocks_per_shard
+        starts = np.arange(self.block_shards + 1, dtype=np.int64) * bps
+        cuts = np.searchsorted(ids, starts).tolist()
+        local = ids - np.repeat(starts[:-1], np.diff(cuts))
+        local.flags.writeable = False
+        return [local[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+
     def route(self, block_ids: Any) -> list[np.ndarray]:
-        """Local ids for every shard, in shard order (validated once, before anything)."""
-        ids = self.validate_ids(block_ids)
-        return [self._owned(k, ids) for k in range(self.num_shards)]
+        """Local ids for every shard, in shard order (validated once, before anything).
+
+        Shards that own the same part of the pool (every shard in ``replicated`` mode) get the
+        same read-only array.
+        """
+        parts = self._parts(self.validate_ids(block_ids))
+        return [parts[j] for j in self._part_of_shards().tolist()]
+
+    def _points(self, block_ids: Any) -> tuple[np.ndarray, np.ndarray, bool]:
+        """``(shards, local ids, replicated)``: the (shard, local id) pairs to zero, sorted by shard
+        then id, built without a loop over shards. When every shard zeroes the same local ids
+        (``replicated``) the pairs are not expanded: ``shards`` is every shard, ``local`` the ids."""
+        parts = self._parts(self.validate_ids(block_ids))
+        if len(parts) == 1:
+            return np.arange(self.num_shards, dtype=np.int64), parts[0], True
+        owner = self._part_of_shards()
+        sizes = np.array([p.size for p in parts], np.int64)
+        first = np.cumsum(sizes) - sizes  # where each part starts in the concatenated local ids
+        counts = sizes[owner]
+        total = int(counts.sum())
+        shards = np.repeat(np.arange(self.num_shards, dtype=np.int64), counts)
+        at = np.repeat(first[owner] - (np.cumsum(counts) - counts), counts) + np.arange(total, dtype=np.int64)
+        local = np.concatenate(parts)[at] if total else np.zeros(0, np.int64)
+        return shards, local, False
 
     # ---- contract on the gathered buffer ------------------------------------------------
     def expected_zeroed(self, block_ids: Any) -> np.ndarray:
         """Merged ``[k, 2]`` byte ranges of the gathered buffer that zeroing ``block_ids`` clears."""
-        parts = []
-        for k, local in enumerate(self.route(block_ids)):
-            if local.size:
-                parts.append(expected_zeroed(self.local_table, local) + k * self.shard_bytes)
-        if not parts:
+        shards, local, replicated = self._points(block_ids)
+        if replicated:
+            shards, local = np.repeat(shards, local.size), np.tile(local, shards.size)
+        t = self.local_table
+        if local.size == 0 or len(t) == 0:
             return np.zeros((0, 2), np.int64)
-        r = np.concatenate(parts)
-        return merge_ranges(r[:, 0], r[:, 1])
+        return union_of_rows(t.bases, t.strides, t.spans, local, shards * self.shard_bytes)
 
     def zero_reference(self, gathered: np.ndarray, block_ids: Any) -> None:
         """NumPy reference: zero ``block_ids`` in place in the gathered host buffer.
 
         Ids are validated against the global pool first: a bad id writes nothing anywhere.
+        Every row of the local table is one strided ``[shards, blocks, span]`` view of the
+        gathered buffer, cleared at every (shard, local id) pair in one store.
         """
-        routed = self.route(block_ids)
+        shards, local, replicated = self._points(block_ids)
         if not isinstance(gathered, np.ndarray) or gathered.nbytes < self.gathered_bytes:
             n = getattr(gathered, "nbytes", None)
             raise LayoutBufferError(
                 f"gathered bytes = {n}: needs {self.gathered_bytes}", field="buffer.nbytes", value=n
             )
-        for k, local in enumerate(routed):
-            if local.size:
-                zero_blocks_numpy(gathered, self.local_table, local, offset=k * self.shard_bytes)
+        data = host_buffer(gathered, self.gathered_bytes, 0)
+        if local.size == 0:
+            return
+        table = self.local_table
+        check_rows_in_bounds(table, self.shard_bytes)
+        nb = table.num_blocks
+        for s in table.segments:
+            low = 0 if s.stride >= 0 else nb - 1  # the row's lowest block (negative strides too)
+            view = np.lib.stride_tricks.as_strided(
+                data[s.base + low * s.stride :],
+                shape=(self.num_shards, nb, s.span),
+                strides=(self.shard_bytes, abs(s.stride), 1),
+                writeable=True,
+            )
+            blocks = local if s.stride >= 0 else nb - 1 - local
+            view[np.ix_(shards, blocks) if replicated else (shards, blocks)] = 0
 
     def compare(self, before: np.ndarray, after: np.ndarray, block_ids: Any, origin: int = 0) -> ZeroCheck:
         """Every changed byte of a gathered image against this contract (guard bands before ``origin``)."""

@@ -133,11 +133,38 @@ def parse_json(cls: type[KVLayoutError], what: str, text: str | bytes) -> Any:
         except UnicodeDecodeError as e:
             raise bad_value(cls, what, f"byte {e.start}", "is not UTF-8 text") from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as e:
         raise cls(f"{what} is not valid JSON: {e}", field="json", value=None) from None
     except RecursionError:
         raise bad_value(cls, what, "nested arrays/objects", "nesting too deep") from None
+    except _LongInt as e:
+        why = f"an integer literal of {e.digits} digits: at most {MAX_JSON_INT_DIGITS} allowed"
+        raise bad_value(cls, what, e.shown, why) from None
+
+
+#: Longest integer literal a JSON input may hold (Python's own ``int(str)`` limit; every
+#: quantity kvlayout accepts is below 2**62, 19 digits).
+MAX_JSON_INT_DIGITS = 4300
+
+
+class _LongInt(Exception):
+    """An integer literal longer than :data:`MAX_JSON_INT_DIGITS` (turned into ``cls`` above)."""
+
+    def __init__(self, literal: str) -> None:
+        super().__init__(literal)
+        self.digits = len(literal.lstrip("-"))
+        self.shown = f"{literal[:20]}...({self.digits} digits)"
+
+
+def _json_int(literal: str) -> int:
+    """``parse_int`` hook: refuse literals whose conversion would raise (or take quadratic time)."""
+    if len(literal.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise _LongInt(literal)
+    try:
+        return int(literal)
+    except ValueError:  # the interpreter's limit was set lower (sys.set_int_max_str_digits)
+        raise _LongInt(literal) from None
 
 
 def read_json_file(cls: type[KVLayoutError], what: str, path: str) -> Any:

@@ -1,0 +1,336 @@
+"""Hostile input, second pass (issue 25): every input answered within about a second and
+100 MB, as exit 2 with one line naming the field and value (or a clear kvlayout error from
+the Python API); and the rules that hand-written mutants showed unpinned.
+"""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kvlayout as K
+from kvlayout.errors import SpecError, TableError
+from kvlayout.reference import expected_zeroed, poison_pattern, zero_blocks_numpy
+from kvlayout.sharding import MAX_MESH_AXES, MAX_MESH_DEVICES, ShardedLayout, shard_spec, split_heads
+from tests.test_hostile import bounded, expect_exit_2, write
+
+LONG = "7" * 5000  # past Python's 4,300-digit int(str) limit
+
+
+def small_spec(layout: str = "packed", num_blocks: int = 8, layers: int = 1) -> dict:
+    layer = {"kind": "full", "block_size": 16, "num_kv_heads": 2, "head_size": 8, "dtype": "bfloat16"}
+    return {
+        "version": 1,
+        "num_blocks": num_blocks,
+        "layout": layout,
+        "groups": [{"name": "g", "layers": [{"name": f"l{i}", **layer} for i in range(layers)]}],
+    }
+
+
+# --------------------------------------------------------------------------- long integer literals
+@pytest.mark.parametrize("where", ["spec", "table", "config", "compare"])
+def test_json_integer_over_4300_digits_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    text = '{"num_blocks": ' + LONG + "}"
+    path = write(tmp_path, "big.json", text)
+    ok = write(tmp_path, "ok.json", json.dumps(small_spec()))
+    argv = {
+        "spec": ["plan", path],
+        "table": ["check", "--table", path],
+        "config": ["plan", "--config", path],
+        "compare": ["plot", ok, "--out", str(tmp_path / "x.png"), "--compare", f"spec={path}"],
+    }[where]
+    expect_exit_2(capsys, argv, "5000 digits", "7777")
+
+
+def test_python_loaders_refuse_long_integers_with_kvlayout_errors() -> None:
+    with pytest.raises(SpecError, match="5000 digits"):
+        K.KVCacheSpec.from_json('{"num_blocks": ' + LONG + "}")
+    with pytest.raises(TableError, match="5001 digits"):
+        K.SegmentTable.from_json('{"total_bytes": -' + LONG + "7}")
+
+
+@pytest.mark.parametrize("mesh", [f"dp={LONG}", "dp=99999999999", f"dp={MAX_MESH_DEVICES + 1}"])
+def test_mesh_axis_sizes_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str], mesh: str) -> None:
+    spec = write(tmp_path, "s.json", json.dumps(small_spec()))
+    err = expect_exit_2(capsys, ["shard", spec, "--mesh", mesh, "--blocks", "0"], "--mesh", mesh[:12])
+    assert str(MAX_MESH_DEVICES) in err
+    assert len(err) < 300
+
+
+def test_mesh_axes_and_devices_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path, "s.json", json.dumps(small_spec()))
+    many = ",".join(f"a{i}=1" for i in range(14_000))
+    expect_exit_2(capsys, ["shard", spec, "--mesh", many], "mesh", str(MAX_MESH_AXES))
+    expect_exit_2(capsys, ["shard", spec, "--mesh", "dp=256,tp=257"], "mesh_axes['tp'] = 257", "devices")
+    with pytest.raises(SpecError, match="more than 65536 devices"):
+        ShardedLayout.from_local(K.KVCacheSpec.from_dict(small_spec()), {"dp": 10**7})
+    with pytest.raises(SpecError, match="axes"):
+        ShardedLayout.from_local(K.KVCacheSpec.from_dict(small_spec()), [(f"a{i}", 1) for i in range(17)])
+
+
+# --------------------------------------------------------------------------- sharding
+def test_route_and_reference_over_the_largest_mesh_are_bounded() -> None:
+    """65,536 shards, block-sharded and replicated: route, contract and reference stay fast."""
+    spec = K.KVCacheSpec.from_dict(small_spec(num_blocks=MAX_MESH_DEVICES))
+    for block_axes in ((), ("dp",)):
+        lay = ShardedLayout.from_local(
+            spec.with_num_blocks(1 if block_axes else MAX_MESH_DEVICES),
+            {"dp": MAX_MESH_DEVICES},
+            block_axes=block_axes,
+        )
+        ids = np.arange(0, lay.num_blocks, 7)
+        routes = bounded(lambda: lay.route(ids))  # noqa: B023
+        assert len(routes) == MAX_MESH_DEVICES
+        if block_axes:
+            assert [r.tolist() for r in routes[:3]] == [[0], [], []]
+        else:
+            assert routes[5].tolist() == ids.tolist()
+    lay = shard_spec(spec.with_num_blocks(2 * MAX_MESH_DEVICES), {"dp": MAX_MESH_DEVICES}, block_axes=("dp",))
+    ids = np.arange(1, lay.num_blocks, 3)
+    exp = bounded(lambda: lay.expected_zeroed(ids))
+    buf = poison_pattern(lay.gathered_bytes)
+    before = buf.copy()
+    bounded(lambda: lay.zero_reference(buf, ids), limit_s=5)
+    assert lay.compare(before, buf, ids).matches
+    assert exp.shape[0] > 0
+
+
+def test_shard_of_rank_honours_replica_axes() -> None:
+    local = K.KVCacheSpec.from_dict(small_spec())
+    lay = ShardedLayout.from_local(local, {"tp": 4, "r": 2}, shard_axes=("tp",))
+    assert [lay.shard_of_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    lay = ShardedLayout.from_local(local, {"r": 2, "tp": 4}, shard_axes=("tp",))
+    assert [lay.shard_of_rank(r) for r in range(8)] == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_split_heads_splits_sliding_window_layers_too() -> None:
+    """A sliding-window layer is attention with KV heads: tensor parallelism splits them as it
+    splits a full layer's (vLLM's SlidingWindowSpec is an AttentionSpec); MLA and Mamba stay whole."""
+    d = small_spec()
+    d["groups"][0]["layers"] = [
+        {
+            "name": "full",
+            "kind": "full",
+            "block_size": 16,
+            "num_kv_heads": 8,
+            "head_size": 8,
+            "dtype": "bfloat16",
+        },
+        {
+            "name": "swa",
+            "kind": "sliding_window",
+            "window": 128,
+            "block_size": 16,
+            "num_kv_heads": 8,
+            "head_size": 8,
+            "dtype": "bfloat16",
+        },
+        {"name": "mla", "kind": "mla", "block_size": 16, "head_size": 576, "dtype": "bfloat16"},
+    ]
+    local = split_heads(K.KVCacheSpec.from_dict(d), 4)
+    heads = {layer.name: getattr(layer, "num_kv_heads", None) for _, layer in local.layers}
+    assert heads == {"full": 2, "swa": 2, "mla": None}
+    assert [layer.kind for _, layer in local.layers] == ["full", "sliding_window", "mla"]
+    d["groups"][0]["layers"][1]["num_kv_heads"] = 6
+    with pytest.raises(SpecError, match="swa"):
+        split_heads(K.KVCacheSpec.from_dict(d), 4)
+
+
+# --------------------------------------------------------------------------- zero: rows x ids
+def test_contract_memory_does_not_grow_with_rows_times_ids() -> None:
+    """1,000 layer regions x 20,000 ids: 2 * 10**7 (row, id) ranges, merged into one."""
+    spec = K.KVCacheSpec.from_dict(
+        {
+            "num_blocks": 20_000,
+            "layout": "layer_major",
+            "groups": [
+                {
+                    "name": "g",
+                    "layers": [
+                        {
+                            "name": f"l{i}",
+                            "kind": "full",
+                            "block_size": 1,
+                            "num_kv_heads": 1,
+                            "head_size": 2,
+                            "dtype": "int8",
+                        }
+                        for i in range(1000)
+                    ],
+                }
+            ],
+        }
+    )
+    table = K.plan(spec)
+    ids = np.arange(20_000)
+    tracemalloc.start()
+    try:
+        exp = expected_zeroed(table, ids)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert exp.tolist() == [[0, table.total_bytes]]
+    assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MiB"
+    buf = np.zeros(table.total_bytes, np.uint8) + 1
+    zero_blocks_numpy(buf, table, ids[::2])
+    assert int(np.count_nonzero(buf == 0)) == table.total_bytes // 2
+
+
+def test_zero_report_ranges_bounded_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2,000 padded rows x 4,000 scattered ids: 8 * 10**6 separate ranges, refused before any buffer."""
+    d = small_spec(num_blocks=8000)
+    d["groups"][0]["layers"] = [
+        {
+            "name": f"l{i}",
+            "kind": "full",
+            "block_size": 1,
+            "num_kv_heads": 1,
+            "head_size": 2,
+            "dtype": "int8",
+            "alignment": 8,
+        }
+        for i in range(2000)
+    ]
+    spec = write(tmp_path, "s.json", json.dumps(d))
+    expect_exit_2(
+        capsys, ["zero", spec, "--blocks", ",".join(map(str, range(0, 8000, 2)))], "blocks", "ranges"
+    )
+
+
+def test_expected_zeroed_matches_brute_force_on_random_tables() -> None:
+    rng = np.random.default_rng(25)
+    for _ in range(300):
+        rows = int(rng.integers(1, 6))
+        nb = int(rng.integers(1, 30))
+        segs = [
+            K.Segment(int(rng.integers(0, 40)) * 4, int(rng.integers(-6, 7)) * 4, int(rng.integers(1, 9)) * 4)
+            for _ in range(rows)
+        ]
+        table = K.SegmentTable(10**6, nb, tuple(segs))
+        ids = np.unique(rng.integers(0, nb, int(rng.integers(1, 12))))
+        starts = np.array([s.base + b * s.stride for s in segs for b in ids.tolist()])
+        ends = starts + np.array([s.span for s in segs for _ in ids.tolist()])
+        mask = np.zeros(2 * 10**4, bool)
+        for a, e in zip((starts + 10**4).tolist(), (ends + 10**4).tolist()):
+            mask[a:e] = True
+        from kvlayout.reference import mask_to_ranges
+
+        assert expected_zeroed(table, ids).tolist() == mask_to_ranges(mask, 10**4).tolist()
+
+
+# --------------------------------------------------------------------------- planner padding
+def _padding_brute_force(layout: Any) -> tuple[K.Segment, ...]:
+    """The padding pass as it was before issue 25: every real range subtracted from every gap."""
+    by_stride: dict[int, tuple[list[tuple[int, int, str]], list[tuple[int, int]]]] = {}
+    for p in layout.placements:
+        for part in p.parts:
+            gaps, reals = by_stride.setdefault(part.stride, ([], []))
+            reals.append((part.base, part.base + part.span))
+            if part.padded > part.span:
+                gaps.append((part.base + part.span, part.base + part.padded, p.layer.name))
+    stride = layout.block_stride
+    if stride is not None and layout.placements:
+        widest = max(sum(layer.page for layer in g.layers) for g in layout.spec.groups)
+        if stride > widest:
+            by_stride.setdefault(stride, ([], []))[0].append((widest, stride, ""))
+    out: list[K.Segment] = []
+    for stride, (gaps, reals) in by_stride.items():
+        for g0, g1, name in gaps:
+            pieces = [(g0, g1)]
+            for r0, r1 in sorted(reals):
+                nxt = []
+                for a, b in pieces:
+                    if r1 <= a or r0 >= b:
+                        nxt.append((a, b))
+                        continue
+                    if a < r0:
+                        nxt.append((a, r0))
+                    if r1 < b:
+                        nxt.append((r1, b))
+                pieces = nxt
+            out.extend(K.Segment(a, stride, b - a, "", name, "padding", 0) for a, b in pieces)
+    return tuple(out)
+
+
+def _random_spec(rng: np.random.Generator, layout: str) -> K.KVCacheSpec:
+    groups = []
+    for gi in range(int(rng.integers(1, 4))):
+        layers = []
+        for li in range(int(rng.integers(1, 6))):
+            name = f"g{gi}.l{li}"
+            kind = rng.choice(["full", "mla", "mamba"], p=[0.6, 0.3, 0.1])
+            if kind == "full":
+                layer: dict[str, Any] = {
+                    "kind": "full",
+                    "block_size": int(rng.choice([1, 2, 4])),
+                    "num_kv_heads": 1 if layout in ("LHBNC", "BHLNC") else int(rng.integers(1, 3)),
+                    "head_size": int(rng.choice([2, 4, 8])),
+                    "dtype": "bfloat16",
+                }
+            elif kind == "mla":
+                layer = {
+                    "kind": "mla",
+                    "block_size": 4,
+                    "head_size": int(rng.choice([2, 6, 10])),
+                    "dtype": "bfloat16",
+                }
+            else:
+                layer = {"kind": "mamba", "state_bytes": int(rng.integers(1, 20)) * 4}
+            if rng.random() < 0.6:
+                layer["alignment"] = int(rng.choice([8, 12, 32, 48, 100]))
+            if rng.random() < 0.15 and layout not in ("LHBNC",):
+                layer["block_stride_alignment"] = int(rng.choice([16, 64]))
+            layers.append({"name": name, **layer})
+        groups.append({"name": f"g{gi}", "layers": layers})
+    return K.KVCacheSpec.from_dict({"num_blocks": 3, "layout": layout, "groups": groups})
+
+
+def test_padding_pass_equals_the_brute_force_on_random_specs() -> None:
+    from kvlayout.planner import _padding, plan_layout
+    from kvlayout.spec import ALL_LAYOUTS
+
+    rng = np.random.default_rng(2025)
+    checked = 0
+    for i in range(1200):
+        layout = ALL_LAYOUTS[i % len(ALL_LAYOUTS)]
+        try:
+            lay = plan_layout(_random_spec(rng, layout))
+        except SpecError:
+            continue
+        assert _padding(lay) == _padding_brute_force(lay), lay.spec.to_json()
+        checked += 1
+    assert checked > 600
+
+
+def test_padding_pass_is_not_quadratic() -> None:
+    """10,000 aligned layers (50 s before issue 25, quadratic): one gap each, found in O(n log n)."""
+    from kvlayout.planner import _padding, plan_layout
+
+    layer = {
+        "kind": "full",
+        "block_size": 1,
+        "num_kv_heads": 1,
+        "head_size": 2,
+        "dtype": "int8",
+        "alignment": 16,
+    }
+    for layout in ("packed", "layer_major"):
+        spec = K.KVCacheSpec.from_dict(
+            {
+                "num_blocks": 4,
+                "layout": layout,
+                "groups": [{"name": "g", "layers": [{"name": f"l{i}", **layer} for i in range(10_000)]}],
+            }
+        )
+        lay = plan_layout(spec)
+        pad = bounded(lambda: _padding(lay), limit_s=2.0)  # noqa: B023
+        assert len(pad) == 10_000 and {s.span for s in pad} == {12}
