@@ -1,10 +1,14 @@
-"""README.md is runnable: every ``kvlayout`` command and every Python snippet in it runs here.
+"""README.md and the guides in docs/ are runnable: every ``kvlayout`` command and every Python
+snippet in them runs here.
 
-The commands run in order, in-process, in one scratch folder (``tests/`` linked in for the
-model fixtures; ``> FILE`` writes the output there), each expected to exit 0. The Python
-snippets run in order in one namespace, in a process of their own (8 host devices for the
-mesh snippet, vLLM on the CPU), as a reader would paste them. Numbers the README quotes are
-checked against the command that prints them or the result file it cites.
+The commands run in order (README first, then the guides by name; a line that appears twice
+runs once), in-process, in one scratch folder (``tests/`` linked in for the model fixtures;
+``> FILE`` writes the output there), each expected to exit 0. The Python snippets run in
+order, each in a fresh namespace, in a process of their own (8 host devices for the mesh
+snippet, vLLM on the CPU), as a reader would paste them. Numbers the documents quote are
+checked against the command that prints them or the result file they cite; links between
+the documents point at files and headings that exist. docs/GEOMETRY.md is the contract,
+pinned by tests/test_geometry_doc.py, not here.
 """
 
 from __future__ import annotations
@@ -25,22 +29,32 @@ from kvlayout.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-#: (language, source) of every fenced block, in order
-BLOCKS = [(m[1], m[2]) for m in re.finditer(r"^```(\w*)\n(.*?)^```", README, flags=re.M | re.S)]
+#: the guides, by name (GEOMETRY.md, the contract, has its own test file)
+GUIDES = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "GEOMETRY.md")
+DOCS = [ROOT / "README.md", *GUIDES]
+TEXTS = {p: p.read_text() for p in DOCS}
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.M | re.S)
+#: (document, language, source) of every fenced block, in order
+ALL_BLOCKS = [(p, m[1], m[2]) for p in DOCS for m in FENCE.finditer(TEXTS[p])]
+BLOCKS = [(lang, src) for p, lang, src in ALL_BLOCKS if p.name == "README.md"]
 FLAT = " ".join(README.split())
+
+
+def _guide(name: str) -> str:
+    return " ".join((ROOT / "docs" / name).read_text().split())
 
 
 def _commands() -> list[str]:
     """Lines of ``bash`` blocks that run ``kvlayout`` (the set-up block runs scripts, not these)."""
     out = []
-    for lang, src in BLOCKS:
+    for _, lang, src in ALL_BLOCKS:
         if lang == "bash":
             out += [line.split("  #")[0].strip() for line in src.splitlines() if line.startswith("kvlayout ")]
-    return out
+    return list(dict.fromkeys(out))
 
 
 COMMANDS = _commands()
-SNIPPETS = [src for lang, src in BLOCKS if lang == "python"]
+SNIPPETS = [(f"{p.relative_to(ROOT)}", src) for p, lang, src in ALL_BLOCKS if lang == "python"]
 
 
 @pytest.fixture(scope="module")
@@ -106,13 +120,14 @@ def test_python_snippets_run(workdir: Path) -> None:
     """Every snippet on its own (a fresh namespace each, as a reader would paste it), in order; the
     snippets that import vLLM run in a second process beside the others (its import is slow)."""
     assert len(SNIPPETS) >= 8
+    assert {doc for doc, _ in SNIPPETS} >= {"README.md", "docs/python.md", "docs/tpu.md", "docs/vllm.md"}
     driver = workdir / "run_snippets.py"
     driver.write_text(
         "import json, sys, time\n"
-        "for i, src in json.load(open(sys.argv[1])):\n"
+        "for i, (doc, src) in json.load(open(sys.argv[1])):\n"
         "    t = time.perf_counter()\n"
-        "    exec(compile(src, f'README.md python snippet {i}', 'exec'), {'__name__': '__main__'})\n"
-        "    print(f'snippet {i} ({time.perf_counter() - t:.1f} s) ok', flush=True)\n"
+        "    exec(compile(src, f'{doc} python snippet {i}', 'exec'), {'__name__': '__main__'})\n"
+        "    print(f'snippet {i} of {doc} ({time.perf_counter() - t:.1f} s) ok', flush=True)\n"
     )
     env = {
         **os.environ,
@@ -123,7 +138,7 @@ def test_python_snippets_run(workdir: Path) -> None:
         "MPLBACKEND": "Agg",
     }
     numbered = list(enumerate(SNIPPETS))
-    parts = [[s for s in numbered if "vllm" not in s[1]], [s for s in numbered if "vllm" in s[1]]]
+    parts = [[s for s in numbered if "vllm" not in s[1][1]], [s for s in numbered if "vllm" in s[1][1]]]
     assert all(parts)
     procs = []
     for k, part in enumerate(parts):
@@ -142,7 +157,8 @@ def test_per_group_numbers_are_what_the_command_prints(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(workdir)
-    m = re.search(r"--backend reference` zeroes ([\d,]+) B where zeroing every group zeroes ([\d,]+) B", FLAT)
+    text = _guide("python.md")
+    m = re.search(r"--backend reference` zeroes ([\d,]+) B where zeroing every group zeroes ([\d,]+) B", text)
     assert m
     one, every = (int(n.replace(",", "")) for n in m.groups())
     _, out = run_command("kvlayout zero --preset dsv4 --blocks 0,5 --group c4.3 --backend reference --json")
@@ -154,7 +170,7 @@ def test_per_group_numbers_are_what_the_command_prints(
 def test_verifier_numbers_come_from_the_cited_results() -> None:
     results = json.loads((ROOT / "bench" / "results" / "verify.json").read_text())["results"]
     big = [r for r in results if r["rows"] == 100_000]
-    m = re.search(r"100,000 rows in at most ([\d.]+) s and ([\d.]+) MiB", FLAT)
+    m = re.search(r"100,000 rows in at most ([\d.]+) s and ([\d.]+) MiB", _guide("performance.md"))
     assert m
     assert m[1] == f"{max(r['seconds'] for r in big):.2f}"
     assert m[2] == f"{max(r['peak_mib'] for r in big):.1f}"
@@ -165,6 +181,9 @@ def test_sharded_numbers_come_from_the_cited_results() -> None:
     results = (ROOT / "bench" / "results" / "RESULTS.md").read_text()
     for n in ("164.5", "156.7", "275.0", "225.6", "4.0-4.2 TB/s", "0.87-0.90x", "0.63-0.67x", "0.75-0.77x"):
         assert n in results, n
+    perf = _guide("performance.md")
+    for quoted in ("(torch: 164.5 against 156.7 us)", "(JAX: 275.0 against 225.6 us)"):
+        assert quoted in perf, quoted
     roof = (ROOT / "bench" / "results" / "tpu_roofline_native.json").read_text()
     assert "131072" in roof.replace(",", "").replace("_", "")
 
@@ -178,7 +197,8 @@ def test_step_numbers_come_from_the_cited_results() -> None:
     step = json.loads((ROOT / "bench" / "results" / "h200-step-2" / "step.json").read_text())
     rows = [r for preset in step["results"].values() for r in preset["rows"]]
     small, large = [r for r in rows if r["batch"] <= 512], [r for r in rows if r["batch"] >= 4096]
-    section = FLAT[FLAT.index("Measured (H200)"):]
+    perf = _guide("performance.md")
+    section = perf[perf.index("Measured (H200)"):]
     quoted = [
         f"{_span([r['step_speedup'] for r in small])}x faster than vLLM's at 1-512 ids",
         f"{_span([r['step_speedup'] for r in large])}x at 4,096-16,384 ids",
@@ -197,8 +217,19 @@ def test_step_numbers_come_from_the_cited_results() -> None:
 
 def test_no_path_outside_the_repository() -> None:
     word = "shared" + "/"
-    for path in [ROOT / "README.md", *(ROOT / "kvlayout").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]:
+    folders = ("kvlayout", "tests", "bench", "notebooks", "scripts", "backends")
+    files = [*DOCS, *(p for f in folders for p in (ROOT / f).rglob("*") if p.suffix in (".py", ".sh", ".md"))]
+    for path in files:
         assert word not in path.read_text(), path
+
+
+def test_readme_is_a_page_with_every_guide() -> None:
+    """About 150 lines (five minutes to read), linking every guide and the contract."""
+    assert len(README.splitlines()) <= 160
+    linked = set(re.findall(r"\]\(docs/([\w.]+\.md)\)", README))
+    assert linked == {p.name for p in GUIDES} | {"GEOMETRY.md"}
+    for p in GUIDES:
+        assert "](../README.md)" in TEXTS[p], p.name  # every guide leads back
 
 
 def test_layout_section_matches_the_tree() -> None:
@@ -217,21 +248,40 @@ def test_layout_section_matches_the_tree() -> None:
         line = next(ln for ln in tree.splitlines() if ln.startswith(folder))
         assert f"imported as {name}" in line
         assert f'"{name}" = "{folder.rstrip("/")}"' in pyproject
-    for module in (ROOT / "kvlayout").glob("[!_]*.py"):
-        assert f"`{module.name}`" in README, module.name
+    # the modules the README names as examples of each layer exist (the full map: kvlayout/__init__.py)
+    paragraph = README[README.index("The docstring of `kvlayout/__init__.py`"):]
+    named = re.findall(r"`(\w+(?:\.py|/))`", paragraph)
+    assert len(named) >= 10
+    for name in named:
+        assert (ROOT / "kvlayout" / name).exists(), name
 
 
 def test_every_notebook_is_listed() -> None:
-    section = README[README.index("## Notebooks"):README.index("## Layout of the repository")]
+    guide = (ROOT / "docs" / "python.md").read_text()
+    section = guide[guide.index("## Notebooks"):]
     listed = re.findall(r"^- `(\d\d_\w+)`", section, flags=re.M)
     assert listed == sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.py"))
 
 
-def test_files_the_readme_names_exist() -> None:
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_files_and_links_the_documents_name_exist() -> None:
     folders = "kvlayout|backends|tests|bench|scripts|docs|notebooks"
-    for path in set(re.findall(rf"`((?:{folders})/[\w./-]+)`", README)):
-        found = ROOT / path.rstrip("/")
-        if "NN_name" not in path:  # the notebooks' naming pattern
-            assert found.exists() or found.with_suffix(".py").exists(), path  # a notebook by its name
-    for path in re.findall(r"\]\((docs/[\w.]+)\)", README):
-        assert (ROOT / path).is_file(), path
+    for doc in DOCS:
+        text = TEXTS[doc]
+        for path in set(re.findall(rf"`((?:{folders})/[\w./-]+)`", text)):
+            found = ROOT / path.rstrip("/")
+            if "NN_name" not in path:  # the notebooks' naming pattern
+                assert found.exists() or found.with_suffix(".py").exists(), (doc.name, path)
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            linked = (doc.parent / target).resolve() if target else doc
+            assert linked.is_file(), (doc.name, target)
+            if anchor:
+                headings = re.findall(r"^#+ (.+)$", linked.read_text(), flags=re.M)
+                assert anchor in {_anchor(h) for h in headings}, (doc.name, target, anchor)
+    assert _anchor("Layouts: kvlayout's two and vLLM 0.33's six") == "layouts-kvlayouts-two-and-vllm-033s-six"
