@@ -1,0 +1,131 @@
+"""Standard attention: head size, KV heads per rank, sliding windows (vLLM 0.33's ModelConfig).
+
+- Head size: ``head_dim``, else ``hidden_size // num_attention_heads`` (Nemotron-H:
+  ``attention_head_dim``). KV heads: the first of ``n_head_kv``, ``num_kv_heads``,
+  ``num_key_value_heads``, ``multi_query_group_num``, else ``num_attention_heads``; per rank
+  ``max(1, total // tp)`` (replicated when fewer than tp; ``tp`` must divide the heads or be a
+  multiple of them).
+- Sliding windows: ``layer_types`` (``sliding_attention``/``full_attention``) when the config
+  has it; else Gemma 2 alternates (even layers slide), Gemma 3 slides unless
+  ``(i + 1) % sliding_window_pattern == 0``, Qwen2/Qwen3 slide from ``max_window_layers`` on
+  when ``use_sliding_window`` is true, Mistral slides everywhere when ``sliding_window`` is set.
+- Layers are named ``model.layers.{i}.self_attn.attn`` (GPT-OSS: ``attn.attn``), under
+  ``language_model.`` for a ``...ForConditionalGeneration`` model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import spec_error
+from ..spec import DTYPE_SIZES, FullAttentionSpec, GroupSpec, LayerSpec, SlidingWindowSpec
+from .backends import VLLM_BLOCK_SIZE
+from .base import Ctx
+from .config import Config, resolve_kv_dtype
+from .grouping import vllm_groups
+
+
+@dataclass(frozen=True)
+class Attention:
+    heads: int  # query heads (total)
+    kv_heads: int  # KV heads per rank
+    head_size: int
+
+
+def read_attention(cfg: Config, tp: int, *, head_keys: Sequence[str] = ("head_dim",)) -> Attention:
+    heads = cfg.req_int("num_attention_heads", "the query heads")
+    if heads % tp:
+        raise spec_error(cfg.field("num_attention_heads"), heads, f"not divisible by tp = {tp}")
+    total = None
+    for key in ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num"):
+        if cfg.has(key):
+            total, kv_key = cfg.req_int(key, ""), key
+            break
+    if total is None:
+        total, kv_key = heads, "num_attention_heads"
+    if total >= tp and total % tp:
+        raise spec_error(cfg.field(kv_key), total, f"not divisible by tp = {tp}")
+    if total < tp and tp % total:
+        raise spec_error(
+            cfg.field(kv_key), total, f"tp = {tp} is not a multiple of it (KV heads are replicated)"
+        )
+    head_size = None
+    for key in head_keys:
+        if cfg.has(key):
+            head_size = cfg.req_int(key, "")
+            break
+    if head_size is None:
+        hidden = cfg.req_int(
+            "hidden_size", f"the head size is hidden_size // num_attention_heads without {head_keys[0]}"
+        )
+        head_size = hidden // heads
+    return Attention(heads, max(1, total // tp), head_size)
+
+
+def token_bytes(att: Attention, kv_dtype: str) -> int:
+    """K plus V of one token on one rank."""
+    return 2 * att.kv_heads * att.head_size * DTYPE_SIZES[kv_dtype]
+
+
+def layer_types(cfg: Config, family: str, n: int) -> list[str]:
+    """``"full"`` or ``"sliding"`` per layer, by the family's rule (module docstring)."""
+    if cfg.has("layer_types"):
+        raw = cfg.req_list("layer_types", "", n, str)
+        out = []
+        for i, t in enumerate(raw):
+            if t not in ("sliding_attention", "full_attention"):
+                raise spec_error(
+                    f"{cfg.field('layer_types')}[{i}]", t, "valid: sliding_attention, full_attention"
+                )
+            out.append("sliding" if t == "sliding_attention" else "full")
+        return out
+    if family == "gemma2":
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
+    if family == "gemma3":
+        p = cfg.req_int(
+            "sliding_window_pattern",
+            "Gemma 3 slides unless (i + 1) % sliding_window_pattern == 0 "
+            "(transformers' default is 6: write it into config.json)",
+        )
+        return ["full" if (i + 1) % p == 0 else "sliding" for i in range(n)]
+    if family in ("qwen2", "qwen3"):
+        if not cfg.req_bool("use_sliding_window", "Qwen2/Qwen3 slide only when use_sliding_window is true"):
+            return ["full"] * n
+        first = cfg.req_int("max_window_layers", "layers from max_window_layers on slide", lo=0)
+        return ["sliding" if i >= first else "full" for i in range(n)]
+    if family == "mistral":
+        if "sliding_window" not in cfg.data:
+            raise cfg.missing("sliding_window", "null for full attention (transformers' default is 4096)")
+        return ["full"] * n if cfg.data["sliding_window"] is None else ["sliding"] * n
+    if family == "gpt_oss":
+        raise cfg.missing("layer_types", "GPT-OSS names its sliding and full layers there")
+    return ["full"] * n
+
+
+def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
+    n = c.num_layers()
+    att = read_attention(c.cfg, c.tp)
+    kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
+    bs = c.block(VLLM_BLOCK_SIZE)
+    types = layer_types(c.cfg, c.family, n)
+    window = c.cfg.req_int("sliding_window", "the window of the sliding layers") if "sliding" in types else 0
+    tail = "attn.attn" if c.family == "gpt_oss" else "self_attn.attn"
+    bucket: dict[str, list[LayerSpec]] = {}
+    for i, t in enumerate(types):
+        name = c.name(i, tail)
+        if t == "sliding":
+            layer: LayerSpec = SlidingWindowSpec(
+                name=name,
+                block_size=bs,
+                num_kv_heads=att.kv_heads,
+                head_size=att.head_size,
+                dtype=kv,
+                window=window,
+            )
+        else:
+            layer = FullAttentionSpec(
+                name=name, block_size=bs, num_kv_heads=att.kv_heads, head_size=att.head_size, dtype=kv
+            )
+        c.add(t, layer, bucket)
+    return vllm_groups(list(bucket.items())), kv, bs

@@ -1,0 +1,120 @@
+"""What every family builds: the result (:class:`ModelSpec`) and the context it is built in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..errors import spec_error
+from ..planner import Layout, plan_layout
+from ..spec import KVCacheSpec, LayerSpec
+from ..validate import is_int
+from .config import Config
+
+ENGINES = ("vllm", "tpu-inference")
+#: Blocks in a spec made from a config unless ``num_blocks`` says otherwise: small enough
+#: that ``kvlayout zero`` can check every family on the host.
+DEFAULT_NUM_BLOCKS = 16
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A spec made from a config, with what was decided on the way."""
+
+    spec: KVCacheSpec
+    architecture: str
+    family: str
+    engine: str
+    tp: int
+    dtype: str  # the model dtype the engine runs
+    kv_cache_dtype: str  # what the attention cache stores ("fp8_ds_mla" for DeepSeek's packed fp8)
+    block_size: int  # tokens per block of the (main) attention layers
+    kinds: Mapping[str, str]  # layer name -> kind label ("full", "sliding", "mla", "mamba", ...)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def layout(self) -> Layout:
+        return plan_layout(self.spec)
+
+    @property
+    def bytes_per_block(self) -> int:
+        """Bytes one block id takes in the buffer: the block row (packed) or every slot's page."""
+        lay = self.layout
+        return lay.block_stride if lay.block_stride is not None else sum(lay.slot_pages)
+
+    @property
+    def blocks_per_gib(self) -> int:
+        return 2**30 // self.bytes_per_block
+
+
+@dataclass
+class Ctx:
+    top: Config
+    cfg: Config  # the text config
+    family: str
+    tp: int
+    dtype: str
+    kv_cache_dtype: str | None
+    block_size: int | None
+    mamba_ssm_cache_dtype: str | None
+    prefix: str  # "model.layers" or "language_model.model.layers"
+    notes: list[str]
+    kinds: dict[str, str]
+    mla_dims: tuple[int, int] | None = None  # (kv_lora_rank, qk_rope_head_dim) of an MLA model
+
+    def num_layers(self) -> int:
+        return self.cfg.req_int("num_hidden_layers", "the number of decoder layers")
+
+    def name(self, i: int, tail: str) -> str:
+        return f"{self.prefix}.{i}.{tail}" if tail else f"{self.prefix}.{i}"
+
+    def block(self, default: int) -> int:
+        if self.block_size is None:
+            return default
+        if not is_int(self.block_size) or self.block_size < 1:
+            raise spec_error("block_size", self.block_size, "must be a positive integer")
+        return int(self.block_size)
+
+    def add(self, kind: str, layer: LayerSpec, bucket: dict[str, list[LayerSpec]]) -> None:
+        self.kinds[layer.name] = kind
+        bucket.setdefault(kind, []).append(layer)
+
+
+# --------------------------------------------------------------------------- summary helpers
+class Described(Protocol):
+    """What a summary's first lines need of a :class:`ModelSpec` or a native one."""
+
+    @property
+    def architecture(self) -> str: ...
+
+    @property
+    def family(self) -> str: ...
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def tp(self) -> int: ...
+
+    @property
+    def dtype(self) -> str: ...
+
+    @property
+    def kv_cache_dtype(self) -> str: ...
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+
+def fmt_int(x: int) -> str:
+    return f"{x:,}"
+
+
+def summary_head(ms: Described, what: str, sizes: str) -> list[str]:
+    """The summary's first lines: the model, engine and rank; dtypes and sizes; the notes."""
+    return [
+        f"{ms.architecture} ({ms.family}) on {ms.engine}, tp {ms.tp} (one rank's {what})",
+        f"dtype {ms.dtype}, KV cache {ms.kv_cache_dtype}, {sizes}",
+        *(f"note: {x}" for x in ms.notes),
+    ]

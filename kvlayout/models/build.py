@@ -1,0 +1,82 @@
+"""The entry points: a config to vLLM's spec (and tpu-inference's arrays)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import spec_error
+from ..native import NativeCacheSpec
+from ..spec import KVCacheSpec
+from .base import DEFAULT_NUM_BLOCKS, ENGINES, Ctx, ModelSpec
+from .config import Config, check_tp, load_config, resolve_model_dtype, text_config
+from .families import architecture, family_rule
+from .tpu_inference import NativeModelSpec, tpu_inference_spec
+
+
+def build(
+    config: Mapping[str, Any] | str | Path,
+    tp: int,
+    dtype: str | None,
+    kv_cache_dtype: str | None,
+    block_size: int | None,
+    num_blocks: int,
+    mamba_ssm_cache_dtype: str | None,
+) -> tuple[ModelSpec, Ctx]:
+    """vLLM's spec for ``config`` and the context it was read in."""
+    tp = check_tp(tp)
+    top = Config(load_config(config), "config")
+    arch, family = architecture(top)
+    text = text_config(top)
+    notes: list[str] = []
+    model_dtype = resolve_model_dtype(top, text, dtype, notes)
+    prefix = "language_model.model.layers" if arch.endswith("ForConditionalGeneration") else "model.layers"
+    if family == "deepseek_v3" and text.has("index_topk"):
+        family = "deepseek_v32"
+    c = Ctx(
+        top,
+        text,
+        family,
+        tp,
+        model_dtype,
+        kv_cache_dtype,
+        block_size,
+        mamba_ssm_cache_dtype,
+        prefix,
+        notes,
+        {},
+    )
+    groups, kv, bs = family_rule(family)(c)
+    spec = KVCacheSpec(num_blocks=num_blocks, layout="packed", groups=groups)
+    return ModelSpec(spec, arch, family, "vllm", tp, model_dtype, kv, bs, dict(c.kinds), tuple(notes)), c
+
+
+def from_config(
+    config: Mapping[str, Any] | str | Path,
+    *,
+    engine: str = "vllm",
+    tp: int = 1,
+    dtype: str | None = None,
+    kv_cache_dtype: str | None = None,
+    block_size: int | None = None,
+    num_blocks: int = DEFAULT_NUM_BLOCKS,
+    mamba_ssm_cache_dtype: str | None = None,
+) -> ModelSpec | NativeModelSpec:
+    """What ``engine`` allocates for the model of ``config`` (a dict or a path to ``config.json``)
+    on one of ``tp`` ranks, with the decisions made on the way: a :class:`ModelSpec` for vLLM,
+    a :class:`NativeModelSpec` (typed per-layer arrays) for tpu-inference."""
+    if engine not in ENGINES:
+        raise spec_error("engine", engine, f"valid: {', '.join(ENGINES)}")
+    ms, c = build(config, tp, dtype, kv_cache_dtype, block_size, num_blocks, mamba_ssm_cache_dtype)
+    return tpu_inference_spec(ms, c) if engine == "tpu-inference" else ms
+
+
+def spec_from_config(
+    config: Mapping[str, Any] | str | Path, *, engine: str = "vllm", **options: Any
+) -> KVCacheSpec | NativeCacheSpec:
+    """The kvlayout spec of what ``engine`` allocates for ``config``: :func:`from_config`'s spec,
+    with its options (``tp``, ``dtype``, ``kv_cache_dtype``, ``block_size``, ``num_blocks``,
+    ``mamba_ssm_cache_dtype``). A flat-buffer :class:`~kvlayout.KVCacheSpec` for vLLM, a
+    :class:`~kvlayout.native.NativeCacheSpec` of per-layer arrays for tpu-inference."""
+    return from_config(config, engine=engine, **options).spec

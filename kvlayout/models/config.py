@@ -1,0 +1,156 @@
+"""Reading a model's ``config.json`` as vLLM 0.33 reads it: fields by path, dtypes, tp.
+
+- Text config: a ``...ForConditionalGeneration`` config keeps the language model in
+  ``text_config`` (vLLM's ``hf_text_config``).
+- Model dtype: ``torch_dtype`` (or ``dtype``, newer transformers); vLLM's ``auto`` runs a
+  float32 checkpoint in bfloat16 (the first dtype the GPU supports).
+- KV cache dtype: ``auto`` is the model dtype, ``fp8``/``fp8_e4m3`` float8_e4m3fn,
+  ``fp8_e5m2`` float8_e5m2.
+
+A missing field or a field of the wrong type is a :class:`~kvlayout.SpecError` naming its
+path (``config.num_key_value_heads``, ``config.text_config.head_dim``), never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import SpecError, spec_error
+from ..validate import is_int, read_json_file
+
+MODEL_DTYPES = ("bfloat16", "float16", "float32")
+KV_DTYPES: Mapping[str, str | None] = {
+    "auto": None,
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "fp8": "float8_e4m3fn",
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+}
+
+
+class Config:
+    """A JSON object read field by field; a missing or mistyped field names its path."""
+
+    def __init__(self, data: Mapping[str, Any], path: str) -> None:
+        self.data = data
+        self.path = path
+
+    def field(self, key: str) -> str:
+        return f"{self.path}.{key}"
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def missing(self, key: str, why: str) -> SpecError:
+        return spec_error(self.field(key), None, f"missing; {why}")
+
+    def req_int(self, key: str, why: str, *, lo: int = 1) -> int:
+        """A required integer ``>= lo``."""
+        if not self.has(key):
+            raise self.missing(key, why)
+        return self._int(key, self.data[key], lo)
+
+    def opt_int(self, key: str, *, lo: int = 1) -> int | None:
+        return self._int(key, self.data[key], lo) if self.has(key) else None
+
+    def _int(self, key: str, v: Any, lo: int) -> int:
+        if not is_int(v):
+            raise spec_error(self.field(key), v, "must be an integer")
+        if v < lo:
+            raise spec_error(self.field(key), v, f"must be at least {lo}")
+        return int(v)
+
+    def req_str(self, key: str, why: str) -> str:
+        if not self.has(key):
+            raise self.missing(key, why)
+        v = self.data[key]
+        if not isinstance(v, str):
+            raise spec_error(self.field(key), v, "must be a string")
+        return v
+
+    def req_bool(self, key: str, why: str) -> bool:
+        if key not in self.data:
+            raise self.missing(key, why)
+        v = self.data[key]
+        if not isinstance(v, bool):
+            raise spec_error(self.field(key), v, "must be true or false")
+        return v
+
+    def req_list(self, key: str, why: str, n: int, kind: type) -> list[Any]:
+        """A required list of at least ``n`` items of type ``kind`` (the first ``n`` are returned)."""
+        if not self.has(key):
+            raise self.missing(key, why)
+        v = self.data[key]
+        if not isinstance(v, list):
+            raise spec_error(self.field(key), v, "must be a list")
+        if len(v) < n:
+            raise spec_error(self.field(key), f"{len(v)} items", f"needs one item per layer ({n})")
+        for i, x in enumerate(v[:n]):
+            ok = is_int(x) if kind is int else isinstance(x, kind)
+            if not ok:
+                raise spec_error(
+                    f"{self.field(key)}[{i}]", x, f"must be {'an integer' if kind is int else 'a string'}"
+                )
+        return list(v[:n])
+
+
+def load_config(config: Mapping[str, Any] | str | Path) -> Mapping[str, Any]:
+    data = (
+        read_json_file(SpecError, "config file", str(config)) if isinstance(config, (str, Path)) else config
+    )
+    if not isinstance(data, Mapping):
+        raise spec_error("config", type(data).__name__, "must be a JSON object (a model's config.json)")
+    return data
+
+
+def text_config(top: Config) -> Config:
+    tc = top.data.get("text_config")
+    if tc is None:
+        return top
+    if not isinstance(tc, Mapping):
+        raise spec_error(top.field("text_config"), tc, "must be a JSON object")
+    return Config(tc, top.field("text_config"))
+
+
+# --------------------------------------------------------------------------- dtypes and tp
+def resolve_model_dtype(top: Config, text: Config, dtype: str | None, notes: list[str]) -> str:
+    if dtype is not None and dtype != "auto":
+        if dtype not in MODEL_DTYPES:
+            raise spec_error("dtype", dtype, f"valid: auto, {', '.join(MODEL_DTYPES)}")
+        return dtype
+    for cfg in (top, text):
+        for key in ("torch_dtype", "dtype"):
+            if cfg.has(key):
+                raw = cfg.data[key]
+                if raw not in MODEL_DTYPES:
+                    raise spec_error(
+                        cfg.field(key), raw, f"valid: {', '.join(MODEL_DTYPES)} (or pass dtype=)"
+                    )
+                if raw == "float32":
+                    notes.append("float32 checkpoint: vLLM's dtype auto runs it in bfloat16")
+                    return "bfloat16"
+                return str(raw)
+    raise top.missing("torch_dtype", "the model dtype (or pass dtype=)")
+
+
+def resolve_kv_dtype(kv_cache_dtype: str | None, model_dtype: str) -> str:
+    key = "auto" if kv_cache_dtype is None else kv_cache_dtype
+    if key not in KV_DTYPES:
+        raise spec_error("kv_cache_dtype", kv_cache_dtype, f"valid: {', '.join(KV_DTYPES)}")
+    return KV_DTYPES[key] or model_dtype
+
+
+def check_tp(tp: object) -> int:
+    if not is_int(tp) or int(tp) < 1:  # type: ignore[call-overload]
+        raise spec_error("tp", tp, "must be a positive integer")
+    return int(tp)  # type: ignore[call-overload]
+
+
+def per_rank(cfg: Config, key: str, total: int, tp: int) -> int:
+    """``total / tp`` where vLLM shards a dimension over tensor parallelism (it must divide)."""
+    if total % tp:
+        raise spec_error(cfg.field(key), total, f"not divisible by tp = {tp}")
+    return total // tp

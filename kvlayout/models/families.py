@@ -1,0 +1,69 @@
+"""The architectures kvlayout reads and the family rule that builds each one's cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..errors import spec_error
+from ..spec import GroupSpec
+from .attention import attention_family
+from .base import Ctx
+from .config import Config
+from .deepseek_v4 import dsv4_family
+from .hybrid import hybrid_family
+from .mla import mla_family
+
+# architecture -> family
+FAMILIES: Mapping[str, str] = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",
+    "Gemma3ForConditionalGeneration": "gemma3",
+    "GptOssForCausalLM": "gpt_oss",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
+    "DeepseekV4ForCausalLM": "deepseek_v4",
+    "JambaForCausalLM": "jamba",
+    "NemotronHForCausalLM": "nemotron_h",
+    "Qwen3NextForCausalLM": "qwen3_next",
+    "Qwen3_5ForCausalLM": "qwen3_5",
+    "Qwen3_5ForConditionalGeneration": "qwen3_5",
+    "Qwen3_5MoeForCausalLM": "qwen3_5",
+    "Qwen3_5MoeForConditionalGeneration": "qwen3_5",
+}
+ARCHITECTURES = tuple(FAMILIES)
+ATTENTION_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt_oss")
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32")
+HYBRID_FAMILIES = ("jamba", "nemotron_h", "qwen3_next", "qwen3_5")
+
+#: A family's rule: the groups, the KV cache dtype and the (main) block size.
+FamilyRule = Callable[[Ctx], tuple[tuple[GroupSpec, ...], str, int]]
+
+
+def architecture(top: Config) -> tuple[str, str]:
+    archs = top.data.get("architectures")
+    if archs is None:
+        raise top.missing("architectures", "it names the model class the engine builds")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise spec_error(top.field("architectures"), archs, "must be a non-empty list of class names")
+    arch = archs[0]
+    if arch not in FAMILIES:
+        raise spec_error(
+            top.field("architectures[0]"), arch, f"unknown architecture; known: {', '.join(ARCHITECTURES)}"
+        )
+    return arch, FAMILIES[arch]
+
+
+def family_rule(family: str) -> FamilyRule:
+    """The function that builds ``family``'s groups."""
+    if family in ATTENTION_FAMILIES:
+        return attention_family
+    if family in MLA_FAMILIES:
+        return mla_family
+    if family == "deepseek_v4":
+        return dsv4_family
+    return hybrid_family

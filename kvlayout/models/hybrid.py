@@ -1,0 +1,169 @@
+"""Mamba and linear-attention hybrids: Jamba, Nemotron-H, Qwen3-Next, Qwen3.5 (vLLM 0.33).
+
+- Hybrid alignment (``Platform._align_hybrid_block_size``): with ``unit = max(16, block_size)``
+  the attention block becomes ``unit * ceil(mamba_page / (unit * attention_bytes_per_token))``
+  tokens, rounded up to a multiple of 16, unless the block is already that large; the Mamba
+  page is padded to the attention page (``alignment``). (A FlashInfer gated-delta-net backend
+  with prefix caching can ask for a coarser unit; not modeled.)
+- Mamba states: Mamba1 (Jamba) conv ``(d_conv - 1, expand * hidden / tp)`` + ssm ``(expand *
+  hidden / tp, d_state)``; Mamba2 (Nemotron-H) conv ``(conv_kernel - 1, (heads * head_dim + 2 *
+  n_groups * state) / tp)`` + ssm ``(heads / tp, head_dim, state)``; gated delta net
+  (Qwen3-Next, Qwen3.5) conv ``(conv_kernel - 1, (2 * k_heads * k_dim + v_heads * v_dim) /
+  tp)`` + ssm ``(v_heads / tp, k_dim, v_dim)``. Conv states are in the model dtype; ssm states
+  in ``mamba_ssm_cache_dtype`` (argument), else (Nemotron-H) the config's
+  ``mamba_ssm_cache_dtype`` or float32, (Qwen3.5) the config's ``mamba_ssm_dtype``, else the
+  model dtype (vLLM's ``NemotronHForCausalLMConfig`` and ``Qwen3_5ForConditionalGenerationConfig``).
+- Mamba states take their page in every block and are never zeroed (GEOMETRY.md section 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import spec_error
+from ..spec import DTYPE_SIZES, FullAttentionSpec, GroupSpec, LayerSpec, MambaSpec
+from .attention import read_attention, token_bytes
+from .backends import HYBRID_BLOCK_UNIT
+from .base import Ctx
+from .config import MODEL_DTYPES, per_rank, resolve_kv_dtype
+from .grouping import vllm_groups
+
+
+def ssm_dtype(c: Ctx, config_keys: Sequence[str], default: str) -> str:
+    """The ssm state dtype: the argument, else the first config key present, else ``default``."""
+    if c.mamba_ssm_cache_dtype not in (None, "auto"):
+        if c.mamba_ssm_cache_dtype not in MODEL_DTYPES:
+            raise spec_error(
+                "mamba_ssm_cache_dtype", c.mamba_ssm_cache_dtype, f"valid: auto, {', '.join(MODEL_DTYPES)}"
+            )
+        return str(c.mamba_ssm_cache_dtype)
+    for key in config_keys:
+        if c.cfg.has(key):
+            v = c.cfg.data[key]
+            if v not in MODEL_DTYPES:
+                raise spec_error(c.cfg.field(key), v, f"valid: {', '.join(MODEL_DTYPES)}")
+            return str(v)
+    return default
+
+
+def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]:
+    """Per layer: has a cache, is attention; the Mamba state bytes, the Mamba kind and its name tail."""
+    cfg, tp, conv_dt = c.cfg, c.tp, c.dtype
+    conv_size = DTYPE_SIZES[conv_dt]
+    if c.family == "jamba":
+        period = cfg.req_int(
+            "attn_layer_period", "layer i is attention when i % attn_layer_period == attn_layer_offset"
+        )
+        offset = cfg.req_int(
+            "attn_layer_offset", "layer i is attention when i % attn_layer_period == attn_layer_offset", lo=0
+        )
+        is_attn = [i % period == offset for i in range(n)]
+        expand = cfg.req_int("mamba_expand", "the Mamba inner size is mamba_expand * hidden_size")
+        inner = per_rank(cfg, "mamba_expand", expand * cfg.req_int("hidden_size", "the Mamba inner size"), tp)
+        d_conv = cfg.req_int("mamba_d_conv", "the Mamba conv state keeps mamba_d_conv - 1 steps")
+        d_state = cfg.req_int("mamba_d_state", "the Mamba ssm state size")
+        ssm = ssm_dtype(c, (), conv_dt)
+        state = (d_conv - 1) * inner * conv_size + inner * d_state * DTYPE_SIZES[ssm]
+        return [True] * n, is_attn, state, "mamba", "mixer"
+    if c.family == "nemotron_h":
+        pattern = cfg.req_str(
+            "hybrid_override_pattern", "one character per layer: M Mamba, * attention, - MLP, E MoE"
+        )
+        if len(pattern) != n or set(pattern) - set("M*-E"):
+            raise spec_error(
+                cfg.field("hybrid_override_pattern"),
+                pattern,
+                f"needs {n} characters (num_hidden_layers), each of M, *, -, E",
+            )
+        is_attn = [ch == "*" for ch in pattern]
+        keep = [ch in "M*" for ch in pattern]
+        heads = cfg.req_int("mamba_num_heads", "the Mamba2 heads")
+        hdim = cfg.req_int("mamba_head_dim", "the Mamba2 head size")
+        groups = cfg.req_int("n_groups", "the Mamba2 B/C groups")
+        d_state = cfg.req_int("ssm_state_size", "the Mamba2 state size")
+        k = cfg.req_int("conv_kernel", "the Mamba2 conv state keeps conv_kernel - 1 steps")
+        if groups % tp:
+            groups += tp - groups  # vLLM replicates the groups a head shard needs
+        conv_dim = per_rank(cfg, "n_groups", heads * hdim + 2 * groups * d_state, tp)
+        ssm = ssm_dtype(c, ("mamba_ssm_cache_dtype",), "float32")
+        state = (k - 1) * conv_dim * conv_size + per_rank(
+            cfg, "mamba_num_heads", heads, tp
+        ) * hdim * d_state * DTYPE_SIZES[ssm]
+        return keep, is_attn, state, "mamba", "mixer"
+    # gated delta net: Qwen3-Next, Qwen3.5
+    if cfg.has("layer_types"):
+        raw = cfg.req_list("layer_types", "", n, str)
+        for i, t in enumerate(raw):
+            if t not in ("linear_attention", "full_attention"):
+                raise spec_error(
+                    f"{cfg.field('layer_types')}[{i}]", t, "valid: linear_attention, full_attention"
+                )
+        is_attn = [t == "full_attention" for t in raw]
+    else:
+        every = cfg.req_int(
+            "full_attention_interval",
+            "layer i is full attention when (i + 1) % full_attention_interval == 0 (or give layer_types)",
+        )
+        is_attn = [(i + 1) % every == 0 for i in range(n)]
+    kh = cfg.req_int("linear_num_key_heads", "the gated delta net key heads")
+    vh = cfg.req_int("linear_num_value_heads", "the gated delta net value heads")
+    kd = cfg.req_int("linear_key_head_dim", "the gated delta net key head size")
+    vd = cfg.req_int("linear_value_head_dim", "the gated delta net value head size")
+    k = cfg.req_int("linear_conv_kernel_dim", "the conv state keeps linear_conv_kernel_dim - 1 steps")
+    conv_dim = per_rank(cfg, "linear_num_key_heads", 2 * kh * kd + vh * vd, tp)
+    ssm = ssm_dtype(c, ("mamba_ssm_dtype",) if c.family == "qwen3_5" else (), conv_dt)
+    state = (k - 1) * conv_dim * conv_size + per_rank(
+        cfg, "linear_num_value_heads", vh, tp
+    ) * kd * vd * DTYPE_SIZES[ssm]
+    return [True] * n, is_attn, state, "gdn", "linear_attn"
+
+
+def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
+    n = c.num_layers()
+    head_keys = ("head_dim", "attention_head_dim") if c.family == "nemotron_h" else ("head_dim",)
+    att = read_attention(c.cfg, c.tp, head_keys=head_keys)
+    keep, is_attn, state, mkind, mtail = mamba_layers(c, n)
+    kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
+    per_token = token_bytes(att, kv)
+    # vLLM 0.33 (Platform._align_hybrid_block_size): the unit is the kernel's smallest block or the
+    # block size already set, whichever is larger; the result is rounded to the kernel's unit.
+    given = None if c.block_size is None else c.block(HYBRID_BLOCK_UNIT)
+    unit = max(HYBRID_BLOCK_UNIT, given or HYBRID_BLOCK_UNIT)
+    need = unit * -(-state // (unit * per_token))
+    need = HYBRID_BLOCK_UNIT * -(-need // HYBRID_BLOCK_UNIT)
+    bs = given or HYBRID_BLOCK_UNIT
+    if bs < need:
+        if given is not None:
+            c.notes.append(f"block_size {given} raised to {need}: one attention page must hold a Mamba state")
+        bs = need
+    page = bs * per_token
+    c.notes.append(
+        f"hybrid: {bs}-token blocks; {page:,} B attention page >= {state:,} B Mamba state "
+        f"(+{page - state:,} B padding)"
+    )
+    bucket: dict[str, list[LayerSpec]] = {}
+    tail = {"jamba": "attn", "nemotron_h": "mixer.attn"}.get(c.family, "self_attn.attn")
+    for i in range(n):
+        if not keep[i]:
+            continue
+        if is_attn[i]:
+            c.add(
+                "full",
+                FullAttentionSpec(
+                    name=c.name(i, tail),
+                    block_size=bs,
+                    num_kv_heads=att.kv_heads,
+                    head_size=att.head_size,
+                    dtype=kv,
+                ),
+                bucket,
+            )
+        else:
+            c.add(
+                mkind,
+                MambaSpec(
+                    name=c.name(i, mtail), state_bytes=state, alignment=page if page != state else None
+                ),
+                bucket,
+            )
+    return vllm_groups(list(bucket.items())), kv, bs

@@ -1,0 +1,64 @@
+"""Multi-head latent attention: DeepSeek V2, V3 and V3.2 (vLLM 0.33).
+
+The cache holds one latent head of ``kv_lora_rank + qk_rope_head_dim`` per token, on every
+rank. DeepSeek-V3.2 adds an indexer cache per layer (``index_head_dim + index_head_dim // 128
+* 4`` bytes per token) and stores an fp8 cache as ``fp8_ds_mla``, 656 B per token (512 fp8 +
+4 fp32 scales + 64 bf16 RoPE values). Every layer is an MLA spec, so the model is one group.
+Multi-token-prediction layers (``num_nextn_predict_layers``) get no cache: vLLM allocates
+them only with speculative decoding.
+"""
+
+from __future__ import annotations
+
+from ..errors import spec_error
+from ..spec import FP8_DS_MLA, GroupSpec, LayerSpec, MLASpec
+from .backends import VLLM_MLA_BLOCK_SIZE
+from .base import Ctx
+from .config import resolve_kv_dtype
+
+
+def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
+    n = c.num_layers()
+    heads = c.cfg.req_int("num_attention_heads", "the query heads")
+    if heads % c.tp:
+        raise spec_error(c.cfg.field("num_attention_heads"), heads, f"not divisible by tp = {c.tp}")
+    rank = c.cfg.req_int("kv_lora_rank", "the MLA latent (head size kv_lora_rank + qk_rope_head_dim)")
+    rope = c.cfg.req_int("qk_rope_head_dim", "the MLA RoPE part (head size kv_lora_rank + qk_rope_head_dim)")
+    head = rank + rope
+    c.mla_dims = (rank, rope)
+    bs = c.block(VLLM_MLA_BLOCK_SIZE)
+    v32 = c.family == "deepseek_v32" or c.cfg.has("index_topk")
+    raw = "auto" if c.kv_cache_dtype is None else c.kv_cache_dtype
+    layers: list[LayerSpec] = []
+    if v32:
+        idx_dim = c.cfg.req_int(
+            "index_head_dim", "the DeepSeek-V3.2 indexer key (index_head_dim + 4 B per 128)"
+        )
+        idx_bytes = idx_dim + idx_dim // 128 * 4
+        fp8 = raw.startswith("fp8")
+        kv = FP8_DS_MLA if fp8 else resolve_kv_dtype(raw, c.dtype)
+        ds_bytes = rank + rank // 128 * 4 + 2 * rope  # 512 fp8 + 16 B scales + 128 B bf16 RoPE = 656
+        for i in range(n):
+            idx = MLASpec(
+                name=c.name(i, "self_attn.indexer.k_cache"), block_size=bs, head_size=idx_bytes, dtype="uint8"
+            )
+            c.kinds[idx.name] = "indexer"
+            if fp8:
+                att = MLASpec(
+                    name=c.name(i, "self_attn.attn"),
+                    block_size=bs,
+                    head_size=head,
+                    cache_dtype=FP8_DS_MLA,
+                    token_bytes=ds_bytes,
+                )
+            else:
+                att = MLASpec(name=c.name(i, "self_attn.attn"), block_size=bs, head_size=head, dtype=kv)
+            c.kinds[att.name] = "mla"
+            layers += [idx, att]
+    else:
+        kv = resolve_kv_dtype(raw, c.dtype)
+        for i in range(n):
+            att = MLASpec(name=c.name(i, "self_attn.attn"), block_size=bs, head_size=head, dtype=kv)
+            c.kinds[att.name] = "mla"
+            layers.append(att)
+    return (GroupSpec("mla", tuple(layers)),), kv, bs
