@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -106,12 +107,54 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
     if args.preset:
         spec = preset(args.preset)
     elif args.spec:
-        spec = KVCacheSpec.from_dict(read_json_file(SpecError, "spec file", args.spec))
+        data = read_json_file(SpecError, "spec file", args.spec)
+        if isinstance(data, dict) and data.get("layout") == "native":  # GEOMETRY.md section 9
+            _load_native(args, data)
+            return None  # type: ignore[return-value]  # the command reads args.native
+        spec = KVCacheSpec.from_dict(data)
     else:
         raise UsageError("missing SPEC.json (or --preset NAME)", field="spec", value=None)
     if args.num_blocks is not None:
         spec = spec.with_num_blocks(args.num_blocks)
     return spec
+
+
+def _load_native(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """A native spec file (``layout: native``): typed per-layer arrays, read by plan/check/zero."""
+    from .native import NativeCacheSpec
+
+    if args.cmd not in NATIVE_COMMANDS:
+        raise UsageError(
+            f"{_short(args.spec)!r} is a native spec (layout 'native'): {', '.join(NATIVE_COMMANDS)} "
+            f"read it; {args.cmd} takes a flat-buffer spec",
+            field="spec.layout",
+            value="native",
+        )
+    native = NativeCacheSpec.from_dict(data)
+    if args.num_blocks is not None:
+        native = native.with_num_blocks(args.num_blocks)
+    args.native = (native, "native spec")
+
+
+def _native_of(args: argparse.Namespace) -> Any:
+    """``(NativeCacheSpec, engine label)`` of a native spec file or ``--engine tpu-inference``."""
+    if getattr(args, "native", None) is not None:
+        return args.native
+    return args.model_spec.spec, args.model_spec.engine
+
+
+def _fmt_native(spec: Any) -> str:
+    """A native spec's arrays and their one-row tables (GEOMETRY.md section 9)."""
+    from .native import native_tables
+
+    lines = [
+        f"layout native: {len(spec.leaves)} arrays, {spec.num_blocks} blocks, groups {', '.join(spec.groups)}"
+    ]
+    for leaf, (name, t) in zip(spec.leaves, native_tables(spec).items()):
+        row = f"base 0 stride {t.segments[0].stride} span {t.segments[0].span}" if len(t) else "not zeroed"
+        lines.append(f"  {name}: {list(leaf.shape)} {leaf.dtype} group {leaf.group_label}: {row}")
+    lines.append(f"{spec.bytes_per_block} B cleared per block")
+    return "\n".join(lines)
 
 
 def _fmt_table(layout: Layout | None, table: SegmentTable) -> str:
@@ -139,6 +182,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.compact and not args.json:
         raise UsageError("--compact only applies with --json", field="compact", value=True)
     spec = _load_spec(args)
+    if getattr(args, "native", None) is not None:  # a native spec file: its arrays' tables
+        from .native import native_tables
+
+        native = args.native[0]
+        if args.json:
+            tables = {name: t.to_dict() for name, t in native_tables(native).items()}
+            print(
+                json.dumps(
+                    {"version": 1, "layout": "native", "tables": tables}, indent=None if args.compact else 1
+                )
+            )
+        else:
+            print(_fmt_native(native))
+        return 0
     model = getattr(args, "model_spec", None)
     if model is not None and (spec is None or not args.json):  # --config: the summary (kvlayout.models)
         from .models import summary
@@ -285,7 +342,7 @@ def _check_native(args: argparse.Namespace) -> int:
     """``check --config --engine tpu-inference``: every array's one-row table (section 9) verified."""
     from .native import verify_native
 
-    reports = verify_native(args.model_spec.spec)
+    reports = verify_native(_native_of(args)[0])
     ok = all(r.ok for r in reports.values())
     if args.json:
         print(json.dumps({"safe": ok, "arrays": {name: r.to_dict() for name, r in reports.items()}}))
@@ -301,7 +358,7 @@ def _zero_native(args: argparse.Namespace) -> int:
     zeroed by the backend on a poisoned copy and compared with the contract."""
     from .native import native_tables
 
-    spec = args.model_spec.spec
+    spec, engine = _native_of(args)
     ids = parse_blocks(args.blocks, spec.num_blocks)
     tables = native_tables(spec, args.group)  # exit 2 naming the valid groups
     _host_sized(sum(t.total_bytes for t in tables.values()), "total_bytes of the arrays")
@@ -320,7 +377,7 @@ def _zero_native(args: argparse.Namespace) -> int:
     ok = all(a["matches_contract"] for a in arrays)
     out: dict[str, Any] = {
         "version": 1,
-        "engine": args.model_spec.engine,
+        "engine": engine,
         "backend": rep["backend"],
         "mode": rep["mode"],
         "block_ids": [int(i) for i in ids],
@@ -509,16 +566,42 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Pseudo file systems a plot is never written into (writes there are kernel requests, not files).
+NO_PLOT_DIRS = ("/proc", "/sys", "/dev")
+
+
+def _plot_path(text: str) -> Path:
+    """``--out``: a new or regular ``.png``/``.svg``/``.pdf`` file in an existing, writable folder."""
+    out = Path(text)
+    if text.endswith(("/", "\\")) or out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise UsageError(
+            f"--out {_short(text)!r}: the file must end in .png, .svg or .pdf", field="out", value=text
+        )
+    try:
+        resolved = out.resolve()
+        is_dir, exists = out.is_dir(), out.exists()
+        parent_ok = resolved.parent.is_dir()
+    except (OSError, RuntimeError) as e:  # a symlink loop, a name too long
+        raise UsageError(f"--out {_short(text)!r}: {e}", field="out", value=text) from None
+    if any(resolved == Path(d) or Path(d) in resolved.parents for d in NO_PLOT_DIRS):
+        raise UsageError(
+            f"--out {_short(text)!r}: {', '.join(NO_PLOT_DIRS)} hold no plot files", field="out", value=text
+        )
+    if is_dir or (exists and not resolved.is_file()):
+        raise UsageError(
+            f"--out {_short(text)!r}: is a folder or not a regular file", field="out", value=text
+        )
+    if not parent_ok:
+        raise UsageError(
+            f"--out {_short(text)!r}: folder {str(out.parent)!r} does not exist", field="out", value=text
+        )
+    if not os.access(resolved.parent, os.W_OK) or (exists and not os.access(resolved, os.W_OK)):
+        raise UsageError(f"--out {_short(text)!r}: not writable", field="out", value=text)
+    return out
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise UsageError(
-            f"--out {args.out!r}: the file must end in .png, .svg or .pdf", field="out", value=args.out
-        )
-    if not out.parent.is_dir():
-        raise UsageError(
-            f"--out {args.out!r}: folder {str(out.parent)!r} does not exist", field="out", value=args.out
-        )
+    out = _plot_path(args.out)
     from .viz import describe_changes, parse_compare, variant  # no matplotlib: the input is checked first
 
     kind = args.kind or ("table" if args.table else "map")
@@ -580,8 +663,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
         res = run_case(ReferenceBackend, table, ids)
         before = poison_pattern(res.after.size)
         fig = zero_diff(before, {"reference": res.after}, table, ids, origin=GUARD_BYTES)
-    fig.savefig(args.out, dpi=110)
-    print(f"wrote {args.out}")
+    try:
+        fig.savefig(out, dpi=110)
+    except OSError as e:
+        raise UsageError(
+            f"--out {_short(args.out)!r}: {e.strerror or e}", field="out", value=args.out
+        ) from None
+    print(f"wrote {out}")
     return 0
 
 

@@ -334,3 +334,55 @@ def test_padding_pass_is_not_quadratic() -> None:
         lay = plan_layout(spec)
         pad = bounded(lambda: _padding(lay), limit_s=2.0)  # noqa: B023
         assert len(pad) == 10_000 and {s.span for s in pad} == {12}
+
+
+# --------------------------------------------------------------------------- plot --out
+@pytest.mark.parametrize("out", ["DIR", "DIR/", "/proc/x.png", "/sys/x.png", "/proc/self/x.png"])
+def test_plot_out_must_be_a_writable_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str
+) -> None:
+    spec = write(tmp_path, "s.json", json.dumps(small_spec()))
+    folder = tmp_path / "d.png"
+    folder.mkdir()
+    out = out.replace("DIR", str(folder))
+    expect_exit_2(capsys, ["plot", spec, "--out", out], "--out")
+    assert list(folder.iterdir()) == []  # nothing written as d.png/.png
+
+
+# --------------------------------------------------------------------------- native specs
+NATIVE = {
+    "version": 1,
+    "layout": "native",
+    "leaves": [
+        {"name": "layer.0", "shape": [8, 16, 2, 2, 128], "dtype": "bfloat16", "group": "full"},
+        {"name": "layer.1", "shape": [8, 2, 32, 640], "dtype": "bfloat16", "group": "mla"},
+    ],
+}
+
+
+def test_native_spec_file_is_planned_checked_and_zeroed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvlayout.cli import main
+
+    spec = write(tmp_path, "n.json", json.dumps(NATIVE))
+    assert main(["plan", spec]) == 0
+    assert (
+        "layer.1: [8, 2, 32, 640] bfloat16 group mla: base 0 stride 81920 span 81920"
+        in capsys.readouterr().out
+    )
+    assert main(["check", spec]) == 0
+    assert "2 arrays: SAFE" in capsys.readouterr().out
+    assert main(["zero", spec, "--blocks", "0,7", "--group", "mla", "--backend", "reference", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [(a["name"], a["zeroed_bytes"]) for a in rep["arrays"]] == [("layer.0", 0), ("layer.1", 2 * 81920)]
+    assert rep["matches_contract"] and rep["group"] == "mla"
+    expect_exit_2(capsys, ["shard", spec, "--mesh", "dp=2"], "native", "plan, check, zero")
+
+
+def test_native_zero_of_an_unknown_group_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path, "n.json", json.dumps(NATIVE))
+    expect_exit_2(capsys, ["zero", spec, "--blocks", "0", "--group", "nope"], "'nope'", "'full', 'mla'")
+    cfg = str(Path(__file__).parent / "fixtures" / "models" / "llama" / "config.json")
+    argv = ["zero", "--config", cfg, "--engine", "tpu-inference", "--blocks", "0", "--group", "nope"]
+    expect_exit_2(capsys, [*argv, "--backend", "reference"], "'nope'", "valid groups: 'full'")
