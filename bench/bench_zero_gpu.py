@@ -34,8 +34,8 @@ import triton.language as tl
 
 import kvlayout as K
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import counted, cuda_events_us, cuda_graph_us, queued_us  # noqa: E402  (bench/: one timing helper)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/: one timing helper
+from timing import counted, cuda_events_us, cuda_graph_us, queued_us  # noqa: E402
 
 ROT = 16
 BATCHES = (1, 16, 256, 4096, 16384)

@@ -27,7 +27,8 @@ byte_map(spec);
 # ## The pre-fix table: the page size used as stride *and* span
 
 # %%
-bad = K.SegmentTable(table.total_bytes, 100, tuple(K.Segment(s.base, 149760, 149760, s.group, s.layer) for s in table.segments))
+rows = tuple(K.Segment(s.base, 149760, 149760, s.group, s.layer) for s in table.segments)
+bad = K.SegmentTable(table.total_bytes, 100, rows)
 rep = K.verify(bad)
 print(rep.format())
 assert not rep.ok

@@ -36,4 +36,5 @@ for name, r in results.items():
     assert r.ok
 first = next(iter(results.values())).after
 assert all(np.array_equal(first, r.after) for r in results.values())
-zero_diff(K.poison_pattern(first.size), {n: r.after for n, r in results.items()}, table, ids, origin=GUARD_BYTES, region=(0, 2 * 149760));
+afters = {n: r.after for n, r in results.items()}
+zero_diff(K.poison_pattern(first.size), afters, table, ids, origin=GUARD_BYTES, region=(0, 2 * 149760));

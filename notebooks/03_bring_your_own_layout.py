@@ -9,9 +9,11 @@ import kvlayout as K
 from kvlayout.viz import byte_map, table_view
 spec = K.KVCacheSpec.from_json(json.dumps({'version': 1, 'num_blocks': 32, 'layout': 'packed', 'groups': [
   {'name': 'attn', 'layers': [
-    {'name': 'L0', 'kind': 'full', 'block_size': 16, 'num_kv_heads': 2, 'head_size': 64, 'dtype': 'bfloat16', 'alignment': 4096},
+    {'name': 'L0', 'kind': 'full', 'block_size': 16, 'num_kv_heads': 2, 'head_size': 64, 'dtype': 'bfloat16',
+     'alignment': 4096},
     {'name': 'mamba0', 'kind': 'mamba', 'state_bytes': 6000, 'alignment': 512}]},
-  {'name': 'mla', 'layers': [{'name': 'M0', 'kind': 'mla', 'block_size': 16, 'head_size': 576, 'dtype': 'bfloat16'}]}]}))
+  {'name': 'mla', 'layers': [
+    {'name': 'M0', 'kind': 'mla', 'block_size': 16, 'head_size': 576, 'dtype': 'bfloat16'}]}]}))
 table = K.plan(spec)
 print(table_view(table))
 assert K.verify(table).ok

@@ -121,7 +121,8 @@ plt.tight_layout()
 leaf = jnp.asarray(host[3])
 dropped = leaf.at[jnp.array([8])].set(0)
 wrapped = leaf.at[jnp.array([-1])].set(0)
-print('id 8 changed a page:', bool((dropped != leaf).any()), '| id -1 zeroed page 7:', not bool(wrapped[7].any()))
+print('id 8 changed a page:', bool((dropped != leaf).any()),
+      '| id -1 zeroed page 7:', not bool(wrapped[7].any()))
 out = z(out, jnp.array([8, -1, 1], jnp.int32))
 try:
     z.check()
@@ -150,5 +151,6 @@ with open('../bench/results/native_hlo.json') as f:
 for e in evidence:
     for path in ('native', 'flat'):
         facts = e[path]
-        print(f"{e['topology']} {path:6s} ops on the cache: {sorted({op for op, _ in facts['touched']}) or 'none'}; "
+        ops = sorted({op for op, _ in facts['touched']}) or 'none'
+        print(f"{e['topology']} {path:6s} ops on the cache: {ops}; "
               f"temporaries {facts['temp_size_in_bytes'] / e['cache_bytes']:.2f}x the cache")

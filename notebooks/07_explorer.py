@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 
 import kvlayout as K
-from kvlayout.viz import (Explorer, attach_hover, byte_map, bytes_per_step, compare_maps, describe_at, table_map,
-                          variant)
+from kvlayout.viz import (Explorer, attach_hover, byte_map, bytes_per_step, compare_maps, describe_at,
+                          table_map, variant)
 
 ex = Explorer('dsv4-test')
 ex
@@ -42,7 +42,8 @@ assert '67,108,864 B buffer' in ex.status.value
 ex.dtype.value = 'float32'
 assert '134,217,728 B buffer' in ex.status.value
 ex.layout.value = 'packed'          # K and V together, one row per block
-assert ex.spec.layout == 'packed' and ex.layout_obj.block_stride == 32 * 2 * 16 * 4 * 128 * 4  # 32 layers, K+V, 4 heads, fp32
+# 32 layers, K+V, 16 tokens, 4 heads, head size 128, fp32
+assert ex.spec.layout == 'packed' and ex.layout_obj.block_stride == 32 * 2 * 16 * 4 * 128 * 4
 print(ex.status.value)
 
 # %% [markdown]
@@ -106,7 +107,8 @@ assert all(per <= every for _, per, every in steps)
 
 # %%
 good = K.plan(K.preset('dsv4-test'))
-bad = K.SegmentTable(good.total_bytes, 100, tuple(K.Segment(s.base, 149760, 149760, s.group, s.layer) for s in good.segments))
+rows = tuple(K.Segment(s.base, 149760, 149760, s.group, s.layer) for s in good.segments)
+bad = K.SegmentTable(good.total_bytes, 100, rows)
 fig = table_map(bad)
 print(describe_at(bad, 149_860))
 assert 'UNSAFE: blocks 0 and 1 both clear this byte' in describe_at(bad, 149_860)
