@@ -16,6 +16,9 @@ padded to ``page_size_padded`` when set (MLA: ``round_up(page, alignment)``). Th
 fall into two families, and kvlayout plans them as follows (``core/kv_cache_planning.py``,
 ``kv_cache_interface.py``: ``get_kv_cache_config_from_groups``, ``compute_layout_strides``):
 
+In every order a group's layers are placed in placement order (:func:`placement_order`): each
+geometry's layers together, as vLLM keeps a group's layers of one spec in one ``KVCacheTensor``.
+
 - **Block-outermost** (``BLHNC`` = ``packed``, ``BLNHC``, ``BHLNC``): every group lays its layers
   side by side in one block row and groups overlay from byte 0. The block stride is the widest
   group's sum of (padded) pages, rounded up to the lcm of every layer's
@@ -23,7 +26,7 @@ fall into two families, and kvlayout plans them as follows (``core/kv_cache_plan
   kernel-block constraint that is the page of a ``k``-token block). A layer starts where the
   previous pages of its group end. Under ``BLHNC``/``BLNHC`` a layer's page is one contiguous
   run per block (the two differ only inside the page), so it is one row. Under ``BHLNC`` the
-  head axis sits outside the layer axis: consecutive layers of equal geometry form a run
+  head axis sits outside the layer axis: the layers of equal geometry form a run
   (vLLM's ``KVCacheTensor`` of same-spec layers), and head ``h`` of the ``i``-th of ``k``
   layers of a run sits at ``run + h * k * N*C + i * N*C``: ``H`` rows per layer.
 - **Layer-outermost** (``LBHNC`` = ``layer_major``, ``LBNHC``, ``LHBNC``): each layer slot owns a
@@ -183,14 +186,22 @@ def _refuse_kv_split(spec: KVCacheSpec, order: str) -> None:
 
 
 def _runs(layers: tuple[LayerSpec, ...]) -> list[list[LayerSpec]]:
-    """Maximal runs of consecutive layers of equal geometry (vLLM's same-spec tensors)."""
-    runs: list[list[LayerSpec]] = []
+    """A group's layers by geometry: one run per distinct geometry, in the order each geometry
+    first appears, its layers in listed order (vLLM 0.33's ``KVCacheTensor`` per spec).
+
+    vLLM's ``get_kv_cache_config_from_groups`` collects a group's layers into a dict keyed by
+    their spec and lays the tensors out one after the other, in every layout order: layers of
+    heads 8, 2, 8, 4 sit as 0, 2, 1, 3 (issue 23, item 6).
+    """
+    runs: dict[tuple[tuple[str, object], ...], list[LayerSpec]] = {}
     for layer in layers:
-        if runs and runs[-1][0].geometry_key == layer.geometry_key:
-            runs[-1].append(layer)
-        else:
-            runs.append([layer])
-    return runs
+        runs.setdefault(layer.geometry_key, []).append(layer)
+    return list(runs.values())
+
+
+def placement_order(layers: tuple[LayerSpec, ...]) -> tuple[LayerSpec, ...]:
+    """The order a group's layers are placed in, in every layout (:func:`_runs` flattened)."""
+    return tuple(layer for run in _runs(layers) for layer in run)
 
 
 def _block_stride(spec: KVCacheSpec) -> int:
@@ -224,7 +235,7 @@ def _plan_block_outer(spec: KVCacheSpec, order: str) -> Layout:
     for g in spec.groups:
         if order != "BHLNC":
             off = 0
-            for j, layer in enumerate(g.layers):
+            for j, layer in enumerate(placement_order(g.layers)):
                 parts = _page_parts(layer, off, stride, 0, layer.page)
                 placements.append(Placement(g.name, layer, j, off, stride, parts))
                 off += layer.page
@@ -266,9 +277,10 @@ def _plan_layer_outer(spec: KVCacheSpec, order: str) -> Layout:
     _refuse_kv_split(spec, order)
     n = spec.num_blocks
     num_slots = max(len(g.layers) for g in spec.groups)
+    ordered = [placement_order(g.layers) for g in spec.groups]
     slot_pages = []
     for j in range(num_slots):
-        in_slot = [g.layers[j] for g in spec.groups if j < len(g.layers)]
+        in_slot = [layers[j] for layers in ordered if j < len(layers)]
         slot_pages.append(_bounded(max(_layer_stride(layer, order) for layer in in_slot), spec))
         splits = {layer.split_kv for layer in in_slot}
         if len(splits) > 1:
@@ -302,8 +314,8 @@ def _plan_layer_outer(spec: KVCacheSpec, order: str) -> Layout:
     for sp in slot_pages:
         regions.append(region)
         region = _bounded(region + sp * n, spec)
-    for g in spec.groups:
-        for j, layer in enumerate(g.layers):
+    for g, layers in zip(spec.groups, ordered):
+        for j, layer in enumerate(layers):
             sp = slot_pages[j]
             own = _layer_stride(layer, order)
             if order == "LHBNC":

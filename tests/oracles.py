@@ -182,6 +182,11 @@ def _geometry(layer: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, v) for k, v in layer.items() if k != "name"))
 
 
+def _by_geometry(layers: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    keys = list(dict.fromkeys(_geometry(layer) for layer in layers))
+    return sorted(layers, key=lambda layer: keys.index(_geometry(layer)))  # stable: listed order within
+
+
 def expected_plan(spec: Mapping[str, Any]) -> Expected:
     """Sections 2 and 6 (and the planner's design note on vLLM's orders) applied to a spec that loads.
 
@@ -194,7 +199,9 @@ def expected_plan(spec: Mapping[str, Any]) -> Expected:
     ``region + h*n*pitch + b*pitch`` with ``pitch = slot_page // H``.
     """
     n = spec["num_blocks"]
-    groups = spec["groups"]
+    # vLLM 0.33 places a group's layers by spec: each geometry's layers together, geometries in
+    # the order they first appear (heads 8, 2, 8, 4 -> layers 0, 2, 1, 3), in every order
+    groups = [{**g, "layers": _by_geometry(g["layers"])} for g in spec["groups"]]
     order = ALIASES.get(spec["layout"], spec["layout"])
     ex = Expected(num_blocks=n)
     # (group, layer, parts): part = (name, base, stride, span, padded)

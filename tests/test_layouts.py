@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -491,3 +492,79 @@ def test_virtual_splitting_keeps_the_bytes(order: str) -> None:
     for b in range(3):
         assert np.array_equal(K.expected_zeroed(ts, [b]), K.expected_zeroed(tw, [b]))
     assert K.verify(ts).ok
+
+
+def test_layers_of_one_geometry_are_placed_together_as_vllm_places_them() -> None:
+    """Issue 23 item 6: vLLM 0.33 puts a group's layers of one spec into one ``KVCacheTensor``
+    in every order, so heads 8, 2, 8, 4 sit as layers 0, 2, 1, 3. A hand-written spec listing them
+    0, 1, 2, 3 must clear exactly the bytes of vLLM's own plan (read by ``spec_from_kv_cache_config``,
+    which tests/test_vllm_ground_truth.py holds equal to vLLM's zeroer), block by block."""
+    import os
+    from types import SimpleNamespace
+
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    import torch
+    from vllm.v1 import kv_cache_interface as I
+    from vllm.v1.core import kv_cache_planning as P
+
+    from kvlayout.integrations.vllm import spec_from_kv_cache_config
+
+    def config(layout: str) -> Any:
+        cache = SimpleNamespace(
+            num_gpu_blocks_override=4,
+            prefix_cache_retention_interval=None,
+            kv_cache_layout=layout,
+            get_resolved_kv_cache_layout=lambda: I.KVCacheLayout[layout],
+        )
+        return SimpleNamespace(
+            cache_config=cache,
+            attention_config=SimpleNamespace(hisparse_config=None),
+            scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=False),
+            model_config=SimpleNamespace(supports_kv_cache_grouping=False),
+        )
+
+    planned = 0
+    for shapes in ([(8, 8), (2, 8), (8, 8), (4, 8)], [(8, 8), (4, 16), (8, 8), (2, 32)]):
+        names = [f"model.layers.{i}.attn" for i in range(len(shapes))]
+        for layout in KV_CACHE_LAYOUTS:
+            specs = {
+                n: I.FullAttentionSpec(block_size=16, num_kv_heads=h, head_size=hs, dtype=torch.bfloat16)
+                for n, (h, hs) in zip(names, shapes)
+            }
+            vc = config(layout)
+            groups = P.get_kv_cache_groups(vc, dict(specs))
+            try:
+                kcc = P.get_kv_cache_config_from_groups(vc, groups, 4 * P._pool_bytes_per_block(vc, groups))
+            except ValueError:  # mixed pages under LHBNC/BHLNC: vLLM cannot express them
+                assert layout in ("LHBNC", "BHLNC") and len({h * hs for h, hs in shapes}) > 1
+                continue
+            assert [t.layers for t in kcc.kv_cache_tensors] == [names[0::2], [names[1]], [names[3]]]
+            theirs = K.plan(spec_from_kv_cache_config(kcc, I.KVCacheLayout[layout]))
+            layers = [
+                {
+                    "name": n,
+                    "kind": "full",
+                    "block_size": 16,
+                    "num_kv_heads": h,
+                    "head_size": hs,
+                    "dtype": "bfloat16",
+                }
+                for n, (h, hs) in zip(names, shapes)
+            ]
+            ours = K.plan(
+                K.KVCacheSpec.from_dict(
+                    {
+                        "num_blocks": kcc.num_blocks,
+                        "layout": layout,
+                        "groups": [{"name": "attn", "layers": layers}],
+                    }
+                )
+            )
+            assert ours.total_bytes == theirs.total_bytes, layout
+            for b in range(ours.num_blocks):
+                for n in names:
+                    mine = [(s.base + b * s.stride, s.span) for s in ours.segments if s.layer == n]
+                    vllm = [(s.base + b * s.stride, s.span) for s in theirs.segments if s.layer == n]
+                    assert sorted(mine) == sorted(vllm), (layout, shapes, n, b)
+            planned += 1
+    assert planned == 10  # every order for equal pages, the four block-compact ones for mixed pages

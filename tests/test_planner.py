@@ -184,7 +184,15 @@ def test_dsv4_preset_shape() -> None:
     assert pages == {(37_376, 37_440), (1_168, 1_728), (8_448, 8_640)}
     assert K.verify(t).ok
     c = t.coalesced()
-    assert len(c) == 3  # [0, 37,376), [37,440, 112,256), [112,320, 149,696) of every row
+    # layers of one geometry sit together (vLLM's placement, issue 23 item 6): c4 groups are
+    # attn, attn, indexer, indexer; every row is [0, 37,376), [37,440, 74,816),
+    # [74,880, 112,256) and [112,320, 149,696)
+    assert [(s.base, s.span) for s in c.segments] == [
+        (0, 37_376),
+        (37_440, 37_376),
+        (74_880, 37_376),
+        (112_320, 37_376),
+    ]
     for b in range(spec.num_blocks):  # every block's bytes, not a sample
         assert O.merged_block_ranges(c, b) == O.merged_block_ranges(t, b), b
 
