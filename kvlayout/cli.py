@@ -58,6 +58,8 @@ def _add_source(p: argparse.ArgumentParser, *, table: bool = False) -> None:
     m.add_argument("--tp", type=_count, help="with --config: tensor-parallel ranks (one rank's layout)")
     m.add_argument("--kv-cache-dtype", help="with --config: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2")
     m.add_argument("--block-size", type=_count, help="with --config: tokens per block (else the engine's)")
+    m.add_argument("--device", help="with --config: the GPU: hopper (default), blackwell, ampere")
+    m.add_argument("--attention-backend", help="with --config: a vLLM attention backend (else vLLM's choice)")
 
 
 def _count(text: str) -> int:
@@ -75,6 +77,8 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
         "--tp": args.tp,
         "--kv-cache-dtype": args.kv_cache_dtype,
         "--block-size": args.block_size,
+        "--device": args.device,
+        "--attention-backend": args.attention_backend,
     }
     if args.config:
         if args.spec or args.preset:
@@ -90,6 +94,8 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
             kv_cache_dtype=args.kv_cache_dtype,
             block_size=args.block_size,
             num_blocks=DEFAULT_NUM_BLOCKS if args.num_blocks is None else args.num_blocks,
+            device=args.device or "hopper",
+            attention_backend=args.attention_backend,
         )
         if not isinstance(args.model_spec, ModelSpec):  # tpu-inference: per-layer arrays, not a flat buffer
             if args.cmd not in NATIVE_COMMANDS:

@@ -100,24 +100,26 @@ EXPECTED: dict[str, tuple[str, int, str, dict[str, tuple[int, int, int]], list[t
         [("sliding", 12), ("full", 12)],
         393_216,
     ),
-    # MLA head 512 + 64 = 576, bf16, 64-token blocks: 64 * 576 * 2 = 73,728; 61 * 73,728 = 4,497,408
+    # MLA head 512 + 64 = 576, bf16, on Hopper FLASH_ATTN_MLA's 16-token blocks: 16 * 576 * 2 = 18,432;
+    # 61 * 18,432 = 1,124,352
     "deepseek_v3": (
         "DeepseekV3ForCausalLM",
-        64,
+        16,
         "bfloat16",
-        {"mla": (61, 73_728, 73_728)},
+        {"mla": (61, 18_432, 18_432)},
         [("mla", 61)],
-        4_497_408,
+        1_124_352,
     ),
-    # + the indexer: (128 + 128 // 128 * 4) = 132 B per token * 64 = 8,448; one group of 122 layers:
-    # 61 * (73,728 + 8,448) = 61 * 82,176 = 5,012,736
+    # sparse: FLASH_ATTN_MLA_SPARSE (MultipleOf(64): 64-token blocks) + the indexer: (128 + 128 // 128 * 4)
+    # = 132 B per token * 64 = 8,448; one group of 122 layers: 61 * (73,728 + 8,448) = 61 * 82,176
+    # = 5,012,736, rounded up to whole 1,152 B token rows (align_blocks_to_rows): 4,352 * 1,152 = 5,013,504
     "deepseek_v32": (
         "DeepseekV32ForCausalLM",
         64,
         "bfloat16",
         {"indexer": (61, 8_448, 8_448), "mla": (61, 73_728, 73_728)},
         [("mla", 122)],
-        5_012_736,
+        5_013_504,
     ),
     # fp8_ds_mla, pages padded to 576 B:
     #   swa: 64 tokens * 584 = 37,376 -> 65 * 576 = 37,440 (43 layers)
@@ -351,10 +353,10 @@ def test_tensor_parallel_kv_heads(family: str, tp: int, page: int) -> None:
 
 
 def test_mla_is_not_split_by_tp_and_fp8_halves_it() -> None:
-    assert kinds_of(M.from_config(config("deepseek_v3"), tp=8))["mla"] == (61, 73_728, 73_728)
+    assert kinds_of(M.from_config(config("deepseek_v3"), tp=8))["mla"] == (61, 18_432, 18_432)
     fp8 = M.from_config(config("deepseek_v3"), kv_cache_dtype="fp8")
     assert fp8.kv_cache_dtype == "float8_e4m3fn"
-    assert kinds_of(fp8)["mla"] == (61, 36_864, 36_864)  # 64 * 576 * 1
+    assert kinds_of(fp8)["mla"] == (61, 36_864, 36_864)  # FlashMLA on Hopper: 64 * 576 * 1
 
 
 def test_fp8_attention_pages() -> None:
@@ -645,9 +647,11 @@ def test_tpu_inference_summary() -> None:
 #                         as the models' layers make them (Attention, DeepseekV32IndexerCache,
 #                         DeepSeek-V4's SWA, compressed, indexer and compressor-state caches), with
 #                         the head size, KV heads and Mamba states vLLM computed above; kvlayout
-#                         supplies only the layer names and kinds, in model order, and the default
-#                         block size of the non-hybrids (16, MLA 64, DeepSeek-V4 256; vLLM picks it
-#                         from the attention backend at run time).
+#                         supplies only the layer names and kinds, in model order, and the block size
+#                         of the non-hybrids (its attention backend's on Hopper, DeepSeek-V4 256;
+#                         tests/test_models_backends.py checks the backend choice against vLLM's).
+#                         DeepSeek-V3.2 with a bf16 cache: FLASH_ATTN_MLA_SPARSE.customize_spec, which
+#                         is align_blocks_to_rows (the driver checks that in vLLM's source).
 # Stand-ins, each checked: Qwen3.5's model module needs torchvision (not installed), so its states
 # and block size come from Qwen3NextForCausalLM, whose two state classmethods have the same code
 # (the driver compares their syntax trees in vLLM's source; a difference fails the test).
@@ -675,7 +679,6 @@ VLLM_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("qwen3_5-block1024", "qwen3_5", {"block_size": 1024}),
 ]
 _HYBRIDS = ("jamba", "nemotron_h", "qwen3_next", "qwen3_5")
-_DEFAULT_BLOCK = {"deepseek_v3": 64, "deepseek_v32": 64, "deepseek_v4": 256}
 _DRIVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
 
 
@@ -699,7 +702,7 @@ def _request() -> list[dict[str, Any]]:
                 "kv_cache_dtype": kwargs.get("kv_cache_dtype", "auto"),
                 "mamba_ssm_cache_dtype": kwargs.get("mamba_ssm_cache_dtype", "auto"),
                 "block_size": kwargs.get("block_size"),
-                "default_block_size": _DEFAULT_BLOCK.get(family, 16),
+                "default_block_size": ms.block_size,  # the backend's: tests/test_models_backends.py
                 "layers": list(ms.kinds.items()),  # model order
             }
         )
@@ -774,11 +777,16 @@ def test_groups_pages_and_bytes_per_block_match_vllm(case_id: str, vllm: dict[st
     assert {x.name: [x.real_page, x.page] for _, x in ms.spec.layers} == got["pages"]
     assert ms.bytes_per_block == got["bytes_per_block"]
     # kvlayout plans every family "packed" (block-outermost); vLLM's other layouts take the same bytes
-    # per block where vLLM accepts them (DeepSeek-V4's mixed pages: block-outermost layouts only)
+    # per block where vLLM accepts them (DeepSeek-V4's mixed pages: block-outermost layouts only), except
+    # that a layer-outermost layout pads each layer's stride alone, not the block row (DeepSeek-V3.2 bf16)
     by_layout = got["bytes_per_block_by_layout"]
     accepted = {k for k, v in by_layout.items() if isinstance(v, int)}
-    assert {by_layout[k] for k in accepted} == {ms.bytes_per_block}
     block_outermost = {k for k in by_layout if k.startswith("B")}  # BLHNC, BLNHC, BHLNC
+    assert {by_layout[k] for k in accepted & block_outermost} == {ms.bytes_per_block}
+    per_layer = max(
+        sum(-(-x.page // x.stride_alignment) * x.stride_alignment for x in g.layers) for g in ms.spec.groups
+    )
+    assert {by_layout[k] for k in accepted - block_outermost} <= {per_layer}
     assert accepted == (block_outermost if ms.family == "deepseek_v4" else set(by_layout))
 
 
@@ -966,6 +974,8 @@ def _vllm_answer(case: dict[str, Any]) -> dict[str, Any]:
             specs[layer] = I.MLAAttentionSpec(
                 block_size=block, num_kv_heads=1, max_tp_shards=1, head_size=hs, dtype=kv_dtype
             )
+            if fam == "deepseek_v32":  # Hopper's FLASH_ATTN_MLA_SPARSE pads block strides to token rows
+                specs[layer] = _flash_attn_mla_sparse_customize(specs[layer])
         elif kind == "indexer":  # DeepseekV32IndexerCache: fp8 values + an fp32 scale per 128
             d = text.index_head_dim
             specs[layer] = I.MLAAttentionSpec(
@@ -973,6 +983,7 @@ def _vllm_answer(case: dict[str, Any]) -> dict[str, Any]:
             )
         else:
             specs[layer] = _dsv4_spec(I, torch, kind, text, block)
+
     def planning_for(layout: Any) -> Any:
         return NS(
             cache_config=NS(
@@ -1007,6 +1018,21 @@ def _vllm_answer(case: dict[str, Any]) -> dict[str, Any]:
     out["pages"] = pages
     out["bytes_per_block"] = P._pool_bytes_per_block(planning, groups)
     return out
+
+
+def _flash_attn_mla_sparse_customize(spec: Any) -> Any:
+    """FLASH_ATTN_MLA_SPARSE.customize_spec (its module needs the GPU build to import): the driver
+    checks in vLLM's source that it is ``align_blocks_to_rows(spec)`` and calls that."""
+    import vllm.v1.attention.backends.mla as mla_pkg
+    from vllm.v1.attention.backends.mla.sparse_utils import align_blocks_to_rows
+
+    src = (Path(mla_pkg.__file__).parent / "flashattn_mla_sparse.py").read_text()
+    body = (
+        "def customize_spec(cls, spec: AttentionSpec) -> AttentionSpec:\n"
+        "        return align_blocks_to_rows(spec)"
+    )
+    assert body in src, "FLASH_ATTN_MLA_SPARSE.customize_spec changed"
+    return align_blocks_to_rows(spec)
 
 
 def _dsv4_spec(iface: Any, torch: Any, kind: str, text: Any, block: int) -> Any:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from ..errors import spec_error
 from ..spec import DTYPE_SIZES, FullAttentionSpec, GroupSpec, LayerSpec, SlidingWindowSpec
-from .backends import VLLM_BLOCK_SIZE
 from .base import Ctx
 from .config import Config, resolve_kv_dtype
 from .grouping import vllm_groups
@@ -107,7 +106,7 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
     att = read_attention(c.cfg, c.tp)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
-    bs = c.block(VLLM_BLOCK_SIZE)
+    bs = c.block(c.backend(mla=False).block_size)
     types = layer_types(c.cfg, c.family, n)
     window = c.cfg.req_int("sliding_window", "the window of the sliding layers") if "sliding" in types else 0
     tail = "attn.attn" if c.family == "gpt_oss" else "self_attn.attn"

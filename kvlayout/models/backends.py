@@ -1,14 +1,225 @@
-"""The attention backend vLLM 0.33 resolves, and the block sizes that follow from it.
+"""The attention backend vLLM 0.33 resolves on a CUDA GPU, and the block size that follows.
 
-Block size (tokens): 16 for standard attention (FlashAttention), 64 for MLA (FlashMLA),
-256 for DeepSeek-V4's compressed layers (:mod:`.deepseek_v4`); a hybrid gets the block of
-its alignment rule (:mod:`.hybrid`).
+vLLM picks the backend from a priority list per GPU generation (``vllm/platforms/cuda.py``,
+``_get_backend_priorities``): the first backend whose compute capability, KV cache dtype and
+model-specific checks (``validate_configuration``) pass. The cache block size is then the
+backend's preference (``Platform.update_block_size_for_backend``): vLLM's default of 16 tokens
+when the backend's kernel block sizes accept it (a size ``s`` or ``MultipleOf(s)`` with
+``16 % s == 0``), else the smallest size it lists. So DeepSeek-V2's MLA cache is 16-token
+blocks with a bf16 cache on Hopper (FLASH_ATTN_MLA, ``MultipleOf(16)``), 64 with an fp8 one
+(FLASHMLA, ``[64]``), 32 on Blackwell (FLASHINFER_MLA, ``[32, 64]``). Every standard-attention
+backend takes 16.
+
+The table :data:`BACKENDS` is read from vLLM 0.33.0's backend classes (their
+``supported_kv_cache_dtypes``, ``get_supported_kernel_block_sizes``,
+``supports_compute_capability``); ``tests/test_models_backends.py`` checks it, and the
+priority lists, against the installed vLLM. Checks that need the GPU at run time
+(``flash_attn_supports_mla``, FlashMLA's library probe) are assumed to pass on the named
+device. DeepSeek-V4's blocks are fixed by its model code (:mod:`.deepseek_v4`).
 """
 
 from __future__ import annotations
 
-#: vLLM's tokens per block: FlashAttention, FlashMLA.
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import spec_error
+
+#: vLLM's default tokens per block (``CacheConfig.DEFAULT_BLOCK_SIZE``).
 VLLM_BLOCK_SIZE = 16
-VLLM_MLA_BLOCK_SIZE = 64
 #: The attention kernel's block-size unit in vLLM's hybrid alignment (tokens).
 HYBRID_BLOCK_UNIT = 16
+
+#: GPU generations by name: compute capability (major, minor).
+DEVICES: Mapping[str, tuple[int, int]] = {"hopper": (9, 0), "blackwell": (10, 0), "ampere": (8, 0)}
+DEFAULT_DEVICE = "hopper"
+
+_HALF = ("auto", "float16", "bfloat16")
+_FP8 = ("fp8", "fp8_e4m3")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One vLLM attention backend as far as the cache layout needs it."""
+
+    name: str
+    mla: bool
+    sparse: bool
+    majors: tuple[int, ...] | None  # compute-capability majors it runs on (None: 8.0 and newer)
+    kv_dtypes: tuple[str, ...]
+    #: kernel block sizes: ``(s, False)`` a size, ``(s, True)`` ``MultipleOf(s)``
+    block_sizes: tuple[tuple[int, bool], ...]
+    #: the R1 MLA dimensions (qk_nope_head_dim in this set), None: any
+    qk_nope: tuple[int, ...] | None = None
+    #: ``customize_spec`` pads a block stride to whole token rows (``align_blocks_to_rows``)
+    stride_rows: bool = False
+
+    def accepts(self, block_size: int) -> bool:
+        """``supports_block_size``: a multiple of one kernel size (a fixed size included)."""
+        return any(block_size % s == 0 for s, _ in self.block_sizes)
+
+    def preferred_block_size(self) -> int:
+        """``get_preferred_block_size(16)``."""
+        if self.accepts(VLLM_BLOCK_SIZE):
+            return VLLM_BLOCK_SIZE
+        return min(s for s, _ in self.block_sizes)
+
+
+BACKENDS: Mapping[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend("FLASH_ATTN", False, False, None, _HALF + _FP8, ((16, True),)),
+        Backend(
+            "FLASHINFER",
+            False,
+            False,
+            None,
+            _HALF + _FP8 + ("fp8_e5m2",),
+            ((16, False), (32, False), (64, False)),
+        ),
+        Backend("TRITON_ATTN", False, False, None, _HALF + _FP8 + ("fp8_e5m2",), ((16, True),)),
+        Backend("FLASH_ATTN_MLA", True, False, (9,), _HALF, ((16, True),)),
+        Backend("FLASHMLA", True, False, (9, 10), _HALF + _FP8, ((64, False),)),
+        Backend(
+            "FLASHINFER_MLA", True, False, (10,), _HALF + _FP8, ((32, False), (64, False)), (64, 128, 192)
+        ),
+        Backend("TOKENSPEED_MLA", True, False, (10,), _FP8, ((32, False), (64, False)), (128,)),
+        Backend("CUTLASS_MLA", True, False, (10,), _HALF + _FP8, ((128, False),)),
+        Backend("TRITON_MLA", True, False, None, _HALF + _FP8, ((16, True),)),
+        Backend("FLASH_ATTN_MLA_SPARSE", True, True, (9,), _HALF, ((64, True),), stride_rows=True),
+        Backend("FLASHMLA_SPARSE", True, True, (9, 10), ("auto", "bfloat16", "fp8"), ((64, True),)),
+    )
+}
+
+#: ``_get_backend_priorities`` (causal decoder attention, no multimodal prefix), by major.
+_PRIORITY: Mapping[tuple[bool, int], tuple[str, ...]] = {
+    (False, 10): ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN"),
+    (False, 9): ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"),
+    (False, 8): ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"),
+    (True, 10): (
+        "FLASHINFER_MLA",
+        "TOKENSPEED_MLA",
+        "CUTLASS_MLA",
+        "FLASH_ATTN_MLA",
+        "FLASHMLA",
+        "TRITON_MLA",
+    ),
+    (True, 9): (
+        "FLASH_ATTN_MLA",
+        "FLASHMLA",
+        "FLASHINFER_MLA",
+        "TRITON_MLA",
+        "FLASH_ATTN_MLA_SPARSE",
+        "FLASHMLA_SPARSE",
+    ),
+    (True, 8): (
+        "FLASH_ATTN_MLA",
+        "FLASHMLA",
+        "FLASHINFER_MLA",
+        "TRITON_MLA",
+        "FLASH_ATTN_MLA_SPARSE",
+        "FLASHMLA_SPARSE",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The backend vLLM would use, the block size it implies, and why."""
+
+    backend: Backend
+    block_size: int
+    reason: str
+
+
+def _why_not(
+    b: Backend, major: int, kv: str, qk_nope: int | None, sparse: bool, block_size: int | None
+) -> str | None:
+    """Why ``b`` fails vLLM's ``validate_configuration`` here (None: it passes)."""
+    if b.sparse != sparse:
+        return "sparse not supported" if sparse else "non-sparse not supported"
+    if not (major >= 8 if b.majors is None else major in b.majors):
+        return "compute capability not supported"
+    if kv not in b.kv_dtypes:
+        return f"kv_cache_dtype {kv} not supported"
+    if b.qk_nope is not None and qk_nope not in b.qk_nope:
+        return f"qk_nope_head_dim {qk_nope} not in {list(b.qk_nope)}"
+    if block_size is not None and not b.accepts(block_size):
+        return "block_size not supported"
+    return None
+
+
+def _checked(r: Resolved, device: str, kv_cache_dtype: str) -> Resolved:
+    """``r``, unless its implementation refuses the cache when built (TritonMLAImpl: an fp8 cache
+    needs compute capability 8.9)."""
+    if r.backend.name == "TRITON_MLA" and kv_cache_dtype.startswith("fp8") and DEVICES[device] < (8, 9):
+        why = f"vLLM's TRITON_MLA (the MLA backend on {device}) needs compute capability 8.9 for an fp8 cache"
+        raise spec_error("kv_cache_dtype", kv_cache_dtype, why)
+    return r
+
+
+def check_device(device: object) -> str:
+    """A GPU generation name (:data:`DEVICES`)."""
+    if not isinstance(device, str) or device not in DEVICES:
+        raise spec_error("device", device, f"valid: {', '.join(DEVICES)}")
+    return device
+
+
+def resolve(
+    *,
+    mla: bool,
+    device: str,
+    kv_cache_dtype: str,
+    attention_backend: str | None = None,
+    sparse: bool = False,
+    qk_nope_head_dim: int | None = None,
+    block_size: int | None = None,
+) -> Resolved:
+    """vLLM 0.33's backend for one kind of attention on ``device`` (``kv_cache_dtype`` as the user
+    wrote it: ``auto``, ``fp8``, ...), or the one named by ``attention_backend``. A ``block_size``
+    the user set rules out the backends that do not take it, as in vLLM."""
+    device = check_device(device)
+    major = DEVICES[device][0]
+    kind = ("sparse MLA" if sparse else "MLA") if mla else "attention"
+    if sparse and attention_backend is None and major != 9:
+        why = (
+            f"vLLM 0.33's sparse MLA choice on {device} depends on head count and kernels not modeled here; "
+            "name one with attention_backend (--attention-backend), e.g. FLASHMLA_SPARSE"
+        )
+        raise spec_error("device", device, why)
+    if attention_backend is not None:
+        b = BACKENDS.get(attention_backend) if isinstance(attention_backend, str) else None
+        if b is None or b.mla != mla:
+            known = ", ".join(n for n, x in BACKENDS.items() if x.mla == mla and x.sparse == sparse)
+            raise spec_error("attention_backend", attention_backend, f"valid for {kind}: {known}")
+        bad = _why_not(b, major, kv_cache_dtype, qk_nope_head_dim, sparse, block_size)
+        if bad is not None:
+            raise spec_error("attention_backend", attention_backend, f"vLLM refuses it on {device}: {bad}")
+        return _checked(
+            Resolved(b, b.preferred_block_size(), f"--attention-backend {b.name}"), device, kv_cache_dtype
+        )
+    skipped: list[str] = []
+    for name in _PRIORITY[(mla, major)]:
+        b = BACKENDS[name]
+        bad = _why_not(b, major, kv_cache_dtype, qk_nope_head_dim, sparse, block_size)
+        if bad is None:
+            why = f"first valid {kind} backend on {device} in vLLM's priority list"
+            if skipped:
+                why += f" (skipped {'; '.join(skipped)})"
+            return _checked(Resolved(b, b.preferred_block_size(), why), device, kv_cache_dtype)
+        if b.sparse == sparse:
+            skipped.append(f"{name}: {bad}")
+    raise spec_error(
+        "kv_cache_dtype",
+        kv_cache_dtype,
+        f"no vLLM {kind} backend on {device} takes it ({'; '.join(skipped)})",
+    )
+
+
+def block_stride_alignment(backend: Backend, device: str, kv_cache_dtype: str, row_bytes: int) -> int | None:
+    """Bytes a block stride must be a multiple of for the backend's layers (its ``customize_spec``):
+    one token row for FLASH_ATTN_MLA_SPARSE, and for FLASHMLA_SPARSE except with a quantized cache
+    off Blackwell (64-token kernel blocks there, which a 64-token block already is)."""
+    if backend.name == "FLASHMLA_SPARSE" and kv_cache_dtype.startswith("fp8") and DEVICES[device][0] != 10:
+        return None
+    return row_bytes if backend.stride_rows or backend.name == "FLASHMLA_SPARSE" else None

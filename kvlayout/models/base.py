@@ -10,6 +10,7 @@ from ..errors import spec_error
 from ..planner import Layout, plan_layout
 from ..spec import KVCacheSpec, LayerSpec
 from ..validate import is_int
+from .backends import BACKENDS, DEFAULT_DEVICE, VLLM_BLOCK_SIZE, Resolved, resolve
 from .config import Config
 
 ENGINES = ("vllm", "tpu-inference")
@@ -32,6 +33,9 @@ class ModelSpec:
     block_size: int  # tokens per block of the (main) attention layers
     kinds: Mapping[str, str]  # layer name -> kind label ("full", "sliding", "mla", "mamba", ...)
     notes: tuple[str, ...] = ()
+    device: str = DEFAULT_DEVICE  # the GPU generation the backend was resolved for
+    attention_backend: str = ""  # the vLLM attention backend assumed ("" where the model fixes its blocks)
+    backend_reason: str = ""  # why that backend
 
     @property
     def layout(self) -> Layout:
@@ -62,6 +66,31 @@ class Ctx:
     notes: list[str]
     kinds: dict[str, str]
     mla_dims: tuple[int, int] | None = None  # (kv_lora_rank, qk_rope_head_dim) of an MLA model
+    device: str | None = DEFAULT_DEVICE  # None: no CUDA GPU (tpu-inference), no backend resolved
+    attention_backend: str | None = None  # the backend the user named
+    resolved: Resolved | None = None  # the backend assumed for the attention layers
+
+    def backend(
+        self, *, mla: bool, sparse: bool = False, qk_nope_head_dim: int | None = None, by_block: bool = True
+    ) -> Resolved:
+        """The attention backend vLLM resolves for this model (:func:`.backends.resolve`); a block size
+        the user set rules backends out unless ``by_block`` is false (hybrids: vLLM realigns it)."""
+        user_block = None if self.block_size is None or not by_block else self.block(VLLM_BLOCK_SIZE)
+        if self.device is None:  # no CUDA GPU (tpu-inference): vLLM's FlashAttention / FlashMLA blocks
+            b = BACKENDS["FLASHMLA" if mla else "FLASH_ATTN"]
+            return Resolved(
+                b, 64 if mla else VLLM_BLOCK_SIZE, "no CUDA device: FlashAttention's or FlashMLA's blocks"
+            )
+        self.resolved = resolve(
+            mla=mla,
+            device=self.device,
+            kv_cache_dtype="auto" if self.kv_cache_dtype is None else self.kv_cache_dtype,
+            attention_backend=self.attention_backend,
+            sparse=sparse,
+            qk_nope_head_dim=qk_nope_head_dim,
+            block_size=user_block,
+        )
+        return self.resolved
 
     def num_layers(self) -> int:
         return self.cfg.req_int("num_hidden_layers", "the number of decoder layers")

@@ -9,8 +9,9 @@ from typing import Any
 from ..errors import spec_error
 from ..native import NativeCacheSpec
 from ..spec import KVCacheSpec
+from .backends import DEFAULT_DEVICE, check_device
 from .base import DEFAULT_NUM_BLOCKS, ENGINES, Ctx, ModelSpec
-from .config import Config, check_tp, load_config, resolve_model_dtype, text_config
+from .config import Config, check_kv_cache_dtype, check_tp, load_config, resolve_model_dtype, text_config
 from .families import architecture, family_rule
 from .tpu_inference import NativeModelSpec, tpu_inference_spec
 
@@ -23,9 +24,15 @@ def build(
     block_size: int | None,
     num_blocks: int,
     mamba_ssm_cache_dtype: str | None,
+    *,
+    device: str | None = None,
+    attention_backend: str | None = None,
 ) -> tuple[ModelSpec, Ctx]:
-    """vLLM's spec for ``config`` and the context it was read in."""
+    """vLLM's spec for ``config`` and the context it was read in. ``device`` None (tpu-inference):
+    no CUDA backend is resolved, attention takes 16-token blocks and MLA 64."""
     tp = check_tp(tp)
+    if device is not None:
+        device = check_device(device)
     top = Config(load_config(config), "config")
     arch, family = architecture(top)
     text = text_config(top)
@@ -46,10 +53,29 @@ def build(
         prefix,
         notes,
         {},
+        device=device,
+        attention_backend=attention_backend,
     )
+    c.kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype, family)
     groups, kv, bs = family_rule(family)(c)
     spec = KVCacheSpec(num_blocks=num_blocks, layout="packed", groups=groups)
-    return ModelSpec(spec, arch, family, "vllm", tp, model_dtype, kv, bs, dict(c.kinds), tuple(notes)), c
+    r = c.resolved
+    ms = ModelSpec(
+        spec,
+        arch,
+        family,
+        "vllm",
+        tp,
+        model_dtype,
+        kv,
+        bs,
+        dict(c.kinds),
+        tuple(notes),
+        device or "",
+        r.backend.name if r else "",
+        r.reason if r else "",
+    )
+    return ms, c
 
 
 def from_config(
@@ -62,13 +88,31 @@ def from_config(
     block_size: int | None = None,
     num_blocks: int = DEFAULT_NUM_BLOCKS,
     mamba_ssm_cache_dtype: str | None = None,
+    device: str = DEFAULT_DEVICE,
+    attention_backend: str | None = None,
 ) -> ModelSpec | NativeModelSpec:
     """What ``engine`` allocates for the model of ``config`` (a dict or a path to ``config.json``)
     on one of ``tp`` ranks, with the decisions made on the way: a :class:`ModelSpec` for vLLM,
-    a :class:`NativeModelSpec` (typed per-layer arrays) for tpu-inference."""
+    a :class:`NativeModelSpec` (typed per-layer arrays) for tpu-inference. ``device`` (``hopper``,
+    ``blackwell``, ``ampere``) and ``attention_backend`` (a vLLM backend name) decide the attention
+    backend, hence the block size, as vLLM resolves them (:mod:`.backends`)."""
     if engine not in ENGINES:
         raise spec_error("engine", engine, f"valid: {', '.join(ENGINES)}")
-    ms, c = build(config, tp, dtype, kv_cache_dtype, block_size, num_blocks, mamba_ssm_cache_dtype)
+    if engine != "vllm" and (device != DEFAULT_DEVICE or attention_backend is not None):
+        raise spec_error(
+            "device", device, "a CUDA GPU and its vLLM attention backend apply to engine vllm only"
+        )
+    ms, c = build(
+        config,
+        tp,
+        dtype,
+        kv_cache_dtype,
+        block_size,
+        num_blocks,
+        mamba_ssm_cache_dtype,
+        device=device if engine == "vllm" else None,
+        attention_backend=attention_backend,
+    )
     return tpu_inference_spec(ms, c) if engine == "tpu-inference" else ms
 
 
@@ -77,6 +121,7 @@ def spec_from_config(
 ) -> KVCacheSpec | NativeCacheSpec:
     """The kvlayout spec of what ``engine`` allocates for ``config``: :func:`from_config`'s spec,
     with its options (``tp``, ``dtype``, ``kv_cache_dtype``, ``block_size``, ``num_blocks``,
-    ``mamba_ssm_cache_dtype``). A flat-buffer :class:`~kvlayout.KVCacheSpec` for vLLM, a
-    :class:`~kvlayout.native.NativeCacheSpec` of per-layer arrays for tpu-inference."""
+    ``mamba_ssm_cache_dtype``, ``device``, ``attention_backend``). A flat-buffer
+    :class:`~kvlayout.KVCacheSpec` for vLLM, a :class:`~kvlayout.native.NativeCacheSpec` of
+    per-layer arrays for tpu-inference."""
     return from_config(config, engine=engine, **options).spec

@@ -143,6 +143,20 @@ def resolve_kv_dtype(kv_cache_dtype: str | None, model_dtype: str) -> str:
     return KV_DTYPES[key] or model_dtype
 
 
+#: Families whose cache vLLM also accepts as ``fp8_ds_mla`` (DeepSeek's packed fp8 layout).
+DS_MLA_FAMILIES = ("deepseek_v32", "deepseek_v4")
+
+
+def check_kv_cache_dtype(kv_cache_dtype: object, family: str) -> str | None:
+    """A ``--kv-cache-dtype`` vLLM 0.33 takes for ``family`` (None: ``auto``)."""
+    if kv_cache_dtype is None:
+        return None
+    valid = [*KV_DTYPES, *(["fp8_ds_mla"] if family in DS_MLA_FAMILIES else [])]
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in valid:
+        raise spec_error("kv_cache_dtype", kv_cache_dtype, f"valid: {', '.join(valid)}")
+    return kv_cache_dtype
+
+
 def check_tp(tp: object) -> int:
     if not is_int(tp) or int(tp) < 1:  # type: ignore[call-overload]
         raise spec_error("tp", tp, "must be a positive integer")

@@ -127,6 +127,7 @@ def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     per_token = token_bytes(att, kv)
     # vLLM 0.33 (Platform._align_hybrid_block_size): the unit is the kernel's smallest block or the
     # block size already set, whichever is larger; the result is rounded to the kernel's unit.
+    c.backend(mla=False, by_block=False)  # named in the summary; each one's smallest kernel block is 16
     given = None if c.block_size is None else c.block(HYBRID_BLOCK_UNIT)
     unit = max(HYBRID_BLOCK_UNIT, given or HYBRID_BLOCK_UNIT)
     need = unit * -(-state // (unit * per_token))

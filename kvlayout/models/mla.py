@@ -11,8 +11,8 @@ them only with speculative decoding.
 from __future__ import annotations
 
 from ..errors import spec_error
-from ..spec import FP8_DS_MLA, GroupSpec, LayerSpec, MLASpec
-from .backends import VLLM_MLA_BLOCK_SIZE
+from ..spec import DTYPE_SIZES, FP8_DS_MLA, GroupSpec, LayerSpec, MLASpec
+from .backends import block_stride_alignment
 from .base import Ctx
 from .config import resolve_kv_dtype
 
@@ -26,9 +26,11 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     rope = c.cfg.req_int("qk_rope_head_dim", "the MLA RoPE part (head size kv_lora_rank + qk_rope_head_dim)")
     head = rank + rope
     c.mla_dims = (rank, rope)
-    bs = c.block(VLLM_MLA_BLOCK_SIZE)
     v32 = c.family == "deepseek_v32" or c.cfg.has("index_topk")
     raw = "auto" if c.kv_cache_dtype is None else c.kv_cache_dtype
+    nope = c.cfg.opt_int("qk_nope_head_dim", lo=0)
+    r = c.backend(mla=True, sparse=v32, qk_nope_head_dim=1 if nope is None else nope)
+    bs = c.block(r.block_size)
     layers: list[LayerSpec] = []
     if v32:
         idx_dim = c.cfg.req_int(
@@ -38,6 +40,8 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         fp8 = raw.startswith("fp8")
         kv = FP8_DS_MLA if fp8 else resolve_kv_dtype(raw, c.dtype)
         ds_bytes = rank + rank // 128 * 4 + 2 * rope  # 512 fp8 + 16 B scales + 128 B bf16 RoPE = 656
+        row = ds_bytes if fp8 else head * DTYPE_SIZES[kv]
+        stride = block_stride_alignment(r.backend, c.device, raw, row) if c.device else None
         for i in range(n):
             idx = MLASpec(
                 name=c.name(i, "self_attn.indexer.k_cache"), block_size=bs, head_size=idx_bytes, dtype="uint8"
@@ -50,9 +54,16 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
                     head_size=head,
                     cache_dtype=FP8_DS_MLA,
                     token_bytes=ds_bytes,
+                    block_stride_alignment=stride,
                 )
             else:
-                att = MLASpec(name=c.name(i, "self_attn.attn"), block_size=bs, head_size=head, dtype=kv)
+                att = MLASpec(
+                    name=c.name(i, "self_attn.attn"),
+                    block_size=bs,
+                    head_size=head,
+                    dtype=kv,
+                    block_stride_alignment=stride,
+                )
             c.kinds[att.name] = "mla"
             layers += [idx, att]
     else:

@@ -13,6 +13,8 @@ def summary(ms: ModelSpec | NativeModelSpec, *, proof: bool = True) -> str:
     spec = ms.spec
     blocks = f"{ms.block_size}-token blocks, layout {spec.layout}, {spec.num_blocks} blocks"
     lines = summary_head(ms, "cache", blocks)
+    if ms.attention_backend:
+        lines.insert(2, f"attention backend {ms.attention_backend} on {ms.device}: {ms.backend_reason}")
     ng = len(spec.groups)
     lines.append(
         f"{ng} group{'s' * (ng != 1)}, {len(spec.layers)} layers (groups share block ids and overlay):"
