@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import BlockIdError, SpecError, TableError, bad_value, spec_error
 from ..planner import Layout, plan, plan_layout
 from ..ranges import merge_ranges, round_up
+from ..reference import normalize_block_ids
 from ..spec import (
     DTYPE_SIZES,
     FP8_DS_MLA,
@@ -563,13 +564,13 @@ def check_views_against_layout(
 
     Each planned layer needs a view (a tensor, or a list/tuple of state tensors) whose block
     stride is the plan's and whose block 0 covers exactly the plan's bytes of that layer (a
-    state tensor: inside them), all at one common offset in the storage, the plan inside the
-    storage. vLLM's ``allocate_kv_cache`` views its buffer from the buffer's own storage offset
-    (``raw.storage_offset() + offset``), so a nonzero offset is honoured exactly; anything else
-    is refused naming the layer. Views are only checked: the table stays the planner's.
+    state tensor: inside them), all at one common offset in the storage (the offset most layers
+    agree on; a layer off it is named), the plan inside the storage. vLLM's ``allocate_kv_cache``
+    views its buffer from the buffer's own storage offset (``raw.storage_offset() + offset``), so
+    a nonzero offset is honoured exactly. Views are only checked: the table stays the planner's.
     """
-    base: int | None = None
-    first = ""
+    checked: list[tuple[str, Any, np.ndarray, np.ndarray, bool]] = []  # name, tensor, ours, theirs, exact
+    offsets: dict[int, int] = {}
     for p in layout.placements:
         name = p.layer.name
         if name not in views:
@@ -591,27 +592,33 @@ def check_views_against_layout(
                     tuple(t.stride()),
                     f"strides blocks by {stride} B; kvlayout's {layout.order} plan by {sorted(strides)} B",
                 )
-            at = int(theirs[0, 0]) - int(ours[0, 0])
-            if base is None:
-                base, first = at, name
-            shifted = theirs - base
-            inside = exact and np.array_equal(shifted, ours)
-            if not exact:  # a state tensor: every run inside one of the layer's ranges
-                idx = np.searchsorted(ours[:, 0], shifted[:, 0], side="right") - 1
-                inside = bool(np.all(idx >= 0)) and bool(
-                    np.all(shifted[:, 1] <= ours[np.maximum(idx, 0), 1])
-                )
-            if not inside:
-                got = [(int(a), int(b)) for a, b in theirs[:4].tolist()]
-                want = [(int(a) + base, int(b) + base) for a, b in ours[:4].tolist()]
-                raise spec_error(
-                    f"{where}[{name!r}].storage_offset",
-                    t.storage_offset(),
-                    f"block 0 covers storage bytes {got}, kvlayout's {layout.order} plan puts this "
-                    f"layer at {want} (the cache starting at storage byte {base}, from {first!r})",
-                )
-    if base is None:
+            checked.append((name, t, ours, theirs, exact))
+            if exact:
+                at = int(theirs[0, 0]) - int(ours[0, 0])
+                offsets[at] = offsets.get(at, 0) + 1
+    if not checked:
         raise spec_error(where, len(views), "holds no view of a planned layer")
+    if offsets:
+        base = max(offsets, key=lambda k: offsets[k])  # the first of the most common
+    else:
+        base = int(checked[0][3][0, 0]) - int(checked[0][2][0, 0])
+    for name, t, ours, theirs, exact in checked:
+        shifted = theirs - base
+        if exact:
+            inside = np.array_equal(shifted, ours)
+        else:  # a state tensor: every run inside one of the layer's ranges
+            idx = np.searchsorted(ours[:, 0], shifted[:, 0], side="right") - 1
+            inside = bool(np.all(idx >= 0)) and bool(np.all(shifted[:, 1] <= ours[np.maximum(idx, 0), 1]))
+        if not inside:
+            got = [(int(a), int(b)) for a, b in theirs[:4].tolist()]
+            want = [(int(a) + base, int(b) + base) for a, b in ours[:4].tolist()]
+            raise spec_error(
+                f"{where}[{name!r}].storage_offset",
+                t.storage_offset(),
+                f"block 0 covers storage bytes {got}, kvlayout's {layout.order} plan puts this "
+                f"layer at {want} (the cache starting at storage byte {base}, where "
+                f"{offsets.get(base, 0)} of {len(checked)} views put it)",
+            )
     if base < 0 or base + layout.total_bytes > storage_nbytes:
         raise spec_error(
             f"{where}.storage",
@@ -668,6 +675,7 @@ class KVBlockZeroer:
         self.num_blocks = self.table.num_blocks
         #: kvlayout's name of each vLLM cache group, by vLLM's group index
         self.group_names: tuple[str, ...] = tuple(g.name for g in self.spec.groups)
+        self._row_groups = frozenset(s.group for s in self.table.segments)
         self._zeroer = CudaZeroer(self.table, buffer, **options)
 
     @classmethod
@@ -715,15 +723,25 @@ class KVBlockZeroer:
         return self.group_names[group]
 
     def zero_block_ids(self, block_ids: Any, group: int | str | None = None) -> None:
-        """Zero ``block_ids`` (a Python list, NumPy array or tensor) of every group, or of one ``group``."""
-        self._zeroer.zero(block_ids, self.group_name(group))
+        """Zero ``block_ids`` (a Python list, NumPy array or tensor) of every group, or of one ``group``.
+
+        A group kvlayout plans no rows for (Mamba state, which vLLM's zeroer skips too) writes
+        nothing; its host ids are still bounds-checked.
+        """
+        name = self.group_name(group)
+        if name is not None and name in self.group_names and name not in self._row_groups:
+            if not hasattr(block_ids, "device") or str(block_ids.device) == "cpu":
+                ids = block_ids.numpy() if hasattr(block_ids, "numpy") else block_ids
+                normalize_block_ids(ids, self.num_blocks)
+            return
+        self._zeroer.zero(block_ids, name)
 
     def warmup(self) -> None:
         """Compile the kernel for every group now, writing nothing (an id past the pool is skipped)."""
         import torch
 
         skip = torch.full((1,), self.num_blocks, dtype=torch.int64, device=self._zeroer.device)
-        for name in (None, *self.group_names):
+        for name in (None, *(g for g in self.group_names if g in self._row_groups)):
             self._zeroer._launch(skip, 0, self.num_blocks + 1, dplan=self._zeroer._plan_for(name))
 
     def check(self) -> None:
