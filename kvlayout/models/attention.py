@@ -70,7 +70,7 @@ def token_bytes(att: Attention, kv_dtype: str) -> int:
 def layer_types(cfg: Config, family: str, n: int) -> list[str]:
     """``"full"`` or ``"sliding"`` per layer, by the family's rule (module docstring)."""
     if cfg.has("layer_types"):
-        raw = cfg.req_list("layer_types", "", n, str)
+        raw = cfg.req_list("layer_types", "", n, str, exact=True)
         out = []
         for i, t in enumerate(raw):
             if t not in ("sliding_attention", "full_attention"):

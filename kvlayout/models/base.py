@@ -17,6 +17,9 @@ ENGINES = ("vllm", "tpu-inference")
 #: Blocks in a spec made from a config unless ``num_blocks`` says otherwise: small enough
 #: that ``kvlayout zero`` can check every family on the host.
 DEFAULT_NUM_BLOCKS = 16
+#: A bound on ``num_hidden_layers`` (the largest published model has a few hundred): planning
+#: stays within about a second and 100 MB.
+MAX_LAYERS = 100_000
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,10 @@ class Ctx:
         return self.resolved
 
     def num_layers(self) -> int:
-        return self.cfg.req_int("num_hidden_layers", "the number of decoder layers")
+        n = self.cfg.req_int("num_hidden_layers", "the number of decoder layers")
+        if n > MAX_LAYERS:
+            raise spec_error(self.cfg.field("num_hidden_layers"), n, f"must be at most {MAX_LAYERS:,}")
+        return n
 
     def name(self, i: int, tail: str) -> str:
         return f"{self.prefix}.{i}.{tail}" if tail else f"{self.prefix}.{i}"

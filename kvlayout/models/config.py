@@ -79,13 +79,16 @@ class Config:
             raise spec_error(self.field(key), v, "must be true or false")
         return v
 
-    def req_list(self, key: str, why: str, n: int, kind: type) -> list[Any]:
-        """A required list of at least ``n`` items of type ``kind`` (the first ``n`` are returned)."""
+    def req_list(self, key: str, why: str, n: int, kind: type, *, exact: bool = False) -> list[Any]:
+        """A required list of at least ``n`` items of type ``kind`` (the first ``n`` are returned);
+        ``exact``: exactly ``n`` (``layer_types``: transformers refuses another length)."""
         if not self.has(key):
             raise self.missing(key, why)
         v = self.data[key]
         if not isinstance(v, list):
             raise spec_error(self.field(key), v, "must be a list")
+        if exact and len(v) != n:
+            raise spec_error(self.field(key), f"{len(v)} items", f"needs exactly one item per layer ({n})")
         if len(v) < n:
             raise spec_error(self.field(key), f"{len(v)} items", f"needs one item per layer ({n})")
         for i, x in enumerate(v[:n]):

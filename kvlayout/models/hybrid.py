@@ -57,6 +57,10 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
         offset = cfg.req_int(
             "attn_layer_offset", "layer i is attention when i % attn_layer_period == attn_layer_offset", lo=0
         )
+        if offset >= period:  # transformers' JambaConfig refuses it: no layer would be attention
+            raise spec_error(
+                cfg.field("attn_layer_offset"), offset, f"must be below attn_layer_period {period}"
+            )
         is_attn = [i % period == offset for i in range(n)]
         expand = cfg.req_int("mamba_expand", "the Mamba inner size is mamba_expand * hidden_size")
         inner = per_rank(cfg, "mamba_expand", expand * cfg.req_int("hidden_size", "the Mamba inner size"), tp)
@@ -82,8 +86,10 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
         groups = cfg.req_int("n_groups", "the Mamba2 B/C groups")
         d_state = cfg.req_int("ssm_state_size", "the Mamba2 state size")
         k = cfg.req_int("conv_kernel", "the Mamba2 conv state keeps conv_kernel - 1 steps")
+        if groups % tp and groups != 1:  # MambaMixer2 asserts n_groups % tp == 0 or n_groups == 1
+            raise spec_error(cfg.field("n_groups"), groups, f"vLLM needs it divisible by tp = {tp} (or 1)")
         if groups % tp:
-            groups += tp - groups  # vLLM replicates the groups a head shard needs
+            groups = tp  # one group replicated to every head shard (extra_groups_for_head_shards)
         conv_dim = per_rank(cfg, "n_groups", heads * hdim + 2 * groups * d_state, tp)
         ssm = ssm_dtype(c, ("mamba_ssm_cache_dtype",), "float32")
         state = (k - 1) * conv_dim * conv_size + per_rank(
@@ -92,7 +98,7 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
         return keep, is_attn, state, "mamba", "mixer"
     # gated delta net: Qwen3-Next, Qwen3.5
     if cfg.has("layer_types"):
-        raw = cfg.req_list("layer_types", "", n, str)
+        raw = cfg.req_list("layer_types", "", n, str, exact=True)
         for i, t in enumerate(raw):
             if t not in ("linear_attention", "full_attention"):
                 raise spec_error(
