@@ -16,6 +16,15 @@ One run on one GPU, same buffer and same ids for every method:
 - ``pallas in jit``: the Pallas zeroer's device time inside a user's jitted, donated step
   (``apply`` chained K times in one step; the slope over K), against the cuda kernel.
 - per group (dsv4): bytes and kernel time of one cache group vs all groups.
+- ``--plugin`` (issue 27): the modes of kvlayout's vLLM plugin per step against vLLM's own path,
+  queued and interleaved as above: ``verify`` is vLLM's path (the ``vllm033`` transcription)
+  with the plugin's own id check (:func:`kvlayout.integrations.vllm_plugin.checked_step_ids`:
+  one ``aminmax`` over the host tensor vLLM builds anyway) before the copy and launch;
+  ``replace`` is the drop-in's ``zero_block_ids`` (kvlayout's ``KVBlockZeroer``, graph replay);
+  plus the id check alone on the host. Byte-equal to vLLM's path checked first. Writes
+  ``plugin.json`` and ``plugin.md``.
+- ``--smoke``: the ``--plugin`` part on the CPU under Triton's interpreter, tiny sizes: a check
+  that the script runs (its times mean nothing).
 
 Per-step numbers are queued calls (``calls`` back to back, one sync, median of 15 rounds, the
 methods' rounds interleaved so a noisy host slows each alike); ids
@@ -23,6 +32,8 @@ rotate among ``ROT`` random batches of a pool much larger than L2. Prints a tabl
 writes ``step.json`` and ``step.md`` under ``--out``.
 
     python bench/bench_step.py --out DIR [--presets dsv4-test,dsv4] [--batches 1,8,64,512,4096,16384]
+    python bench/bench_step.py --plugin --out DIR      # the plugin's modes only
+    python bench/bench_step.py --smoke --out DIR       # CPU: the plugin part, tiny, interpreted
 """
 
 from __future__ import annotations
@@ -37,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with torch
+if "--smoke" in sys.argv:  # vLLM's transcribed kernel is a plain @triton.jit: interpret it on the CPU
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import kvlayout.backends.cuda as kc  # noqa: E402
 import numpy as np
@@ -46,6 +59,8 @@ import triton.language as tl
 from kvlayout.backends.cuda.testing import device_poison
 
 import kvlayout as K
+from kvlayout.integrations.vllm import KVBlockZeroer
+from kvlayout.integrations.vllm_plugin import checked_step_ids
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_host_path import host_path  # noqa: E402
@@ -104,6 +119,8 @@ class Vllm033:
         self.chunks = -(-biggest // self.block)
         self.segments = len(addrs)
         self.device = dev
+        self.pin = dev.type == "cuda"  # vLLM pins where it can (not on a CPU-only smoke run)
+        self.num_blocks = table.num_blocks
 
     def launch(self, dev_ids: torch.Tensor) -> None:
         grid = (dev_ids.numel(), self.segments, self.chunks)
@@ -113,8 +130,21 @@ class Vllm033:
         """The scheduler's Python list -> fresh pinned tensor -> non-blocking copy -> launch."""
         if not block_ids:
             return
-        host = torch.tensor(block_ids, dtype=torch.int64, device="cpu", pin_memory=True)
+        host = torch.tensor(block_ids, dtype=torch.int64, device="cpu", pin_memory=self.pin)
         self.launch(host.to(self.device, non_blocking=True))
+
+
+class VerifyStep:
+    """The plugin's ``verify`` step: vLLM's path with the plugin's id check before copy and launch."""
+
+    def __init__(self, v: Vllm033) -> None:
+        self.v = v
+
+    def zero_block_ids(self, block_ids: list[int]) -> None:
+        if not block_ids:
+            return
+        host = checked_step_ids(block_ids, self.v.num_blocks, self.v.pin)
+        self.v.launch(host.to(self.v.device, non_blocking=True))
 
 
 def graph_us(fns: list[Callable[[], None]]) -> float:
@@ -352,6 +382,133 @@ def bench(preset: str, pool_bytes: int, batches: list[int], calls: int) -> dict[
     return {"rows": out, "geometry": geo, "launch_sweep": sweep, "groups": groups, "graph_copy": z.graph_copy}
 
 
+def plugin_modes(
+    preset: str, pool_bytes: int, batches: list[int], calls: int, rounds: int = 15
+) -> list[dict[str, Any]]:
+    """Per step: vLLM 0.33's path, the plugin's verify (same + id check) and replace (kvlayout)."""
+    dev = torch.device(kc.DEVICE_TYPE)
+    spec = K.preset(preset)
+    n = max(64 if dev.type == "cpu" else 20_000, pool_bytes // K.plan(spec).bytes_per_block)
+    table = K.plan(spec.with_num_blocks(n))
+    buf = device_poison(table.total_bytes, dev)
+    v = Vllm033(table, buf.view(torch.int32))
+    verify = VerifyStep(v)
+    replace = KVBlockZeroer._from_table(table, buf, max_batch=max(batches))
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    rng = np.random.default_rng(11)
+    rows = []
+    for batch in batches:
+        lists = [rng.choice(n, size=batch, replace=False).tolist() for _ in range(ROT)]
+        before = buf.clone()
+        after = {}
+        for name, fn in (("vllm", v.zero_block_ids), ("verify", verify.zero_block_ids)):
+            buf.copy_(before)
+            fn(lists[0])
+            sync()
+            after[name] = buf.clone()
+        buf.copy_(before)
+        replace.zero_block_ids(lists[0])
+        replace.check()
+        sync()
+        equal = bool(torch.equal(after["vllm"], after["verify"]) and torch.equal(after["vllm"], buf))
+        equal = equal and not torch.equal(before, buf)
+        buf.copy_(before)
+        del before, after
+        try:  # the id vLLM's kernel would write past the buffer with: refused, nothing written
+            verify.zero_block_ids([0, n])
+            refused = False
+        except K.BlockIdError:
+            refused = True
+        k = iter(range(10**9))
+        steps = interleaved_us(
+            {
+                "vllm": lambda: v.zero_block_ids(lists[next(k) % ROT]),
+                "verify": lambda: verify.zero_block_ids(lists[next(k) % ROT]),
+                "replace": lambda: replace.zero_block_ids(lists[next(k) % ROT]),
+            },
+            sync,
+            rounds=rounds,
+            calls=calls,
+        )
+        host = interleaved_us(
+            {
+                "tensor": lambda: torch.tensor(lists[next(k) % ROT], dtype=torch.int64, pin_memory=v.pin),
+                "checked": lambda: checked_step_ids(lists[next(k) % ROT], n, v.pin),
+            },
+            lambda: None,
+            rounds=rounds,
+            calls=calls,
+        )
+        row = {
+            "preset": preset,
+            "batch": batch,
+            "num_blocks": n,
+            "segments_vllm": v.segments,
+            "byte_equal": equal,
+            "bad_id_refused": refused,
+            "vllm_step_us": steps["vllm"],
+            "verify_step_us": steps["verify"],
+            "replace_step_us": steps["replace"],
+            "verify_vs_vllm": round(steps["verify"] / steps["vllm"], 3),
+            "replace_speedup": round(steps["vllm"] / steps["replace"], 3),
+            "host_tensor_us": host["tensor"],
+            "host_checked_us": host["checked"],
+            "id_check_us": round(host["checked"] - host["tensor"], 2),
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def format_plugin(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| preset | ids | vLLM 0.33 step us | verify step us (x vLLM) | replace step us (vLLM / replace) "
+        "| id check alone us (host tensor us) | equal | id num_blocks refused |"
+    )
+    lines = [head, "|" + "---|" * 8]
+    for r in rows:
+        lines.append(
+            f"| {r['preset']} | {r['batch']} | {r['vllm_step_us']:.1f} "
+            f"| {r['verify_step_us']:.1f} ({r['verify_vs_vllm']:.2f}) "
+            f"| {r['replace_step_us']:.1f} ({r['replace_speedup']:.2f}x) "
+            f"| {r['id_check_us']:.1f} ({r['host_tensor_us']:.1f}) "
+            f"| {r['byte_equal']} | {r['bad_id_refused']} |"
+        )
+    return "\n".join(lines)
+
+
+def plugin_main(args: argparse.Namespace) -> int:
+    smoke = args.smoke
+    batches = [1, 8] if smoke else [int(b) for b in args.batches.split(",")]
+    presets = ["dsv4-test"] if smoke else args.presets.split(",")
+    pool = 1 << 20 if smoke else int(args.pool_gib * GIB)
+    rows = [
+        r
+        for p in presets
+        for r in plugin_modes(p, pool, batches, 2 if smoke else args.calls, rounds=3 if smoke else 15)
+    ]
+    meta = {
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (smoke)",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "mode": kc.MODE,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plugin.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    table = format_plugin(rows)
+    cmd = "python bench/bench_step.py --smoke" if smoke else "python bench/bench_step.py --plugin"
+    (out / "plugin.md").write_text(
+        f"# vLLM plugin modes per step vs vLLM 0.33 ({meta['device']}, {meta['date']})\n\n"
+        f"`{cmd}` (torch {meta['torch']}, triton {meta['triton']}, {meta['mode']}); "
+        "queued calls, medians of interleaved rounds, one run.\n\n"
+        f"{table}\n"
+    )
+    print(table)
+    return 0 if all(r["byte_equal"] and r["bad_id_refused"] for r in rows) else 1
+
+
 def verdict(r: dict[str, Any]) -> list[str]:
     """Targets missed by this row, each with by how much."""
     miss = []
@@ -412,7 +569,13 @@ def main() -> int:
     ap.add_argument("--batches", default="1,8,64,512,4096,16384")
     ap.add_argument("--pool-gib", type=float, default=4.0)
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--plugin", action="store_true", help="only the vLLM plugin's modes (issue 27)")
+    ap.add_argument(
+        "--smoke", action="store_true", help="the --plugin part on the CPU, tiny (runs, no timing)"
+    )
     args = ap.parse_args()
+    if args.plugin or args.smoke:
+        return plugin_main(args)
     batches = [int(b) for b in args.batches.split(",")]
     host = host_path(batches)
     for h in host:

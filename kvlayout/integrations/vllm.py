@@ -663,20 +663,32 @@ class KVBlockZeroer:
 
         ``options`` go to :class:`kvlayout.backends.cuda.CudaZeroer` (``max_batch``, launch knobs).
         """
-        from kvlayout.backends.cuda import CudaZeroer
-
         self.spec = spec_from_kv_cache_config(
             kv_cache_config,
             kv_cache_layout,
             kernel_block_sizes=kernel_block_sizes,
             runner_only_attn_layers=runner_only_attn_layers,
         )
-        self.table = plan(self.spec)
-        self.num_blocks = self.table.num_blocks
+        self._setup(plan(self.spec), buffer, tuple(g.name for g in self.spec.groups), options)
+
+    def _setup(self, table: SegmentTable, buffer: Any, group_names: tuple[str, ...], options: Any) -> None:
+        from kvlayout.backends.cuda import CudaZeroer
+
+        self.table = table
+        self.num_blocks = table.num_blocks
         #: kvlayout's name of each vLLM cache group, by vLLM's group index
-        self.group_names: tuple[str, ...] = tuple(g.name for g in self.spec.groups)
-        self._row_groups = frozenset(s.group for s in self.table.segments)
-        self._zeroer = CudaZeroer(self.table, buffer, **options)
+        self.group_names = group_names
+        self._row_groups = frozenset(s.group for s in table.segments)
+        self._zeroer = CudaZeroer(table, buffer, **options)
+
+    @classmethod
+    def _from_table(cls, table: SegmentTable, buffer: Any, **options: Any) -> KVBlockZeroer:
+        """The same object over a table kvlayout planned, without vLLM's objects (benchmarks on a
+        machine without vLLM); its ``spec`` is ``None``."""
+        self = cls.__new__(cls)
+        self.spec = None  # type: ignore[assignment]
+        self._setup(table, buffer, table.groups, options)
+        return self
 
     @classmethod
     def from_kv_caches(

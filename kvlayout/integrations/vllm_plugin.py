@@ -378,22 +378,34 @@ def verify_vllm_table(vt: SegmentTable, layout: Layout, ours: SegmentTable, base
     )
 
 
-def _refuse_ids(ids: Any, num_blocks: int) -> None:
-    """Raise naming the first id outside ``[0, num_blocks)`` of a CPU int64 tensor (nothing written)."""
-    bad = ((ids < 0) | (ids >= num_blocks)).nonzero()
-    i = int(bad[0, 0])
-    raise bad_value(
-        BlockIdError,
-        f"block_ids[{i}]",
-        int(ids[i]),
-        f"outside [0, {num_blocks}): kvlayout refused the step before vLLM's kernel ran "
-        f"({bad.shape[0]} bad ids; nothing was written)",
-    )
+def checked_step_ids(block_ids: Sequence[int], num_blocks: int, pin_memory: bool = False) -> Any:
+    """The host int64 tensor vLLM's step builds from the scheduler's list, its ids bounds-checked.
+
+    vLLM's ``async_tensor_h2d`` makes this tensor anyway (pinned where vLLM pins); the check is
+    one ``aminmax`` over it, so it costs a few microseconds whatever the batch. An id outside
+    ``[0, num_blocks)`` raises :class:`~kvlayout.errors.BlockIdError` naming the first such id,
+    before anything is copied to the device or launched.
+    """
+    import torch
+
+    ids = torch.tensor(block_ids, dtype=torch.int64, pin_memory=pin_memory, device="cpu")
+    if ids.numel():
+        lo, hi = torch.aminmax(ids)
+        if int(lo) < 0 or int(hi) >= num_blocks:
+            bad = ((ids < 0) | (ids >= num_blocks)).nonzero()
+            i = int(bad[0, 0])
+            raise bad_value(
+                BlockIdError,
+                f"block_ids[{i}]",
+                int(ids[i]),
+                f"outside [0, {num_blocks}): kvlayout refused the step before vLLM's kernel ran "
+                f"({bad.shape[0]} bad ids; nothing was written)",
+            )
+    return ids
 
 
 def _verifying_class(original: type, utils: ModuleType) -> type:
     """vLLM's own class, proven at construction and bounds-checking each step's ids."""
-    import torch
 
     class VerifiedKVBlockZeroer(original):  # type: ignore[misc, valid-type]
         """vLLM's ``KVBlockZeroer``, its table proven by kvlayout; ids checked before its kernel."""
@@ -454,12 +466,7 @@ def _verifying_class(original: type, utils: ModuleType) -> type:
             """vLLM's step (its host tensor, copy and kernel), with the ids bounds-checked first."""
             if not block_ids or self._meta is None:
                 return
-            ids = torch.tensor(
-                block_ids, dtype=torch.int64, pin_memory=self.kvlayout_pin_memory, device="cpu"
-            )
-            lo, hi = torch.aminmax(ids)
-            if int(lo) < 0 or int(hi) >= self.kvlayout_num_blocks:
-                _refuse_ids(ids, self.kvlayout_num_blocks)
+            ids = checked_step_ids(block_ids, self.kvlayout_num_blocks, self.kvlayout_pin_memory)
             seg_addrs, seg_block_strides, seg_page_sizes, max_chunks, blk_size, n_segs = self._meta
             idx = ids.to(device=self.device, non_blocking=True)
             utils._zero_kv_blocks_kernel[(len(block_ids), n_segs, max_chunks)](
@@ -539,6 +546,7 @@ __all__ = [
     "PluginConfigError",
     "ReplacedKVBlockZeroer",
     "ZeroerMismatchError",
+    "checked_step_ids",
     "first_difference",
     "install",
     "installed_mode",
