@@ -117,6 +117,20 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
         if isinstance(data, dict) and data.get("layout") == "native":  # GEOMETRY.md section 9
             _load_native(args, data)
             return None  # type: ignore[return-value]  # the command reads args.native
+        if args.cmd == "plot":  # refuse a spec too large to draw before parsing and planning it
+            groups = data.get("groups") if isinstance(data, dict) else None
+            if isinstance(groups, list):
+                layers = sum(
+                    len(g["layers"])
+                    for g in groups
+                    if isinstance(g, dict) and isinstance(g.get("layers"), list)
+                )
+                if layers > MAX_PLOT_LAYERS:
+                    raise UsageError(
+                        f"plot: the spec has {layers} layers; plots draw at most {MAX_PLOT_LAYERS}",
+                        field="layers",
+                        value=layers,
+                    )
         spec = KVCacheSpec.from_dict(data)
     else:
         raise UsageError("missing SPEC.json (or --preset NAME)", field="spec", value=None)
@@ -606,6 +620,33 @@ def _plot_path(text: str) -> Path:
     return out
 
 
+#: Most table rows ``kvlayout plot`` draws (a figure of more cannot be read, and drawing it took minutes).
+MAX_PLOT_ROWS = 2048
+#: Most layers of a spec ``plot --kind map`` (and ``--compare``) draws.
+MAX_PLOT_LAYERS = 1024
+#: Most cache groups ``kvlayout plot`` draws (``--kind steps`` draws a bar per group shape).
+MAX_PLOT_GROUPS = 64
+
+
+def _plot_sized(table: SegmentTable, specs: Sequence[KVCacheSpec]) -> None:
+    """Refuse, before matplotlib is imported, a plot too large to draw in seconds or to read."""
+    groups = len({s.group for s in table.segments})
+    for what, n, limit in (("rows", len(table), MAX_PLOT_ROWS), ("groups", groups, MAX_PLOT_GROUPS)):
+        if n > limit:
+            raise UsageError(
+                f"plot: the table has {n} {what}; plots draw at most {limit} (use kvlayout plan or check)",
+                field=what,
+                value=n,
+            )
+    for spec in specs:
+        if len(spec.layers) > MAX_PLOT_LAYERS:
+            raise UsageError(
+                f"plot: the spec has {len(spec.layers)} layers; byte maps draw at most {MAX_PLOT_LAYERS}",
+                field="layers",
+                value=len(spec.layers),
+            )
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     out = _plot_path(args.out)
     from .viz import describe_changes, parse_compare, variant  # no matplotlib: the input is checked first
@@ -638,6 +679,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         changes = parse_compare(args.compare)
         other = variant(spec, changes)
         plan_layout(other)  # a variant that cannot be planned is exit 2 here, before matplotlib
+    _plot_sized(table, [x for x in (spec, other) if x is not None] if kind == "map" else [])
     blocks = parse_blocks(args.blocks, table.num_blocks).tolist() if args.blocks else None
     if kind == "diff":
         _host_sized(table.total_bytes, "total_bytes")

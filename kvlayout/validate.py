@@ -41,7 +41,7 @@ def check_name(cls: type[KVLayoutError], field: str, v: object, *, empty: bool =
         raise bad_value(cls, field, v, "must be a non-empty string" if not empty else "must be a string")
     if len(v) > 4096:
         raise bad_value(cls, field, v, "must be at most 4096 characters")
-    if any(unicodedata.category(c)[0] == "C" for c in v):
+    if not v.isprintable() and any(unicodedata.category(c)[0] == "C" for c in v):  # fast path first
         raise bad_value(cls, field, v, "must not contain control characters")
     return v
 

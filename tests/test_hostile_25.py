@@ -385,4 +385,59 @@ def test_native_zero_of_an_unknown_group_exit_2(tmp_path: Path, capsys: pytest.C
     expect_exit_2(capsys, ["zero", spec, "--blocks", "0", "--group", "nope"], "'nope'", "'full', 'mla'")
     cfg = str(Path(__file__).parent / "fixtures" / "models" / "llama" / "config.json")
     argv = ["zero", "--config", cfg, "--engine", "tpu-inference", "--blocks", "0", "--group", "nope"]
-    expect_exit_2(capsys, [*argv, "--backend", "reference"], "'nope'", "valid groups: 'full'")
+    expect_exit_2(capsys, [*argv, "--backend", "reference"], "'nope'", "valid groups: '")
+
+
+# --------------------------------------------------------------------------- plot size bounds
+def _layers(n: int, prefix: str = "l", **extra: Any) -> list[dict[str, Any]]:
+    base = {"kind": "full", "block_size": 1, "num_kv_heads": 1, "head_size": 2, "dtype": "int8", **extra}
+    return [{"name": f"{prefix}{i}", **base} for i in range(n)]
+
+
+def test_plot_of_a_spec_too_large_to_draw_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 5,000-layer byte map took minutes (10**5 layers: 15 min, 4 GB); refused before planning."""
+    from kvlayout.cli import MAX_PLOT_GROUPS, MAX_PLOT_LAYERS, MAX_PLOT_ROWS
+
+    big = {"num_blocks": 4, "layout": "packed", "groups": [{"name": "g", "layers": _layers(5000)}]}
+    spec = write(tmp_path, "big.json", json.dumps(big))
+    out = str(tmp_path / "x.png")
+    expect_exit_2(capsys, ["plot", spec, "--out", out], "5000 layers", str(MAX_PLOT_LAYERS))
+    table = write(tmp_path, "t.json", K.plan(K.KVCacheSpec.from_dict(big)).to_json())
+    expect_exit_2(capsys, ["plot", "--table", table, "--out", out], "5000 rows", str(MAX_PLOT_ROWS))
+    # --kind steps draws a bar per group shape: 100 shapes took 15 s, 2,000 past 120 s
+    groups = [{"name": f"g{j}", "layers": _layers(1, f"g{j}.l", head_size=2 * (j + 1))} for j in range(100)]
+    spec = write(tmp_path, "g.json", json.dumps({"num_blocks": 4, "layout": "packed", "groups": groups}))
+    expect_exit_2(capsys, ["plot", spec, "--kind", "steps", "--out", out], "100 groups", str(MAX_PLOT_GROUPS))
+    assert not Path(out).exists()
+
+
+# --------------------------------------------------------------------------- kvlayout.viz's Python API
+@pytest.mark.parametrize("bad", [[True], [1.5], ["1"], [100], [-1], [2**64], []])
+def test_viz_block_ids_are_checked(bad: list[Any]) -> None:
+    from kvlayout import viz
+    from kvlayout.errors import BlockIdError
+
+    spec = K.preset("dsv4-test")  # 100 blocks
+    for draw in (
+        lambda: viz.byte_map(spec, bad),
+        lambda: viz.table_map(K.plan(spec), bad),
+        lambda: viz.compare_maps(spec, spec, blocks=bad),
+        lambda: (
+            viz.step_bytes(K.plan(spec), {"mla": bad})
+            if bad
+            else viz.step_bytes(K.plan(spec), {"mla": [1.0]})
+        ),
+    ):
+        with pytest.raises(BlockIdError):
+            draw()
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, "5", -1, 2**70, None])
+def test_viz_byte_offsets_are_checked(bad: Any) -> None:
+    from kvlayout import viz
+    from kvlayout.errors import KVLayoutError
+
+    with pytest.raises(KVLayoutError, match="byte_offset"):
+        viz.describe_at(K.preset("dsv4-test"), bad)
+    with pytest.raises(KVLayoutError, match="new_blocks"):
+        viz.bytes_per_step(K.preset("dsv4-test"), new_blocks=bad)

@@ -7,17 +7,20 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import BlockIdError, bad_value
 from ..planner import Layout
-from ..ranges import merge_ranges
+from ..ranges import MAX_BLOCKS, merge_ranges
 from ..spec import (
     KVCacheSpec,
 )
 from ..table import Segment, SegmentTable
+from ..validate import check_int
 from .common import (
     KIND_COLORS,
     _comma_formatter,
     _fmt,
     _table_of,
+    check_blocks,
     group_lanes,
     group_pattern,
 )
@@ -48,6 +51,9 @@ def step_bytes(table: SegmentTable, allocations: Mapping[str, Sequence[int]]) ->
     ids; all-group zeroing (today) clears every row over all the ids. Computed from the rows'
     ``group`` provenance (rows merged across groups count for each of their groups).
     """
+    if not isinstance(allocations, Mapping):
+        raise bad_value(BlockIdError, "allocations", allocations, "must map group names to block ids")
+    allocations = {g: check_blocks(ids, table.num_blocks).tolist() for g, ids in allocations.items()}
     per = sum(
         _union_bytes([s for s in table.segments if _in_group(s, g)], ids) for g, ids in allocations.items()
     )
@@ -78,6 +84,7 @@ def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int 
     """
     import matplotlib.pyplot as plt
 
+    check_int(BlockIdError, "new_blocks", new_blocks, lo=1, hi=MAX_BLOCKS)
     table, layout = _table_of(source)
     classes = _table_classes(table, layout)
     n = table.num_blocks

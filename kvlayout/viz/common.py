@@ -11,7 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import spec_error
+import numpy as np
+
+from ..errors import BlockIdError, LayoutBufferError, bad_value, spec_error
 from ..planner import Layout, Placement, plan_layout
 from ..spec import (
     KVCacheSpec,
@@ -21,6 +23,7 @@ from ..spec import (
     SlidingWindowSpec,
 )
 from ..table import Segment, SegmentTable
+from ..validate import block_ids, check_int
 
 #: Alignment gaps (hatched).
 PAD_COLOR = "#bbbbbb"
@@ -282,15 +285,33 @@ def _shown_blocks(
 ) -> tuple[list[int], bool]:
     """Blocks to draw: the asked ones, else first/second/middle/last, within ``max_lanes`` lanes."""
     limit = max(1, max_lanes // max(1, per_block))
+    if blocks is not None:
+        asked = sorted(set(check_blocks(blocks, n).tolist()))
+        if not asked:
+            raise bad_value(BlockIdError, "blocks", blocks, "name at least one block to draw")
+        return asked[:limit], len(asked) > limit
     if n == 0:
         return [0], False
-    if blocks is not None:
-        asked = sorted({int(b) for b in blocks if 0 <= int(b) < n}) or [0]
-        return asked[:limit], len(asked) > limit
     for pick in ({0, min(1, n - 1), n // 2, n - 1}, {0, n - 1}, {0}):
         if len(pick) <= limit:
             return sorted(pick), len(pick) < n
     return [0], n > 1
+
+
+def check_blocks(blocks: Any, num_blocks: int) -> np.ndarray:
+    """Block ids a drawing was asked for: integers (not bools, floats or strings) in ``[0, num_blocks)``.
+
+    The same rule as zeroing (:func:`kvlayout.validate.block_ids`): a bad id is a
+    :class:`~kvlayout.errors.BlockIdError` naming it, never silently dropped or truncated.
+    """
+    if isinstance(blocks, range):
+        blocks = list(blocks)
+    return block_ids(blocks, num_blocks)
+
+
+def check_offset(field: str, value: Any) -> int:
+    """A byte offset: an integer (not a bool, float or string) in ``[0, 2**62)``."""
+    return check_int(LayoutBufferError, field, value, lo=0)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from .common import (
     _fmt,
     _short,
     _table_of,
+    check_offset,
     group_pattern,
     layer_kind,
 )
@@ -47,8 +48,9 @@ def describe_at(source: SegmentTable | Layout | KVCacheSpec, byte_offset: int, *
     the rows that clear the byte and for which blocks; two blocks or a byte past the buffer
     are flagged UNSAFE. The explorer calls this for the byte under its cursor.
     """
+    off = check_offset("byte_offset", byte_offset)
     table, layout = _table_of(source)
-    off, n, total = int(byte_offset), table.num_blocks, table.total_bytes
+    n, total = table.num_blocks, table.total_bytes
     lines = [f"byte {_fmt(off)} of a {_fmt(total)} B buffer"]
     geo = Geometry(layout) if layout is not None else None
     where = geo.to_row(off) if geo is not None else None
