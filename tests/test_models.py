@@ -472,7 +472,6 @@ def _without(family: str, *path: str) -> dict[str, Any]:
         (_without("llama", "architectures"), {}, "config.architectures"),
         ({**config("llama"), "architectures": ["BertModel"]}, {}, "config.architectures[0]"),
         (_without("llama", "num_attention_heads"), {}, "config.num_attention_heads"),
-        (_without("llama", "torch_dtype"), {}, "config.torch_dtype"),
         (_without("llama", "num_hidden_layers"), {}, "config.num_hidden_layers"),
         (_without("llama", "hidden_size"), {}, "config.hidden_size"),
         ({**config("llama"), "num_key_value_heads": "8"}, {}, "config.num_key_value_heads"),

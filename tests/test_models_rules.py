@@ -85,3 +85,47 @@ def test_configs_vllm_or_transformers_refuse() -> None:
             M.from_config(cfg)
         assert e.value.field == field
     assert len(_ms(config("llama", num_hidden_layers=1_000)).spec.layers) == 1_000
+
+
+# --------------------------------------------------------------------------- reading configs as vLLM does
+def test_no_torch_dtype_is_bfloat16_as_in_vllm() -> None:
+    # gpt-oss's published config.json has none: vLLM's dtype auto (no safetensors to read) is bfloat16
+    cfg = config("gpt_oss")
+    cfg.pop("torch_dtype", None)
+    cfg.pop("dtype", None)
+    ms = _ms(cfg)
+    assert ms.dtype == "bfloat16" and any("no torch_dtype" in x for x in ms.notes)
+
+
+def test_transformers_reader_fills_gemma3_text_config_defaults() -> None:
+    cfg = config("gemma3")
+    for key in ("num_attention_heads", "num_key_value_heads", "head_dim"):
+        cfg["text_config"].pop(key)
+    with pytest.raises(SpecError) as e:  # read as written: the field is missing
+        M.from_config(cfg)
+    assert e.value.field == "config.text_config.num_attention_heads"
+    ms = _ms(cfg, reader="transformers")  # Gemma3TextConfig: 8 heads, 4 KV heads, head_dim 256
+    assert {x.page for _, x in ms.spec.layers} == {2 * 16 * 4 * 256 * 2}
+    assert any("Gemma3Config" in x for x in ms.notes)
+
+
+def test_transformers_reader_agrees_on_every_fixture_and_refuses_what_it_refuses() -> None:
+    for path in sorted(FIXTURES.glob("*/config.json")):
+        for kw in ({}, {"tp": 2}, {"kv_cache_dtype": "fp8"}):
+            a, b = (
+                _ms(json.loads(path.read_text()), **kw),
+                _ms(json.loads(path.read_text()), reader="transformers", **kw),
+            )
+            assert (a.bytes_per_block, a.block_size) == (b.bytes_per_block, b.block_size), (path, kw)
+            assert [[x.name for x in g.layers] for g in a.spec.groups] == [
+                [x.name for x in g.layers] for g in b.spec.groups
+            ]
+    with pytest.raises(SpecError) as e:  # transformers' layer_types validation
+        M.from_config(config("gpt_oss", layer_types=["full_attention"]), reader="transformers")
+    assert e.value.field == "config"
+    with pytest.raises(SpecError) as e:
+        M.from_config(config("llama", num_hidden_layers=10**9), reader="transformers")
+    assert e.value.field == "config.num_hidden_layers"
+    with pytest.raises(SpecError) as e:
+        M.from_config(config("llama"), reader="hf")
+    assert e.value.field == "reader"

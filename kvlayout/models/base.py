@@ -11,15 +11,14 @@ from ..planner import Layout, plan_layout
 from ..spec import KVCacheSpec, LayerSpec
 from ..validate import is_int
 from .backends import BACKENDS, DEFAULT_DEVICE, VLLM_BLOCK_SIZE, Resolved, resolve
-from .config import Config
+from .config import MAX_CONFIG_LAYERS, Config
 
 ENGINES = ("vllm", "tpu-inference")
 #: Blocks in a spec made from a config unless ``num_blocks`` says otherwise: small enough
 #: that ``kvlayout zero`` can check every family on the host.
 DEFAULT_NUM_BLOCKS = 16
-#: A bound on ``num_hidden_layers`` (the largest published model has a few hundred): planning
-#: stays within about a second and 100 MB.
-MAX_LAYERS = 100_000
+#: A bound on ``num_hidden_layers``: planning stays within about a second and 100 MB.
+MAX_LAYERS = MAX_CONFIG_LAYERS
 
 
 @dataclass(frozen=True)

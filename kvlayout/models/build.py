@@ -11,7 +11,16 @@ from ..native import NativeCacheSpec
 from ..spec import KVCacheSpec
 from .backends import DEFAULT_DEVICE, check_device
 from .base import DEFAULT_NUM_BLOCKS, ENGINES, Ctx, ModelSpec
-from .config import Config, check_kv_cache_dtype, check_tp, load_config, resolve_model_dtype, text_config
+from .config import (
+    READERS,
+    Config,
+    check_kv_cache_dtype,
+    check_tp,
+    load_config,
+    resolve_model_dtype,
+    text_config,
+    through_transformers,
+)
 from .families import architecture, family_rule
 from .tpu_inference import NativeModelSpec, tpu_inference_spec
 
@@ -27,16 +36,22 @@ def build(
     *,
     device: str | None = None,
     attention_backend: str | None = None,
+    reader: str = "json",
 ) -> tuple[ModelSpec, Ctx]:
     """vLLM's spec for ``config`` and the context it was read in. ``device`` None (tpu-inference):
     no CUDA backend is resolved, attention takes 16-token blocks and MLA 64."""
     tp = check_tp(tp)
     if device is not None:
         device = check_device(device)
-    top = Config(load_config(config), "config")
+    if reader not in READERS:
+        raise spec_error("reader", reader, f"valid: {', '.join(READERS)}")
+    notes: list[str] = []
+    data = load_config(config)
+    if reader == "transformers":
+        data = through_transformers(data, notes)
+    top = Config(data, "config")
     arch, family = architecture(top)
     text = text_config(top)
-    notes: list[str] = []
     model_dtype = resolve_model_dtype(top, text, dtype, notes)
     prefix = "language_model.model.layers" if arch.endswith("ForConditionalGeneration") else "model.layers"
     if family == "deepseek_v3" and text.has("index_topk"):
@@ -90,12 +105,15 @@ def from_config(
     mamba_ssm_cache_dtype: str | None = None,
     device: str = DEFAULT_DEVICE,
     attention_backend: str | None = None,
+    reader: str = "json",
 ) -> ModelSpec | NativeModelSpec:
     """What ``engine`` allocates for the model of ``config`` (a dict or a path to ``config.json``)
     on one of ``tp`` ranks, with the decisions made on the way: a :class:`ModelSpec` for vLLM,
     a :class:`NativeModelSpec` (typed per-layer arrays) for tpu-inference. ``device`` (``hopper``,
     ``blackwell``, ``ampere``) and ``attention_backend`` (a vLLM backend name) decide the attention
-    backend, hence the block size, as vLLM resolves them (:mod:`.backends`)."""
+    backend, hence the block size, as vLLM resolves them (:mod:`.backends`). ``reader="transformers"``
+    reads the config through transformers' config class, as vLLM does (defaults, ``text_config``
+    completed); the default ``"json"`` reads the fields as written (no torch import)."""
     if engine not in ENGINES:
         raise spec_error("engine", engine, f"valid: {', '.join(ENGINES)}")
     if engine != "vllm" and (device != DEFAULT_DEVICE or attention_backend is not None):
@@ -112,6 +130,7 @@ def from_config(
         mamba_ssm_cache_dtype,
         device=device if engine == "vllm" else None,
         attention_backend=attention_backend,
+        reader=reader,
     )
     return tpu_inference_spec(ms, c) if engine == "tpu-inference" else ms
 
@@ -121,7 +140,7 @@ def spec_from_config(
 ) -> KVCacheSpec | NativeCacheSpec:
     """The kvlayout spec of what ``engine`` allocates for ``config``: :func:`from_config`'s spec,
     with its options (``tp``, ``dtype``, ``kv_cache_dtype``, ``block_size``, ``num_blocks``,
-    ``mamba_ssm_cache_dtype``, ``device``, ``attention_backend``). A flat-buffer
+    ``mamba_ssm_cache_dtype``, ``device``, ``attention_backend``, ``reader``). A flat-buffer
     :class:`~kvlayout.KVCacheSpec` for vLLM, a :class:`~kvlayout.native.NativeCacheSpec` of
     per-layer arrays for tpu-inference."""
     return from_config(config, engine=engine, **options).spec

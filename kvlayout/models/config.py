@@ -21,6 +21,8 @@ from ..errors import SpecError, spec_error
 from ..validate import is_int, read_json_file
 
 MODEL_DTYPES = ("bfloat16", "float16", "float32")
+#: A bound on ``num_hidden_layers`` (the largest published model has a few hundred).
+MAX_CONFIG_LAYERS = 100_000
 KV_DTYPES: Mapping[str, str | None] = {
     "auto": None,
     "bfloat16": "bfloat16",
@@ -109,6 +111,48 @@ def load_config(config: Mapping[str, Any] | str | Path) -> Mapping[str, Any]:
     return data
 
 
+READERS = ("json", "transformers")
+
+
+def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[str, Any]:
+    """``data`` as transformers' config class for its ``model_type`` makes it (vLLM's ``get_config``):
+    its defaults filled in, ``text_config`` nested and completed, derived fields (``layer_types``)
+    written. Needs the ``models`` extra (transformers, the version vLLM 0.33 pins); a model type
+    transformers does not know is read as written, with a note."""
+    try:
+        from transformers import CONFIG_MAPPING
+    except ImportError as e:
+        raise spec_error(
+            "reader", "transformers", "transformers is not installed (pip install kvlayout[models])"
+        ) from e
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        notes.append(f"model_type {model_type!r} is not a transformers config class: read as written")
+        return data
+    for cfg, where in ((data, "config"), (data.get("text_config"), "config.text_config")):
+        n = cfg.get("num_hidden_layers") if isinstance(cfg, Mapping) else None
+        if is_int(n) and not 0 <= int(n) <= MAX_CONFIG_LAYERS:  # type: ignore[arg-type]  # per-layer lists
+            raise spec_error(f"{where}.num_hidden_layers", n, f"must be between 0 and {MAX_CONFIG_LAYERS:,}")
+    try:
+        out = CONFIG_MAPPING[model_type].from_dict(dict(data)).to_dict()
+    except Exception as e:  # transformers refuses the config: its message names the field
+        raise spec_error("config", model_type, f"transformers refuses it: {type(e).__name__}: {e}") from e
+    notes.append(f"read through transformers' {CONFIG_MAPPING[model_type].__name__}")
+    return _keep_written(out, data)
+
+
+def _keep_written(made: Mapping[str, Any], written: Mapping[str, Any]) -> dict[str, Any]:
+    """``made`` (transformers' dict) with the fields of ``written`` it dropped or left None put back
+    (vLLM keeps them as attributes of the config: ``compress_ratios``, Nemotron-H's layer count)."""
+    out = dict(made)
+    for key, value in written.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _keep_written(out[key], value)
+        elif out.get(key) is None:
+            out[key] = value
+    return out
+
+
 def text_config(top: Config) -> Config:
     tc = top.data.get("text_config")
     if tc is None:
@@ -136,7 +180,13 @@ def resolve_model_dtype(top: Config, text: Config, dtype: str | None, notes: lis
                     notes.append("float32 checkpoint: vLLM's dtype auto runs it in bfloat16")
                     return "bfloat16"
                 return str(raw)
-    raise top.missing("torch_dtype", "the model dtype (or pass dtype=)")
+    # vLLM (ModelArchConfigConvertorBase.get_torch_dtype, _resolve_auto_dtype): no dtype in the config
+    # (gpt-oss) and no safetensors metadata to read is float32, which dtype auto runs in bfloat16 on CUDA
+    notes.append(
+        "no torch_dtype in the config: vLLM reads the weights' dtype from safetensors, else runs it "
+        "in bfloat16 (assumed here; pass dtype= for the weights' dtype)"
+    )
+    return "bfloat16"
 
 
 def resolve_kv_dtype(kv_cache_dtype: str | None, model_dtype: str) -> str:
