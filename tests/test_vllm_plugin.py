@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import MethodType, ModuleType, SimpleNamespace
 from typing import Any
@@ -90,6 +91,7 @@ from vllm.v1.worker.gpu import model_runner as RUNNER_V2  # noqa: E402
 import kvlayout as K  # noqa: E402
 from kvlayout.errors import BlockIdError, SpecError  # noqa: E402
 from kvlayout.integrations import vllm_plugin as P  # noqa: E402
+from kvlayout.integrations.vllm import spec_from_kv_cache_config  # noqa: E402
 
 CPU = torch.device("cpu")
 #: vLLM's own class, captured before any test installs the plugin in this process
@@ -345,14 +347,21 @@ def test_verify_refuses_a_config_from_another_cache() -> None:
 
 
 # --------------------------------------------------------------------------- replace
+#: every layout once; DeepSeek-V4 packed, packed kernel-block views, a Mamba hybrid, MLA, splitting
+REPLACE_CASES = (
+    "BLHNC:dsv4-c4-c128",
+    "LHBNC:full+swa-3-groups",
+    "BLNHC:attn1+mamba",
+    "BLHNC:c4-kernel-views",
+    "LBNHC:mla-bf16",
+    "BHLNC:full+swa-3-groups",
+    "LBHNC:split",
+)
+
+
 def test_replace_clears_exactly_vllms_bytes(mode: Any) -> None:
     mode("replace")
-    for name in (
-        "BLHNC:dsv4-c4-c128",
-        "LHBNC:full+swa-3-groups",
-        "BLNHC:attn1+mamba",
-        "BLHNC:c4-kernel-views",
-    ):
+    for name in REPLACE_CASES:
         built = _build(name)
         vt = built.vllm_table()
         n = built.num_blocks
@@ -362,7 +371,7 @@ def test_replace_clears_exactly_vllms_bytes(mode: Any) -> None:
             assert isinstance(z, P.ReplacedKVBlockZeroer) and not isinstance(z, VLLM_ZEROER)
             assert z.table == K.plan(G.kvlayout_spec(built))
             z.warmup(n)  # vLLM's warmup(num_kv_blocks): writes nothing
-            batches = [[b] for b in range(n)] if not v2 else [[n - 1, 0], list(range(n))]
+            batches = [[b] for b in range(n)] if not v2 else [[n - 1, 0]]
             for ids in batches:
                 built.buffer.copy_(torch.from_numpy(poison))
                 z.zero_block_ids(ids)
@@ -403,6 +412,32 @@ def test_replace_at_a_nonzero_storage_offset(mode: Any) -> None:
     expected = before.copy()
     K.zero_blocks_numpy(expected[lead : lead + built.buffer.numel()], z.table, [2])
     assert np.array_equal(store.numpy(), expected)
+
+
+def test_kv_sharing_layer_without_a_tensor(mode: Any) -> None:
+    """A layer that reuses another's cache owns no KVCacheTensor; vLLM's v2 runner does not name it."""
+    for m in ("verify", "replace"):
+        built = _build("BLHNC:full-bf16")
+        g = built.config.kv_cache_groups[0]
+        shared, target = "model.layers.9.attn", g.layer_names[0]
+        built.config = replace(
+            built.config, kv_cache_groups=[replace(g, layer_names=[*g.layer_names, shared])]
+        )
+        built.attn_groups[0].layer_names.append(shared)
+        built.forward_context[shared] = built.forward_context[target]  # the runner's kv sharing
+        mode(m)
+        for v2 in (False, True):
+            ns = _runner(built, v2)
+            if not v2:
+                ns.runner_only_attn_layers = {shared}
+            (RUNNER_V2 if v2 else RUNNER_V1).GPUModelRunner._init_kv_zero_meta(ns)
+            z = ns.kv_block_zeroer if v2 else ns._kv_block_zeroer
+            table = z.kvlayout_table if m == "verify" else z.table
+            spec = spec_from_kv_cache_config(
+                built.config, kernel_block_sizes=built.kernel_block_sizes, runner_only_attn_layers={shared}
+            )
+            assert table == K.plan(spec), (m, v2)  # the shared layer adds no row
+        P.uninstall()
 
 
 # --------------------------------------------------------------------------- the driver

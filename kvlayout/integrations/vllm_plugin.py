@@ -33,7 +33,7 @@ import importlib.machinery
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import FrameType, ModuleType
 from typing import Any
 
@@ -215,6 +215,19 @@ def _caller_config(depth: int) -> tuple[Any, Any]:
         field="kv_cache_config",
         value=None,
     )
+
+
+def _runner_only(kv_cache_config: Any, given: Collection[str] | None) -> Collection[str]:
+    """Layers that own no ``KVCacheTensor`` (vLLM's KV sharing), when the runner does not say.
+
+    vLLM's v2 runner passes no ``runner_only_attn_layers``: a layer that shares another's cache
+    is then in a cache group with no tensor of its own. Its view is the other layer's, so vLLM's
+    zeroer deduplicates it by address; were it not, the table comparison would catch it.
+    """
+    if given is not None:
+        return given
+    owned = {name for t in kv_cache_config.kv_cache_tensors for name in t.layers}
+    return {n for g in kv_cache_config.kv_cache_groups for n in g.layer_names if n not in owned}
 
 
 def _manager_views(
@@ -443,7 +456,7 @@ def _verifying_class(original: type, utils: ModuleType) -> type:
                 kv_cache_config,
                 layout_name,
                 kernel_block_sizes=kernel_block_sizes,
-                runner_only_attn_layers=runner_only_attn_layers or (),
+                runner_only_attn_layers=_runner_only(kv_cache_config, runner_only_attn_layers),
             )
             layout = plan_layout(spec)
             views = _manager_views(groups, static_forward_context, num_blocks, layout)
@@ -499,7 +512,7 @@ class ReplacedKVBlockZeroer(KVBlockZeroer):
             kv_cache_config, layout_name = _caller_config(2)
         else:
             layout_name = kv_cache_config.kv_cache_layout
-        runner_only = runner_only_attn_layers or ()
+        runner_only = _runner_only(kv_cache_config, runner_only_attn_layers)
         spec = spec_from_kv_cache_config(
             kv_cache_config,
             layout_name,
