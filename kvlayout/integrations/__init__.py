@@ -7,4 +7,7 @@ Each adapter lives in its own module and imports its engine lazily, inside its f
   turns vLLM 0.33's ``KVCacheConfig`` and resolved ``KVCacheLayout`` into a
   :class:`~kvlayout.spec.KVCacheSpec`; :func:`~kvlayout.integrations.vllm.table_from_block_zeroer`
   reads a ``KVBlockZeroer``'s segments as a :class:`~kvlayout.table.SegmentTable`.
+- :mod:`kvlayout.integrations.vllm_plugin`: vLLM's general plugin (entry point
+  ``vllm.general_plugins``), which proves vLLM's own zeroer table at start-up or replaces the
+  zeroer, as ``KVLAYOUT_VLLM_MODE`` says (``verify``, ``replace`` or ``off``).
 """
