@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 from .errors import spec_error
 from .ranges import MAX_BYTES, round_up
-from .spec import GroupSpec, KVCacheSpec, LayerSpec
+from .spec import KVCacheSpec, LayerSpec
 from .table import Segment, SegmentTable
 
 #: Orders whose outermost axis is the block (one block row holds every layer).
@@ -278,9 +278,12 @@ def _plan_layer_outer(spec: KVCacheSpec, order: str) -> Layout:
     n = spec.num_blocks
     num_slots = max(len(g.layers) for g in spec.groups)
     ordered = [placement_order(g.layers) for g in spec.groups]
+    slots: list[list[LayerSpec]] = [[] for _ in range(num_slots)]
+    for layers in ordered:  # O(layers), not O(slots * groups)
+        for j, layer in enumerate(layers):
+            slots[j].append(layer)
     slot_pages = []
-    for j in range(num_slots):
-        in_slot = [layers[j] for layers in ordered if j < len(layers)]
+    for j, in_slot in enumerate(slots):
         slot_pages.append(_bounded(max(_layer_stride(layer, order) for layer in in_slot), spec))
         splits = {layer.split_kv for layer in in_slot}
         if len(splits) > 1:
@@ -364,18 +367,15 @@ def _bounded(total_bytes: int, spec: KVCacheSpec) -> int:
     return total_bytes
 
 
-def _group_of(spec: KVCacheSpec, name: str) -> GroupSpec:
-    return next(g for g in spec.groups if g.name == name)
-
-
 def build_table(layout: Layout) -> SegmentTable:
     """Rows for every zeroed layer part and virtual sub-block, plus the padding ranges."""
     rows: list[Segment] = []
+    group_of = {g.name: g for g in layout.spec.groups}  # one lookup per placement, not a scan
     for p in layout.placements:
         layer = p.layer
         if not layer.zeroed:
             continue
-        group = _group_of(layout.spec, p.group)
+        group = group_of[p.group]
         ratio = group.split_ratio(layer)
         if ratio > 1 and layer.real_page != layer.page:
             raise spec_error(

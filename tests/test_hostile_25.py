@@ -6,6 +6,7 @@ the Python API); and the rules that hand-written mutants showed unpinned.
 from __future__ import annotations
 
 import json
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -441,3 +442,18 @@ def test_viz_byte_offsets_are_checked(bad: Any) -> None:
         viz.describe_at(K.preset("dsv4-test"), bad)
     with pytest.raises(KVLayoutError, match="new_blocks"):
         viz.bytes_per_step(K.preset("dsv4-test"), new_blocks=bad)
+
+
+def test_planning_many_groups_is_not_quadratic() -> None:
+    """8,000 one-layer groups beside an 8,000-layer group: every placement used to scan every
+    group for its own (build_table) and every slot every group (layer-outer orders)."""
+    groups = [{"name": f"g{j}", "layers": _layers(1, f"g{j}.l", alignment=16)} for j in range(8000)]
+    groups.append({"name": "big", "layers": _layers(8000, "big.l", alignment=16)})
+    parsed = K.KVCacheSpec.from_dict({"num_blocks": 4, "layout": "packed", "groups": groups})
+    for layout in ("packed", "layer_major"):
+        spec = K.KVCacheSpec(num_blocks=4, layout=layout, groups=parsed.groups)
+        t0 = time.process_time()
+        table = K.plan(spec)
+        dt = time.process_time() - t0
+        assert dt < 4.0, f"{layout}: {dt:.1f} s"  # 0.5 s here; 8 s and more when quadratic
+        assert len(table) == 16_000 and len(table.padding) == 16_000  # each group's gap [4, 16)
