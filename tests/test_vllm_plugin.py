@@ -212,10 +212,32 @@ def test_vllms_loader_runs_the_entry_point(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 # --------------------------------------------------------------------------- verify
+def _bind_mamba_as_vllm(built: Any) -> int:
+    """Rebind Mamba layers with vLLM's own ``MambaBase.bind_kv_cache`` (a tuple of state views)."""
+    from vllm.model_executor.layers.mamba.abstract import MambaBase
+
+    bound = 0
+    for ag in built.attn_groups:
+        spec = ag.kv_cache_spec
+        if not isinstance(spec, G.I.MambaSpec):
+            continue
+        for name in ag.layer_names:
+            layer = SimpleNamespace(
+                get_state_shape=lambda s=spec: s.shapes, get_state_dtype=lambda s=spec: s.dtypes
+            )
+            MambaBase.bind_kv_cache(layer, built.extra["caches"][name])
+            assert isinstance(layer.kv_cache, tuple) and len(layer.kv_cache) == len(spec.shapes)
+            built.forward_context[name] = layer
+            bound += 1
+    return bound
+
+
 def test_verify_passes_vllm_033_tables_through_both_runners(mode: Any) -> None:
     mode("verify")
     for name in PLUGIN_CASES:
         built = _build(name)
+        if "mamba" in name:
+            assert _bind_mamba_as_vllm(built) == 2
         for v2 in (False, True):
             z = init_kv_zero_meta(built, v2)
             assert isinstance(z, VLLM_ZEROER) and type(z).kvlayout_mode == "verify", name

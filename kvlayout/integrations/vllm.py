@@ -558,7 +558,12 @@ def _view_block_ranges(where: str, view: Any, num_blocks: int) -> tuple[int, np.
 
 
 def check_views_against_layout(
-    layout: Layout, views: Mapping[str, Any], storage_nbytes: int, *, where: str = "kv_caches"
+    layout: Layout,
+    views: Mapping[str, Any],
+    storage_nbytes: int,
+    *,
+    where: str = "kv_caches",
+    optional: Collection[str] = (),
 ) -> int:
     """Check every layer's view against kvlayout's plan; return the storage byte of the plan's byte 0.
 
@@ -568,12 +573,15 @@ def check_views_against_layout(
     agree on; a layer off it is named), the plan inside the storage. vLLM's ``allocate_kv_cache``
     views its buffer from the buffer's own storage offset (``raw.storage_offset() + offset``), so
     a nonzero offset is honoured exactly. Views are only checked: the table stays the planner's.
+    Layers in ``optional`` (ones kvlayout plans no rows for, such as Mamba state) may lack a view.
     """
     checked: list[tuple[str, Any, np.ndarray, np.ndarray, bool]] = []  # name, tensor, ours, theirs, exact
     offsets: dict[int, int] = {}
     for p in layout.placements:
         name = p.layer.name
         if name not in views:
+            if name in optional:
+                continue
             raise spec_error(f"{where}[{name!r}]", None, "no view of this planned layer")
         strides = {q.stride for q in p.parts}
         lo = np.array([q.base for q in p.parts], np.int64)

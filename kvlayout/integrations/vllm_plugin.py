@@ -44,6 +44,7 @@ from ..verify import verify
 from .vllm import (
     VLLM_VERSION,
     KVBlockZeroer,
+    _walk_tensors,
     check_views_against_layout,
     spec_from_kv_cache_config,
     table_from_block_zeroer,
@@ -233,19 +234,15 @@ def _runner_only(kv_cache_config: Any, given: Collection[str] | None) -> Collect
 def _manager_views(
     groups: Sequence[Any], static_forward_context: Mapping[str, Any], num_blocks: int, layout: Layout
 ) -> dict[str, Any]:
-    """The bound cache of every planned layer, in manager blocks (vLLM's own mapping of packed views)."""
+    """The bound cache of every planned layer that holds tensors, in manager blocks (vLLM's own
+    mapping of packed views)."""
     group_of = {name: g for g in groups for name in g.layer_names}
     views: dict[str, Any] = {}
     for p in layout.placements:
         name = p.layer.name
-        entry = static_forward_context.get(name)
-        if entry is None or not hasattr(entry, "kv_cache"):
-            raise SpecError(
-                f"static_forward_context[{name!r}]: the planned layer has no bound kv_cache",
-                field="static_forward_context",
-                value=name,
-            )
-        kv = entry.kv_cache
+        kv = getattr(static_forward_context.get(name), "kv_cache", None)
+        if not any(True for _ in _walk_tensors(kv)):  # no tensor: vLLM's zeroer skips the layer too,
+            continue  # and check_views_against_layout refuses it if kvlayout zeroes rows of it
         g = group_of.get(name)
         if g is not None and bool(getattr(g, "kernel_block_stride", 0)) and hasattr(kv, "as_strided"):
             kv = g.map_kv_cache_to_manager_blocks(kv, num_blocks)
@@ -256,8 +253,6 @@ def _manager_views(
 def _storage_base(views: Mapping[str, Any], layout: Layout) -> tuple[Any, int]:
     """(uint8 tensor over the views' one storage, byte of the plan's byte 0 in it), views checked."""
     import torch
-
-    from .vllm import _walk_tensors
 
     tensors = [t for v in views.values() for t in _walk_tensors(v)]
     storage = tensors[0].untyped_storage()
@@ -270,7 +265,11 @@ def _storage_base(views: Mapping[str, Any], layout: Layout) -> tuple[Any, int]:
                     field="kv_cache",
                     value=name,
                 )
-    base = check_views_against_layout(layout, views, storage.nbytes(), where="static_forward_context")
+    rows = {s.layer for s in layout.table().segments}
+    optional = {p.layer.name for p in layout.placements} - rows  # e.g. Mamba state: no row to zero
+    base = check_views_against_layout(
+        layout, views, storage.nbytes(), where="static_forward_context", optional=optional
+    )
     backing = torch.empty(0, dtype=torch.uint8, device=tensors[0].device).set_(storage)
     return backing, base
 
