@@ -677,7 +677,7 @@ VLLM_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("qwen3_5-block48", "qwen3_5", {"block_size": 48}),
     ("qwen3_5-block1024", "qwen3_5", {"block_size": 1024}),
 ]
-_HYBRIDS = ("jamba", "nemotron_h", "qwen3_next", "qwen3_5")
+_HYBRIDS = ("jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5")
 _DRIVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
 
 

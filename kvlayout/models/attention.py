@@ -93,6 +93,11 @@ def layer_types(cfg: Config, family: str, n: int) -> list[str]:
             return ["full"] * n
         first = cfg.req_int("max_window_layers", "layers from max_window_layers on slide", lo=0)
         return ["sliding" if i >= first else "full" for i in range(n)]
+    if family == "qwen3_moe":  # vLLM's Qwen3-MoE passes no per-layer window: one window for all layers
+        on = cfg.data.get("use_sliding_window") is True  # Qwen3MoeConfig drops the window unless set
+        return ["sliding" if on and cfg.has("sliding_window") else "full"] * n
+    if family == "phi3":  # vLLM's Phi-3 is its Llama: the config's one window for every layer
+        return ["sliding" if cfg.has("sliding_window") else "full"] * n
     if family == "mistral":
         if "sliding_window" not in cfg.data:
             raise cfg.missing("sliding_window", "null for full attention (transformers' default is 4096)")

@@ -19,6 +19,9 @@ FAMILIES: Mapping[str, str] = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Phi3ForCausalLM": "phi3",
+    "FalconH1ForCausalLM": "falcon_h1",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
     "Gemma3ForConditionalGeneration": "gemma3",
@@ -36,9 +39,19 @@ FAMILIES: Mapping[str, str] = {
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5",
 }
 ARCHITECTURES = tuple(FAMILIES)
-ATTENTION_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt_oss")
+ATTENTION_FAMILIES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "phi3",
+    "gemma2",
+    "gemma3",
+    "gpt_oss",
+)
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32")
-HYBRID_FAMILIES = ("jamba", "nemotron_h", "qwen3_next", "qwen3_5")
+HYBRID_FAMILIES = ("jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5")
 
 #: A family's rule: the groups, the KV cache dtype and the (main) block size.
 FamilyRule = Callable[[Ctx], tuple[tuple[GroupSpec, ...], str, int]]

@@ -96,6 +96,34 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
             cfg, "mamba_num_heads", heads, tp
         ) * hdim * d_state * DTYPE_SIZES[ssm]
         return keep, is_attn, state, "mamba", "mixer"
+    if c.family == "falcon_h1":  # every layer has attention and a Mamba2 mixer side by side
+        heads = cfg.req_int("mamba_n_heads", "the Mamba2 heads")
+        hdim = cfg.req_int("mamba_d_head", "the Mamba2 head size")
+        groups = cfg.req_int("mamba_n_groups", "the Mamba2 B/C groups")
+        d_state = cfg.req_int("mamba_d_state", "the Mamba2 state size")
+        k = cfg.req_int("mamba_d_conv", "the Mamba2 conv state keeps mamba_d_conv - 1 steps")
+        d_ssm = cfg.opt_int("mamba_d_ssm")
+        if d_ssm is None:  # FalconH1ForCausalLM: int(mamba_expand * hidden_size) without mamba_d_ssm
+            factor = cfg.data.get("mamba_expand")
+            if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not 0 < factor <= 1024:
+                raise spec_error(
+                    cfg.field("mamba_expand"), factor, "must be a number in (0, 1024] (or give mamba_d_ssm)"
+                )
+            d_ssm = int(
+                factor * cfg.req_int("hidden_size", "the Mamba inner size is mamba_expand * hidden_size")
+            )
+        if groups % tp and groups != 1:  # MambaMixer2 asserts n_groups % tp == 0 or n_groups == 1
+            raise spec_error(
+                cfg.field("mamba_n_groups"), groups, f"vLLM needs it divisible by tp = {tp} (or 1)"
+            )
+        if groups % tp:
+            groups = tp
+        conv_dim = per_rank(cfg, "mamba_n_groups", d_ssm + 2 * groups * d_state, tp)
+        ssm = ssm_dtype(c, (), conv_dt)
+        state = (k - 1) * conv_dim * conv_size + per_rank(
+            cfg, "mamba_n_heads", heads, tp
+        ) * hdim * d_state * DTYPE_SIZES[ssm]
+        return [True] * n, [True] * n, state, "mamba", "mixer"
     # gated delta net: Qwen3-Next, Qwen3.5
     if cfg.has("layer_types"):
         raw = cfg.req_list("layer_types", "", n, str, exact=True)
@@ -150,10 +178,27 @@ def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     )
     bucket: dict[str, list[LayerSpec]] = {}
     tail = {"jamba": "attn", "nemotron_h": "mixer.attn"}.get(c.family, "self_attn.attn")
+    # FalconH1's mixers are named after the attention layers: model.{n + i}.mixer (falcon_h1.py)
+    parallel = c.family == "falcon_h1"
     for i in range(n):
         if not keep[i]:
             continue
-        if is_attn[i]:
+        if parallel:
+            name = f"{c.prefix.split('.')[0]}.{n + i}.{mtail}"
+            attn = FullAttentionSpec(
+                name=c.name(i, "attn"),
+                block_size=bs,
+                num_kv_heads=att.kv_heads,
+                head_size=att.head_size,
+                dtype=kv,
+            )
+            c.add("full", attn, bucket)
+            c.add(
+                mkind,
+                MambaSpec(name=name, state_bytes=state, alignment=page if page != state else None),
+                bucket,
+            )
+        elif is_attn[i]:
             c.add(
                 "full",
                 FullAttentionSpec(

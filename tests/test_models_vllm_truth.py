@@ -1,0 +1,208 @@
+"""Ground truth per architecture (issue 23): small configs of each rule kind, and of the architectures
+the issue names, run through vLLM 0.33's own code on the CPU, at tp 1, 2 and 8, bf16 and fp8 caches,
+with the block size of Hopper's and Blackwell's attention backends.
+
+The vLLM side is tests/test_models.py's driver (``--vllm-driver``, one subprocess): vLLM's
+``get_config`` and ModelConfig rules for head size, KV heads and dtype, the model classes' Mamba state
+classmethods and ``Platform._align_hybrid_block_size``, and ``get_kv_cache_groups`` /
+``_pool_bytes_per_block`` on the specs vLLM's layers make. kvlayout supplies the layer names and kinds in
+model order and the non-hybrids' block size (its backend choice, which tests/test_models_backends.py
+checks against vLLM's priority lists and backend classes). The configs are written here, in the shape
+of the published ones, small so that vLLM's grouping runs in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kvlayout.models as M
+from kvlayout.spec import FullAttentionSpec, MambaSpec
+
+_BASE = {"torch_dtype": "bfloat16", "vocab_size": 1024, "max_position_embeddings": 4096}
+
+#: rule kind, family label, config
+CONFIGS: dict[str, dict[str, Any]] = {
+    # plain attention (the generic head size / KV heads rule): Llama, Qwen3-MoE (no window unless
+    # use_sliding_window), Phi-3 (the config's window on every layer)
+    "llama": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "intermediate_size": 2048,
+    },
+    "qwen3_moe": {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 256,
+        "intermediate_size": 2048,
+    },
+    "phi3": {
+        "architectures": ["Phi3ForCausalLM"],
+        "model_type": "phi3",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "sliding_window": 2047,
+        "intermediate_size": 2048,
+    },
+    # sliding window, per layer
+    "gemma2": {
+        "architectures": ["Gemma2ForCausalLM"],
+        "model_type": "gemma2",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "head_dim": 256,
+        "sliding_window": 4096,
+        "intermediate_size": 2048,
+    },
+    # MLA
+    "deepseek_v2": {
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "model_type": "deepseek_v2",
+        "hidden_size": 2048,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "q_lora_rank": None,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 256,
+        "first_k_dense_replace": 1,
+        "intermediate_size": 2048,
+    },
+    # Mamba2 hybrid with parallel attention
+    "falcon_h1": {
+        "architectures": ["FalconH1ForCausalLM"],
+        "model_type": "falcon_h1",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "mamba_d_ssm": 1024,
+        "mamba_n_heads": 16,
+        "mamba_d_head": 64,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 128,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "intermediate_size": 2048,
+    },
+}
+
+#: (case id, family, from_config keyword arguments, device)
+CASES: list[tuple[str, str, dict[str, Any], str]] = [
+    (f"{fam}-tp{tp}-{kv}-{dev}", fam, {"tp": tp, **({"kv_cache_dtype": "fp8"} if kv == "fp8" else {})}, dev)
+    for fam in CONFIGS
+    for tp in (1, 2, 8)
+    for kv in ("bf16", "fp8")
+    for dev in ("hopper", "blackwell")
+    if not (fam == "gemma2" and tp == 8)  # 8 heads, 8 KV heads: tp 8 divides; kept for time: tp 1, 2
+]
+
+
+def _model(case_id: str, root: Path) -> M.ModelSpec:
+    fam, kwargs, dev = next((f, kw, d) for c, f, kw, d in CASES if c == case_id)
+    ms = M.from_config(root / fam / "config.json", device=dev, **kwargs)
+    assert isinstance(ms, M.ModelSpec)
+    return ms
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]]]:
+    root = tmp_path_factory.mktemp("configs")
+    for fam, cfg in CONFIGS.items():
+        (root / fam).mkdir()
+        (root / fam / "config.json").write_text(json.dumps({**_BASE, **cfg}))
+    request = []
+    for case_id, fam, kwargs, _ in CASES:
+        ms = _model(case_id, root)
+        request.append(
+            {
+                "id": case_id,
+                "family": fam,
+                "dir": str(root / fam),
+                "tp": kwargs.get("tp", 1),
+                "kv_cache_dtype": kwargs.get("kv_cache_dtype", "auto"),
+                "mamba_ssm_cache_dtype": "auto",
+                "block_size": None,
+                "default_block_size": ms.block_size,
+                "layers": list(ms.kinds.items()),
+            }
+        )
+    here = Path(__file__).resolve()
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
+    env["PYTHONPATH"] = str(here.parents[1])
+    res = subprocess.run(
+        [sys.executable, str(here.parent / "test_models.py"), "--vllm-driver"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    return root, json.loads(res.stdout)
+
+
+def test_every_case_equals_vllm(truth: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+    root, answers = truth
+    assert len(answers) == len(CASES) >= 60
+    for case_id, fam, _, _ in CASES:
+        got, ms = answers[case_id], _model(case_id, root)
+        assert "error" not in got, (case_id, got.get("error"))
+        assert got["dtype"] == ms.dtype, case_id
+        attention = [x for _, x in ms.spec.layers if isinstance(x, FullAttentionSpec)]
+        for x in attention:  # sliding layers included (a subclass)
+            assert (x.head_size, x.num_kv_heads) == (got["head_size"], got["kv_heads"]), case_id
+        assert got["use_mla"] == (fam == "deepseek_v2"), case_id
+        if fam == "falcon_h1":
+            states = {x for _, x in ms.spec.layers if isinstance(x, MambaSpec)}
+            assert {x.real_page for x in states} == {got["mamba_page"]}, case_id
+            assert ms.block_size == got["block_size"], case_id
+        assert [[x.name for x in g.layers] for g in ms.spec.groups] == got["groups"], case_id
+        assert {x.name: [x.real_page, x.page] for _, x in ms.spec.layers} == got["pages"], case_id
+        assert ms.bytes_per_block == got["bytes_per_block"], case_id
+
+
+def test_the_cases_move_what_they_should(truth: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+    """Hand-computed anchors, so the comparison cannot pass on two equal wrong answers."""
+    root, answers = truth
+    # MLA: 3 layers * 576 * 2 B * 16 tokens (FLASH_ATTN_MLA, Hopper) / 32 tokens (FLASHINFER_MLA, Blackwell)
+    assert answers["deepseek_v2-tp1-bf16-hopper"]["bytes_per_block"] == 3 * 16 * 576 * 2 == 55_296
+    assert answers["deepseek_v2-tp8-bf16-blackwell"]["bytes_per_block"] == 3 * 32 * 576 * 2
+    assert answers["deepseek_v2-tp2-fp8-hopper"]["bytes_per_block"] == 3 * 64 * 576  # FlashMLA, 64 tokens
+    # Phi-3: the window on every layer; Qwen3-MoE: no window
+    assert _model("phi3-tp1-bf16-hopper", root).kinds == {
+        f"model.layers.{i}.self_attn.attn": "sliding" for i in range(4)
+    }
+    assert set(_model("qwen3_moe-tp1-bf16-hopper", root).kinds.values()) == {"full"}
+    # FalconH1 at tp 8: one group replicated to 8, conv (3, (1024 + 2 * 8 * 128) / 8 = 384) bf16
+    # + ssm (16 / 8, 64, 128) bf16 = 2,304 + 32,768 = 35,072 B
+    assert answers["falcon_h1-tp8-bf16-hopper"]["mamba_page"] == 35_072
