@@ -12,6 +12,7 @@ from .config import Config
 from .deepseek_v4 import dsv4_family
 from .hybrid import hybrid_family
 from .mla import mla_family
+from .registry_vllm import TEXT_GENERATION, VLLM_VERSION
 
 # architecture -> family
 FAMILIES: Mapping[str, str] = {
@@ -65,10 +66,33 @@ def architecture(top: Config) -> tuple[str, str]:
         raise spec_error(top.field("architectures"), archs, "must be a non-empty list of class names")
     arch = archs[0]
     if arch not in FAMILIES:
-        raise spec_error(
-            top.field("architectures[0]"), arch, f"unknown architecture; known: {', '.join(ARCHITECTURES)}"
-        )
+        raise spec_error(top.field("architectures[0]"), arch, refusal(arch))
     return arch, FAMILIES[arch]
+
+
+#: Why an architecture vLLM serves has no rule here, by the kind of its cache (registry_vllm.py).
+_NOT_YET = {
+    "attention": "plain attention; the generic rules are not yet checked against vLLM's code for it",
+    "sliding-window": "its sliding-window layout is not yet checked against vLLM's code for it",
+    "mla": "its latent-attention cache is not yet checked against vLLM's code for it",
+    "hybrid": "its Mamba / linear-attention states are not yet modeled",
+    "attention-free": "it has no KV cache (attention-free): nothing to plan",
+}
+
+
+def refusal(arch: str) -> str:
+    """The stated reason kvlayout refuses ``arch``."""
+    row = TEXT_GENERATION.get(arch)
+    if row is None:
+        why = f"not one of vLLM {VLLM_VERSION}'s text-generation architectures"
+        return f"unknown architecture ({why}); known: {', '.join(ARCHITECTURES)}"
+    kind, module = row[1], row[0]
+    return f"vLLM {VLLM_VERSION} serves it ({kind}, module {module}); kvlayout refuses it: {_NOT_YET[kind]}"
+
+
+def vllm_coverage() -> tuple[tuple[str, ...], int]:
+    """The text-generation architectures of vLLM's registry kvlayout plans, and how many there are."""
+    return tuple(sorted(a for a in TEXT_GENERATION if a in FAMILIES)), len(TEXT_GENERATION)
 
 
 def family_rule(family: str) -> FamilyRule:
