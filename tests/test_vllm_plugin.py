@@ -368,6 +368,18 @@ def test_verify_refuses_a_config_from_another_cache() -> None:
         P.uninstall()
 
 
+def test_step_ids_checked_before_vllms_kernel() -> None:
+    """The verify step's check: the host tensor vLLM builds, refused on any id outside the pool."""
+    ids = P.checked_step_ids([3, 0, 99], 100)
+    assert ids.dtype == torch.int64 and ids.tolist() == [3, 0, 99] and ids.device.type == "cpu"
+    assert P.checked_step_ids([], 100).numel() == 0
+    for bad, i, v in (([0, 100], 1, 100), ([-1, 5], 0, -1), ([7, 2**40, -3], 1, 2**40)):
+        with pytest.raises(
+            BlockIdError, match=rf"^block_ids\[{i}\] = {v}: outside \[0, 100\): kvlayout refused"
+        ):
+            P.checked_step_ids(bad, 100)
+
+
 # --------------------------------------------------------------------------- replace
 #: every layout once; DeepSeek-V4 packed, packed kernel-block views, a Mamba hybrid, MLA, splitting
 REPLACE_CASES = (
