@@ -18,7 +18,7 @@ import kvlayout as K
 from kvlayout.errors import SpecError, TableError
 from kvlayout.reference import expected_zeroed, poison_pattern, zero_blocks_numpy
 from kvlayout.sharding import MAX_MESH_AXES, MAX_MESH_DEVICES, ShardedLayout, shard_spec, split_heads
-from tests.test_hostile import bounded, expect_exit_2, write
+from tests.test_hostile import expect_exit_2, write
 
 LONG = "7" * 5000  # past Python's 4,300-digit int(str) limit
 
@@ -78,29 +78,45 @@ def test_mesh_axes_and_devices_bounded(tmp_path: Path, capsys: pytest.CaptureFix
 
 # --------------------------------------------------------------------------- sharding
 def test_route_and_reference_over_the_largest_mesh_are_bounded() -> None:
-    """65,536 shards, block-sharded and replicated: route, contract and reference stay fast."""
-    spec = K.KVCacheSpec.from_dict(small_spec(num_blocks=MAX_MESH_DEVICES))
+    """65,536 shards, block-sharded and replicated: route, contract and reference in well under a
+    second each (10**7 shards took 115 s when routing looped over shards)."""
+    tiny = K.KVCacheSpec.from_dict(
+        {
+            "num_blocks": 2 * MAX_MESH_DEVICES,
+            "layout": "packed",
+            "groups": [{"name": "g", "layers": _layers(1)}],
+        }
+    )
+    t0 = time.process_time()
     for block_axes in ((), ("dp",)):
         lay = ShardedLayout.from_local(
-            spec.with_num_blocks(1 if block_axes else MAX_MESH_DEVICES),
+            tiny.with_num_blocks(1 if block_axes else MAX_MESH_DEVICES),
             {"dp": MAX_MESH_DEVICES},
             block_axes=block_axes,
         )
         ids = np.arange(0, lay.num_blocks, 7)
-        routes = bounded(lambda: lay.route(ids))  # noqa: B023
+        routes = lay.route(ids)
         assert len(routes) == MAX_MESH_DEVICES
         if block_axes:
             assert [r.tolist() for r in routes[:3]] == [[0], [], []]
         else:
             assert routes[5].tolist() == ids.tolist()
-    lay = shard_spec(spec.with_num_blocks(2 * MAX_MESH_DEVICES), {"dp": MAX_MESH_DEVICES}, block_axes=("dp",))
+    lay = shard_spec(tiny, {"dp": MAX_MESH_DEVICES}, block_axes=("dp",))  # 512 B shards, 32 MiB
     ids = np.arange(1, lay.num_blocks, 3)
-    exp = bounded(lambda: lay.expected_zeroed(ids))
     buf = poison_pattern(lay.gathered_bytes)
     before = buf.copy()
-    bounded(lambda: lay.zero_reference(buf, ids), limit_s=5)
-    assert lay.compare(before, buf, ids).matches
-    assert exp.shape[0] > 0
+    tracemalloc.start()
+    try:
+        exp = lay.expected_zeroed(ids)
+        lay.zero_reference(buf, ids)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MiB"
+    check = lay.compare(before, buf, ids)
+    assert check.matches and check.expected.tolist() == exp.tolist() and len(exp) == len(ids)
+    dt = time.process_time() - t0
+    assert dt < 5.0, f"{dt:.1f} s"
 
 
 def test_shard_of_rank_honours_replica_axes() -> None:
@@ -187,8 +203,8 @@ def test_contract_memory_does_not_grow_with_rows_times_ids() -> None:
 def test_zero_report_ranges_bounded_before_running(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """2,000 padded rows x 4,000 scattered ids: 8 * 10**6 separate ranges, refused before any buffer."""
-    d = small_spec(num_blocks=8000)
+    """1,000 padded rows x 2,000 scattered ids: 2 * 10**6 separate ranges, refused before any buffer."""
+    d = small_spec(num_blocks=4000)
     d["groups"][0]["layers"] = [
         {
             "name": f"l{i}",
@@ -199,11 +215,11 @@ def test_zero_report_ranges_bounded_before_running(
             "dtype": "int8",
             "alignment": 8,
         }
-        for i in range(2000)
+        for i in range(1000)
     ]
     spec = write(tmp_path, "s.json", json.dumps(d))
     expect_exit_2(
-        capsys, ["zero", spec, "--blocks", ",".join(map(str, range(0, 8000, 2)))], "blocks", "ranges"
+        capsys, ["zero", spec, "--blocks", ",".join(map(str, range(0, 4000, 2)))], "blocks", "ranges"
     )
 
 
@@ -301,7 +317,7 @@ def test_padding_pass_equals_the_brute_force_on_random_specs() -> None:
 
     rng = np.random.default_rng(2025)
     checked = 0
-    for i in range(1200):
+    for i in range(600):
         layout = ALL_LAYOUTS[i % len(ALL_LAYOUTS)]
         try:
             lay = plan_layout(_random_spec(rng, layout))
@@ -309,32 +325,26 @@ def test_padding_pass_equals_the_brute_force_on_random_specs() -> None:
             continue
         assert _padding(lay) == _padding_brute_force(lay), lay.spec.to_json()
         checked += 1
-    assert checked > 600
+    assert checked > 300
 
 
 def test_padding_pass_is_not_quadratic() -> None:
-    """10,000 aligned layers (50 s before issue 25, quadratic): one gap each, found in O(n log n)."""
+    """5,000 aligned layers (12 s before issue 25; 10,000 took 50 s: quadratic): one gap each."""
     from kvlayout.planner import _padding, plan_layout
 
-    layer = {
-        "kind": "full",
-        "block_size": 1,
-        "num_kv_heads": 1,
-        "head_size": 2,
-        "dtype": "int8",
-        "alignment": 16,
-    }
-    for layout in ("packed", "layer_major"):
-        spec = K.KVCacheSpec.from_dict(
-            {
-                "num_blocks": 4,
-                "layout": layout,
-                "groups": [{"name": "g", "layers": [{"name": f"l{i}", **layer} for i in range(10_000)]}],
-            }
+    layers = tuple(
+        K.FullAttentionSpec(
+            name=f"l{i}", block_size=1, num_kv_heads=1, head_size=2, dtype="int8", alignment=16
         )
-        lay = plan_layout(spec)
-        pad = bounded(lambda: _padding(lay), limit_s=2.0)  # noqa: B023
-        assert len(pad) == 10_000 and {s.span for s in pad} == {12}
+        for i in range(5000)
+    )
+    for layout in ("packed", "layer_major"):
+        lay = plan_layout(K.KVCacheSpec(num_blocks=4, layout=layout, groups=(K.GroupSpec("g", layers),)))
+        t0 = time.process_time()
+        pad = _padding(lay)
+        dt = time.process_time() - t0
+        assert dt < 2.0, f"{layout}: {dt:.1f} s"
+        assert len(pad) == 5000 and {s.span for s in pad} == {12}
 
 
 # --------------------------------------------------------------------------- plot --out
@@ -396,15 +406,15 @@ def _layers(n: int, prefix: str = "l", **extra: Any) -> list[dict[str, Any]]:
 
 
 def test_plot_of_a_spec_too_large_to_draw_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A 5,000-layer byte map took minutes (10**5 layers: 15 min, 4 GB); refused before planning."""
+    """A 3,000-layer byte map took 72 s (10**5 layers: 15 min, 4 GB); refused before planning."""
     from kvlayout.cli import MAX_PLOT_GROUPS, MAX_PLOT_LAYERS, MAX_PLOT_ROWS
 
-    big = {"num_blocks": 4, "layout": "packed", "groups": [{"name": "g", "layers": _layers(5000)}]}
+    big = {"num_blocks": 4, "layout": "packed", "groups": [{"name": "g", "layers": _layers(2100)}]}
     spec = write(tmp_path, "big.json", json.dumps(big))
     out = str(tmp_path / "x.png")
-    expect_exit_2(capsys, ["plot", spec, "--out", out], "5000 layers", str(MAX_PLOT_LAYERS))
+    expect_exit_2(capsys, ["plot", spec, "--out", out], "2100 layers", str(MAX_PLOT_LAYERS))
     table = write(tmp_path, "t.json", K.plan(K.KVCacheSpec.from_dict(big)).to_json())
-    expect_exit_2(capsys, ["plot", "--table", table, "--out", out], "5000 rows", str(MAX_PLOT_ROWS))
+    expect_exit_2(capsys, ["plot", "--table", table, "--out", out], "2100 rows", str(MAX_PLOT_ROWS))
     # --kind steps draws a bar per group shape: 100 shapes took 15 s, 2,000 past 120 s
     groups = [{"name": f"g{j}", "layers": _layers(1, f"g{j}.l", head_size=2 * (j + 1))} for j in range(100)]
     spec = write(tmp_path, "g.json", json.dumps({"num_blocks": 4, "layout": "packed", "groups": groups}))
@@ -445,15 +455,15 @@ def test_viz_byte_offsets_are_checked(bad: Any) -> None:
 
 
 def test_planning_many_groups_is_not_quadratic() -> None:
-    """8,000 one-layer groups beside an 8,000-layer group: every placement used to scan every
+    """5,000 one-layer groups beside a 5,000-layer group: every placement used to scan every
     group for its own (build_table) and every slot every group (layer-outer orders)."""
-    groups = [{"name": f"g{j}", "layers": _layers(1, f"g{j}.l", alignment=16)} for j in range(8000)]
-    groups.append({"name": "big", "layers": _layers(8000, "big.l", alignment=16)})
+    groups = [{"name": f"g{j}", "layers": _layers(1, f"g{j}.l", alignment=16)} for j in range(5000)]
+    groups.append({"name": "big", "layers": _layers(5000, "big.l", alignment=16)})
     parsed = K.KVCacheSpec.from_dict({"num_blocks": 4, "layout": "packed", "groups": groups})
     for layout in ("packed", "layer_major"):
         spec = K.KVCacheSpec(num_blocks=4, layout=layout, groups=parsed.groups)
         t0 = time.process_time()
         table = K.plan(spec)
         dt = time.process_time() - t0
-        assert dt < 4.0, f"{layout}: {dt:.1f} s"  # 0.5 s here; 8 s and more when quadratic
-        assert len(table) == 16_000 and len(table.padding) == 16_000  # each group's gap [4, 16)
+        assert dt < 3.0, f"{layout}: {dt:.1f} s"  # 0.3 s here; 23 s when quadratic
+        assert len(table) == 10_000 and len(table.padding) == 10_000  # each group's gap [4, 16)
