@@ -11,6 +11,30 @@ VENV=${KVLAYOUT_TEST_VENV:-.venv}
 # pinned packages its KV-cache code imports (requirements-vllm.txt says why).
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps vllm==0.33.0 2>&1 | grep -v '^WARNING: Location' || true
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-vllm.txt 2>&1 | grep -v '^WARNING: Location' || true
+# tpu-inference 0.32.0 for its ground-truth tests, in .tpu-inference-deps (never the venv: it imports vllm-tpu
+# 0.32.0's `vllm`): its wheel and torchax without dependencies, then vllm-tpu's sdist (pinned URL and sha256),
+# of which only the pure-Python `vllm/` package is unpacked (requirements-tpu-inference.txt says why).
+TPU_DEPS=.tpu-inference-deps
+if [ ! -f "$TPU_DEPS/.installed-0.32.0" ]; then
+    rm -rf "$TPU_DEPS"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes --target "$TPU_DEPS" \
+        -r requirements-tpu-inference.txt 2>&1 | grep -v '^WARNING: Location' || true
+    rm -rf "$TPU_DEPS/tests" "$TPU_DEPS/tools"  # the wheel's top-level tests/ would shadow ours
+    "$VENV/bin/python" - "$TPU_DEPS" <<'PY'
+import hashlib, io, sys, tarfile, urllib.request
+url = ("https://files.pythonhosted.org/packages/db/e2/f26f819e13781b7ec8d00b9bef94a1eff868048c69d9babd2b9bb02a5998/"
+       "vllm_tpu-0.32.0.tar.gz")
+data = urllib.request.urlopen(url, timeout=300).read()
+digest = hashlib.sha256(data).hexdigest()
+assert digest == "5d43961d4c214f2ff1bc3f6d2bce616fb2483411372b47637588d86cfb03708c", digest
+tar, top = tarfile.open(fileobj=io.BytesIO(data)), "vllm_tpu-0.32.0/"
+members = [m for m in tar.getmembers() if m.name.startswith(top + "vllm/")]
+for m in members:
+    m.name = m.name[len(top):]
+tar.extractall(sys.argv[1], members=members, filter="data")
+PY
+    touch "$TPU_DEPS/.installed-0.32.0"
+fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v '^WARNING: Location' || true
 "$VENV/bin/ruff" check kvlayout backends tests bench scripts notebooks
 "$VENV/bin/mypy" kvlayout backends

@@ -200,28 +200,32 @@ GPT_OSS = str(Path(__file__).resolve().parent / "fixtures" / "models" / "gpt_oss
 
 
 def test_check_native_arrays_from_a_config(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capsys, "check", "--config", GPT_OSS, "--engine", "tpu-inference")
+    rc, out, _ = run(capsys, "check", "--config", GPT_OSS, "--engine", "tpu-inference", "--block-size", "16")
     lines = out.splitlines()
     # 12 arrays (one per layer slot of vLLM's two groups of 12), then the verdict
     assert rc == 0 and len(lines) == 13 and lines[-1] == "12 arrays: SAFE"
-    assert lines[0] == "kv_caches[0]: 1 rows, 16 blocks, total_bytes 1048576: SAFE"  # 16 pages * 65,536 B
-    rc, out, _ = run(capsys, "check", "--config", GPT_OSS, "--engine", "tpu-inference", "--json")
+    # 16 pages * 32,768 B (head_dim 64: K and V share a 128-lane row, 16 * 4 * 2 * 128 * 2 B)
+    assert lines[0] == "kv_caches[0]: 1 rows, 16 blocks, total_bytes 524288: SAFE"
+    rc, out, _ = run(
+        capsys, "check", "--config", GPT_OSS, "--engine", "tpu-inference", "--block-size", "16", "--json"
+    )
     rep = json.loads(out)
     assert rc == 0 and rep["safe"] is True and len(rep["arrays"]) == 12
     assert rep["arrays"]["kv_caches[11]"]["ok"] is True
 
 
 def test_zero_native_arrays_from_a_config(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["zero", "--config", GPT_OSS, "--engine", "tpu-inference", "--num-blocks", "4", "--blocks", "1,3"]
+    argv = ["zero", "--config", GPT_OSS, "--engine", "tpu-inference", "--block-size", "16"]
+    argv += ["--num-blocks", "4", "--blocks", "1,3"]
     rc, out, _ = run(capsys, *argv, "--backend", "reference", "--json")
     rep = json.loads(out)
     assert rc == 0 and rep["matches_contract"] is True and rep["engine"] == "tpu-inference"
     assert rep["block_ids"] == [1, 3] and len(rep["arrays"]) == 12
-    # each array (4 pages of 16 * 8 * 2 * 128 * 2 = 65,536 B) is zeroed at pages 1 and 3 only
+    # each array (4 pages of 16 * 4 * 2 * 128 * 2 = 32,768 B) is zeroed at pages 1 and 3 only
     for a in rep["arrays"]:
-        assert a["total_bytes"] == 262_144 and a["zeroed"] == [[65_536, 131_072], [196_608, 262_144]]
+        assert a["total_bytes"] == 131_072 and a["zeroed"] == [[32_768, 65_536], [98_304, 131_072]]
     rc, out, _ = run(capsys, *argv, "--backend", "reference")
-    assert rc == 0 and "2 block ids, 1572864 B zeroed in 12 arrays" in out  # 12 * 2 * 65,536
+    assert rc == 0 and "2 block ids, 786432 B zeroed in 12 arrays" in out  # 12 * 2 * 32,768
     assert out.rstrip().endswith("contract: every array matches")
     rc, _, err = run(capsys, *argv[:-2], "--blocks", "4", "--backend", "reference")
     assert rc == 2 and "outside [0, 4)" in err

@@ -302,7 +302,7 @@ def test_fixture_native_arrays_zero_with_the_cache_zeroer(family: str, kernel: s
 
     from tests.test_native_pallas import poisoned
 
-    spec = M.spec_from_config(config(family), engine="tpu-inference", num_blocks=3)
+    spec = M.spec_from_config(config(family), engine="tpu-inference", num_blocks=3, block_size=16)
     assert isinstance(spec, K.NativeCacheSpec)
     assert all(r.ok for r in K.verify_native(spec).values())
     # plain interpret mode quiets bf16 NaN payloads on XLA:CPU: the Triton path gets finite poison
@@ -553,17 +553,16 @@ def test_summary_is_one_screen() -> None:
     ("family", "kwargs", "arrays", "users", "page_shape", "dtype", "page"),
     [
         # K and V interleaved on heads, packing 32 // 16 = 2: 2 * 8 // 2 = 8 rows of 2; 16 * 8 * 2 * 128 * 2 B
-        ("llama", {}, 32, 1, (16, 8, 2, 128), "bfloat16", 65_536),
-        # 1 KV head per rank, fp8 packing 32 // 8 = 4: align(2, 4) // 4 = 1 row of 4: 16 * 1 * 4 * 128 * 1,
-        # twice vLLM's 4,096 B page (2 * 16 * 1 * 128 * 1): the heads are padded to the packing
-        ("llama", {"tp": 8, "kv_cache_dtype": "fp8"}, 32, 1, (16, 1, 4, 128), "float8_e4m3fn", 8_192),
-        # head_dim 64 padded to 128 lanes: 16 * 8 * 2 * 128 * 2 (vLLM: 32,768); 12 arrays, each shared by the
-        # sliding and the full layer of its slot (vLLM's two groups of 12)
-        ("gpt_oss", {}, 12, 2, (16, 8, 2, 128), "bfloat16", 65_536),
+        ("llama", {"block_size": 16}, 32, 1, (16, 8, 2, 128), "bfloat16", 65_536),
+        # the global array: one shard's 1 KV head, fp8 packing 32 // 8 = 4: align(2, 4) // 4 = 1 row of 4,
+        # times tp 8 = 8 rows: 16 * 8 * 4 * 128 * 1 (issue 24: the padding is per shard)
+        ("llama", {"tp": 8, "kv_cache_dtype": "fp8", "block_size": 16}, 32, 1, (16, 8, 4, 128),
+         "float8_e4m3fn", 65_536),
+        # head_dim 64: K and V share one 128-lane row, align(8, 2) // 2 = 4 rows of 2: 16 * 4 * 2 * 128 * 2;
+        # 12 arrays, each shared by the sliding and the full layer of its slot (vLLM's two groups of 12)
+        ("gpt_oss", {"block_size": 16}, 12, 2, (16, 4, 2, 128), "bfloat16", 32_768),
         # MLA (pages, 64 // 32, 32, align(512, 128) + align(64, 128) = 640): 2 * 32 * 640 * 2 (vLLM: 73,728)
-        ("deepseek_v3", {}, 61, 1, (2, 32, 640), "bfloat16", 81_920),
-        # the 6 attention layers only: (544, 2 * 2 // 2 = 2, 2, 256), 544 * 2 * 2 * 256 * 2 = 1,114,112
-        ("qwen3_5", {}, 6, 1, (544, 2, 2, 256), "bfloat16", 1_114_112),
+        ("deepseek_v3", {"block_size": 64}, 61, 1, (2, 32, 640), "bfloat16", 81_920),
     ],
 )
 def test_tpu_inference_arrays(
@@ -593,19 +592,19 @@ def test_tpu_inference_slots_and_zeroing() -> None:
 
     from kvlayout.native import zero_native_numpy
 
-    ms = M.from_config(config("gpt_oss"), engine="tpu-inference", num_blocks=3)
+    ms = M.from_config(config("gpt_oss"), engine="tpu-inference", num_blocks=3, block_size=16)
     assert isinstance(ms, M.NativeModelSpec)
     first = ms.spec.leaves[0]
-    assert first.name == "kv_caches[0]" and first.group == ""  # shared by two groups
+    assert first.name == "kv_caches[0]" and first.group == ("sliding", "full")  # each group zeroes it
     assert ms.shared_by["kv_caches[0]"] == ("model.layers.0.attn.attn", "model.layers.1.attn.attn")
-    llama = M.from_config(config("llama"), engine="tpu-inference", num_blocks=3)
+    llama = M.from_config(config("llama"), engine="tpu-inference", num_blocks=3, block_size=16)
     assert isinstance(llama, M.NativeModelSpec)
     assert {x.group for x in llama.spec.leaves} == {"full"}  # one group: one array per layer
     arrays = [np.full((3, 16, 8, 2, 128), 7, np.uint16) for _ in llama.spec.leaves]  # bf16-sized, poisoned
     zero_native_numpy(arrays, llama.spec, [1])
     for a in arrays:
         assert not a[1].any() and (a[0] == 7).all() and (a[2] == 7).all()
-    hybrid = M.from_config(config("qwen3_5"), engine="tpu-inference")
+    hybrid = M.from_config(config("qwen3_5"), engine="tpu-inference", block_size=16)
     assert any("request slot" in n for n in hybrid.notes)
 
 
@@ -616,14 +615,15 @@ def test_tpu_inference_refuses_what_it_does_not_model(family: str) -> None:
     assert e.value.field == "engine"
 
 
-def test_tpu_inference_mla_pages_need_32_tokens() -> None:
-    with pytest.raises(K.SpecError) as e:
-        M.from_config(config("deepseek_v3"), engine="tpu-inference", block_size=48)
-    assert e.value.field == "block_size"
+def test_tpu_inference_mla_pages_padded_to_32_tokens() -> None:
+    """tpu-inference pads an MLA page to whole 32-token rows (issue 24: 16 tokens were refused)."""
+    for tokens, rows in ((48, 2), (16, 1), (64, 2)):
+        spec = M.spec_from_config(config("deepseek_v3"), engine="tpu-inference", block_size=tokens)
+        assert isinstance(spec, K.NativeCacheSpec) and spec.leaves[0].page_shape == (rows, 32, 640)
 
 
 def test_tpu_inference_summary() -> None:
-    text = M.summary(M.from_config(config("deepseek_v3"), engine="tpu-inference"))
+    text = M.summary(M.from_config(config("deepseek_v3"), engine="tpu-inference", block_size=64))
     assert "61 arrays of 16 pages" in text and "(2, 32, 640)" in text
     assert "bytes per block 4,997,120; blocks per GiB 214" in text  # 61 * 81,920; 2**30 // 4,997,120
     assert text.rstrip().endswith("SAFE")

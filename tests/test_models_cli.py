@@ -127,7 +127,7 @@ def test_missing_field_names_it(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 def test_tpu_inference_engine(capsys: pytest.CaptureFixture[str]) -> None:
     from kvlayout.native import NativeCacheSpec
 
-    rc, out, _ = run(capsys, "plan", "--config", LLAMA, "--engine", "tpu-inference")
+    rc, out, _ = run(capsys, "plan", "--config", LLAMA, "--engine", "tpu-inference", "--block-size", "16")
     assert (
         rc == 0
         and "32 arrays of 16 pages" in out
@@ -135,7 +135,8 @@ def test_tpu_inference_engine(capsys: pytest.CaptureFixture[str]) -> None:
         and out.rstrip().endswith("SAFE")
     )
     rc, out, _ = run(
-        capsys, "plan", "--config", LLAMA, "--engine", "tpu-inference", "--num-blocks", "2", "--json"
+        capsys, "plan", "--config", LLAMA, "--engine", "tpu-inference", "--num-blocks", "2", "--json",
+        "--block-size", "16",
     )
     spec = NativeCacheSpec.from_json(out)
     assert rc == 0 and spec.num_blocks == 2 and spec.leaves[0].shape == (2, 16, 8, 2, 128)

@@ -22,7 +22,7 @@ from .config import (
     through_transformers,
 )
 from .families import architecture, family_rule
-from .tpu_inference import NativeModelSpec, tpu_inference_spec
+from .tpu_inference import NativeModelSpec, tpu_inference_from_config
 
 
 def build(
@@ -106,6 +106,7 @@ def from_config(
     device: str = DEFAULT_DEVICE,
     attention_backend: str | None = None,
     reader: str = "json",
+    **tpu_options: Any,
 ) -> ModelSpec | NativeModelSpec:
     """What ``engine`` allocates for the model of ``config`` (a dict or a path to ``config.json``)
     on one of ``tp`` ranks, with the decisions made on the way: a :class:`ModelSpec` for vLLM,
@@ -113,12 +114,29 @@ def from_config(
     ``blackwell``, ``ampere``) and ``attention_backend`` (a vLLM backend name) decide the attention
     backend, hence the block size, as vLLM resolves them (:mod:`.backends`). ``reader="transformers"``
     reads the config through transformers' config class, as vLLM does (defaults, ``text_config``
-    completed); the default ``"json"`` reads the fields as written (no torch import)."""
+    completed); the default ``"json"`` reads the fields as written (no torch import). ``tpu_options``:
+    tpu-inference's mesh and options (``dp``, ``dcp``, ``model_impl``, ``max_model_len``, ...;
+    :func:`.tpu_inference.tpu_inference_from_config`)."""
     if engine not in ENGINES:
         raise spec_error("engine", engine, f"valid: {', '.join(ENGINES)}")
+    if engine != "tpu-inference" and tpu_options:
+        key = next(iter(tpu_options))
+        raise spec_error(key, tpu_options[key], "applies to engine tpu-inference only")
     if engine != "vllm" and (device != DEFAULT_DEVICE or attention_backend is not None):
         raise spec_error(
             "device", device, "a CUDA GPU and its vLLM attention backend apply to engine vllm only"
+        )
+    if engine == "tpu-inference":
+        return tpu_inference_from_config(
+            config,
+            tp=tp,
+            dtype=dtype,
+            kv_cache_dtype=kv_cache_dtype,
+            block_size=block_size,
+            num_blocks=num_blocks,
+            mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+            reader=reader,
+            **tpu_options,
         )
     ms, c = build(
         config,
@@ -132,7 +150,7 @@ def from_config(
         attention_backend=attention_backend,
         reader=reader,
     )
-    return tpu_inference_spec(ms, c) if engine == "tpu-inference" else ms
+    return ms
 
 
 def spec_from_config(
