@@ -69,7 +69,8 @@ assert res.ok and res.check.zeroed_bytes == 2 * 6 * 1_114_112
 # %%
 tpu = M.from_config(CONFIG, engine='tpu-inference', num_blocks=4)
 print(M.summary(tpu))
-tpu8 = M.from_config(CONFIG, engine='tpu-inference', tp=8, kv_cache_dtype='fp8', num_blocks=4)
+tpu8 = M.from_config(CONFIG, engine='tpu-inference', tp=8, kv_cache_dtype='fp8', num_blocks=4, block_size=272)
 leaf = tpu8.spec.leaves[0]
-print(leaf.name, leaf.shape, leaf.dtype, f"{leaf.page_bytes:,} B per page; vLLM's page: 139,264 B")
-assert leaf.shape == (4, 272, 1, 4, 256) and leaf.page_bytes == 278_528   # 1 KV head x2 padded to 4 fp8 lanes
+print(leaf.name, leaf.shape, leaf.dtype, f"{leaf.page_bytes:,} B per page (8 chips); vLLM's: 139,264 B")
+# the global array: 2 KV heads padded to tp 8, one per chip, K and V padded to 4 fp8 lanes: 8 rows of 4
+assert leaf.shape == (4, 272, 8, 4, 256) and leaf.page_bytes == 2_228_224
