@@ -116,14 +116,40 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 
+_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
+
+
+def _fixture(family: str, **changes: Any) -> dict[str, Any]:
+    """A published config of tests/fixtures/models/, cut to a few layers."""
+    data: dict[str, Any] = json.loads((_FIXTURES / family / "config.json").read_text())
+    return {**data, **changes}
+
+
+# the hybrids and DeepSeek-V4, from the published configs, cut to 8 (V4: 4) layers
+CONFIGS.update(
+    {
+        "jamba": _fixture("jamba", num_hidden_layers=8),
+        "nemotron_h": _fixture("nemotron_h", num_hidden_layers=8, hybrid_override_pattern="M-M*M-M*"),
+        # one B/C group: vLLM replicates it to every rank (tp 16: conv (3, 768), 266,752 B per state)
+        "nemotron_h_g1": _fixture(
+            "nemotron_h", num_hidden_layers=8, hybrid_override_pattern="M-M*M-M*", n_groups=1
+        ),
+        "qwen3_next": _fixture(
+            "qwen3_next", num_hidden_layers=8, layer_types=_fixture("qwen3_next")["layer_types"][:8]
+        ),
+        # the padding tie of vLLM's packer: ratios [0, 4, 4, 4] (groups swa 4, compressed 6, c4_states 6)
+        "deepseek_v4": _fixture("deepseek_v4", num_hidden_layers=4, compress_ratios=[0, 4, 4, 4]),
+    }
+)
+_TPS = {"gemma2": (1, 2), "nemotron_h_g1": (1, 16)}
+
 #: (case id, family, from_config keyword arguments, device)
 CASES: list[tuple[str, str, dict[str, Any], str]] = [
     (f"{fam}-tp{tp}-{kv}-{dev}", fam, {"tp": tp, **({"kv_cache_dtype": "fp8"} if kv == "fp8" else {})}, dev)
     for fam in CONFIGS
-    for tp in (1, 2, 8)
+    for tp in _TPS.get(fam, (1, 2, 8))
     for kv in ("bf16", "fp8")
     for dev in ("hopper", "blackwell")
-    if not (fam == "gemma2" and tp == 8)  # 8 heads, 8 KV heads: tp 8 divides; kept for time: tp 1, 2
 ]
 
 
@@ -146,7 +172,7 @@ def truth(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dic
         request.append(
             {
                 "id": case_id,
-                "family": fam,
+                "family": fam.removesuffix("_g1"),
                 "dir": str(root / fam),
                 "tp": kwargs.get("tp", 1),
                 "kv_cache_dtype": kwargs.get("kv_cache_dtype", "auto"),
@@ -173,7 +199,7 @@ def truth(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dic
 
 def test_every_case_equals_vllm(truth: tuple[Path, dict[str, dict[str, Any]]]) -> None:
     root, answers = truth
-    assert len(answers) == len(CASES) >= 60
+    assert len(answers) == len(CASES) >= 100
     for case_id, fam, _, _ in CASES:
         got, ms = answers[case_id], _model(case_id, root)
         assert "error" not in got, (case_id, got.get("error"))
@@ -181,8 +207,8 @@ def test_every_case_equals_vllm(truth: tuple[Path, dict[str, dict[str, Any]]]) -
         attention = [x for _, x in ms.spec.layers if isinstance(x, FullAttentionSpec)]
         for x in attention:  # sliding layers included (a subclass)
             assert (x.head_size, x.num_kv_heads) == (got["head_size"], got["kv_heads"]), case_id
-        assert got["use_mla"] == (fam == "deepseek_v2"), case_id
-        if fam == "falcon_h1":
+        assert got["use_mla"] == (fam in ("deepseek_v2", "deepseek_v4")), case_id
+        if fam in ("falcon_h1", "jamba", "nemotron_h", "nemotron_h_g1", "qwen3_next"):
             states = {x for _, x in ms.spec.layers if isinstance(x, MambaSpec)}
             assert {x.real_page for x in states} == {got["mamba_page"]}, case_id
             assert ms.block_size == got["block_size"], case_id
@@ -206,3 +232,7 @@ def test_the_cases_move_what_they_should(truth: tuple[Path, dict[str, dict[str, 
     # FalconH1 at tp 8: one group replicated to 8, conv (3, (1024 + 2 * 8 * 128) / 8 = 384) bf16
     # + ssm (16 / 8, 64, 128) bf16 = 2,304 + 32,768 = 35,072 B
     assert answers["falcon_h1-tp8-bf16-hopper"]["mamba_page"] == 35_072
+    assert answers["nemotron_h_g1-tp16-bf16-hopper"]["mamba_shapes"][0] == [3, 768]
+    assert answers["nemotron_h_g1-tp16-bf16-hopper"]["mamba_page"] == 266_752
+    assert [len(g) for g in answers["deepseek_v4-tp1-bf16-hopper"]["groups"]] == [4, 6, 6]
+    assert answers["deepseek_v4-tp1-bf16-hopper"]["bytes_per_block"] == 149_760
