@@ -182,6 +182,9 @@ def test_stubs_hold_their_assumptions(truth: dict[str, Any]) -> None:
     info = truth["info"]
     assert info["vllm"] == "0.32.0"
     assert info["torchax"] in ("torchax imported",) or "dim_Dimname" in info["torchax"], info["torchax"]
+    # what the adapter's docstring says: tpu-inference zeroes only at allocation, and never reads the
+    # scheduler's list of new blocks to zero
+    assert info["zeroing"] == {"allocator_line": 101, "allocator": "return jnp.zeros(", "readers": []}
 
 
 def test_kvlayout_agrees_with_tpu_inference_on_every_case(truth: dict[str, Any]) -> None:

@@ -131,7 +131,25 @@ def _setup() -> dict[str, Any]:
     assert "cpu" not in chip.registry
     chip.registry["cpu"] = lambda: chip.get_tpu_info_for_chip(chip.ChipVersion.TPU_V6E, 1)
     info["lanes"] = chip.get_tpu_info().num_lanes
+    info["zeroing"] = _zeroing_in_source(os.path.dirname(tpu_inference.__file__))
     return info
+
+
+def _zeroing_in_source(pkg: str) -> dict[str, Any]:
+    """Where tpu-inference zeroes its caches: the allocator's line, and every file that reads the
+    scheduler's ``new_block_ids_to_zero`` (vLLM's list of recycled blocks to zero)."""
+    with open(os.path.join(pkg, "runner", "kv_cache.py")) as f:
+        lines = f.read().splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("def _get_kv_cache_allocator("))
+    zeros = next(i for i in range(start, len(lines)) if "jnp.zeros(" in lines[i])
+    readers = []
+    for root, _, files in os.walk(pkg):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(root, name)) as f:
+                    if "new_block_ids_to_zero" in f.read():
+                        readers.append(os.path.relpath(os.path.join(root, name), pkg))
+    return {"allocator_line": zeros + 1, "allocator": lines[zeros].strip(), "readers": readers}
 
 
 # --------------------------------------------------------------------------- one case

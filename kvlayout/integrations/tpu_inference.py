@@ -5,9 +5,10 @@ per physical slot, each sharded with its own ``NamedSharding``), and maps layers
 ``runner.layer_name_to_kvcache_index``; its cache groups are ``runner.kv_cache_config.
 kv_cache_groups`` (vLLM's ``KVCacheGroupSpec``: layer names per group, the group's index is its
 id). It never zeroes a recycled page: its caches are zeroed once, at allocation
-(``tpu_inference/runner/kv_cache.py``, ``_get_kv_cache_allocator``: ``return jnp.zeros(shape=
-cache_shape, dtype=cache_dtype)`` under ``jax.jit(out_shardings=sharding)``), and the
-scheduler's ``new_block_ids_to_zero`` is not read anywhere in tpu-inference 0.32.0.
+(``tpu_inference/runner/kv_cache.py`` line 101, in ``_get_kv_cache_allocator``: ``return jnp.zeros(
+shape=cache_shape, dtype=cache_dtype)`` under ``jax.jit(out_shardings=sharding)``), and the
+scheduler's ``new_block_ids_to_zero`` is read nowhere in tpu-inference 0.32.0 (both checked on its
+installed source by tests/test_tpu_inference_truth.py).
 
 :class:`TpuInferenceZeroer` reads those objects (nothing is re-derived from shapes): array ``i``
 belongs to every group one of whose layers maps to it (an array shared by layers of several
