@@ -556,8 +556,15 @@ def test_summary_is_one_screen() -> None:
         ("llama", {"block_size": 16}, 32, 1, (16, 8, 2, 128), "bfloat16", 65_536),
         # the global array: one shard's 1 KV head, fp8 packing 32 // 8 = 4: align(2, 4) // 4 = 1 row of 4,
         # times tp 8 = 8 rows: 16 * 8 * 4 * 128 * 1 (issue 24: the padding is per shard)
-        ("llama", {"tp": 8, "kv_cache_dtype": "fp8", "block_size": 16}, 32, 1, (16, 8, 4, 128),
-         "float8_e4m3fn", 65_536),
+        (
+            "llama",
+            {"tp": 8, "kv_cache_dtype": "fp8", "block_size": 16},
+            32,
+            1,
+            (16, 8, 4, 128),
+            "float8_e4m3fn",
+            65_536,
+        ),
         # head_dim 64: K and V share one 128-lane row, align(8, 2) // 2 = 4 rows of 2: 16 * 4 * 2 * 128 * 2;
         # 12 arrays, each shared by the sliding and the full layer of its slot (vLLM's two groups of 12)
         ("gpt_oss", {"block_size": 16}, 12, 2, (16, 4, 2, 128), "bfloat16", 32_768),
@@ -900,6 +907,15 @@ def _vllm_answer(case: dict[str, Any]) -> dict[str, Any]:
         "dtype": name(dtype),
         "kv_dtype": name(kv_dtype),
         "kv_itemsize": kv_dtype.itemsize,
+        # vLLM's window for layers whose model code passes none (EngineArgs.create_engine_config: the
+        # text config's sliding_window when it has no layer_types or they all slide), and layer_types
+        "layer_types": getattr(text, "layer_types", None),
+        "global_window": (
+            getattr(text, "sliding_window", None)
+            if getattr(text, "layer_types", None) is None
+            or all(t == "sliding_attention" for t in text.layer_types)
+            else None
+        ),
     }
     block = case["block_size"] or case["default_block_size"]
     mamba = None

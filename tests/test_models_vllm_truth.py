@@ -49,7 +49,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "num_key_value_heads": 8,
         "head_dim": 128,
         "use_sliding_window": False,
-        "sliding_window": None,
+        "sliding_window": 4096,
         "num_experts": 8,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 256,
@@ -63,6 +63,22 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 16,
         "num_key_value_heads": 16,
         "sliding_window": 2047,
+        "intermediate_size": 2048,
+    },
+    "qwen3_moe_sw": {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "use_sliding_window": True,
+        "sliding_window": 4096,
+        "max_window_layers": 2,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 256,
         "intermediate_size": 2048,
     },
     # sliding window, per layer
@@ -208,6 +224,13 @@ def test_every_case_equals_vllm(truth: tuple[Path, dict[str, dict[str, Any]]]) -
         for x in attention:  # sliding layers included (a subclass)
             assert (x.head_size, x.num_kv_heads) == (got["head_size"], got["kv_heads"]), case_id
         assert got["use_mla"] == (fam in ("deepseek_v2", "deepseek_v4")), case_id
+        if fam in ("llama", "phi3", "qwen3_moe", "qwen3_moe_sw"):  # which layers slide, by vLLM's config
+            slides = [k == "sliding" for k in ms.kinds.values()]
+            per_layer = got["layer_types"] if fam in ("llama", "phi3") else None  # Llama's code reads them
+            if per_layer is not None:
+                assert slides == [t == "sliding_attention" for t in per_layer], case_id
+            else:
+                assert slides == [got["global_window"] is not None] * len(slides), case_id
         if fam in ("falcon_h1", "jamba", "nemotron_h", "nemotron_h_g1", "qwen3_next"):
             states = {x for _, x in ms.spec.layers if isinstance(x, MambaSpec)}
             assert {x.real_page for x in states} == {got["mamba_page"]}, case_id
