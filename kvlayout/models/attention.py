@@ -9,6 +9,9 @@
   has it; else Gemma 2 alternates (even layers slide), Gemma 3 slides unless
   ``(i + 1) % sliding_window_pattern == 0``, Qwen2/Qwen3 slide from ``max_window_layers`` on
   when ``use_sliding_window`` is true, Mistral slides everywhere when ``sliding_window`` is set.
+  Qwen3-MoE and Phi-3 pass no per-layer window in vLLM: every layer takes the config's one window
+  (``EngineArgs.create_engine_config``: the text config's ``sliding_window``), which Qwen3-MoE's
+  config class drops unless ``use_sliding_window`` is true (tests/test_models_vllm_truth.py).
 - Layers are named ``model.layers.{i}.self_attn.attn`` (GPT-OSS: ``attn.attn``), under
   ``language_model.`` for a ``...ForConditionalGeneration`` model.
 """

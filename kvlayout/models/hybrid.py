@@ -1,4 +1,4 @@
-"""Mamba and linear-attention hybrids: Jamba, Nemotron-H, Qwen3-Next, Qwen3.5 (vLLM 0.33).
+"""Mamba and linear-attention hybrids: Jamba, Nemotron-H, Falcon-H1, Qwen3-Next, Qwen3.5 (vLLM 0.33).
 
 - Hybrid alignment (``Platform._align_hybrid_block_size``): with ``unit = max(16, block_size)``
   the attention block becomes ``unit * ceil(mamba_page / (unit * attention_bytes_per_token))``
@@ -7,7 +7,10 @@
   with prefix caching can ask for a coarser unit; not modeled.)
 - Mamba states: Mamba1 (Jamba) conv ``(d_conv - 1, expand * hidden / tp)`` + ssm ``(expand *
   hidden / tp, d_state)``; Mamba2 (Nemotron-H) conv ``(conv_kernel - 1, (heads * head_dim + 2 *
-  n_groups * state) / tp)`` + ssm ``(heads / tp, head_dim, state)``; gated delta net
+  n_groups * state) / tp)`` + ssm ``(heads / tp, head_dim, state)``, ``n_groups`` divisible by tp
+  or 1 (MambaMixer2 asserts it; vLLM replicates one group to tp); Falcon-H1 the same Mamba2 state
+  with ``mamba_d_ssm`` (else ``mamba_expand * hidden``) inner channels, beside an attention layer in
+  every decoder layer (mixers named ``model.{num_hidden_layers + i}.mixer``); gated delta net
   (Qwen3-Next, Qwen3.5) conv ``(conv_kernel - 1, (2 * k_heads * k_dim + v_heads * v_dim) /
   tp)`` + ssm ``(v_heads / tp, k_dim, v_dim)``. Conv states are in the model dtype; ssm states
   in ``mamba_ssm_cache_dtype`` (argument), else (Nemotron-H) the config's
