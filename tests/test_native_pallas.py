@@ -8,6 +8,7 @@ one-row table) byte for byte.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -402,3 +403,35 @@ def test_rank2_row_groups_full_and_tail() -> None:
         ("rmw", 32, (32, 8)),
     ]
     run(list(shapes), [[3, 17, 33, 39, 0, 31], (32, 16, 15)], shapes=shapes)
+
+
+def test_standalone_call_is_one_jitted_step(compiled_steps: Callable[[object], int]) -> None:
+    """Issue 26: on the GPU kernel a call is one dispatch of the zeroer's jitted step: the
+    kernel takes the ids as they come and counts the bad ones itself (no sort, no reduce),
+    the running count stays on the device (no device-to-host read), host batches of 1 to 8
+    ids share a compile; duplicates and bad ids stay exact."""
+    names = ["attn_bf16", "rank2_bf16", "rank6_f16"]
+    batches = [[1], [2, 3, 4, 5, 6, 7, 0], (5, 5, N, -1), [6, 6]]
+    for host_ids in ("device", "pinned"):  # pinned: a GPU's default (the CPU has pinned memory too)
+        z, _, caches = run(names, batches, kernel="triton", interpret=True, host_ids=host_ids)
+        assert z.host_ids == host_ids
+        with pytest.raises(K.BlockIdError, match=r"2 ids outside \[0, 8\)"):
+            z.check()
+        warm = compiled_steps(z)  # pinned: the first call's uncommitted caches compile once more
+        for ids in ([0], [1, 2, 3, 4, 5], jnp.array([1, 2, 3, 4], jnp.int32), [7, 6, 5, 4, 3, 2, 1, 0]):
+            caches = z(caches, ids)
+        assert compiled_steps(z) == warm <= 3  # steady state: batches of 1 to 8 ids never retrace
+    host = host_cache(names, finite=True)
+    caches = [jnp.asarray(a) for a in host]
+    with jax.transfer_guard_device_to_host("disallow"):
+        caches = z(caches, [3])
+        caches = z(caches, jnp.array([4, -2, 4], jnp.int32))
+    with pytest.raises(K.BlockIdError, match="1 ids outside"):
+        z.check()
+    abstract = [jax.ShapeDtypeStruct(SHAPES[n][0], jnp.dtype(SHAPES[n][1])) for n in names]
+    g = kp.CacheZeroer(abstract, kernel="triton", interpret=False)
+    leaves = list(g.abstract_caches())
+    ids, acc = jax.ShapeDtypeStruct((8,), jnp.int32), jax.ShapeDtypeStruct((), jnp.int32)
+    text = str(g._step.trace(leaves, ids, acc).lower(lowering_platforms=("cuda",)).as_text())
+    assert text.count("__gpu$xla.gpu.triton") == 1 and "stablehlo.add" in text
+    assert not re.search(r"stablehlo\.(sort|reduce|concatenate|compare)", text)

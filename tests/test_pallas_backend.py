@@ -414,3 +414,28 @@ def test_triton_bad_id_count_over_several_blocks(n: int) -> None:
     )
     got = int(call(jnp.asarray(ids))[0])
     assert got == int(np.sum((ids < 0) | (ids >= 100)))
+
+
+def test_standalone_call_is_one_jitted_step(compiled_steps: Callable[[object], int]) -> None:
+    """Issue 26: a call is one dispatch of the zeroer's jitted step (kernel and running bad-id
+    count together), with no device-to-host read; host batches of 1 to 8 ids share a compile."""
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(8))
+    z = kp.PallasZeroer(t, kernel="triton", interpret=True, host_ids="pinned")  # a GPU's default
+    assert kp.zeroer.pinned_host(jax.devices()[0]) is not None  # the CPU has pinned host memory too
+    data = K.poison_pattern(z.buffer_shape[0] * 512)
+    # committed, as every step's output is (an uncommitted first buffer compiles once more)
+    buf = jax.device_put(data.view(np.int32).reshape(z.buffer_shape), jax.devices()[0])
+    with jax.transfer_guard_device_to_host("disallow"):
+        for ids in ([1], [2, 3, 4, 5, 6, 7, 0, 1], jnp.array([5, 9, -1], jnp.int32), [6]):
+            buf = z(buf, ids)
+    assert compiled_steps(z) == 2  # one host bucket, one device batch shape
+    with pytest.raises(K.BlockIdError, match=r"2 ids outside \[0, 8\)"):
+        z.check()
+    got = np.asarray(buf).reshape(-1).view(np.uint8)
+    assert K.reference.compare_to_contract(data, got, t, list(range(8))).matches
+    g = kp.PallasZeroer(t, kernel="triton", interpret=False)
+    shapes = (jax.ShapeDtypeStruct(g.buffer_shape, jnp.int32), jax.ShapeDtypeStruct((8,), jnp.int32))
+    acc = jax.ShapeDtypeStruct((), jnp.int32)
+    text = str(g._step.trace(*shapes, acc).lower(lowering_platforms=("cuda",)).as_text())
+    assert text.count("__gpu$xla.gpu.triton") == 1 and "stablehlo.add" in text
+    assert not re.search(r"stablehlo\.(sort|reduce|concatenate|compare)", text)

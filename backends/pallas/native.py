@@ -31,6 +31,7 @@ from jax.sharding import PartitionSpec as P
 from kvlayout.backend import Backend, validate_host_buffer
 from kvlayout.errors import BackendError, LayoutBufferError, bad_value
 from kvlayout.native import NativeCacheSpec, NativeLeaf, native_tables, spec_from_arrays
+from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
 from kvlayout.verify import require_safe
@@ -53,8 +54,10 @@ from .zeroer import (
     ids_in_range,
     interpret_params,
     kernel_mode,
+    pinned_host,
     run_step,
     step_ids,
+    to_device,
 )
 
 KERNELS = ("tpu", "triton")
@@ -77,7 +80,10 @@ class CacheZeroer:
     ``"3"`` or ``"layers.0.k"``, to group) for ``z(caches, ids, group=...)``. ``mesh``:
     leaves are sharded over it, each by its own sharding (or ``partition_specs``). ``spec``:
     a :class:`~kvlayout.native.NativeCacheSpec` of these leaves (names, groups, ``zeroed``
-    flags), e.g. one built from a model config, instead of ``groups``.
+    flags), e.g. one built from a model config, instead of ``groups``. ``host_ids``: where
+    a call stages host ids: ``"pinned"`` host memory (the step copies them itself; the
+    default on a GPU) or ``"device"`` memory (the call transfers them; the default elsewhere
+    and with a mesh).
 
     :meth:`apply` is the traceable form for a user's own jitted, donated step. Thread
     safe; calls on one (donated) cache must be chained by the caller.
@@ -97,7 +103,10 @@ class CacheZeroer:
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         box_elements: int = DEFAULT_BOX_ELEMENTS,
         num_warps: int = 4,
+        host_ids: str | None = None,
     ) -> None:
+        if host_ids not in (None, "pinned", "device"):
+            raise bad_value(BackendError, "host_ids", host_ids, "must be 'pinned', 'device' or None")
         paths, treedef = jax.tree_util.tree_flatten_with_path(caches)
         self.treedef: Any = treedef
         if not paths:
@@ -136,6 +145,13 @@ class CacheZeroer:
         self._calls: dict[tuple[Any, ...], Any] = {}
         self._bad = BadIdCount()
         self._jitted = jax.jit(self.apply, donate_argnums=0, static_argnames="group")
+        #: the per-call step: (caches, ids, running bad-id count) -> (caches, count), one dispatch;
+        #: the caches are checked when it is traced (a mismatch retraces, so it is always seen)
+        self._step = jax.jit(self._step_fn, donate_argnums=0, static_argnames="group")
+        self._ids_sharding = NamedSharding(mesh, P()) if mesh is not None else None
+        #: where a call stages host ids: "pinned" host memory (default on the GPU kernel) or "device"
+        gpu = self.kernel == "triton" and not self.interpret
+        self.host_ids = "device" if mesh is not None else host_ids or ("pinned" if gpu else "device")
 
     def _check_spec(self, spec: Any, groups: Any) -> NativeCacheSpec:
         """A given spec must describe exactly these leaves (shape and dtype, in pytree order)."""
@@ -275,12 +291,27 @@ class CacheZeroer:
                     self._calls[key] = triton_native_call(plans, num_blocks, self.num_warps, self.interpret)
             return self._calls[key], n_pad
 
+    def _direct_call(self, sel: tuple[int, ...]) -> Any:
+        """The GPU kernel in direct mode over leaves ``sel``: ``f(ids, *leaves) -> (leaves, bad[1])``."""
+        key = (sel, "direct")
+        with self._lock:
+            if key not in self._calls:
+                shapes = [(self.local_shapes[i], self.spec.leaves[i].dtype) for i in sel]
+                plans = plan_triton(shapes, self.box_elements)
+                self._calls[key] = triton_native_call(
+                    plans, shapes[0][0][0], self.num_warps, self.interpret, direct=True
+                )
+            return self._calls[key]
+
     def zero_local(self, leaves: Sequence[jax.Array], sel: tuple[int, ...], ids: jax.Array,
                    valid: jax.Array) -> list[jax.Array]:
         """Traceable, one device: zero ``ids[valid]`` (int32 ``[n]``, bool ``[n]``) in ``leaves``
         (those of ``sel``, local shapes); invalid slots are skipped without an error."""
         n = ids.shape[0]
         num_blocks = self.local_shapes[sel[0]][0]
+        if self.kernel == "triton":  # direct: invalid slots become -1 and write nothing; no sort
+            out, _ = self._direct_call(sel)(jnp.where(valid, ids, -1).astype(jnp.int32), *leaves)
+            return list(out)
         # invalid slots become num_blocks and sort last; equal ids side by side are taken once
         s = jnp.sort(jnp.where(valid, ids, num_blocks).astype(jnp.int32))
         take = jnp.concatenate([jnp.ones((1,), jnp.int32), (s[1:] != s[:-1]).astype(jnp.int32)])
@@ -321,17 +352,28 @@ class CacheZeroer:
     def apply(self, caches: Any, block_ids: Any, group: str | None = None) -> tuple[Any, jax.Array]:
         """Traceable: ``(caches, global ids int[n]) -> (caches, number of ids outside the pool)``."""
         leaves = self.check_caches(caches)
-        ids = step_ids(block_ids)
+        out, bad = self._apply_leaves(leaves, step_ids(block_ids), group)
+        return self.treedef.unflatten(out), bad
+
+    def _apply_leaves(self, leaves: list[Any], ids: Any, group: str | None) -> tuple[list[Any], jax.Array]:
+        """Traceable core of :meth:`apply` on the flat leaves (``ids`` an array of any integer dtype)."""
         check_id_array(ids)
         sel = self._selected(group)
         if ids.shape[0] == 0:
-            return caches, jnp.zeros((), jnp.int32)
+            return leaves, jnp.zeros((), jnp.int32)
+        mesh, pspecs = self.mesh, self.pspecs
+        out = list(leaves)
+        if mesh is None and sel and self.kernel == "triton" and jnp.iinfo(ids.dtype).max <= INT32_MAX:
+            # one launch: the kernel skips and counts out-of-range ids itself
+            new, bad1 = self._direct_call(sel)(ids.astype(jnp.int32), *[leaves[i] for i in sel])
+            for i, v in zip(sel, new):
+                out[i] = v
+            return out, bad1[0]
         ids32, ok = ids_in_range(ids, self.num_blocks)
         bad = jnp.sum(~ok).astype(jnp.int32)
         if not sel:
-            return caches, bad
+            return out, bad
         mine = [leaves[i] for i in sel]
-        mesh, pspecs = self.mesh, self.pspecs
         if mesh is None or pspecs is None:
             new = self.zero_local(mine, sel, ids32, ok)
         else:
@@ -341,32 +383,60 @@ class CacheZeroer:
                 check_vma=False,
             )
             new = step(mine, ids32, ok)
-        out = list(leaves)
         for i, v in zip(sel, new):
             out[i] = v
-        return self.treedef.unflatten(out), bad
+        return out, bad
+
+    def _step_fn(
+        self, caches: Any, ids: jax.Array, acc: jax.Array, group: str | None = None
+    ) -> tuple[Any, jax.Array]:
+        """The jitted per-call step: check the caches (at trace time), zero, and add this
+        batch's bad ids to the running count ``acc`` on the device (no host read)."""
+        leaves = self.check_caches(caches)
+        out, bad = self._apply_leaves(leaves, to_device(ids) if self.host_ids == "pinned" else ids, group)
+        return self.treedef.unflatten(out), acc + bad
 
     # ---- per step -------------------------------------------------------------------------
     def __call__(self, caches: Any, block_ids: Any, group: str | None = None) -> Any:
         """Zero ``block_ids`` (global) in every leaf of ``caches`` (donated; of ``group`` if
-        given) and return the caches."""
-        self.check_caches(caches, shardings=True)
-        self.spec.check_group(group)
+        given) and return the caches.
+
+        One jitted dispatch per call: the caches go to the step as they are (checked when
+        it is traced); host ids are validated, padded to a power-of-two bucket (no retrace
+        between batch sizes) and put in pinned host memory on a GPU, from where the step
+        itself copies them; the bad-id count stays on the device (no host read until
+        :meth:`check`).
+        """
+        if self.mesh is not None:
+            self.check_caches(caches, shardings=True)
+        if group is not None:
+            self.spec.check_group(group)
+        dev = None
         if isinstance(block_ids, jax.Array):
-            ids = block_ids
+            ids: Any = block_ids
             check_id_array(ids)
         else:
             host = np.unique(normalize_block_ids(block_ids, self.num_blocks))  # raises before anything runs
             if host.size == 0:
                 return caches
-            ids = jnp.asarray(bucket_ids(host))
-            if self.mesh is not None:
-                ids = jax.device_put(ids, NamedSharding(self.mesh, P()))
+            ids, dev = self._host_ids(bucket_ids(host), caches)
         if ids.shape[0] == 0:
             return caches
-        out, err = run_step(self.serialised, functools.partial(self._jitted, group=group), caches, ids)
-        self._bad.add(err)
-        return out
+        step = self._step if group is None else functools.partial(self._step, group=group)
+        return self._bad.step(lambda acc: run_step(self.serialised, step, caches, ids, acc), dev)
+
+    def _host_ids(self, ids: np.ndarray, caches: Any) -> tuple[Any, Any]:
+        """Bucketed host ids as the step's argument, and the step's device where they are
+        staged: pinned host memory of the caches' device (GPU), replicated over the mesh, or
+        the array itself (the step's call transfers it)."""
+        if self._ids_sharding is not None:
+            return jax.device_put(ids, self._ids_sharding), None
+        if self.host_ids != "pinned":
+            return ids, None
+        first = jax.tree_util.tree_leaves(caches)[0]
+        dev = next(iter(first.devices())) if isinstance(first, jax.Array) else None
+        stage = pinned_host(dev) if dev is not None else None
+        return (ids, None) if stage is None else (stage(ids), dev)
 
     zero_blocks = __call__
 

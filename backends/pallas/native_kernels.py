@@ -39,6 +39,8 @@ from jax.experimental.pallas import tpu as pltpu
 from kvlayout.errors import LayoutBufferError, bad_value
 from kvlayout.ranges import INT32_MAX, cdiv, round_up
 
+from .kernels import _count_bad
+
 LANES = 128
 #: HBM tile rows of 8/16-bit arrays: a DMA's row offset and size must be multiples of it.
 TILE_ROWS = 8
@@ -381,20 +383,33 @@ def run_boxes_numpy(arrays: Sequence[np.ndarray], plans: Sequence[BoxPlan], ids:
 
 # --------------------------------------------------------------------------- GPU kernel
 def _triton_kernel(
-    ids_ref,  # int32 [n] block ids, live slots first
-    take_ref,  # int32 [n] 1 = first occurrence of a live id
-    count_ref,  # int32 [1] live slots
-    *refs: Any,  # L leaves in ([pages, *page], aliased), then L leaves out
+    ids_ref,  # int32 [n] block ids (sorted mode: live slots first)
+    *refs: Any,  # sorted: take [n], count [1]; then L leaves in, L leaves out; direct: + bad [1]
     plans: tuple[BoxPlan, ...],
     num_blocks: int,
+    direct: bool,
 ) -> None:
+    """Program (id slot, unit): one box of one leaf's page ``ids[i]``.
+
+    Sorted mode: ``take[i]`` (1 = first occurrence) and ``count`` (live slots) select the ids.
+    Direct mode: ids as they come (duplicates zero a page twice, which is harmless;
+    out-of-range ids write nothing), and program (0, 0) counts the out-of-range ids into
+    ``bad[0]``: no sort, no other launch, so a step is this one kernel.
+    """
     from jax.experimental.pallas import triton as pltriton
 
-    outs = refs[len(plans) :]  # [pages, *page] each
+    if direct:
+        take_ref = count_ref = None
+        outs, bad_ref = refs[len(plans) : 2 * len(plans)], refs[-1]
+    else:
+        take_ref, count_ref, *rest = refs
+        outs, bad_ref = tuple(rest[len(plans) :]), None
     i = pl.program_id(0)
     u = pl.program_id(1)
     b = ids_ref[i]
-    ok = (i < count_ref[0]) & (take_ref[i] != 0) & (b >= 0) & (b < num_blocks)
+    ok = (b >= 0) & (b < num_blocks)
+    if take_ref is not None and count_ref is not None:
+        ok = ok & (i < count_ref[0]) & (take_ref[i] != 0)
     bb = jnp.where(ok, b, 0)
 
     def store(out: Any, bp: BoxPlan, k: jax.Array) -> None:
@@ -412,35 +427,51 @@ def _triton_kernel(
     for out, bp in zip(outs, plans):
         pl.when((u >= first) & (u < first + bp.units))(partial(store, out, bp, u - first))
         first += bp.units
+    if bad_ref is not None:
+
+        @pl.when((i == 0) & (u == 0))
+        def _() -> None:
+            _count_bad(ids_ref, bad_ref, ids_ref.shape[0], num_blocks)
 
 
 def triton_native_call(
-    plans: tuple[BoxPlan, ...], num_blocks: int, num_warps: int = 4, interpret: bool = False
+    plans: tuple[BoxPlan, ...],
+    num_blocks: int,
+    num_warps: int = 4,
+    interpret: bool = False,
+    direct: bool = False,
 ) -> Any:
-    """``f(ids, take, count, *leaves) -> leaves``: the Pallas-Triton kernel (GPU, or interpret on CPU)."""
+    """The Pallas-Triton kernel (GPU, or interpret on CPU). Sorted mode:
+    ``f(ids, take, count, *leaves) -> leaves``; direct mode: ``f(ids, *leaves) -> (leaves, bad[1])``."""
     for bp in plans:
         if math.prod(bp.shape) > INT32_MAX:
             raise bad_value(
                 LayoutBufferError, "leaf.shape", bp.shape,
                 "the Pallas-Triton kernel indexes elements in int32: at most 2**31 - 1 elements per leaf",
             )
-    kernel = partial(_triton_kernel, plans=plans, num_blocks=num_blocks)
+    kernel = partial(_triton_kernel, plans=plans, num_blocks=num_blocks, direct=direct)
     units = sum(bp.units for bp in plans)
 
-    def f(ids: jax.Array, take: jax.Array, count: jax.Array, *leaves: jax.Array) -> list[jax.Array]:
+    def f(ids: jax.Array, *args: jax.Array) -> Any:
         from jax.experimental.pallas import triton as pltriton
 
-        prefetch = (ids, take, count)
+        prefetch = (ids,) if direct else (ids, *args[:2])
+        leaves = args if direct else args[2:]
+        out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+        any_spec = pl.BlockSpec(memory_space=pl.ANY)
+        if direct:
+            out_shape.append(jax.ShapeDtypeStruct((1,), jnp.int32))
         call = pl.pallas_call(
             kernel,
             grid=(ids.shape[0], units),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * (len(prefetch) + len(leaves)),
-            out_specs=[pl.BlockSpec(memory_space=pl.ANY)] * len(leaves),
-            out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves],
+            in_specs=[any_spec] * (len(prefetch) + len(leaves)),
+            out_specs=[any_spec] * len(out_shape),
+            out_shape=out_shape,
             input_output_aliases={len(prefetch) + i: i for i in range(len(leaves))},
             compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=1),
             interpret=interpret,
         )
-        return list(call(*prefetch, *leaves))
+        out = list(call(*prefetch, *leaves))
+        return (out[:-1], out[-1]) if direct else out
 
     return f
