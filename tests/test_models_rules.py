@@ -104,6 +104,7 @@ def test_transformers_reader_fills_gemma3_text_config_defaults() -> None:
     with pytest.raises(SpecError) as e:  # read as written: the field is missing
         M.from_config(cfg)
     assert e.value.field == "config.text_config.num_attention_heads"
+    assert "reader='transformers' fills the config class's defaults" in str(e.value)
     ms = _ms(cfg, reader="transformers")  # Gemma3TextConfig: 8 heads, 4 KV heads, head_dim 256
     assert {x.page for _, x in ms.spec.layers} == {2 * 16 * 4 * 256 * 2}
     assert any("Gemma3Config" in x for x in ms.notes)

@@ -46,10 +46,9 @@ def build(
     if reader not in READERS:
         raise spec_error("reader", reader, f"valid: {', '.join(READERS)}")
     notes: list[str] = []
-    data = load_config(config)
-    if reader == "transformers":
-        data = through_transformers(data, notes)
-    top = Config(data, "config")
+    written = load_config(config)
+    data = through_transformers(written, notes) if reader == "transformers" else written
+    top = Config(data, "config", completed=data is not written)
     arch, family = architecture(top)
     text = text_config(top)
     model_dtype = resolve_model_dtype(top, text, dtype, notes)

@@ -36,9 +36,10 @@ KV_DTYPES: Mapping[str, str | None] = {
 class Config:
     """A JSON object read field by field; a missing or mistyped field names its path."""
 
-    def __init__(self, data: Mapping[str, Any], path: str) -> None:
+    def __init__(self, data: Mapping[str, Any], path: str, *, completed: bool = False) -> None:
         self.data = data
         self.path = path
+        self.completed = completed  # read through transformers: no default left to suggest
 
     def field(self, key: str) -> str:
         return f"{self.path}.{key}"
@@ -47,7 +48,10 @@ class Config:
         return self.data.get(key) is not None
 
     def missing(self, key: str, why: str) -> SpecError:
-        return spec_error(self.field(key), None, f"missing; {why}")
+        hint = ""
+        if not self.completed and key != "architectures":
+            hint = "; reader='transformers' fills the config class's defaults, as vLLM does"
+        return spec_error(self.field(key), None, f"missing; {why}{hint}")
 
     def req_int(self, key: str, why: str, *, lo: int = 1) -> int:
         """A required integer ``>= lo``."""
@@ -159,7 +163,7 @@ def text_config(top: Config) -> Config:
         return top
     if not isinstance(tc, Mapping):
         raise spec_error(top.field("text_config"), tc, "must be a JSON object")
-    return Config(tc, top.field("text_config"))
+    return Config(tc, top.field("text_config"), completed=top.completed)
 
 
 # --------------------------------------------------------------------------- dtypes and tp
