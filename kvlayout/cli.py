@@ -60,6 +60,10 @@ def _add_source(p: argparse.ArgumentParser, *, table: bool = False) -> None:
     m.add_argument("--block-size", type=_count, help="with --config: tokens per block (else the engine's)")
     m.add_argument("--device", help="with --config: the GPU: hopper (default), blackwell, ampere")
     m.add_argument("--attention-backend", help="with --config: a vLLM attention backend (else vLLM's choice)")
+    m.add_argument("--dp", type=_count, help="with --engine tpu-inference: the mesh's data axis")
+    m.add_argument("--dcp", type=_count, help="with --engine tpu-inference: decode context parallel size")
+    m.add_argument("--model-impl", help="with --engine tpu-inference: auto (default), flax_nnx, vllm")
+    m.add_argument("--max-model-len", type=_count, help="with --engine tpu-inference: sets its default page")
 
 
 def _count(text: str) -> int:
@@ -79,6 +83,10 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
         "--block-size": args.block_size,
         "--device": args.device,
         "--attention-backend": args.attention_backend,
+        "--dp": args.dp,
+        "--dcp": args.dcp,
+        "--model-impl": args.model_impl,
+        "--max-model-len": args.max_model_len,
     }
     if args.config:
         if args.spec or args.preset:
@@ -96,6 +104,12 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
             num_blocks=DEFAULT_NUM_BLOCKS if args.num_blocks is None else args.num_blocks,
             device=args.device or "hopper",
             attention_backend=args.attention_backend,
+            **{
+                k: v
+                for k, v in (("dp", args.dp), ("dcp", args.dcp), ("model_impl", args.model_impl),
+                             ("max_model_len", args.max_model_len))
+                if v is not None
+            },
         )
         if not isinstance(args.model_spec, ModelSpec):  # tpu-inference: per-layer arrays, not a flat buffer
             if args.cmd not in NATIVE_COMMANDS:
