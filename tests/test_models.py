@@ -1102,14 +1102,19 @@ def _vllm_driver() -> None:
 
     _stub_compressed_tensors()
     out, sys.stdout = sys.stdout, sys.stderr  # vLLM's prints must not mix with the answers
-    cases = json.load(sys.stdin)
-    answers = {}
+    request = json.load(sys.stdin)  # a list of cases, or {"cases": [...], "backends": [names]}
+    cases = request["cases"] if isinstance(request, dict) else request
+    answers: dict[str, Any] = {}
     for case in cases:
         try:
             answers[case["id"]] = _vllm_answer(case)
         except Exception as e:  # one case's failure is reported by its own tests
             traceback.print_exc()
             answers[case["id"]] = {"error": f"{type(e).__name__}: {e}"}
+    if isinstance(request, dict) and "backends" in request:  # tests/test_models_backends.py's questions
+        from tests.test_models_backends import backend_answers
+
+        answers["__backends__"] = backend_answers(request["backends"])
     json.dump(answers, out)
 
 

@@ -1,15 +1,15 @@
 """kvlayout.models.backends (issue 23): the attention backend vLLM 0.33 resolves, and its block size.
 
-Pinned numbers from the issue (DeepSeek-V2-Lite: 27 MLA layers, head 512 + 64), and a check of
-kvlayout's backend table and priority lists against the installed vLLM 0.33 (one subprocess: the
-backend classes that import on a CPU are asked directly; the others, which need the GPU build of
-flash-attn, FlashInfer or CUTLASS to import, are read from their source with ``ast``).
+Pinned numbers from the issue (DeepSeek-V2-Lite: 27 MLA layers, head 512 + 64); the check of
+kvlayout's backend table and priority lists against the installed vLLM 0.33 is defined here and
+run in tests/test_models_vllm_truth.py's vLLM process (the backend classes that import on a CPU are
+asked directly; the others, which need the GPU build of flash-attn, FlashInfer or CUTLASS to import,
+are read from their source with ``ast``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -143,108 +143,103 @@ def test_cli_device_and_backend_flags(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- against the installed vLLM
-_DRIVER = r'''
-import ast, json, sys, types
-from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-from test_models import _stub_compressed_tensors
-_stub_compressed_tensors()
-# vllm/platforms/cuda.py imports its compiled ops (libcuda) only to register them; the priority list
-# reads none of them. The stub is an empty module; the assertion below is that cuda.py's import of it
-# is the bare registration line.
-import vllm
-cuda_src = (Path(vllm.__file__).parent / "platforms" / "cuda.py").read_text()
-assert "\nimport vllm._C_stable_libtorch  # noqa\n" in cuda_src
-sys.modules["vllm._C_stable_libtorch"] = types.ModuleType("vllm._C_stable_libtorch")
-from vllm.platforms.cuda import _get_backend_priorities
-from vllm.platforms.interface import DeviceCapability
-from vllm.v1.attention.backend import MultipleOf
-from vllm.v1.attention.backends.registry import AttentionBackendEnum as E
+# Run inside tests/test_models.py's vLLM driver (one vLLM import for every comparison), from
+# tests/test_models_vllm_truth.py, which checks the answers against BACKENDS and _PRIORITY.
+def backend_answers(names: list[str]) -> dict[str, Any]:
+    """vLLM's own answers for the backends ``names`` and its priority lists (in the driver process).
 
-def sizes(xs):
-    return [[x.base, True] if isinstance(x, MultipleOf) else [x, False] for x in xs]
+    vllm/platforms/cuda.py imports its compiled ops (libcuda) only to register them; the priority
+    lists read none of them. The stub is an empty module, and the assertion is that cuda.py's import
+    of it is the bare registration line. Backend classes that need the GPU build of flash-attn,
+    FlashInfer or CUTLASS to import are read from their source with ``ast``."""
+    import ast
+    import types
 
-def from_source(name):
-    """Read a backend class that needs the GPU build to import from its source."""
-    path = E[name].value  # "module.Class"
-    module, cls = path.rsplit(".", 1)
-    src = Path(vllm.__file__).parent.joinpath(*module.split(".")[1:]).with_suffix(".py").read_text()
-    node = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ClassDef) and n.name == cls)
-    out = {"source": True}
-    env = {"MultipleOf": MultipleOf}
-    for item in node.body:
-        if isinstance(item, ast.AnnAssign) and getattr(item.target, "id", "") == "supported_kv_cache_dtypes":
-            out["kv"] = ast.literal_eval(item.value)
-        if isinstance(item, ast.FunctionDef) and item.name == "get_supported_kernel_block_sizes":
-            rets = [r for r in ast.walk(item) if isinstance(r, ast.Return)]
-            out["sizes_options"] = [sizes(eval(compile(ast.Expression(r.value), "<src>", "eval"), env))
-                                    for r in rets if isinstance(r.value, ast.List)]
-        if isinstance(item, ast.FunctionDef) and item.name == "supports_compute_capability":
-            ret = next(r for r in ast.walk(item) if isinstance(r, ast.Return))
-            expr = compile(ast.Expression(ret.value), "<src>", "eval")
-            g = {"DeviceCapability": DeviceCapability}
-            caps = {m: DeviceCapability(m, 0) for m in (8, 9, 10, 12)}
-            out["majors"] = [m for m, cap in caps.items() if eval(expr, g, {"capability": cap})]
-    return out
+    import vllm
 
-answers = {"backends": {}, "priorities": {}}
-for name in json.loads(sys.stdin.read()):
-    try:
-        c = E[name].get_class()
-        answers["backends"][name] = {
-            "source": False,
-            "kv": list(c.supported_kv_cache_dtypes),
-            "sizes_options": [sizes(c.get_supported_kernel_block_sizes())],
-            "majors": [m for m in (8, 9, 10, 12) if c.supports_compute_capability(DeviceCapability(m, 0))],
-            "mla": c.is_mla(), "sparse": c.is_sparse(),
-        }
-    except (ImportError, AssertionError, OSError):
-        answers["backends"][name] = from_source(name)
-for mla in (False, True):
-    for major in (8, 9, 10):
-        for kv in ("auto", "fp8"):
-            cap = DeviceCapability(major, 0)
-            got = _get_backend_priorities(mla, cap, num_heads=128, kv_cache_dtype=kv, head_size=576)
-            answers["priorities"][f"{mla}-{major}-{kv}"] = [b.name for b in got]
-print(json.dumps(answers))
-'''
+    cuda_src = (Path(vllm.__file__).parent / "platforms" / "cuda.py").read_text()
+    assert "\nimport vllm._C_stable_libtorch  # noqa\n" in cuda_src
+    sys.modules.setdefault("vllm._C_stable_libtorch", types.ModuleType("vllm._C_stable_libtorch"))
+    from vllm.platforms.cuda import _get_backend_priorities
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backend import MultipleOf
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum as E
 
+    caps = {m: DeviceCapability(m, 0) for m in (8, 9, 10, 12)}
 
-@pytest.fixture(scope="module")
-def vllm_backends() -> dict[str, Any]:
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    here = str(Path(__file__).resolve().parent)
-    res = subprocess.run(
-        [sys.executable, "-c", _DRIVER, here],
-        input=json.dumps(list(B.BACKENDS)),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-4000:]
-    answers: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    def sizes(xs: Any) -> list[list[Any]]:
+        return [[x.base, True] if isinstance(x, MultipleOf) else [x, False] for x in xs]
+
+    def from_source(name: str) -> dict[str, Any]:
+        module, cls = E[name].value.rsplit(".", 1)
+        src = Path(vllm.__file__).parent.joinpath(*module.split(".")[1:]).with_suffix(".py").read_text()
+        node = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ClassDef) and n.name == cls)
+        out: dict[str, Any] = {"source": True}
+        for item in node.body:
+            if (
+                isinstance(item, ast.AnnAssign)
+                and getattr(item.target, "id", "") == "supported_kv_cache_dtypes"
+            ):
+                out["kv"] = ast.literal_eval(item.value)  # type: ignore[arg-type]
+            if isinstance(item, ast.FunctionDef) and item.name == "get_supported_kernel_block_sizes":
+                rets = [
+                    r for r in ast.walk(item) if isinstance(r, ast.Return) and isinstance(r.value, ast.List)
+                ]
+                env = {"MultipleOf": MultipleOf}
+                out["sizes_options"] = [
+                    sizes(eval(compile(ast.Expression(r.value), "<src>", "eval"), env))  # type: ignore[arg-type]
+                    for r in rets
+                ]
+            if isinstance(item, ast.FunctionDef) and item.name == "supports_compute_capability":
+                ret = next(r for r in ast.walk(item) if isinstance(r, ast.Return))
+                expr = compile(ast.Expression(ret.value), "<src>", "eval")  # type: ignore[arg-type]
+                g = {"DeviceCapability": DeviceCapability}
+                out["majors"] = [m for m, cap in caps.items() if eval(expr, g, {"capability": cap})]
+        return out
+
+    answers: dict[str, Any] = {"backends": {}, "priorities": {}}
+    for name in names:
+        try:
+            c = E[name].get_class()
+            answers["backends"][name] = {
+                "source": False,
+                "kv": list(c.supported_kv_cache_dtypes),
+                "sizes_options": [sizes(c.get_supported_kernel_block_sizes())],
+                "majors": [m for m, cap in caps.items() if c.supports_compute_capability(cap)],
+                "mla": c.is_mla(),
+                "sparse": c.is_sparse(),
+            }
+        except (ImportError, AssertionError, OSError):
+            answers["backends"][name] = from_source(name)
+    for mla in (False, True):
+        for major in (8, 9, 10):
+            for kv in ("auto", "fp8"):
+                got = _get_backend_priorities(
+                    mla, caps[major], num_heads=128, kv_cache_dtype=kv, head_size=576
+                )
+                answers["priorities"][f"{mla}-{major}-{kv}"] = [b.name for b in got]
     return answers
 
 
-def test_backend_table_is_vllms(vllm_backends: dict[str, Any]) -> None:
+def check_backend_table(answers: dict[str, Any]) -> None:
+    """kvlayout's backend table is vLLM's (kv dtypes kvlayout takes, kernel block sizes, GPUs)."""
     accepted = {"auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"}
     for name, b in B.BACKENDS.items():
-        got = vllm_backends["backends"][name]
+        got = answers["backends"][name]
         assert set(b.kv_dtypes) == set(got["kv"]) & accepted, name
         assert [list(x) for x in b.block_sizes] in got["sizes_options"], name
         majors = [m for m in (8, 9, 10, 12) if (m >= 8 if b.majors is None else m in b.majors)]
         assert majors == got["majors"], name
         if not got["source"]:
             assert (b.mla, b.sparse) == (got["mla"], got["sparse"]), name
-    assert any(x["source"] for x in vllm_backends["backends"].values())  # the ast path ran
+    assert any(x["source"] for x in answers["backends"].values())  # the ast path ran
 
 
-def test_priority_lists_are_vllms(vllm_backends: dict[str, Any]) -> None:
+def check_priority_lists(answers: dict[str, Any]) -> None:
+    """kvlayout's priority lists are cuda.py's, restricted to the backends it models."""
     for (mla, major), mine in B._PRIORITY.items():
         for kv in ("auto", "fp8"):
-            theirs = [n for n in vllm_backends["priorities"][f"{mla}-{major}-{kv}"] if n in B.BACKENDS]
+            theirs = [n for n in answers["priorities"][f"{mla}-{major}-{kv}"] if n in B.BACKENDS]
             if mla and major == 10:  # sparse MLA on Blackwell is refused (not modeled): dense part only
                 theirs = [n for n in theirs if not B.BACKENDS[n].sparse]
             assert list(mine) == theirs, (mla, major, kv)

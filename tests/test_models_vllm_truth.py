@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import kvlayout.models as M
+from kvlayout.models.backends import BACKENDS
 from kvlayout.spec import FullAttentionSpec, MambaSpec
 
 _BASE = {"torch_dtype": "bfloat16", "vocab_size": 1024, "max_position_embeddings": 4096}
@@ -203,7 +204,7 @@ def truth(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dic
     env["PYTHONPATH"] = str(here.parents[1])
     res = subprocess.run(
         [sys.executable, str(here.parent / "test_models.py"), "--vllm-driver"],
-        input=json.dumps(request),
+        input=json.dumps({"cases": request, "backends": list(BACKENDS)}),
         capture_output=True,
         text=True,
         env=env,
@@ -215,7 +216,7 @@ def truth(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dic
 
 def test_every_case_equals_vllm(truth: tuple[Path, dict[str, dict[str, Any]]]) -> None:
     root, answers = truth
-    assert len(answers) == len(CASES) >= 100
+    assert len(answers) == len(CASES) + 1 >= 100  # + the backend answers
     for case_id, fam, _, _ in CASES:
         got, ms = answers[case_id], _model(case_id, root)
         assert "error" not in got, (case_id, got.get("error"))
@@ -259,3 +260,11 @@ def test_the_cases_move_what_they_should(truth: tuple[Path, dict[str, dict[str, 
     assert answers["nemotron_h_g1-tp16-bf16-hopper"]["mamba_page"] == 266_752
     assert [len(g) for g in answers["deepseek_v4-tp1-bf16-hopper"]["groups"]] == [4, 6, 6]
     assert answers["deepseek_v4-tp1-bf16-hopper"]["bytes_per_block"] == 149_760
+
+
+def test_backend_table_and_priority_lists_are_vllms(truth: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+    from tests.test_models_backends import check_backend_table, check_priority_lists
+
+    answers = truth[1]["__backends__"]
+    check_backend_table(answers)
+    check_priority_lists(answers)
