@@ -54,3 +54,25 @@ def test_bad_options_exit_2_in_one_line(
 ) -> None:
     rc, out, err = run(capsys, "plan", "--config", GPT_OSS, *flags)
     assert rc == 2 and not out and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"max_num_seqs": 2**17 + 1}, "max_num_seqs"),  # tpu-inference's minimum page would divide by zero
+        ({"dp": 0}, "dp"),
+        ({"model_impl": "torchax"}, "model_impl"),
+        ({"mla_transpose_kv_cache": 1}, "mla_transpose_kv_cache"),
+        ({"tp": 3}, "tp"),  # 8 KV heads: tpu-inference asserts tp divides them
+        ({"block_size": 48, "mla_transpose_kv_cache": True}, "block_size"),  # transposed MLA: 128-token rows
+    ],
+)
+def test_bad_options_name_their_field(options: dict[str, object], field: str) -> None:
+    import kvlayout as K
+    import kvlayout.models as M
+
+    fixture = "deepseek_v3" if "mla_transpose_kv_cache" in options else "llama"
+    path = Path(GPT_OSS).parent.parent / fixture / "config.json"
+    with pytest.raises(K.SpecError) as e:
+        M.from_config(path, engine="tpu-inference", **options)
+    assert e.value.field == field

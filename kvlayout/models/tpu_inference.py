@@ -71,6 +71,8 @@ MLA_KV_PACKING = 32
 MLA_PAGE_SIZE = 1024
 #: vLLM's ``max_num_seqs`` default off GPUs (``engine/arg_utils.py``), which sizes the minimum page.
 DEFAULT_MAX_NUM_SEQS = 256
+#: ``get_min_page_size`` divides by ``2**17 // max_num_seqs`` (pages a request may hold in half of SMEM).
+MAX_NUM_SEQS = 2**17
 MODEL_IMPLS = ("auto", "flax_nnx", "vllm")
 #: Architectures tpu-inference 0.32.0 has its own JAX model for, among kvlayout's, and runs as
 #: such under ``MODEL_IMPL_TYPE=auto`` (GPT-OSS has one but prefers vLLM's).
@@ -156,6 +158,9 @@ class TpuOptions:
             _pos_int(name, getattr(self, name))
         if self.max_model_len is not None:
             _pos_int("max_model_len", self.max_model_len)
+        if self.max_num_seqs > MAX_NUM_SEQS:
+            why = f"at most {MAX_NUM_SEQS:,}: tpu-inference's minimum page divides by 2**17 // max_num_seqs"
+            raise spec_error("max_num_seqs", self.max_num_seqs, why)
         if self.model_impl not in MODEL_IMPLS:
             raise spec_error("model_impl", self.model_impl, f"valid: {', '.join(MODEL_IMPLS)}")
         _bool("mla_transpose_kv_cache", self.mla_transpose_kv_cache)
