@@ -80,11 +80,13 @@ def test_dsv4_coalesced_table_keeps_every_block() -> None:
     """The dsv4 preset coalesced: same bytes for every one of its 100 blocks, far fewer rows."""
     t = K.plan(K.preset("dsv4"))
     c = t.coalesced()
-    # by hand: C4 attn/indexer at 0, 37,440, 46,080, 83,520; C128 inside [0, 6,352); SWA at
-    # 0, 37,440, 74,880, 112,320 (37,376 B each): the union is three runs with two 64 B gaps
+    # by hand: C4 attn, attn, indexer, indexer (each geometry's layers together, as vLLM places
+    # them: issue 23 item 6) at 0, 37,440, 74,880, 83,520; C128 inside [0, 6,352); SWA at
+    # 0, 37,440, 74,880, 112,320 (37,376 B each): the union is four runs with three 64 B gaps
     assert [(s.base, s.stride, s.span) for s in c.segments] == [
         (0, 149_760, 37_376),
-        (37_440, 149_760, 74_816),
+        (37_440, 149_760, 37_376),
+        (74_880, 149_760, 37_376),
         (112_320, 149_760, 37_376),
     ]
     for b in range(t.num_blocks):
