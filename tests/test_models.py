@@ -430,9 +430,14 @@ def test_layer_rules_without_layer_types() -> None:
     assert M.from_config(qn).spec == M.from_config(config("qwen3_next")).spec
     q2 = config("qwen2")
     q2["use_sliding_window"] = True
-    q2["max_window_layers"] = 20  # layers 20..27 slide: 8 sliding, 20 full -> group size 8, full in 3 groups
-    ms = M.from_config(q2)
-    assert groups_of(ms) == [("full.0", 7), ("full.1", 7), ("full.2", 6), ("sliding", 8)]
+    q2["max_window_layers"] = 20  # layers 20..27 would slide: vLLM's Qwen2Model asserts against it
+    with pytest.raises(K.SpecError) as e:
+        M.from_config(q2)
+    assert e.value.field == "config.max_window_layers"
+    q2["max_window_layers"] = 0  # every layer slides
+    assert set(M.from_config(q2).kinds.values()) == {"sliding"}
+    q2["max_window_layers"] = 28  # none does
+    assert set(M.from_config(q2).kinds.values()) == {"full"}
     mis = config("mistral")
     mis["sliding_window"] = 4096
     assert set(M.from_config(mis).kinds.values()) == {"sliding"}

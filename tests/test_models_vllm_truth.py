@@ -82,6 +82,19 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "moe_intermediate_size": 256,
         "intermediate_size": 2048,
     },
+    # Qwen2: every layer slides (max_window_layers 0); a window on some layers only is refused
+    "qwen2_sw": {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "use_sliding_window": True,
+        "sliding_window": 4096,
+        "max_window_layers": 0,
+        "intermediate_size": 2048,
+    },
     # sliding window, per layer
     "gemma2": {
         "architectures": ["Gemma2ForCausalLM"],
@@ -225,7 +238,13 @@ def test_every_case_equals_vllm(truth: tuple[Path, dict[str, dict[str, Any]]]) -
         for x in attention:  # sliding layers included (a subclass)
             assert (x.head_size, x.num_kv_heads) == (got["head_size"], got["kv_heads"]), case_id
         assert got["use_mla"] == (fam in ("deepseek_v2", "deepseek_v4")), case_id
-        if fam in ("llama", "phi3", "qwen3_moe", "qwen3_moe_sw"):  # which layers slide, by vLLM's config
+        if fam in (
+            "llama",
+            "phi3",
+            "qwen3_moe",
+            "qwen3_moe_sw",
+            "qwen2_sw",
+        ):  # which layers slide, by vLLM's config
             slides = [k == "sliding" for k in ms.kinds.values()]
             per_layer = got["layer_types"] if fam in ("llama", "phi3") else None  # Llama's code reads them
             if per_layer is not None:
@@ -253,6 +272,7 @@ def test_the_cases_move_what_they_should(truth: tuple[Path, dict[str, dict[str, 
         f"model.layers.{i}.self_attn.attn": "sliding" for i in range(4)
     }
     assert set(_model("qwen3_moe-tp1-bf16-hopper", root).kinds.values()) == {"full"}
+    assert set(_model("qwen2_sw-tp1-bf16-hopper", root).kinds.values()) == {"sliding"}
     # FalconH1 at tp 8: one group replicated to 8, conv (3, (1024 + 2 * 8 * 128) / 8 = 384) bf16
     # + ssm (16 / 8, 64, 128) bf16 = 2,304 + 32,768 = 35,072 B
     assert answers["falcon_h1-tp8-bf16-hopper"]["mamba_page"] == 35_072

@@ -7,8 +7,10 @@
   multiple of them).
 - Sliding windows: ``layer_types`` (``sliding_attention``/``full_attention``) when the config
   has it; else Gemma 2 alternates (even layers slide), Gemma 3 slides unless
-  ``(i + 1) % sliding_window_pattern == 0``, Qwen2/Qwen3 slide from ``max_window_layers`` on
-  when ``use_sliding_window`` is true, Mistral slides everywhere when ``sliding_window`` is set.
+  ``(i + 1) % sliding_window_pattern == 0``, Mistral slides everywhere when ``sliding_window`` is
+  set. Qwen2/Qwen3 slide everywhere when ``use_sliding_window`` is true and
+  ``max_window_layers`` is 0; vLLM refuses a window on some layers only
+  (``Qwen2Model`` asserts ``max_window_layers == num_hidden_layers``, which then leaves all full).
   Qwen3-MoE and Phi-3 pass no per-layer window in vLLM: every layer takes the config's one window
   (``EngineArgs.create_engine_config``: the text config's ``sliding_window``), which Qwen3-MoE's
   config class drops unless ``use_sliding_window`` is true (tests/test_models_vllm_truth.py).
@@ -72,6 +74,33 @@ def token_bytes(att: Attention, kv_dtype: str) -> int:
 
 def layer_types(cfg: Config, family: str, n: int) -> list[str]:
     """``"full"`` or ``"sliding"`` per layer, by the family's rule (module docstring)."""
+    if family in ("qwen2", "qwen3"):
+        return _qwen2_types(cfg, n)
+    return _written_or_family_types(cfg, family, n)
+
+
+def _qwen2_types(cfg: Config, n: int) -> list[str]:
+    """vLLM's Qwen2Model (Qwen3 too) passes no per-layer window: layers slide only when all do, and
+    a window on some layers only is refused unless ``max_window_layers == num_hidden_layers``
+    (its assertion), which then leaves every layer full (vLLM's one window is set only when every
+    layer slides)."""
+    if cfg.has("layer_types"):
+        types = _written_or_family_types(cfg, "qwen2", n)
+    elif not cfg.req_bool("use_sliding_window", "Qwen2/Qwen3 slide only when use_sliding_window is true"):
+        return ["full"] * n
+    else:
+        first = cfg.req_int("max_window_layers", "layers from max_window_layers on slide", lo=0)
+        types = ["sliding" if i >= first else "full" for i in range(n)]
+    if len(set(types)) > 1:
+        mwl = cfg.opt_int("max_window_layers", lo=0)
+        if mwl != n:
+            why = f"vLLM 0.33 refuses a sliding window on some layers only (Qwen2Model: must equal {n})"
+            raise spec_error(cfg.field("max_window_layers"), mwl, why)
+        return ["full"] * n
+    return types
+
+
+def _written_or_family_types(cfg: Config, family: str, n: int) -> list[str]:
     if cfg.has("layer_types"):
         raw = cfg.req_list("layer_types", "", n, str, exact=True)
         out = []
@@ -91,11 +120,6 @@ def layer_types(cfg: Config, family: str, n: int) -> list[str]:
             "(transformers' default is 6: write it into config.json)",
         )
         return ["full" if (i + 1) % p == 0 else "sliding" for i in range(n)]
-    if family in ("qwen2", "qwen3"):
-        if not cfg.req_bool("use_sliding_window", "Qwen2/Qwen3 slide only when use_sliding_window is true"):
-            return ["full"] * n
-        first = cfg.req_int("max_window_layers", "layers from max_window_layers on slide", lo=0)
-        return ["sliding" if i >= first else "full" for i in range(n)]
     if family == "qwen3_moe":  # vLLM's Qwen3-MoE passes no per-layer window: one window for all layers
         on = cfg.data.get("use_sliding_window") is True  # Qwen3MoeConfig drops the window unless set
         return ["sliding" if on and cfg.has("sliding_window") else "full"] * n
