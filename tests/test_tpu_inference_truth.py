@@ -75,6 +75,9 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, int], dict[str, Any], dict
      {"max_model_len": 131072, "max_num_seqs": 256}, {"tp": 8, "max_model_len": 131072}),
     ("mla-default-2x4", "deepseek_v3", {"num_hidden_layers": 2}, {"data": 2, "model": 4},
      {"num_blocks": 2, "zero": [1]}, {"tp": 4, "dp": 2, "num_blocks": 2}),
+    ("qwen3-1x8", "qwen3", {}, D2, {"block_size": 16}, {"tp": 8, "block_size": 16}),
+    ("gemma2-auto-1x8", "gemma2", {}, D2, {"block_size": 16}, {"tp": 8, "block_size": 16}),
+    ("mistral-auto-1x8", "mistral", {}, D2, {"block_size": 16}, {"tp": 8, "block_size": 16}),
     # Gemma 3 at 12 layers: 10 sliding layers in 5 groups of 2, 2 full in one; each array shared by 6 groups
     ("gemma3-auto", "gemma3", {"text_config": {"num_hidden_layers": 12}}, D2,
      {"block_size": 16, "zero": [1, 5], "zero_group": "5"},
