@@ -111,6 +111,8 @@ def test_apply_in_a_jitted_donated_step() -> None:
             "kv_cache_config.kv_cache_groups[1].layer_names",
         ),
         (lambda r: r.kv_caches.append(jnp.zeros((PAGES, 8, 128), jnp.uint8)), "kv_caches[4]"),
+        (lambda r: setattr(r, "layer_name_to_kvcache_index", [0, 1]), "layer_name_to_kvcache_index"),
+        (lambda r: r.layer_name_to_kvcache_index.update(f2=True), "layer_name_to_kvcache_index['f2']"),
     ],
 )
 def test_bad_runner_objects_name_the_field(change: Any, field: str) -> None:

@@ -60,6 +60,9 @@ def array_groups(
             groups,
             "must be a non-empty list (tpu-inference's KVCacheConfig)",
         )
+    if not isinstance(layer_to_index, Mapping):
+        why = "must map layer names to kv_caches indices (the runner's layer_name_to_kvcache_index)"
+        raise bad_value(LayoutBufferError, "layer_name_to_kvcache_index", type(layer_to_index).__name__, why)
     owners: list[list[str]] = [[] for _ in kv_caches]
     for g, group in enumerate(groups):
         for layer in _layers_of(group, g):
@@ -68,7 +71,7 @@ def array_groups(
                     LayoutBufferError, "layer_name_to_kvcache_index", layer, f"group {g}'s layer has no array"
                 )
             i = layer_to_index[layer]
-            if not isinstance(i, int) or not 0 <= i < len(kv_caches):
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(kv_caches):
                 why = f"must index kv_caches (0 .. {len(kv_caches) - 1})"
                 raise bad_value(LayoutBufferError, f"layer_name_to_kvcache_index[{layer!r}]", i, why)
             if str(g) not in owners[i]:
@@ -116,6 +119,8 @@ class TpuInferenceZeroer:
             )
         owners = array_groups(kv_caches, kv_cache_config, layer_name_to_kvcache_index)
         self.arrays: tuple[int, ...] = tuple(i for i, o in enumerate(owners) if o is not None)
+        if not self.arrays:
+            raise bad_value(LayoutBufferError, "kv_caches", "only state tuples", "has no page array to zero")
         self.num_entries = len(kv_caches)
         self.num_groups = len(kv_cache_config.kv_cache_groups)
         self.groups: tuple[str, ...] = tuple(str(g) for g in range(self.num_groups))
