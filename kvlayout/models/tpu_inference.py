@@ -41,9 +41,11 @@ on forced CPU devices by tests/test_tpu_inference_truth.py:
 Options are explicit parameters (never environment variables read here): ``model_impl``,
 ``max_model_len``, ``max_num_seqs``, ``mla_transpose_kv_cache``, ``mla_kv_packing_size``,
 ``batched_rpa`` (``USE_BATCHED_RPA_KERNEL``: its default layout has the same shape, with the
-TPU's 128 lanes). Not modelled, and refused: DeepSeek-V3.2/V4 (their indexer, window and
-compressed caches have their own arrays), ``USE_BATCHED_RPA_SEQ_ON_LANE`` (another axis order),
-pcp > 1 and attention data parallelism (``attn_dp``). Hybrids (Mamba, gated delta net) are given as
+TPU's 128 lanes). Not modelled: DeepSeek-V3.2/V4 (refused: their indexer, window and compressed
+caches have arrays of their own, ``_initialize_ds_v4_kv_cache``), and, with no parameter here,
+``USE_BATCHED_RPA_SEQ_ON_LANE`` (another axis order: ``(pages, 2 * heads, head_dim / packing,
+packing, page_size)``), pcp > 1, attention data parallelism (``attn_dp``), expert axes and
+speculative-decoding draft layers. Hybrids (Mamba, gated delta net) are given as
 tpu-inference's ``duplicate_shared_layers`` path allocates them, one array per attention layer at
 its page size (no vLLM hybrid alignment), named by layer because ``runner.kv_caches`` also holds
 the Mamba state tuples (per request slot, their own leading size, never zeroed by block id); this
