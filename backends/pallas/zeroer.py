@@ -205,17 +205,19 @@ class BadIdCount:
         with self._lock:
             self._err = err if self._err is None else self._err + err
 
-    def step(self, fn: Any, device: Any = None) -> Any:
+    def step(self, fn: Any, like: Any = None) -> Any:
         """``out, count = fn(count)`` under the lock, keeping ``count``: a step's own jitted call
         adds its batch's bad ids to the running count, so no extra dispatch and no host read.
-        A new count starts as 0 on ``device`` (the step's, so its jit cache key never changes)."""
+
+        A new count starts as 0 on ``like``'s device when one is given (the device of
+        ids staged in its pinned memory: the step's inputs then keep one placement), else
+        uncommitted, as the caller's first buffer usually is.
+        """
         with self._lock:
             if self._err is not None:
                 acc = self._err
-            elif device is not None:
-                acc = jax.device_put(np.zeros((), np.int32), device)
             else:
-                acc = jnp.zeros((), jnp.int32)
+                acc = jax.device_put(np.zeros((), np.int32), _device_of(like))
             out, self._err = fn(acc)
         return out
 
@@ -232,6 +234,16 @@ class BadIdCount:
                 field="block_ids",
                 value=count,
             )
+
+
+def _device_of(like: Any) -> Any:
+    """The device of ``like`` (a device, or the first array of a pytree), else None."""
+    if like is None or isinstance(like, jax.Device):
+        return like
+    first = jax.tree_util.tree_leaves(like)[:1]
+    if first and isinstance(first[0], jax.Array) and len(first[0].devices()) == 1:
+        return next(iter(first[0].devices()))
+    return None
 
 
 #: TPU interpret mode keeps its simulated memory in process-wide state set up and torn down
