@@ -207,8 +207,7 @@ def check_native(kp: Any, leaves: int, pages: int, rng: np.random.Generator, **k
     )
     z.check()
     del out, caches
-    res = {"leaves_exact": all(exact), "list_exact": exact_list, "bad_ids_counted": bad, "mode": z.mode,
-           "host_ids": getattr(z, "host_ids", None)}
+    res = {"leaves_exact": all(exact), "list_exact": exact_list, "bad_ids_counted": bad, "mode": z.mode}
     print("correctness:", json.dumps(res), flush=True)
     return res
 
@@ -217,14 +216,16 @@ def check_native(kp: Any, leaves: int, pages: int, rng: np.random.Generator, **k
 def h2d_micro(st: dict[str, Any], sync: Callable[[], Any]) -> dict[str, float]:
     """Host microseconds per call (until it returns) of the pieces a standalone call is made of."""
     import jax
-    from kvlayout.backends.pallas.zeroer import pinned_host, to_device
 
     dev = jax.devices()[0]
-    pin = jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host") if pinned_host(dev) else None
+    kinds = {m.kind for m in dev.addressable_memories()}
+    pin = None
+    if "pinned_host" in kinds:
+        pin = jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host")
     h8 = np.arange(8, dtype=np.int32)
     d8 = jax.device_put(h8)
     plus = jax.jit(lambda x: x + 1)
-    plus_dev = jax.jit(lambda x: to_device(x) + 1)
+    plus_dev = jax.jit(lambda x: jax.device_put(x, jax.memory.Space.Device) + 1)
     ident = jax.jit(lambda c: c, donate_argnums=0)
     touch = jax.jit(lambda c, i: i + 1)
     keep: dict[str, Any] = {}
@@ -261,10 +262,7 @@ def h2d_micro(st: dict[str, Any], sync: Callable[[], Any]) -> dict[str, float]:
             pieces["device_put_cpp"] = put(lambda: pxla.batched_device_put(aval, dsh, [h8], [dev]))
         except Exception as e:  # noqa: BLE001
             print("no private batched_device_put:", e, flush=True)
-    stage = pinned_host(dev)
-    out: dict[str, Any] = {"pinned_host": pin is not None, "stage": getattr(stage, "__name__", None)}
-    if stage is not None:
-        pieces["library_stage_pinned"] = put(lambda: stage(h8))
+    out: dict[str, Any] = {"pinned_host": pin is not None}
     for name, fn in pieces.items():  # one failing piece must not end the run
         try:
             out[name] = host_us(fn, both)
@@ -295,9 +293,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "old": args.old,
         "smoke": smoke,
     }
-    res["pinned_host"] = kp.zeroer.pinned_host(jax.devices()[0]) is not None
     res["correctness"] = check_native(kp, leaves, pages, rng)
-    res["correctness_device_staging"] = check_native(kp, leaves, pages, rng, host_ids="device")
     if old is not None:
         res["correctness_old"] = check_native(old, leaves, pages, rng)
 
@@ -305,7 +301,6 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     page_bytes = int(np.prod(PAGE)) * 2
     st: dict[str, Any] = {"c": [jnp.full(shape, 1.5, jnp.bfloat16) for _ in range(leaves)]}
     z = kp.CacheZeroer(st["c"])
-    zd = kp.CacheZeroer(st["c"], host_ids="device")  # host ids staged in device memory
     zo = old.CacheZeroer(st["c"]) if old is not None else None
     xla_set = jax.jit(lambda c, i: [x.at[i].set(0) for x in c], donate_argnums=0)
     in_jit = jax.jit(lambda c, i: z.apply(c, i)[0], donate_argnums=0)
@@ -315,7 +310,6 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     # the flat zeroer on an int32 [rows, 128] buffer holding the same leaves back to back
     table = flat_table(leaves, pages, page_bytes)
     fz = kp.PallasZeroer(table)
-    fzd = kp.PallasZeroer(table, host_ids="device")
     fzo = old.PallasZeroer(table) if old is not None else None
     st["f"] = jnp.full(fz.buffer_shape, 3, jnp.int32)
     fsync = lambda: jax.block_until_ready(st["f"])  # noqa: E731
@@ -359,13 +353,11 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "xla_set": set_c(xla_set, dev),
             "call_dev": set_c(z, dev),
             "call_list": set_c(z, lists),
-            "call_list_devstage": set_c(zd, lists),
             "in_jit": set_c(in_jit, dev),
         }
         if zo is not None and in_jit_old is not None:
             fns.update(old_call_dev=set_c(zo, dev), old_call_list=set_c(zo, lists))
         ffns = {"flat_dev": set_f(fz, dev), "flat_list": set_f(fz, lists)}
-        ffns["flat_list_devstage"] = set_f(fzd, lists)
         if fzo is not None:
             ffns.update(flat_old_dev=set_f(fzo, dev), flat_old_list=set_f(fzo, lists))
         for group in (fns, ffns):  # compile everything first; a method that fails is dropped
@@ -378,20 +370,20 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                     res.setdefault("errors", {})[f"{k}@{n}"] = f"{type(e).__name__}: {str(e)[:300]}"
                     print("dropped", k, res["errors"][f"{k}@{n}"], flush=True)
                     del group[k]
-        before = jit_cache(z, zd, fz, fzd, *([zo, fzo] if zo is not None else []))
+        before = jit_cache(z, fz, *([zo, fzo] if zo is not None else []))
         rounds, calls = (2, 2) if smoke else (11, 20)
         r: dict[str, Any] = {"ids": n, "bytes": n * leaves * page_bytes}
         for k, t in interleaved_us(fns, sync, rounds, calls).items():
             r[f"{k}_us"] = t
         for k, t in interleaved_us(ffns, fsync, rounds, calls).items():
             r[f"{k}_us"] = t
-        after = jit_cache(z, zd, fz, fzd, *([zo, fzo] if zo is not None else []))
+        after = jit_cache(z, fz, *([zo, fzo] if zo is not None else []))
         r["new_compiles_in_timed_rounds"] = after - before
         # host time of the call itself (until it returns)
         r["host_call_dev_us"] = host_us(fns["call_dev"], sync)
         r["host_call_list_us"] = host_us(fns["call_list"], sync)
         r["host_xla_set_us"] = host_us(fns["xla_set"], sync)
-        for k in ("old_call_dev", "old_call_list", "call_list_devstage"):
+        for k in ("old_call_dev", "old_call_list"):
             if k in fns:
                 r[f"host_{k}_us"] = host_us(fns[k], sync)
         if cuda is not None:
@@ -402,8 +394,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         if n in PROFILE_BATCHES or smoke:
             prof: dict[str, Any] = {}
             steps = 2 if smoke else PROFILE_STEPS
-            for k in ("in_jit", "call_dev", "call_list", "call_list_devstage", "xla_set", "old_call_dev",
-                      "old_call_list"):
+            for k in ("in_jit", "call_dev", "call_list", "xla_set", "old_call_dev", "old_call_list"):
                 if k in fns:
                     prof[k] = device_events(fns[k], sync, steps)
             for k in ("flat_dev", "flat_old_dev"):
@@ -424,7 +415,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             r["in_jit_vs_cuda"] = round(r["in_jit_device_us"] / r["cuda_graph_us"], 3)
         rows.append(r)
         print(format_row(r), flush=True)
-    for zz in (z, zd, fz, fzd):
+    for zz in (z, fz):
         zz.check()
     res["rows"] = rows
     return res
@@ -439,8 +430,7 @@ def format_row(r: dict[str, Any]) -> str:
         f"{r['ids']:5d} ids | xla-set {g('xla_set_us')} | call dev {g('call_dev_us')} "
         f"({r['dev_vs_xla']}x xla) | list {g('call_list_us')} | in-jit device {g('in_jit_device_us')} "
         f"| cuda graph {g('cuda_graph_us')} | old dev {g('old_call_dev_us')} old list "
-        f"{g('old_call_list_us')} | list devstage {g('call_list_devstage_us')} | flat dev {g('flat_dev_us')} "
-        f"list {g('flat_list_us')} devstage {g('flat_list_devstage_us')} "
+        f"{g('old_call_list_us')} | flat dev {g('flat_dev_us')} list {g('flat_list_us')} "
         f"old {g('flat_old_dev_us')}/{g('flat_old_list_us')} | host dev {g('host_call_dev_us')} "
         f"list {g('host_call_list_us')} xla {g('host_xla_set_us')}"
     )
@@ -449,8 +439,8 @@ def format_row(r: dict[str, Any]) -> str:
 def format_table(res: dict[str, Any]) -> str:
     head = (
         "| ids | XLA `leaf.at[ids].set(0)` jitted donated | `CacheZeroer(caches, ids)` device ids "
-        "| same, Python list | `apply` in the user's jit (profiler device time) | cuda kernel (graph replay) "
-        "| before: device ids / list |\n|---|---|---|---|---|---|---|"
+        "| same, Python list | `apply` in the user's jit (profiler device time) "
+        "| cuda kernel (graph replay) | before: device ids / list |\n|---|---|---|---|---|---|---|"
     )
     out = [head]
     for r in res["rows"]:
@@ -460,7 +450,8 @@ def format_table(res: dict[str, Any]) -> str:
 
         out.append(
             f"| {r['ids']:,} | {g('xla_set_us')} | {g('call_dev_us')} ({r['dev_vs_xla']:.2f}x) | "
-            f"{g('call_list_us')} | {g('in_jit_device_us')} | {g('cuda_graph_us')} | "
+            f"{g('call_list_us')} | {g('in_jit_device_us')} | "
+            f"{g('cuda_graph_us')} | "
             f"{g('old_call_dev_us')} / {g('old_call_list_us')} |"
         )
     return "\n".join(out)
@@ -488,7 +479,7 @@ def main() -> int:
         json.dump(res, f, indent=1)
     print("wrote", path)
     print(format_table(res))
-    checks = [res["correctness"], res["correctness_device_staging"]]
+    checks = [res["correctness"]]
     ok = all(c["leaves_exact"] and c["list_exact"] and c["bad_ids_counted"] == 3 for c in checks)
     print("correctness:", "all exact" if ok else "FAILED")
     return 0 if ok else 1

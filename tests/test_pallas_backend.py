@@ -420,11 +420,9 @@ def test_standalone_call_is_one_jitted_step(compiled_steps: Callable[[object], i
     """Issue 26: a call is one dispatch of the zeroer's jitted step (kernel and running bad-id
     count together), with no device-to-host read; host batches of 1 to 8 ids share a compile."""
     t = K.plan(K.preset("dsv4-test").with_num_blocks(8))
-    z = kp.PallasZeroer(t, kernel="triton", interpret=True, host_ids="pinned")  # a GPU's default
-    assert kp.zeroer.pinned_host(jax.devices()[0]) is not None  # the CPU has pinned host memory too
+    z = kp.PallasZeroer(t, kernel="triton", interpret=True)
     data = K.poison_pattern(z.buffer_shape[0] * 512)
-    # committed, as every step's output is (an uncommitted first buffer compiles once more)
-    buf = jax.device_put(data.view(np.int32).reshape(z.buffer_shape), jax.devices()[0])
+    buf = jnp.asarray(data.view(np.int32).reshape(z.buffer_shape))
     with jax.transfer_guard_device_to_host("disallow"):
         for ids in ([1], [2, 3, 4, 5, 6, 7, 0, 1], jnp.array([5, 9, -1], jnp.int32), [6]):
             buf = z(buf, ids)

@@ -54,10 +54,8 @@ from .zeroer import (
     ids_in_range,
     interpret_params,
     kernel_mode,
-    pinned_host,
     run_step,
     step_ids,
-    to_device,
 )
 
 KERNELS = ("tpu", "triton")
@@ -80,10 +78,7 @@ class CacheZeroer:
     ``"3"`` or ``"layers.0.k"``, to group) for ``z(caches, ids, group=...)``. ``mesh``:
     leaves are sharded over it, each by its own sharding (or ``partition_specs``). ``spec``:
     a :class:`~kvlayout.native.NativeCacheSpec` of these leaves (names, groups, ``zeroed``
-    flags), e.g. one built from a model config, instead of ``groups``. ``host_ids``: where
-    a call stages host ids: ``"pinned"`` host memory (the step copies them itself; the
-    default on a GPU) or ``"device"`` memory (the call transfers them; the default elsewhere
-    and with a mesh).
+    flags), e.g. one built from a model config, instead of ``groups``.
 
     :meth:`apply` is the traceable form for a user's own jitted, donated step. Thread
     safe; calls on one (donated) cache must be chained by the caller.
@@ -103,10 +98,7 @@ class CacheZeroer:
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         box_elements: int = DEFAULT_BOX_ELEMENTS,
         num_warps: int = 4,
-        host_ids: str | None = None,
     ) -> None:
-        if host_ids not in (None, "pinned", "device"):
-            raise bad_value(BackendError, "host_ids", host_ids, "must be 'pinned', 'device' or None")
         paths, treedef = jax.tree_util.tree_flatten_with_path(caches)
         self.treedef: Any = treedef
         if not paths:
@@ -149,9 +141,6 @@ class CacheZeroer:
         #: the caches are checked when it is traced (a mismatch retraces, so it is always seen)
         self._step = jax.jit(self._step_fn, donate_argnums=0, static_argnames="group")
         self._ids_sharding = NamedSharding(mesh, P()) if mesh is not None else None
-        #: where a call stages host ids: "pinned" host memory (default on the GPU kernel) or "device"
-        gpu = self.kernel == "triton" and not self.interpret
-        self.host_ids = "device" if mesh is not None else host_ids or ("pinned" if gpu else "device")
 
     def _check_spec(self, spec: Any, groups: Any) -> NativeCacheSpec:
         """A given spec must describe exactly these leaves (shape and dtype, in pytree order)."""
@@ -393,7 +382,7 @@ class CacheZeroer:
         """The jitted per-call step: check the caches (at trace time), zero, and add this
         batch's bad ids to the running count ``acc`` on the device (no host read)."""
         leaves = self.check_caches(caches)
-        out, bad = self._apply_leaves(leaves, to_device(ids) if self.host_ids == "pinned" else ids, group)
+        out, bad = self._apply_leaves(leaves, ids, group)
         return self.treedef.unflatten(out), acc + bad
 
     # ---- per step -------------------------------------------------------------------------
@@ -403,15 +392,13 @@ class CacheZeroer:
 
         One jitted dispatch per call: the caches go to the step as they are (checked when
         it is traced); host ids are validated, padded to a power-of-two bucket (no retrace
-        between batch sizes) and put in pinned host memory on a GPU, from where the step
-        itself copies them; the bad-id count stays on the device (no host read until
+        between batch sizes); the bad-id count stays on the device (no host read until
         :meth:`check`).
         """
         if self.mesh is not None:
             self.check_caches(caches, shardings=True)
         if group is not None:
             self.spec.check_group(group)
-        dev = None
         if isinstance(block_ids, jax.Array):
             ids: Any = block_ids
             check_id_array(ids)
@@ -419,24 +406,13 @@ class CacheZeroer:
             host = np.unique(normalize_block_ids(block_ids, self.num_blocks))  # raises before anything runs
             if host.size == 0:
                 return caches
-            ids, dev = self._host_ids(bucket_ids(host), caches)
+            ids = bucket_ids(host)  # the step's call transfers it (or replicated over the mesh)
+            if self._ids_sharding is not None:
+                ids = jax.device_put(ids, self._ids_sharding)
         if ids.shape[0] == 0:
             return caches
         step = self._step if group is None else functools.partial(self._step, group=group)
-        return self._bad.step(lambda acc: run_step(self.serialised, step, caches, ids, acc), dev)
-
-    def _host_ids(self, ids: np.ndarray, caches: Any) -> tuple[Any, Any]:
-        """Bucketed host ids as the step's argument, and the step's device where they are
-        staged: pinned host memory of the caches' device (GPU), replicated over the mesh, or
-        the array itself (the step's call transfers it)."""
-        if self._ids_sharding is not None:
-            return jax.device_put(ids, self._ids_sharding), None
-        if self.host_ids != "pinned":
-            return ids, None
-        first = jax.tree_util.tree_leaves(caches)[0]
-        dev = next(iter(first.devices())) if isinstance(first, jax.Array) else None
-        stage = pinned_host(dev) if dev is not None else None
-        return (ids, None) if stage is None else (stage(ids), dev)
+        return self._bad.step(lambda acc: run_step(self.serialised, step, caches, ids, acc))
 
     zero_blocks = __call__
 

@@ -131,65 +131,6 @@ def bucket_ids(host: np.ndarray) -> np.ndarray:
     return padded
 
 
-#: device -> how host ids are staged in its pinned host memory, or None where they cannot be
-_PINNED: dict[Any, Any] = {}
-_PINNED_LOCK = threading.Lock()
-
-
-def pinned_host(device: Any) -> Any:
-    """``stage(ids) -> jax.Array``: host ids into ``device``'s pinned host memory, or None.
-
-    Staged there, host ids cost a host-side copy only; the jitted step moves them to the
-    device inside its own executable (:func:`to_device`) instead of a transfer per call.
-    What this JAX and device can do is tried once per device (a tiny jitted copy, checked):
-    JAX's C++ transfer first (about 7 us against 50 us for ``jax.device_put``'s Python
-    layers; a private API, hence the check), then ``jax.device_put``, else None (the
-    caller stages in device memory instead of failing a step).
-    """
-    with _PINNED_LOCK:
-        if device not in _PINNED:
-            _PINNED[device] = _probe_pinned(device)
-        return _PINNED[device]
-
-
-def _probe_pinned(device: Any) -> Any:
-    if getattr(getattr(jax, "memory", None), "Space", None) is None:
-        return None
-    try:
-        if "pinned_host" not in {m.kind for m in device.addressable_memories()}:
-            return None
-    except Exception:  # noqa: BLE001 (a device without memory kinds)
-        return None
-    sh = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
-    puts: list[Any] = []
-    try:
-        from jax._src import core
-        from jax._src.interpreters import pxla
-
-        def fast(ids: np.ndarray) -> Any:
-            return pxla.batched_device_put(core.ShapedArray(ids.shape, ids.dtype), sh, [ids], [device])
-
-        puts.append(fast)
-    except Exception:  # noqa: BLE001 (the private API moved: use the public one)
-        pass
-    puts.append(lambda ids: jax.device_put(ids, sh))
-    want = np.arange(8, dtype=np.int32)
-    for put in puts:
-        try:
-            probe = put(want)
-            got = np.asarray(jax.jit(lambda x: to_device(x) + 1)(probe))
-            if probe.sharding.memory_kind == "pinned_host" and np.array_equal(got, want + 1):
-                return put
-        except Exception:  # noqa: BLE001 (this way does not work here: try the next)
-            continue
-    return None
-
-
-def to_device(ids: jax.Array) -> jax.Array:
-    """Traceable: ``ids`` in device memory (a no-op for ids already there)."""
-    return jax.device_put(ids, jax.memory.Space.Device)
-
-
 class BadIdCount:
     """The device-side count of out-of-range ids, summed over steps without a host sync.
 
@@ -205,19 +146,11 @@ class BadIdCount:
         with self._lock:
             self._err = err if self._err is None else self._err + err
 
-    def step(self, fn: Any, like: Any = None) -> Any:
+    def step(self, fn: Any) -> Any:
         """``out, count = fn(count)`` under the lock, keeping ``count``: a step's own jitted call
-        adds its batch's bad ids to the running count, so no extra dispatch and no host read.
-
-        A new count starts as 0 on ``like``'s device when one is given (the device of
-        ids staged in its pinned memory: the step's inputs then keep one placement), else
-        uncommitted, as the caller's first buffer usually is.
-        """
+        adds its batch's bad ids to the running count, so no extra dispatch and no host read."""
         with self._lock:
-            if self._err is not None:
-                acc = self._err
-            else:
-                acc = jax.device_put(np.zeros((), np.int32), _device_of(like))
+            acc = jnp.zeros((), jnp.int32) if self._err is None else self._err
             out, self._err = fn(acc)
         return out
 
@@ -234,16 +167,6 @@ class BadIdCount:
                 field="block_ids",
                 value=count,
             )
-
-
-def _device_of(like: Any) -> Any:
-    """The device of ``like`` (a device, or the first array of a pytree), else None."""
-    if like is None or isinstance(like, jax.Device):
-        return like
-    first = jax.tree_util.tree_leaves(like)[:1]
-    if first and isinstance(first[0], jax.Array) and len(first[0].devices()) == 1:
-        return next(iter(first[0].devices()))
-    return None
 
 
 #: TPU interpret mode keeps its simulated memory in process-wide state set up and torn down
@@ -294,8 +217,6 @@ class PallasZeroer:
     process-wide, calls are serialised and waited for). A buffer is donated, so calls on one
     buffer must be chained by the caller: the result of one is the input of the next.
     Inside a user's jit (:meth:`apply`) in TPU interpret mode, do not run two steps at once.
-    ``host_ids``: where a call stages host ids: ``"pinned"`` host memory (the step copies them
-    itself; the default on a GPU) or ``"device"`` memory (the call transfers them).
     """
 
     def __init__(
@@ -316,11 +237,8 @@ class PallasZeroer:
         vector: bool = True,  # units on grid x: 0.93-1.01x the cuda kernel at 64-16,384 ids
         unit_major: bool = True,
         evict_first: bool = False,
-        host_ids: str | None = None,
     ) -> None:
         check_table(table)
-        if host_ids not in (None, "pinned", "device"):
-            raise bad_value(BackendError, "host_ids", host_ids, "must be 'pinned', 'device' or None")
         if group is not None and not isinstance(group, str):
             msg = f"group = {group!r}: must be a group name (str) or None"
             raise TableError(msg, field="group", value=repr(group))
@@ -375,9 +293,6 @@ class PallasZeroer:
         self._step = jax.jit(self._step_fn, donate_argnums=0)
         self._bad = BadIdCount()
         self._buffer_ok: tuple[int, int] | None = None  # the last buffer shape accepted
-        #: where a call stages host ids: "pinned" host memory (default on the GPU kernel) or "device"
-        gpu = self.kernel == "triton" and not self.interpret
-        self.host_ids = host_ids or ("pinned" if gpu else "device")
 
     # ---- description --------------------------------------------------------------------
     @property
@@ -491,7 +406,6 @@ class PallasZeroer:
         bad-id count stays on the device (no host read until :meth:`check`).
         """
         self._check_buffer(buf)
-        dev = None
         if isinstance(block_ids, jax.Array):
             ids: Any = block_ids
             check_id_array(ids)
@@ -499,18 +413,14 @@ class PallasZeroer:
             host = np.unique(normalize_block_ids(block_ids, self.table.num_blocks))
             if host.size == 0:
                 return buf
-            ids = bucket_ids(host)
-            dev = next(iter(buf.devices())) if self.host_ids == "pinned" else None
-            stage = pinned_host(dev) if dev is not None else None
-            if stage is not None:
-                ids = stage(ids)
+            ids = bucket_ids(host)  # the step's call transfers it
         if ids.shape[0] == 0:
             return buf
-        return self._bad.step(lambda acc: run_step(self.serialised, self._step, buf, ids, acc), dev)
+        return self._bad.step(lambda acc: run_step(self.serialised, self._step, buf, ids, acc))
 
     def _step_fn(self, buf: jax.Array, ids: jax.Array, acc: jax.Array) -> tuple[jax.Array, jax.Array]:
         """The jitted per-call step: zero, and add the batch's bad ids to the running count."""
-        out, bad = self.apply(buf, to_device(ids) if self.host_ids == "pinned" else ids)
+        out, bad = self.apply(buf, ids)
         return out, acc + bad
 
     @property
