@@ -70,3 +70,10 @@ def test_coverage_and_stated_refusals() -> None:
             M.from_config({"architectures": [arch]})
         assert e.value.field == "config.architectures[0]"
         assert f"({kind}, module {module})" in str(e.value) and families.refusal(arch) in str(e.value)
+
+
+def test_docs_state_the_coverage() -> None:
+    covered, total = M.vllm_coverage()
+    text = " ".join((ROOT / "docs" / "models.md").read_text().split())
+    assert f"Coverage: {len(covered)} of {total} architectures of vLLM 0.33" in text.replace("**", "")
+    assert "--device hopper|blackwell|ampere" in text and "--attention-backend NAME" in text
