@@ -474,6 +474,29 @@ def test_kv_sharing_layer_without_a_tensor(mode: Any) -> None:
         P.uninstall()
 
 
+def test_the_guide_quotes_the_measured_per_step_cost() -> None:
+    """docs/vllm.md's per-step numbers are those of the H200 run it cites."""
+    root = _HERE.parents[1]
+    rows = json.loads((root / "bench" / "results" / "h200-plugin" / "plugin.json").read_text())["rows"]
+    assert rows and all(r["byte_equal"] and r["bad_id_refused"] for r in rows)
+    guide = " ".join((root / "docs" / "vllm.md").read_text().split())
+    section = guide[guide.index("## Use with vLLM") :]
+
+    def span(key: str) -> str:
+        values = [r[key] for r in rows]
+        return f"{min(values):.2f}-{max(values):.2f}x"
+
+    checks = sorted(r["id_check_us"] for r in rows if r["id_check_us"] > 0)
+    for quoted in (
+        f"`verify` takes {span('verify_vs_vllm')} vLLM's step",
+        f"`replace` is {span('replace_speedup')} faster",
+        f"{checks[0]:.0f}-{checks[-1]:.0f} us on the host",
+        "bench/results/h200-plugin/plugin.md",
+        "KVLAYOUT_VLLM_MODE",
+    ):
+        assert quoted in section, quoted
+
+
 # --------------------------------------------------------------------------- the driver
 def test_driver_loads_the_plugin_and_checks_vllms_kernel_steps() -> None:
     assert _DRIVER is not None
