@@ -9,7 +9,8 @@ decided on the way (:class:`ModelSpec`), and :func:`summary` prints it on one sc
 Every value comes from the config or from an engine rule written in the modules below; a missing field,
 a field of the wrong type or an unknown architecture is a :class:`~kvlayout.SpecError`
 naming the field (``config.num_key_value_heads``, ``config.text_config.head_dim``), never
-a guess. The spec is the cache of **one tensor-parallel rank**.
+a guess. vLLM's spec is the cache of **one tensor-parallel rank**; tpu-inference's arrays are
+global (tpu-inference shards them over its mesh itself).
 
 The rules are vLLM 0.33.0's, read from its source; each module states its part:
 
@@ -22,7 +23,8 @@ The rules are vLLM 0.33.0's, read from its source; each module states its part:
 - :mod:`.hybrid`: Mamba and linear-attention hybrids and vLLM's hybrid block alignment;
 - :mod:`.backends`: the attention backend's block sizes;
 - :mod:`.grouping`: vLLM's split of layers into KV-cache groups;
-- :mod:`.build`, :mod:`.summary`: the entry points and the one-screen summary;
+- :mod:`.build`: vLLM's reading of a config; :mod:`.entry`: the entry points by engine;
+  :mod:`.summary`: the one-screen summary;
 - :mod:`.tpu_inference`: tpu-inference's native per-layer arrays (``engine="tpu-inference"``).
 
 kvlayout's choices, where the engine's layout is not one of kvlayout's:
@@ -41,7 +43,7 @@ kvlayout's choices, where the engine's layout is not one of kvlayout's:
 from __future__ import annotations
 
 from .base import DEFAULT_NUM_BLOCKS, ENGINES, ModelSpec
-from .build import from_config, spec_from_config
+from .entry import from_config, spec_from_config
 from .families import ARCHITECTURES, vllm_coverage
 from .summary import summary
 from .tpu_inference import NativeModelSpec

@@ -64,6 +64,7 @@ from ..native import NativeCacheSpec, NativeLeaf
 from ..spec import DTYPE_SIZES, FullAttentionSpec, LayerSpec, MambaSpec, MLASpec
 from ..validate import is_int
 from .base import DEFAULT_NUM_BLOCKS, fmt_int
+from .build import build
 
 #: tpu-inference pads the head size of its attention and MLA arrays to the TPU lane width.
 TPU_LANES = 128
@@ -274,8 +275,6 @@ def tpu_inference_from_config(
     batched_rpa: bool = False,
 ) -> NativeModelSpec:
     """tpu-inference's ``runner.kv_caches`` for ``config`` on a ``dp`` x ``tp`` (x ``dcp``) mesh."""
-    from .build import build
-
     o = TpuOptions(
         tp,
         dp,
