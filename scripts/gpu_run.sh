@@ -12,6 +12,8 @@
 #   zero        bench/bench_zero_gpu.py (both backends, XLA scatter, memset)
 #   native      bench/bench_native_gpu.py (typed per-layer arrays)
 #   sharded     scripts/gpu_sharded.py + bench/bench_sharded_foreign.py (every GPU here)
+#   plugin      bench/bench_step.py --plugin (the vLLM plugin's verify and replace modes per step)
+#   jaxstep     bench/bench_jax_step.py (CacheZeroer standalone and in jit against XLA's scatter)
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false HYPOTHESIS_PROFILE=dev JAX_PLATFORMS=cuda,cpu
@@ -55,6 +57,12 @@ fi
 if has host; then
   timeout "$(cap 120)" python3 bench/bench_host_path.py --replay --out "$OUT" > "$OUT/host.log" 2>&1; rc[host]=$?
 fi
+if has plugin; then
+  timeout "$(cap 240)" python3 bench/bench_step.py --plugin --out "$OUT" > "$OUT/plugin.log" 2>&1; rc[plugin]=$?
+fi
+if has jaxstep; then
+  timeout "$(cap 300)" python3 bench/bench_jax_step.py --out "$OUT" > "$OUT/jax_step.log" 2>&1; rc[jaxstep]=$?
+fi
 if has zero; then
   timeout "$(cap 240)" python3 bench/bench_zero_gpu.py --out "$OUT" > "$OUT/zero.log" 2>&1; rc[zero]=$?
 fi
@@ -67,7 +75,7 @@ if has sharded; then
   timeout "$(cap 120)" python3 bench/bench_sharded_foreign.py --out "$OUT" >> "$OUT/sharded.log" 2>&1
   rc[foreign]=$?
 fi
-for f in native sharded zero host sweep step; do  # tables are printed last by each script
+for f in native sharded zero host sweep step plugin jax_step; do  # tables are printed last by each script
   [ -f "$OUT/$f.log" ] && { echo "== $f"; tail -n 32 "$OUT/$f.log"; }
 done
 summary="rc:"; for k in "${!rc[@]}"; do summary+=" $k=${rc[$k]}"; done
