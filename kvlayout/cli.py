@@ -60,6 +60,7 @@ def _add_source(p: argparse.ArgumentParser, *, table: bool = False) -> None:
     m.add_argument("--block-size", type=_count, help="with --config: tokens per block (else the engine's)")
     m.add_argument("--device", help="with --config: the GPU: hopper (default), blackwell, ampere")
     m.add_argument("--attention-backend", help="with --config: a vLLM attention backend (else vLLM's choice)")
+    m.add_argument("--reader", help="with --config: json (as written, default) or transformers (as vLLM)")
     m.add_argument("--dp", type=_count, help="with --engine tpu-inference: the mesh's data axis")
     m.add_argument("--dcp", type=_count, help="with --engine tpu-inference: decode context parallel size")
     m.add_argument("--model-impl", help="with --engine tpu-inference: auto (default), flax_nnx, vllm")
@@ -83,6 +84,7 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
         "--block-size": args.block_size,
         "--device": args.device,
         "--attention-backend": args.attention_backend,
+        "--reader": args.reader,
         "--dp": args.dp,
         "--dcp": args.dcp,
         "--model-impl": args.model_impl,
@@ -104,6 +106,7 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
             num_blocks=DEFAULT_NUM_BLOCKS if args.num_blocks is None else args.num_blocks,
             device=args.device or "hopper",
             attention_backend=args.attention_backend,
+            reader=args.reader or "json",
             **{
                 k: v
                 for k, v in (("dp", args.dp), ("dcp", args.dcp), ("model_impl", args.model_impl),
