@@ -285,3 +285,31 @@ def test_files_and_links_the_documents_name_exist() -> None:
                 headings = re.findall(r"^#+ (.+)$", linked.read_text(), flags=re.M)
                 assert anchor in {_anchor(h) for h in headings}, (doc.name, target, anchor)
     assert _anchor("Layouts: kvlayout's two and vLLM 0.33's six") == "layouts-kvlayouts-two-and-vllm-033s-six"
+
+
+def test_jax_call_numbers_come_from_the_cited_results() -> None:
+    """The standalone JAX call's times quoted in performance.md are those of the JSON (run 3)."""
+    rows = {r["ids"]: r for r in json.loads(
+        (ROOT / "bench" / "results" / "h200-jax-step" / "bench_jax_step.json").read_text())["rows"]}
+    perf = _guide("performance.md")
+    section = perf[perf.index("## The JAX call on its own"):perf.index("## Sharded caches")]
+    section = " ".join(section.split())
+
+    def us(keys: list[tuple[int, str]]) -> str:
+        return " / ".join(f"{rows[n][k]:,.0f}" for n, k in keys)
+
+    def prof(n: int) -> float:
+        return float(rows[n]["device_profile"]["in_jit"]["per_call_us"])
+
+    small, graph = (1, 8, 64), "cuda_graph_us"
+    quoted = [
+        f"{us([(n, 'call_dev_us') for n in small])} us at 1 / 8 / 64 ids against "
+        f"{us([(n, 'xla_set_us') for n in small])} us",
+        f"{us([(n, 'call_dev_us') for n in (512, 4096)])} us against "
+        f"{us([(n, 'xla_set_us') for n in (512, 4096)])} us",
+        f"takes {us([(n, 'call_list_devstage_us') for n in small])} us",
+        f"is {' / '.join(f'{prof(n):.1f}' for n in small)} us at 1 / 8 / 64 ids, against "
+        f"{' / '.join(f'{rows[n][graph]:.1f}' for n in small)} us",
+    ]
+    for q in quoted:
+        assert q in section, q
