@@ -154,3 +154,33 @@ def test_python_dash_m_from_a_config_file() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "bytes per block 1,048,576; blocks per GiB 1,024" in proc.stdout  # 32 * 2 * 16 * 4 * 128 * 2
+
+
+def test_reader_transformers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--reader transformers`` fills what LlamaConfig defaults (32 heads, KV heads = heads), as vLLM
+    reads the config; the default ``json`` reader names the missing field; without transformers the
+    CLI says which extra to install, in one line."""
+    cfg = json.loads(Path(LLAMA).read_text())
+    del cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    rc, _, err = run(capsys, "plan", "--config", str(path), "--reader", "json")
+    assert rc == 2 and "config.num_attention_heads = None: missing" in err
+    rc, out, err = run(capsys, "plan", "--config", str(path), "--reader", "transformers")
+    assert rc == 0 and not err
+    assert "bytes per block 8,388,608" in out  # 32 layers * 2 * 16 tokens * 32 KV heads * 128 * 2 B
+    rc, out, err = run(capsys, "check", "--config", str(path), "--reader", "transformers",
+                       "--num-blocks", "4")
+    assert rc == 0 and "SAFE" in out, err
+    for argv, needle in (
+        (["plan", "--config", str(path), "--reader", "yaml"], "reader = 'yaml'"),
+        (["plan", "--preset", "llama-8b", "--reader", "transformers"], "--reader applies with --config"),
+    ):
+        rc, out, err = run(capsys, *argv)
+        assert rc == 2 and not out and err.count("\n") == 1 and needle in err, err
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers raises ImportError
+    rc, out, err = run(capsys, "zero", "--config", str(path), "--reader", "transformers", "--num-blocks", "2")
+    assert rc == 2 and not out and err.count("\n") == 1
+    assert "transformers is not installed: pip install 'kvlayout[models]'" in err, err

@@ -127,7 +127,7 @@ def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[s
         from transformers import CONFIG_MAPPING
     except ImportError as e:
         raise spec_error(
-            "reader", "transformers", "transformers is not installed (pip install kvlayout[models])"
+            "reader", "transformers", "transformers is not installed: pip install 'kvlayout[models]'"
         ) from e
     model_type = data.get("model_type")
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
