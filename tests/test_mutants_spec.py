@@ -61,7 +61,12 @@ L = "layer 'a'"
 # (what raises, message, field, value)
 CASES: list[tuple[Callable[[], object], str, str, object]] = [
     (lambda: S.layout_order("nope"), f"layout = 'nope': valid layouts: {LAYOUTS}", "layout", "nope"),
-    (lambda: S.layout_order(3), f"layout = 3: valid layouts: {LAYOUTS}", "layout", 3),  # type: ignore[arg-type]
+    (
+        lambda: S.layout_order(3),  # type: ignore[arg-type]
+        f"layout = 3: valid layouts: {LAYOUTS}",
+        "layout",
+        3,
+    ),
     (lambda: full(dtype="fp4"), f"{L}.dtype = 'fp4': unknown dtype; valid: {DTYPES}", f"{L}.dtype", "fp4"),
     (lambda: full(dtype=4), f"{L}.dtype = 4: unknown dtype; valid: {DTYPES}", f"{L}.dtype", 4),
     (lambda: full(block_size=0), f"{L}.block_size = 0: must be positive", f"{L}.block_size", 0),
@@ -277,7 +282,12 @@ CASES: list[tuple[Callable[[], object], str, str, object]] = [
         2**31,
     ),
     (lambda: K.KVCacheSpec(1, "P", (_g(mla()),)), f"layout = 'P': valid layouts: {LAYOUTS}", "layout", "P"),
-    (lambda: K.KVCacheSpec(1, "packed", []), "groups = (): must be a non-empty list or tuple", "groups", ()),  # type: ignore[arg-type]
+    (
+        lambda: K.KVCacheSpec(1, "packed", []),  # type: ignore[arg-type]
+        "groups = (): must be a non-empty list or tuple",
+        "groups",
+        (),
+    ),
     (
         lambda: K.KVCacheSpec(1, "packed", "g"),  # type: ignore[arg-type]
         "groups = 'g': must be a non-empty list or tuple",
@@ -629,7 +639,8 @@ def test_json_optional_fields_load() -> None:
     m = {"name": "c", "kind": "mla", "block_size": 16, "head_size": 8, "cache_dtype": "int8", "window": 8}
     spec = K.KVCacheSpec.from_dict(_spec_json([sw, mamba, m], version=1))
     assert [type(x) for x in spec.groups[0].layers] == [K.SlidingWindowSpec, K.MambaSpec, K.MLASpec]
-    assert spec.groups[0].layers[0].window == 64 and spec.groups[0].layers[1].page == 128  # type: ignore[attr-defined]
+    first, second = spec.groups[0].layers[0], spec.groups[0].layers[1]
+    assert first.window == 64 and second.page == 128  # type: ignore[attr-defined]
     assert K.KVCacheSpec.from_dict(_spec_json()).version == 1
 
 

@@ -25,7 +25,9 @@ from kvlayout.errors import (
 from kvlayout.table import check_table
 
 
-def _raises(cls: type[KVLayoutError], message: str, field: str | None, value: object, fn, *args, **kw):  # type: ignore[no-untyped-def]
+def _raises(  # type: ignore[no-untyped-def]
+    cls: type[KVLayoutError], message: str, field: str | None, value: object, fn, *args, **kw
+):
     """``fn(*args, **kw)`` raises exactly ``cls`` with this message, field and value."""
     with pytest.raises(cls) as e:
         fn(*args, **kw)

@@ -242,7 +242,9 @@ def test_v_head_size_other_than_k_is_planned_as_vllm_builds_it() -> None:
 def test_a_string_dtype_is_refused_naming_the_field() -> None:
     g = CONFIG.kv_cache_groups[0]
     for bad in ("bfloat16", "torch.bfloat16", 2):
-        spec = I.FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=8, dtype=bad)  # type: ignore[arg-type]
+        spec = I.FullAttentionSpec(  # type: ignore[arg-type]
+            block_size=16, num_kv_heads=2, head_size=8, dtype=bad
+        )
         cfg = replace(CONFIG, kv_cache_groups=[replace(g, kv_cache_spec=spec)])
         with pytest.raises(
             SpecError,
