@@ -101,8 +101,8 @@ def step_ids(block_ids: Any) -> Any:
         return jnp.asarray(arr)
     try:  # anything else (tracers in a list, floats, Python scalars): the dtype check refuses non-ids
         return jnp.asarray(block_ids)
-    except OverflowError:
-        why = "an id does not fit int64 (nothing was written)"
+    except (OverflowError, TypeError, ValueError):  # strings, None, dicts, too-large Python ints
+        why = "must be a 1-D integer array of block ids (nothing was written)"
         raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
 
 
