@@ -31,3 +31,25 @@ def test_pallas_apply_refuses_string_ids_as_block_id_error() -> None:
         z.apply(jnp.asarray(host), 2**32 + 3)
     assert "int64" not in str(info.value)
     del jax
+
+
+def test_native_check_verifies_each_page_size_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check`` of a native spec ran the verifier once per leaf: 200,000 leaves (12 MB of JSON,
+    under the 64 MiB cap) ran past 20 s. Leaves of one page size now share one safe report."""
+    import kvlayout.native as kn
+
+    shapes = [(4, 2, 8 * (1 + i % 3)) for i in range(3000)]
+    leaves = [kn.NativeLeaf(name=f"l{i}", shape=s, dtype="bfloat16") for i, s in enumerate(shapes)]
+    spec = kn.NativeCacheSpec(tuple(leaves))
+    calls: list[int] = []
+    real = kn.verify
+
+    def counting(t: K.SegmentTable) -> object:
+        calls.append(1)
+        return real(t)
+
+    monkeypatch.setattr(kn, "verify", counting)
+    reports = kn.verify_native(spec)
+    assert len(reports) == 3000 and all(r.ok for r in reports.values())
+    assert len(calls) == 3  # one per page size
+    assert reports["l4"].num_rows == 1 and reports["l4"].total_bytes == 4 * 2 * 16 * 2
