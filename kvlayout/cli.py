@@ -333,7 +333,15 @@ def run_zero(
     ids = normalize_block_ids(block_ids, table.num_blocks)  # before any buffer exists
     table.for_group(group)
     name, _ = registry.resolve(backend)
-    res = run_case(registry.load(name), table, ids, group=group)
+    return _run_zero_with(name, registry.load(name), table, ids, group)
+
+
+def _run_zero_with(
+    name: str, cls: Any, table: SegmentTable, ids: np.ndarray, group: str | None = None
+) -> dict[str, Any]:
+    """:func:`run_zero` with the backend already resolved and imported (``name``, ``cls``): the
+    registry scans installed entry points on every lookup, too slow to repeat per native array."""
+    res = run_case(cls, table, ids, group=group)
     return {
         "version": 1,
         "backend": res.backend if ":" in name else name,
@@ -390,6 +398,16 @@ def _check_native(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+#: Most different array tables ``zero`` runs a backend on for one native spec (each is a
+#: poisoned run, a compile for Pallas); arrays with equal tables share one run.
+MAX_NATIVE_ZERO_TABLES = 256
+
+
+def _table_key(t: SegmentTable) -> tuple[Any, ...]:
+    """Equal keys: equal tables up to the names in their rows (the same poisoned run)."""
+    return (t.total_bytes, t.num_blocks, tuple((s.base, s.stride, s.span) for s in t.segments))
+
+
 def _zero_native(args: argparse.Namespace) -> int:
     """``zero --config --engine tpu-inference``: each array is a buffer with one row (section 9),
     zeroed by the backend on a poisoned copy and compared with the contract."""
@@ -399,9 +417,23 @@ def _zero_native(args: argparse.Namespace) -> int:
     ids = parse_blocks(args.blocks, spec.num_blocks)
     tables = native_tables(spec, args.group)  # exit 2 naming the valid groups
     _host_sized(sum(t.total_bytes for t in tables.values()), "total_bytes of the arrays")
+    distinct = {_table_key(t) for t in tables.values()}
+    if len(distinct) > MAX_NATIVE_ZERO_TABLES:
+        raise UsageError(
+            f"spec: {len(distinct)} different array shapes; zero runs the backend on at most "
+            f"{MAX_NATIVE_ZERO_TABLES} (arrays of one shape share one run)",
+            field="leaves",
+            value=len(distinct),
+        )
+    backend, _ = registry.resolve(args.backend)  # once: the lookup scans installed entry points
+    cls = registry.load(backend)
+    runs: dict[Any, dict[str, Any]] = {}  # arrays of one page size and group mask: one poisoned run
     arrays = []
     for name, t in tables.items():
-        rep = run_zero(t, ids, args.backend)
+        key = _table_key(t)
+        if key not in runs:
+            runs[key] = _run_zero_with(backend, cls, t, normalize_block_ids(ids, t.num_blocks))
+        rep = dict(runs[key])
         chk = rep.pop("_check")
         arrays.append(
             {

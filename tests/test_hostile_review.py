@@ -5,6 +5,8 @@ Each test fails on the code before its fix (checked once by reverting it).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -53,3 +55,46 @@ def test_native_check_verifies_each_page_size_once(monkeypatch: pytest.MonkeyPat
     assert len(reports) == 3000 and all(r.ok for r in reports.values())
     assert len(calls) == 3  # one per page size
     assert reports["l4"].num_rows == 1 and reports["l4"].total_bytes == 4 * 2 * 16 * 2
+
+
+def test_native_zero_runs_each_table_once(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``zero`` of a native spec resolved the backend (an entry-point scan) and ran a poisoned case
+    per array: 2,000 small arrays ran past 30 s (past an hour at 200,000). Arrays with equal tables
+    now share one run; more than 256 different tables is refused in one line."""
+    import json
+
+    import kvlayout.cli as cli
+    from kvlayout import registry
+
+    leaves = [{"name": f"l{i}", "shape": [4, 2, 8], "dtype": "bfloat16"} for i in range(600)]
+    leaves += [{"name": "s", "shape": [4, 4, 8], "dtype": "bfloat16", "zeroed": False}]
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps({"layout": "native", "leaves": leaves}))
+    cases: list[int] = []
+    scans: list[int] = []
+    real_case, real_registered = cli.run_case, registry.registered
+
+    def counting_case(*a: Any, **k: Any) -> Any:
+        cases.append(1)
+        return real_case(*a, **k)
+
+    def counting_registered() -> Any:
+        scans.append(1)
+        return real_registered()
+
+    monkeypatch.setattr(cli, "run_case", counting_case)
+    monkeypatch.setattr(registry, "registered", counting_registered)
+    assert cli.main(["zero", str(path), "--blocks", "0,3", "--backend", "reference", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert len(cases) == 2 and len(scans) <= 3  # was 601 cases and 1,803 scans
+    assert len(rep["arrays"]) == 601 and rep["matches_contract"]
+    by = {a["name"]: a for a in rep["arrays"]}
+    assert by["l7"]["zeroed"] == [[0, 32], [96, 128]] and by["s"]["zeroed"] == []
+
+    many = [{"name": f"l{i}", "shape": [2, 2 * (i + 1)], "dtype": "bfloat16"} for i in range(257)]
+    path.write_text(json.dumps({"layout": "native", "leaves": many}))
+    assert cli.main(["zero", str(path), "--blocks", "0", "--backend", "reference"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "257" in err and len(cases) == 2
