@@ -652,6 +652,12 @@ def _plot_path(text: str) -> Path:
         parent_ok = resolved.parent.is_dir()
     except (OSError, RuntimeError) as e:  # a symlink loop, a name too long
         raise UsageError(f"--out {_short(text)!r}: {e}", field="out", value=text) from None
+    if resolved.suffix.lower() not in (".png", ".svg", ".pdf"):  # a link to /etc/passwd, say
+        raise UsageError(
+            f"--out {_short(text)!r}: links to {_short(str(resolved))!r}, not a .png, .svg or .pdf file",
+            field="out",
+            value=text,
+        )
     if any(resolved == Path(d) or Path(d) in resolved.parents for d in NO_PLOT_DIRS):
         raise UsageError(
             f"--out {_short(text)!r}: {', '.join(NO_PLOT_DIRS)} hold no plot files", field="out", value=text

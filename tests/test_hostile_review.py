@@ -98,3 +98,20 @@ def test_native_zero_runs_each_table_once(
     assert cli.main(["zero", str(path), "--blocks", "0", "--backend", "reference"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "257" in err and len(cases) == 2
+
+
+def test_plot_out_refuses_a_link_to_a_file_that_is_no_plot(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``plot --out x.png`` where x.png links to another file (``/etc/passwd`` as root) overwrote
+    that file with the PNG: the suffix was checked on the name given, not on the file written."""
+    from kvlayout.cli import main
+
+    target = tmp_path / "passwd"
+    target.write_bytes(b"root:x:0:0\\n")
+    link = tmp_path / "x.png"
+    link.symlink_to(target)
+    assert main(["plot", "--preset", "dsv4-test", "--out", str(link)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--out" in err and "links to" in err
+    assert target.read_bytes() == b"root:x:0:0\\n" and link.is_symlink()
