@@ -115,3 +115,28 @@ def test_plot_out_refuses_a_link_to_a_file_that_is_no_plot(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--out" in err and "links to" in err
     assert target.read_bytes() == b"root:x:0:0\\n" and link.is_symlink()
+
+
+def test_tpu_inference_zero_scheduled_takes_array_ids() -> None:
+    """``zero_scheduled`` tested ids for truth: ``new_block_ids_to_zero = np.array([0])`` is falsy,
+    so block 0 kept its stale bytes, and a longer array raised NumPy's raw ValueError."""
+    pytest.importorskip("jax")
+    from types import SimpleNamespace as NS
+
+    import jax.numpy as jnp
+
+    from kvlayout.integrations.tpu_inference import TpuInferenceZeroer
+
+    start = np.arange(1, 4 * 8 * 128 + 1, dtype=np.int32).reshape(4, 8, 128) % 251 + 1
+    caches = [jnp.asarray(start)]
+    r = NS(kv_caches=caches, kv_cache_config=NS(kv_cache_groups=[NS(layer_names=["a"])]),
+           layer_name_to_kvcache_index={"a": 0})
+    z = TpuInferenceZeroer.from_runner(r)
+    for ids, zeroed in ((np.array([0]), [0]), (np.array([0, 2]), [0, 2]), ((1,), [1]), ([], [])):
+        out = z.zero_scheduled([jnp.asarray(start)], NS(new_block_ids_to_zero=ids))
+        want = start.copy()
+        want[zeroed] = 0
+        assert np.array_equal(np.asarray(out[0]), want), ids
+    with pytest.raises(BlockIdError):
+        z.zero_scheduled([jnp.asarray(start)], NS(new_block_ids_to_zero=np.array([4])))
+    z.check()

@@ -182,9 +182,11 @@ class TpuInferenceZeroer:
         """Zero the blocks vLLM's scheduler allocated this step (``new_block_ids_to_zero``, one flat
         list for every group, as vLLM's own zeroer takes it); nothing when it has none."""
         ids = getattr(scheduler_output, "new_block_ids_to_zero", None)
-        if not ids:
+        if ids is None or (isinstance(ids, (list, tuple)) and not ids):
             return list(kv_caches)
-        return self(kv_caches, list(ids))
+        # no truth test on arrays: ``not np.array([0])`` is True (block 0 would be skipped) and
+        # ``not`` of a longer array raises; the zeroer validates whatever else arrives
+        return self(kv_caches, list(ids) if isinstance(ids, tuple) else ids)
 
     def check(self) -> None:
         """Raise if any device id so far was outside the pool (see CacheZeroer.check)."""
