@@ -140,3 +140,15 @@ def test_tpu_inference_zero_scheduled_takes_array_ids() -> None:
     with pytest.raises(BlockIdError):
         z.zero_scheduled([jnp.asarray(start)], NS(new_block_ids_to_zero=np.array([4])))
     z.check()
+
+
+def test_vllm_plugin_step_ids_refuse_non_lists_and_non_integers() -> None:
+    """The verify step's id check raised raw ValueError/TypeError/IndexError (``[2**63]``, ``['1']``,
+    ``[None]``, a bare int) and let a nested list through; now BlockIdError naming block_ids."""
+    pytest.importorskip("torch")
+    from kvlayout.integrations.vllm_plugin import checked_step_ids
+
+    for bad in ([2**63], [2**64], ["1"], [None], [[1]], [[1, 2], [3, 4]], 5, np.array([1]), "12"):
+        with pytest.raises(BlockIdError, match=r"^block_ids = "):
+            checked_step_ids(bad, 4)  # type: ignore[arg-type]
+    assert checked_step_ids((1, 3), 4).tolist() == [1, 3] and checked_step_ids([], 4).numel() == 0

@@ -400,7 +400,17 @@ def checked_step_ids(block_ids: Sequence[int], num_blocks: int, pin_memory: bool
     """
     import torch
 
-    ids = torch.tensor(block_ids, dtype=torch.int64, pin_memory=pin_memory, device="cpu")
+    if not isinstance(block_ids, (list, tuple)):
+        why = "must be the scheduler's list of block ids (nothing was written)"
+        raise bad_value(BlockIdError, "block_ids", type(block_ids).__name__, why)
+    try:  # the dtype is given, as vLLM's own step gives it (inferring it doubles the cost at 1,024 ids)
+        ids = torch.tensor(block_ids, dtype=torch.int64, pin_memory=pin_memory, device="cpu")
+    except (TypeError, ValueError, RuntimeError, OverflowError) as e:  # None, '1', 2**63
+        why = f"must be a list of integers (nothing was written): {e}"
+        raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
+    if ids.ndim != 1:
+        why = f"must be a flat list of integers, got shape {tuple(ids.shape)} (nothing was written)"
+        raise bad_value(BlockIdError, "block_ids", block_ids, why)
     if ids.numel():
         lo, hi = torch.aminmax(ids)
         if int(lo) < 0 or int(hi) >= num_blocks:
