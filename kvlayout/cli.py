@@ -99,14 +99,14 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
 
         args.model_spec = from_config(
             args.config,
-            engine=args.engine or "vllm",
+            engine="vllm" if args.engine is None else args.engine,
             tp=1 if args.tp is None else args.tp,
             kv_cache_dtype=args.kv_cache_dtype,
             block_size=args.block_size,
             num_blocks=DEFAULT_NUM_BLOCKS if args.num_blocks is None else args.num_blocks,
-            device=args.device or "hopper",
+            device="hopper" if args.device is None else args.device,
             attention_backend=args.attention_backend,
-            reader=args.reader or "json",
+            reader="json" if args.reader is None else args.reader,
             **{
                 k: v
                 for k, v in (("dp", args.dp), ("dcp", args.dcp), ("model_impl", args.model_impl),

@@ -152,3 +152,16 @@ def test_vllm_plugin_step_ids_refuse_non_lists_and_non_integers() -> None:
         with pytest.raises(BlockIdError, match=r"^block_ids = "):
             checked_step_ids(bad, 4)  # type: ignore[arg-type]
     assert checked_step_ids((1, 3), 4).tolist() == [1, 3] and checked_step_ids([], 4).numel() == 0
+
+
+def test_empty_model_flags_are_refused_not_defaulted(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--engine ''``, ``--device ''`` and ``--reader ''`` silently meant vllm, hopper and json."""
+    from pathlib import Path
+
+    from kvlayout.cli import main
+
+    config = str(Path(__file__).parent / "fixtures" / "models" / "llama" / "config.json")
+    for flag, field in (("--engine", "engine"), ("--device", "device"), ("--reader", "reader")):
+        assert main(["plan", "--config", config, flag, ""]) == 2, flag
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{field} = ''" in err, err
