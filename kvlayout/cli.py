@@ -70,7 +70,8 @@ def _add_source(p: argparse.ArgumentParser, *, table: bool = False) -> None:
 def _count(text: str) -> int:
     """A plain decimal count for argparse (no sign, no underscores)."""
     if not re.fullmatch(r"[0-9]{1,19}", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative decimal integer")
+        why = "at most 19 digits" if re.fullmatch(r"[0-9]+", text) else "not a non-negative decimal integer"
+        raise argparse.ArgumentTypeError(f"{_short(text)!r}: {why}")
     return int(text)
 
 

@@ -165,3 +165,13 @@ def test_empty_model_flags_are_refused_not_defaulted(capsys: pytest.CaptureFixtu
         assert main(["plan", "--config", config, flag, ""]) == 2, flag
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"{field} = ''" in err, err
+
+
+def test_count_flags_echo_a_short_value(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--dp <5,000 digits>`` echoed all 5,000 digits in its one-line error (5,078 characters)."""
+    from kvlayout.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--preset", "dsv4-test", "--dp", "9" * 5000])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert info.value.code == 2 and len(err) < 200 and "--dp" in err and "19 digits" in err, err
