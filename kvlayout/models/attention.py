@@ -14,6 +14,13 @@
   Qwen3-MoE and Phi-3 pass no per-layer window in vLLM: every layer takes the config's one window
   (``EngineArgs.create_engine_config``: the text config's ``sliding_window``), which Qwen3-MoE's
   config class drops unless ``use_sliding_window`` is true (tests/test_models_vllm_truth.py).
+- The generic rules (the architectures of :mod:`.vllm_checked`, whose cache vLLM 0.33's own model
+  construction shows to follow them). ``generic`` (registry kind ``attention``: the model passes no
+  per-layer window): every layer takes the engine's one window, ``sliding_window`` when
+  ``layer_types`` is absent or all ``sliding_attention`` (``EngineArgs.create_engine_config``),
+  else none. ``generic_sw`` (kind ``sliding-window``): ``layer_types`` when written (a layer slides
+  iff ``sliding_attention``), else every layer slides when ``sliding_window`` is set. Layer names
+  as vLLM's model makes them (the table records the prefix and tail).
 - Layers are named ``model.layers.{i}.self_attn.attn`` (GPT-OSS: ``attn.attn``), under
   ``language_model.`` for a ``...ForConditionalGeneration`` model.
 """
@@ -28,6 +35,9 @@ from ..spec import DTYPE_SIZES, FullAttentionSpec, GroupSpec, LayerSpec, Sliding
 from .base import Ctx
 from .config import Config, resolve_kv_dtype
 from .grouping import vllm_groups
+from .vllm_checked import GENERIC_ATTENTION
+
+GENERIC_FAMILIES = ("generic", "generic_sw")
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,11 @@ def layer_types(cfg: Config, family: str, n: int) -> list[str]:
     """``"full"`` or ``"sliding"`` per layer, by the family's rule (module docstring)."""
     if family in ("qwen2", "qwen3"):
         return _qwen2_types(cfg, n)
+    if family == "generic":  # the engine's one window, on every layer
+        types = _written_or_family_types(cfg, family, n) if cfg.has("layer_types") else ["sliding"]
+        return ["sliding" if cfg.has("sliding_window") and set(types) == {"sliding"} else "full"] * n
+    if family == "generic_sw" and not cfg.has("layer_types"):
+        return ["sliding" if cfg.has("sliding_window") else "full"] * n
     return _written_or_family_types(cfg, family, n)
 
 
@@ -142,6 +157,8 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     types = layer_types(c.cfg, c.family, n)
     window = c.cfg.req_int("sliding_window", "the window of the sliding layers") if "sliding" in types else 0
     tail = "attn.attn" if c.family == "gpt_oss" else "self_attn.attn"
+    if c.family in GENERIC_FAMILIES:
+        tail = GENERIC_ATTENTION[c.top.data["architectures"][0]][1]
     bucket: dict[str, list[LayerSpec]] = {}
     for i, t in enumerate(types):
         name = c.name(i, tail)

@@ -21,6 +21,7 @@ from .config import (
     through_transformers,
 )
 from .families import architecture, family_rule
+from .vllm_checked import GENERIC_ATTENTION
 
 
 def build(
@@ -51,6 +52,8 @@ def build(
     text = text_config(top)
     model_dtype = resolve_model_dtype(top, text, dtype, notes)
     prefix = "language_model.model.layers" if arch.endswith("ForConditionalGeneration") else "model.layers"
+    if family in ("generic", "generic_sw"):  # vLLM's names for this architecture (models/vllm_checked.py)
+        prefix = GENERIC_ATTENTION[arch][0]
     if family == "deepseek_v3" and text.has("index_topk"):
         family = "deepseek_v32"
     c = Ctx(

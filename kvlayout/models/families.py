@@ -13,9 +13,10 @@ from .deepseek_v4 import dsv4_family
 from .hybrid import hybrid_family
 from .mla import mla_family
 from .registry_vllm import TEXT_GENERATION, VLLM_VERSION
+from .vllm_checked import GENERIC_ATTENTION, NOT_GENERIC
 
-# architecture -> family
-FAMILIES: Mapping[str, str] = {
+# architecture -> family, by hand (the rules named in the modules)
+NAMED_FAMILIES: Mapping[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
@@ -39,6 +40,15 @@ FAMILIES: Mapping[str, str] = {
     "Qwen3_5MoeForCausalLM": "qwen3_5",
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5",
 }
+# architecture -> family: the named ones, then the plain and sliding-window attention architectures
+# vLLM's own model construction shows to follow the generic rules (models/vllm_checked.py)
+FAMILIES: Mapping[str, str] = {
+    **NAMED_FAMILIES,
+    **{
+        a: "generic" if TEXT_GENERATION[a][1] == "attention" else "generic_sw"
+        for a in GENERIC_ATTENTION
+    },
+}
 ARCHITECTURES = tuple(FAMILIES)
 ATTENTION_FAMILIES = (
     "llama",
@@ -50,6 +60,8 @@ ATTENTION_FAMILIES = (
     "gemma2",
     "gemma3",
     "gpt_oss",
+    "generic",
+    "generic_sw",
 )
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32")
 HYBRID_FAMILIES = ("jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5")
@@ -87,6 +99,11 @@ def refusal(arch: str) -> str:
         why = f"not one of vLLM {VLLM_VERSION}'s text-generation architectures"
         return f"unknown architecture ({why}); known: {', '.join(ARCHITECTURES)}"
     kind, module = row[1], row[0]
+    if arch in NOT_GENERIC:
+        return (
+            f"vLLM {VLLM_VERSION} serves it ({kind}, module {module}); kvlayout refuses it: the generic "
+            f"rules were not shown to hold by vLLM's model construction: {NOT_GENERIC[arch]}"
+        )
     return f"vLLM {VLLM_VERSION} serves it ({kind}, module {module}); kvlayout refuses it: {_NOT_YET[kind]}"
 
 
