@@ -186,10 +186,9 @@ def backend_answers(names: list[str]) -> dict[str, Any]:
                     r for r in ast.walk(item) if isinstance(r, ast.Return) and isinstance(r.value, ast.List)
                 ]
                 env = {"MultipleOf": MultipleOf}
-                out["sizes_options"] = [
-                    sizes(eval(compile(ast.Expression(r.value), "<src>", "eval"), env))  # type: ignore[arg-type]
-                    for r in rets
-                ]
+                trees = [ast.Expression(r.value) for r in rets]  # type: ignore[arg-type]
+                exprs = [compile(t, "<src>", "eval") for t in trees]
+                out["sizes_options"] = [sizes(eval(e, env)) for e in exprs]
             if isinstance(item, ast.FunctionDef) and item.name == "supports_compute_capability":
                 ret = next(r for r in ast.walk(item) if isinstance(r, ast.Return))
                 expr = compile(ast.Expression(ret.value), "<src>", "eval")  # type: ignore[arg-type]
