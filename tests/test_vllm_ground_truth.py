@@ -18,10 +18,8 @@ it runs in its own process.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -29,6 +27,8 @@ from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+from tests.driver import start_driver
 
 _HERE = Path(__file__).resolve()
 _DRIVER_ENV = {
@@ -41,23 +41,7 @@ _DRIVER_ENV = {
 }
 
 
-def _start_driver() -> subprocess.Popen[str] | None:
-    """Start the interpreter driver now, so its vLLM import overlaps this process's."""
-    if __name__ == "__main__" or os.environ.get("KVLAYOUT_VLLM_DRIVER"):
-        return None
-    env = {**os.environ, **_DRIVER_ENV, "KVLAYOUT_VLLM_DRIVER": "1", "PYTHONPATH": str(_HERE.parents[1])}
-    proc = subprocess.Popen(
-        [sys.executable, str(_HERE), "--driver"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    atexit.register(lambda: proc.poll() is None and proc.kill())
-    return proc
-
-
-_DRIVER = _start_driver()
+_DRIVER = start_driver(_HERE, __name__, _DRIVER_ENV)
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 import numpy as np  # noqa: E402

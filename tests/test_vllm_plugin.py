@@ -14,17 +14,17 @@ interpreter (``TRITON_INTERPRET=1`` must precede Triton's import, hence the proc
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import MethodType, ModuleType, SimpleNamespace
 from typing import Any
+
+from tests.driver import start_driver
 
 _HERE = Path(__file__).resolve()
 _DRIVER_ENV = {
@@ -37,22 +37,7 @@ _DRIVER_ENV = {
 }
 
 
-def _start_driver() -> subprocess.Popen[str] | None:
-    if __name__ == "__main__" or os.environ.get("KVLAYOUT_VLLM_DRIVER"):
-        return None
-    env = {**os.environ, **_DRIVER_ENV, "PYTHONPATH": str(_HERE.parents[1])}
-    proc = subprocess.Popen(
-        [sys.executable, str(_HERE), "--driver"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    atexit.register(lambda: proc.poll() is None and proc.kill())
-    return proc
-
-
-_DRIVER = _start_driver()
+_DRIVER = start_driver(_HERE, __name__, _DRIVER_ENV)
 if __name__ == "__main__" and "--driver" in sys.argv:  # the plugin loads before vLLM's worker code
     from vllm.plugins import load_general_plugins
 
