@@ -35,8 +35,17 @@ declare -A TARGETS=(
   [ranges]=kvlayout/ranges.py
   [cuda-plan]=kvlayout/backends/cuda/kernel.py
   [pallas-plan]=kvlayout/backends/pallas/plan.py
+  # issue 25: the modules around the core (a target may name several files)
+  [native]=kvlayout/native.py
+  [sharding]=kvlayout/sharding.py
+  [vllm]=kvlayout/integrations/vllm.py
+  [cli]=kvlayout/cli.py
+  [cuda-zeroer]=kvlayout/backends/cuda/zeroer.py
+  [pallas-zeroer]=kvlayout/backends/pallas/zeroer.py
+  [models]="kvlayout/models/attention.py kvlayout/models/backends.py kvlayout/models/base.py kvlayout/models/build.py kvlayout/models/config.py kvlayout/models/deepseek_v4.py kvlayout/models/entry.py kvlayout/models/families.py kvlayout/models/grouping.py kvlayout/models/hybrid.py kvlayout/models/mla.py kvlayout/models/summary.py kvlayout/models/tpu_inference.py"
 )
-ORDER=(ranges spec planner table validate reference cuda-plan pallas-plan verify)
+ORDER=(ranges spec planner table validate reference cuda-plan pallas-plan verify
+       native sharding vllm cli cuda-zeroer pallas-zeroer models)
 # per module, the fast tests that exercise it (mutmut runs, per mutant, those that reach the function)
 declare -A TESTS=(
   [ranges]="tests/test_ranges.py tests/test_table.py"
@@ -48,6 +57,13 @@ declare -A TESTS=(
   [cuda-plan]="tests/test_host_plans.py"
   [pallas-plan]="tests/test_host_plans.py"
   [verify]="tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py tests/test_mutants_verify.py"
+  [native]="tests/test_native.py"
+  [sharding]="tests/test_sharding.py"
+  [vllm]="tests/test_vllm_hostile.py"
+  [cli]="tests/test_cli.py tests/test_hostile_25.py"
+  [cuda-zeroer]="tests/test_cuda_backend.py tests/test_cuda_fast_path.py"
+  [pallas-zeroer]="tests/test_pallas_backend.py tests/test_ids_int64.py"
+  [models]="tests/test_models.py tests/test_models_rules.py tests/test_models_backends.py tests/test_models_registry.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
@@ -70,10 +86,13 @@ stage_tests() {  # one module's tests and mutmut config into its work folder
   mkdir -p "$w/tests"
   # shellcheck disable=SC2086
   cp tests/__init__.py tests/conftest.py tests/oracles.py ${TESTS[$n]} "$w/tests/"
+  # the tests' helper modules (not test files) and fixtures
+  find tests -maxdepth 1 -name '*.py' ! -name 'test_*' -exec cp {} "$w/tests/" \;
+  [ -d "$w/tests/fixtures" ] || cp -r tests/fixtures "$w/tests/fixtures"
   {
     echo '[tool.mutmut]'
     echo 'source_paths = ["kvlayout"]'
-    echo "only_mutate = [\"${TARGETS[$n]}\"]"
+    printf 'only_mutate = ['; for f in ${TARGETS[$n]}; do printf '"%s", ' "$f"; done; echo ']'
     printf 'pytest_add_cli_args_test_selection = ['; for t in ${TESTS[$n]}; do printf '"%s", ' "$t"; done; echo ']'
     # the Triton-interpreter refusal test (3 s) checks the cuda zeroer, not the core: left to CI
     echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "--hypothesis-seed=0", "-x", "-q",' \
@@ -120,8 +139,11 @@ run_one() {  # stage the sources and one module's tests, run mutmut, keep its re
 
 rerun_survivors() {  # the last run's survivors only, against the current tests (sources unchanged)
   local n=$1 w="$WORK/$1"
-  local src=${TARGETS[$n]/kvlayout\/backends/backends}  # where the mutated file lives in the repository
-  cmp -s "$src" "$w/${TARGETS[$n]}" || { echo "$src changed since the last full run of $n: run it in full" >&2; return 1; }
+  local f src
+  for f in ${TARGETS[$n]}; do
+    src=${f/kvlayout\/backends/backends}  # where the mutated file lives in the repository
+    cmp -s "$src" "$w/$f" || { echo "$src changed since the last full run of $n: run it in full" >&2; return 1; }
+  done
   # KVLAYOUT_MUTATION_RERUN_TESTS: only these test files (the survivors already passed the others,
   # so when only these changed since the full run, the verdicts are the same, faster)
   [ -z "${KVLAYOUT_MUTATION_RERUN_TESTS:-}" ] || TESTS[$n]=$KVLAYOUT_MUTATION_RERUN_TESTS
@@ -150,7 +172,8 @@ fi
 cd "$WORK"
 
 # the table (bench/results/mutation.md, .json), merged with earlier runs of other modules
-"$ROOT/$TEST_VENV/bin/python" - "$ROOT" "$OUT" "$JOBS" "${names[@]}" <<'PY'
+# (under a lock: runs of other modules in parallel merge into the same table)
+flock "$ROOT/$OUT/.mutation.lock" "$ROOT/$TEST_VENV/bin/python" - "$ROOT" "$OUT" "$JOBS" "${names[@]}" <<'PY'
 import json, pathlib, re, subprocess, sys, datetime
 root, out, jobs, *names = sys.argv[1:]
 secs = {k: int(pathlib.Path(k, "seconds.txt").read_text()) for k in names}
@@ -159,9 +182,23 @@ out = pathlib.Path(root) / out
 targets = {"spec": "kvlayout.spec", "planner": "kvlayout.planner", "table": "kvlayout.table",
            "verify": "kvlayout.verify", "reference": "kvlayout.reference", "validate": "kvlayout.validate",
            "ranges": "kvlayout.ranges", "cuda-plan": "kvlayout.backends.cuda.kernel",
-           "pallas-plan": "kvlayout.backends.pallas.plan"}
+           "pallas-plan": "kvlayout.backends.pallas.plan", "native": "kvlayout.native",
+           "sharding": "kvlayout.sharding", "vllm": "kvlayout.integrations.vllm", "cli": "kvlayout.cli",
+           "cuda-zeroer": "kvlayout.backends.cuda.zeroer", "pallas-zeroer": "kvlayout.backends.pallas.zeroer",
+           "models": "kvlayout.models"}
+KEYS = ["ranges", "spec", "planner", "table", "validate", "reference", "cuda-plan", "pallas-plan", "verify",
+        "native", "sharding", "vllm", "cli", "cuda-zeroer", "pallas-zeroer", "models"]
+
+def in_target(key, mod):
+    """A target is one module, or a package (models: every hand-written module in it)."""
+    t = targets[key]
+    return mod == t or (key == "models" and mod.startswith(t + "."))
+
 equiv = []  # (module, function, mutated line, reason)
-for line in (pathlib.Path(root) / "scripts/mutation_equivalent.txt").read_text().splitlines():
+# one file per group of targets (scripts/mutation_equivalent*.txt), so parallel work edits its own
+eq_lines = [l for f in sorted((pathlib.Path(root) / "scripts").glob("mutation_equivalent*.txt"))
+            for l in f.read_text().splitlines()]
+for line in eq_lines:
     if line.strip() and not line.startswith("#"):
         mod, fn, rest = line.split(" | ", 2)  # the code may hold " | " itself: the reason is last
         code, why = rest.rsplit(" | ", 1)
@@ -190,9 +227,9 @@ for key, line in results:
         continue
     name, status = (x.strip() for x in line.rsplit(":", 1))
     mod, fn = parse(name)
-    if targets[key] != mod:
+    if not in_target(key, mod):
         continue
-    r = rows.setdefault(key, {"module": mod, "total": 0, "killed": 0, "survived": 0, "equivalent": 0,
+    r = rows.setdefault(key, {"module": targets[key], "total": 0, "killed": 0, "survived": 0, "equivalent": 0,
                               "timeout": 0, "no_tests": 0, "other": 0, "survivors": [], "equivalents": []})
     r["total"] += 1
     if status in ("killed", "segfault"):  # a test run that crashes has detected the mutant too
@@ -228,13 +265,13 @@ old["runs"] = old.get("runs", []) + ([] if report_only else [{
        if __import__("os").environ.get("KVLAYOUT_MUTATION_RERUN_TESTS") else "")
     + "scripts/mutation.sh " + " ".join(names), "tool": "mutmut 3.8.1"}])
 path.write_text(json.dumps(old, indent=1) + "\n")
-lines = ["# Mutation testing (issue 19)", "",
+lines = ["# Mutation testing (issues 19, 25)", "",
          "`scripts/mutation.sh [MODULE ...]`: mutmut 3.8.1 over the core and the backends' host-side plans,",
          "fast subset of tests (`TESTS` in the script). Score = (killed + timeout) / (total - equivalent).",
          "Equivalent mutants and their reasons: `scripts/mutation_equivalent.txt`.", "",
          "| module | mutants | killed | timeout | equivalent | survived | no tests | score |",
          "|---|---:|---:|---:|---:|---:|---:|---:|"]
-for key in ["ranges", "spec", "planner", "table", "validate", "reference", "cuda-plan", "pallas-plan", "verify"]:
+for key in KEYS:
     r = old["modules"].get(key)
     if not r:
         continue
@@ -243,7 +280,7 @@ for key in ["ranges", "spec", "planner", "table", "validate", "reference", "cuda
     lines.append(f"| {r['module']} | {r['total']} | {r['killed']} | {r['timeout']} | {r['equivalent']} | "
                  f"{r['survived']} | {r['no_tests']} | {score:.1f}% |")
 lines += ["", "Each row comes from these runs (the last full run of the module, then survivor reruns):", ""]
-for key in ["ranges", "spec", "planner", "table", "validate", "reference", "cuda-plan", "pallas-plan", "verify"]:
+for key in KEYS:
     mine = [x for x in old["runs"] if key in x["modules"]]
     full = [i for i, x in enumerate(mine) if "RERUN" not in x["command"]]
     mine = mine[full[-1]:] if full else mine
