@@ -649,3 +649,83 @@ def test_from_json_names_the_spec() -> None:
     assert str(e).startswith("spec is not valid JSON: ") and e.field == "json"
     e = _err(lambda: K.KVCacheSpec.from_json(b"[\xff]"))
     assert str(e) == "spec = 'byte 1': is not UTF-8 text" and e.field == "spec"
+
+
+# --------------------------------------------------------------------------- repeated layers (issue 25)
+
+
+def _raw(name: object, **kw: object) -> dict[str, object]:
+    layer: dict[str, object] = {
+        "kind": "full",
+        "block_size": 16,
+        "num_kv_heads": 2,
+        "head_size": 64,
+        "dtype": "bfloat16",
+        "name": name,
+    }
+    layer.update(kw)
+    return layer
+
+
+def _one_by_one(raw_layers: list[Any]) -> tuple[S.LayerSpec, ...]:
+    """The layers checked each on its own: what the parse of repeated layers must equal."""
+    return tuple(S._layer_from_dict(f"groups[0].layers[{i}]", rl) for i, rl in enumerate(raw_layers))
+
+
+def _spec(raw_layers: list[Any]) -> dict[str, object]:
+    return {"num_blocks": 4, "layout": "packed", "groups": [{"name": "g", "layers": raw_layers}]}
+
+
+def _message(raw_layers: list[Any]) -> str:
+    with pytest.raises(SpecError) as e:
+        S.spec_from_dict(_spec(raw_layers))
+    return str(e.value)
+
+
+def test_repeated_layers_parse_as_each_on_its_own() -> None:
+    """Equal layers but for the name are reused renamed: the same layers, each with its own name."""
+    rng = random.Random(25)
+    for _ in range(60):
+        kinds = [
+            {},
+            {"kind": "sliding_window", "window": 64},
+            {"head_size_v": 32},
+            {"alignment": 256},
+            {"kv_split": True},
+            {"num_kv_heads": 4, "head_size": 128, "dtype": "float8_e4m3fn"},
+        ]
+        raw = [_raw(f"l{i}", **rng.choice(kinds)) for i in range(rng.randint(1, 12))]
+        rng.shuffle(raw)
+        for rl in raw:  # the same fields in another order are the same layer
+            if rng.random() < 0.5:
+                items = list(rl.items())
+                rng.shuffle(items)
+                rl.clear()
+                rl.update(items)
+        got = S.spec_from_dict(_spec(raw)).groups[0].layers
+        assert got == _one_by_one(raw)
+        assert [x.name for x in got] == [f"{r['name']}" for r in raw]
+        assert len({id(x) for x in got}) == len(got)
+
+
+def test_repeated_layers_keep_every_check_of_their_own() -> None:
+    """A repeat differing only in a value's type, or with a bad name, is refused as on its own."""
+    cases = [
+        ([_raw("a"), _raw("b", num_kv_heads=True)], "groups[0].layers[1].num_kv_heads"),
+        ([_raw("a", kv_split=True), _raw("b", kv_split=1)], "groups[0].layers[1].kv_split"),
+        ([_raw("a"), _raw("b", num_kv_heads=2.0)], "groups[0].layers[1].num_kv_heads"),
+        ([_raw("a"), _raw(7)], "groups[0].layers[1].name"),
+        ([_raw("a"), _raw(None)], "groups[0].layers[1].name"),
+        ([_raw("a"), _raw("")], "groups[0].layers[1]"),
+        ([_raw("a"), _raw("bad name\n")], "groups[0].layers[1]"),
+        ([_raw("a"), _raw("x" * 5000)], "groups[0].layers[1]"),
+        ([_raw("a"), {k: v for k, v in _raw("b").items() if k != "name"}], "groups[0].layers[1].name"),
+        ([_raw("a"), [_raw("b")]], "groups[0].layers[1]"),
+        ([_raw("a"), _raw("b", extra=1)], "groups[0].layers[1].extra"),
+    ]
+    for raw, where in cases:
+        msg = _message(raw)
+        assert msg.startswith(where), (raw[1], msg)
+        with pytest.raises(SpecError) as alone:  # the message a layer gets when it is checked alone
+            _one_by_one(raw)
+        assert msg == str(alone.value)
