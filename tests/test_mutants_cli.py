@@ -1,0 +1,418 @@
+"""kvlayout.cli against its contract (issue 25 mutation testing): exit status, the one-line
+errors that name the field and value, the text and JSON each command prints.
+
+Every case calls :func:`kvlayout.cli.main` (or a helper of the module) in-process on small specs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kvlayout as K
+import kvlayout.cli as C
+from kvlayout.reference import ReferenceBackend
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
+GPT_OSS = str(FIXTURES / "gpt_oss" / "config.json")
+LLAMA = str(FIXTURES / "llama" / "config.json")
+
+
+def layer(name: str, head_size: int = 8, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "kind": "full", "block_size": 16, "num_kv_heads": 2, "head_size": head_size,
+            "dtype": "bfloat16", **extra}
+
+
+def spec_dict(layout: str = "packed", num_blocks: int = 4, layers: int = 2) -> dict[str, Any]:
+    """``layers`` layers of 1,024 B pages (16 tokens x 2 heads x 8 x bf16 x K and V)."""
+    return {"version": 1, "num_blocks": num_blocks, "layout": layout,
+            "groups": [{"name": "g", "layers": [layer(f"l{i}") for i in range(layers)]}]}
+
+
+NATIVE = {
+    "version": 1,
+    "layout": "native",
+    "leaves": [
+        {"name": "a", "shape": [4, 16, 2, 4, 8], "dtype": "bfloat16", "group": "full"},  # 2,048 B pages
+        {"name": "b", "shape": [4, 2, 32, 16], "dtype": "bfloat16", "group": "mla"},  # 2,048 B pages
+        {"name": "c", "shape": [4, 4, 8], "dtype": "float32", "group": "full"},  # 128 B pages
+        {"name": "s", "shape": [4, 8], "dtype": "int32", "group": "full", "zeroed": False},
+    ],
+}
+
+
+def write(tmp_path: Path, name: str, data: Any) -> str:
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(p)
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = C.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def bad(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """Exit 2, nothing on stdout, one line on stderr that starts ``kvlayout CMD: error:``; that line."""
+    rc, out, err = cli(capsys, *argv)
+    assert rc == 2 and out == "", (argv, rc, out, err)
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith(f"kvlayout {argv[0]}: error: "), err
+    return err[len(f"kvlayout {argv[0]}: error: "):-1]
+
+
+def usage(fn: Any, *args: Any, **kw: Any) -> C.UsageError:
+    with pytest.raises(C.UsageError) as e:
+        fn(*args, **kw)
+    return e.value
+
+
+class SkipsLast(ReferenceBackend):
+    """A wrong backend: never zeroes the last id (``zero`` must answer exit 1 and say where)."""
+
+    name = "skips-last"
+    runs = 0
+
+    def zero(self, block_ids: Any, group: str | None = None) -> None:
+        type(self).runs += 1
+        super().zero(np.asarray(block_ids)[:-1], group)
+
+
+class Counted(ReferenceBackend):
+    """The reference, counting its runs (native arrays of one table share one run)."""
+
+    name = "counted"
+    runs = 0
+
+    def zero(self, block_ids: Any, group: str | None = None) -> None:
+        type(self).runs += 1
+        super().zero(block_ids, group)
+
+
+HERE = __name__  # "tests.test_mutants_cli": module:attr backends below
+
+
+# --------------------------------------------------------------------------- small parsers
+def test_count_parser() -> None:
+    assert C._count("0") == 0 and C._count("0012") == 12 and C._count("9" * 19) == 10**19 - 1
+    neg = "not a non-negative decimal integer"
+    for text, why in (("9" * 20, "at most 19 digits"), ("-1", neg), ("1_0", neg), ("", neg), (" 1", neg),
+                      ("1.0", neg), ("1" * 19 + "x", neg)):
+        with pytest.raises(argparse.ArgumentTypeError) as e:
+            C._count(text)
+        assert str(e.value) == f"{text!r}: {why}", (text, str(e.value))
+    long_msg = r"^'1{40}\.\.\.\(45 characters\)': at most 19 digits$"
+    with pytest.raises(argparse.ArgumentTypeError, match=long_msg):
+        C._count("1" * 45)
+
+
+def test_parse_blocks_items_ranges_and_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    got = C.parse_blocks(" 1 , 3-5,,7-7, 0", 8)
+    assert got.dtype == np.int64 and got.tolist() == [1, 3, 4, 5, 7, 0]
+    for text in ("", " , ,"):
+        e = C.parse_blocks(text, 8)
+        assert e.dtype == np.int64 and e.shape == (0,)
+    assert C.parse_blocks("7", 8).tolist() == [7] and C.parse_blocks("0-7", 8).tolist() == list(range(8))
+    cases = [  # (text, message, value)
+        ("8", "--blocks item '8': block 8 outside [0, 8)", "8"),
+        ("2-8", "--blocks item '2-8': block 8 outside [0, 8)", "2-8"),
+        ("5-3", "--blocks item '5-3': range is descending", "5-3"),
+        ("x", "--blocks item 'x': must be N or A-B (decimal digits)", "x"),
+        ("1-", "--blocks item '1-': must be N or A-B (decimal digits)", "1-"),
+        ("-1", "--blocks item '-1': must be N or A-B (decimal digits)", "-1"),
+        ("1" * 20, f"--blocks item '{'1' * 20}': must be N or A-B (decimal digits)", "1" * 20),
+        ("0-" + "1" * 20, "must be N or A-B", "0-" + "1" * 20),
+        ("9" * 19, f"block {'9' * 19} outside [0, 8)", "9" * 19),
+    ]
+    for text, msg, value in cases:
+        e = usage(C.parse_blocks, text, 8)
+        assert msg in str(e) and e.field == "blocks" and e.value == value, (text, str(e), e.field, e.value)
+    monkeypatch.setattr(C, "MAX_CLI_IDS", 5)
+    assert C.parse_blocks("0-2,6-7", 8).tolist() == [0, 1, 2, 6, 7]  # exactly the most ids
+    e = usage(C.parse_blocks, "0-2,6-7,4", 8)
+    assert str(e) == "--blocks names more than 5 ids" and e.field == "blocks" and e.value == 6
+    e = usage(C.parse_blocks, "0-5", 8)
+    assert e.value == 6
+
+
+def test_parse_mesh_axes_sizes_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert C.parse_mesh(" dp=2, tp=4 ") == [("dp", 2), ("tp", 4)]
+    top = K.sharding.MAX_MESH_DEVICES
+    assert C.parse_mesh(f"_a9=1,B={top}") == [("_a9", 1), ("B", top)]
+    assert C.parse_mesh("a" * 64 + "=3") == [("a" * 64, 3)]
+    for text, tok in (("dp2", "dp2"), ("dp=2,", ""), ("9p=2", "9p=2"), ("a" * 65 + "=1", "a" * 65 + "=1"),
+                      ("dp=-1", "dp=-1"), ("d-p=1", "d-p=1")):
+        e = usage(C.parse_mesh, text)
+        assert e.field == "mesh" and e.value == tok, (text, e.field, e.value)
+        assert str(e) == f"--mesh item {C._short(tok)!r}: must be NAME=SIZE (e.g. dp=2,tp=4)", str(e)
+    top = K.sharding.MAX_MESH_DEVICES
+    for size in ("0", str(top + 1), "00000000001", "1" * 60):
+        e = usage(C.parse_mesh, f"dp=1,tp={size}")
+        assert e.field == "mesh.tp" and e.value == C._short(size), (size, e.field, e.value)
+        assert str(e) == f"--mesh item {C._short('tp=' + size)!r}: axis size must lie in [1, {top}]", str(e)
+    assert C.parse_mesh("tp=0000000002") == [("tp", 2)]  # ten digits are read
+    monkeypatch.setattr(C, "MAX_MESH_AXES", 2)
+    assert len(C.parse_mesh("a=1,b=1")) == 2
+    e = usage(C.parse_mesh, "a=1,b=1,c=1")
+    assert str(e) == "--mesh names more than 2 axes" and e.field == "mesh" and e.value == 3
+
+
+def test_short_axes_one_line() -> None:
+    assert C._short("x" * 40) == "x" * 40
+    assert C._short("x" * 41) == "x" * 40 + "...(41 characters)"
+    assert C._short("abcdef", 3) == "abc...(6 characters)" and C._short("abc", 3) == "abc"
+    assert C._axes(None) == () and C._axes("") == () and C._axes(" dp, ,tp ,") == ("dp", "tp")
+    assert C._one_line("a\nb\x1b[2Jc\té") == "a\\nb\\x1b[2Jc\\té"
+
+
+def test_host_and_report_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    C._host_sized(C.MAX_HOST_BYTES, "total_bytes")  # the limit itself is allowed
+    e = usage(C._host_sized, C.MAX_HOST_BYTES + 1, "gathered bytes")
+    assert e.field == "total_bytes" and e.value == C.MAX_HOST_BYTES + 1
+    assert str(e) == (
+        f"gathered bytes = {C.MAX_HOST_BYTES + 1} B: above the {C.MAX_HOST_BYTES} B this command checks on "
+        "the host; use --num-blocks N to check the same layout with a smaller pool"
+    )
+    C._report_sized(C.MAX_REPORT_RANGES)
+    e = usage(C._report_sized, C.MAX_REPORT_RANGES + 1)
+    assert e.field == "blocks" and e.value == C.MAX_REPORT_RANGES + 1
+    assert str(e) == (
+        f"--blocks: the contract for these ids may hold up to {C.MAX_REPORT_RANGES + 1} separate byte "
+        "ranges; "
+        f"a zero report lists at most {C.MAX_REPORT_RANGES} (give fewer or consecutive ids)"
+    )
+
+
+# --------------------------------------------------------------------------- where the spec comes from
+MODEL_FLAGS = [  # (flag, a value it takes): each applies with --config only
+    ("--engine", "vllm"), ("--tp", "1"), ("--kv-cache-dtype", "auto"), ("--block-size", "16"),
+    ("--device", "hopper"), ("--attention-backend", "FLASH_ATTN"), ("--reader", "json"), ("--dp", "1"),
+    ("--dcp", "1"), ("--model-impl", "auto"), ("--max-model-len", "4096"),
+]
+
+
+def test_spec_sources_are_exclusive_and_model_flags_need_a_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = write(tmp_path, "s.json", spec_dict())
+    for flag, value in MODEL_FLAGS:
+        for cmd in ("plan", "check"):
+            assert bad(capsys, cmd, spec, flag, value) == f"{flag} applies with --config CONFIG.json only"
+        ns = C.build_parser().parse_args(["plan", "--preset", "dsv4-test", flag, value])
+        e = usage(C._load_spec, ns)
+        assert e.field == flag and e.value is None
+    assert bad(capsys, "plan", spec, "--preset", "dsv4-test") == "give SPEC.json or --preset, not both"
+    e = usage(C._load_spec, C.build_parser().parse_args(["plan", spec, "--preset", "dsv4-test"]))
+    assert (e.field, e.value) == ("spec", spec)
+    for extra in ([spec], ["--preset", "dsv4-test"]):
+        msg = bad(capsys, "plan", "--config", GPT_OSS, *extra)
+        assert msg == "give --config or a spec (SPEC.json, --preset), not both"
+        e = usage(C._load_spec, C.build_parser().parse_args(["plan", "--config", GPT_OSS, *extra]))
+        assert (e.field, e.value) == ("config", GPT_OSS)
+    assert bad(capsys, "plan") == "missing SPEC.json (or --preset NAME)"
+    e = usage(C._load_spec, C.build_parser().parse_args(["check"]))
+    assert (e.field, e.value) == ("spec", None)
+
+
+def test_num_blocks_overrides_every_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path, "s.json", spec_dict(num_blocks=4))
+    for src in ([spec], ["--preset", "dsv4-test"]):
+        rc, out, _ = cli(capsys, "plan", *src, "--num-blocks", "7", "--json")
+        assert rc == 0 and json.loads(out)["num_blocks"] == 7
+    rc, out, _ = cli(capsys, "plan", spec, "--json")
+    assert rc == 0 and json.loads(out)["num_blocks"] == 4
+    native = write(tmp_path, "n.json", NATIVE)
+    rc, out, _ = cli(capsys, "plan", native, "--num-blocks", "3", "--json")
+    tables = json.loads(out)["tables"]
+    assert rc == 0 and {t["num_blocks"] for t in tables.values()} == {3}
+    rc, out, _ = cli(capsys, "plan", native, "--json")
+    assert rc == 0 and {t["num_blocks"] for t in json.loads(out)["tables"].values()} == {4}
+
+
+def test_config_flags_reach_from_config(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each model flag is passed on as is; absent flags take from_config's documented defaults."""
+    from kvlayout.models import DEFAULT_NUM_BLOCKS, from_config, summary
+
+    cases: list[tuple[list[str], dict[str, Any]]] = [
+        ([], {}),
+        (["--engine", "vllm", "--tp", "1", "--device", "hopper", "--reader", "json",
+          "--num-blocks", str(DEFAULT_NUM_BLOCKS)], {}),
+        (["--tp", "2"], {"tp": 2}),
+        (["--kv-cache-dtype", "fp8"], {"kv_cache_dtype": "fp8"}),
+        (["--block-size", "32"], {"block_size": 32}),
+        (["--num-blocks", "64"], {"num_blocks": 64}),
+        (["--device", "ampere"], {"device": "ampere"}),
+        (["--attention-backend", "TRITON_ATTN"], {"attention_backend": "TRITON_ATTN"}),
+    ]
+    for flags, kw in cases:
+        rc, out, err = cli(capsys, "plan", "--config", LLAMA, *flags, "--json")
+        want = K.plan(from_config(LLAMA, **kw).spec)
+        assert rc == 0 and K.SegmentTable.from_json(out) == want, (flags, err)
+        rc, out, _ = cli(capsys, "plan", "--config", LLAMA, *flags)
+        assert rc == 0 and out == summary(from_config(LLAMA, **kw)) + "\n", flags
+    for flag, value, field in (("--reader", "yaml", "reader"), ("--engine", "sglang", "engine"),
+                               ("--device", "volta", "device")):
+        msg = bad(capsys, "plan", "--config", LLAMA, flag, value)
+        assert msg.startswith(f"{field} = {value!r}: "), msg
+    base = ["--engine", "tpu-inference"]
+    tpu_cases: list[tuple[list[str], dict[str, Any]]] = [
+        (["--block-size", "16"], {"block_size": 16}),
+        (["--dp", "2", "--tp", "4", "--block-size", "16"], {"dp": 2, "tp": 4, "block_size": 16}),
+        (["--dcp", "2", "--block-size", "16"], {"dcp": 2, "block_size": 16}),
+        (["--model-impl", "flax_nnx", "--block-size", "16"], {"model_impl": "flax_nnx", "block_size": 16}),
+        (["--max-model-len", "4096"], {"max_model_len": 4096}),
+        (["--kv-cache-dtype", "fp8", "--num-blocks", "32"], {"kv_cache_dtype": "fp8", "num_blocks": 32}),
+    ]
+    for flags, kw in tpu_cases:
+        model = from_config(GPT_OSS, engine="tpu-inference", **kw)
+        rc, out, err = cli(capsys, "plan", "--config", GPT_OSS, *base, *flags)
+        assert rc == 0 and out == summary(model) + "\n", (flags, err)
+        rc, out, err = cli(capsys, "plan", "--config", GPT_OSS, *base, *flags, "--json")
+        assert rc == 0 and out == model.spec.to_json(indent=1) + "\n", (flags, err)
+        rc, out, err = cli(capsys, "plan", "--config", GPT_OSS, *base, *flags, "--json", "--compact")
+        assert rc == 0 and out == model.spec.to_json() + "\n", (flags, err)
+
+
+def test_native_arrays_only_where_a_command_reads_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    native = write(tmp_path, "n.json", NATIVE)
+    out = str(tmp_path / "x.png")
+    for cmd, extra in (("shard", ["--mesh", "dp=2"]), ("plot", ["--out", out])):
+        assert bad(capsys, cmd, native, *extra) == (
+            f"{C._short(native)!r} is a native spec (layout 'native'): plan, check, zero read it; "
+            f"{cmd} takes a flat-buffer spec"
+        )
+        ns = C.build_parser().parse_args([cmd, native, *extra])
+        e = usage(C._load_spec, ns)
+        assert (e.field, e.value) == ("spec.layout", "native")
+        msg = bad(capsys, cmd, "--config", GPT_OSS, "--engine", "tpu-inference", *extra)
+        assert msg == (
+            "--engine tpu-inference: native arrays are planned, checked and zeroed by plan, check, zero; "
+            f"{cmd} takes vLLM's flat layout"
+        )
+        e = usage(C._load_spec, C.build_parser().parse_args([cmd, "--config", GPT_OSS, "--engine",
+                                                               "tpu-inference", *extra]))
+        assert (e.field, e.value) == ("engine", "tpu-inference")
+    assert not Path(out).exists()
+    # a flat spec whose "layout" is not "native" is read as a flat spec
+    rc, text, _ = cli(capsys, "plan", write(tmp_path, "f.json", spec_dict("layer_major")))
+    assert rc == 0 and text.startswith("layout layer_major:")
+
+
+# --------------------------------------------------------------------------- plan and check
+def test_plan_text_json_compact_coalesce(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    packed = write(tmp_path, "p.json", spec_dict("packed"))
+    assert cli(capsys, "plan", packed) == (0, (
+        "layout packed: 1 groups, 2 layers, 4 blocks, block_stride 2048, total_bytes 8192\n"
+        " row         base    stride     span  group/layer/part\n"
+        "   0            0      2048     1024  g/l0/page\n"
+        "   1         1024      2048     1024  g/l1/page\n"
+        "2 rows, 2048 B cleared per block\n"), "")
+    lm = write(tmp_path, "l.json", spec_dict("layer_major", layers=3))
+    rc, out, _ = cli(capsys, "plan", lm)
+    assert rc == 0 and out.splitlines()[0] == (
+        "layout layer_major: 1 groups, 3 layers, 4 blocks, 3 slots, total_bytes 12288")
+    want = K.plan(K.KVCacheSpec.from_dict(spec_dict("packed")))
+    rc, out, _ = cli(capsys, "plan", packed, "--json")
+    assert rc == 0 and out == want.to_json(indent=1) + "\n" and "\n " in out
+    rc, out, _ = cli(capsys, "plan", packed, "--json", "--compact")
+    assert rc == 0 and out == want.to_json() + "\n" and out.count("\n") == 1
+    rc, out, _ = cli(capsys, "plan", packed, "--json", "--coalesce")
+    assert rc == 0 and K.SegmentTable.from_json(out) == want.coalesced() and len(want.coalesced()) == 1
+    rc, out, _ = cli(capsys, "plan", packed, "--coalesce")
+    assert rc == 0 and out.splitlines()[-1] == "1 rows, 2048 B cleared per block"
+    assert out.splitlines()[2] == "   0            0      2048     2048  g/l0+l1/page"
+    assert bad(capsys, "plan", packed, "--compact") == "--compact only applies with --json"
+    e = usage(C.cmd_plan, C.build_parser().parse_args(["plan", packed, "--compact"]))
+    assert (e.field, e.value) == ("compact", True)
+    # _fmt_table without a layout: the rows only
+    header = " row         base    stride     span  group/layer/part"
+    assert C._fmt_table(None, want).splitlines()[0] == header
+
+
+def test_plan_and_check_a_native_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    native = write(tmp_path, "n.json", NATIVE)
+    assert cli(capsys, "plan", native) == (0, (
+        "layout native: 4 arrays, 4 blocks, groups full, mla\n"
+        "  a: [4, 16, 2, 4, 8] bfloat16 group full: base 0 stride 2048 span 2048\n"
+        "  b: [4, 2, 32, 16] bfloat16 group mla: base 0 stride 2048 span 2048\n"
+        "  c: [4, 4, 8] float32 group full: base 0 stride 128 span 128\n"
+        "  s: [4, 8] int32 group full: not zeroed\n"
+        "4224 B cleared per block\n"), "")
+    from kvlayout.native import NativeCacheSpec, native_tables
+
+    tables = {n: t.to_dict() for n, t in native_tables(NativeCacheSpec.from_dict(NATIVE)).items()}
+    rc, out, _ = cli(capsys, "plan", native, "--json")
+    doc = {"version": 1, "layout": "native", "tables": tables}
+    assert rc == 0 and out == json.dumps(doc, indent=1) + "\n"
+    rc, out, _ = cli(capsys, "plan", native, "--json", "--compact")
+    assert rc == 0 and out == json.dumps(doc) + "\n"
+    rc, out, _ = cli(capsys, "check", native)
+    assert rc == 0 and out == (
+        "a: 1 rows, 4 blocks, total_bytes 8192: SAFE\n"
+        "b: 1 rows, 4 blocks, total_bytes 8192: SAFE\n"
+        "c: 1 rows, 4 blocks, total_bytes 512: SAFE\n"
+        "s: 0 rows, 4 blocks, total_bytes 128: SAFE\n"
+        "4 arrays: SAFE\n")
+    rc, out, _ = cli(capsys, "check", native, "--json")
+    rep = json.loads(out)
+    assert rc == 0 and out.count("\n") == 1 and rep["safe"] is True
+    assert list(rep["arrays"]) == ["a", "b", "c", "s"]
+    assert rep["arrays"]["a"]["ok"] is True and rep["arrays"]["s"]["total_bytes"] == 128
+
+
+def test_check_native_unsafe_is_exit_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """An array whose table breaks an invariant makes the verdict UNSAFE (exit 1), named per array."""
+    import kvlayout.native as N
+
+    spec = N.NativeCacheSpec.from_dict(NATIVE)
+    reports = N.verify_native(spec)
+    broken = K.verify(K.SegmentTable(8192, 4, (K.Segment(0, 2048, 4096, "g", "x", "page"),)))
+    assert not broken.ok
+    monkeypatch.setattr(N, "verify_native", lambda s, group=None: {**reports, "b": broken})
+    native = write(tmp_path, "n.json", NATIVE)
+    rc, out, _ = cli(capsys, "check", native)
+    assert rc == 1 and out.splitlines()[1] == f"b: {broken.format().splitlines()[0]}"
+    assert out.splitlines()[-1] == "4 arrays: UNSAFE" and out.splitlines()[0].endswith(": SAFE")
+    rc, out, _ = cli(capsys, "check", native, "--json")
+    assert rc == 1 and json.loads(out)["safe"] is False and json.loads(out)["arrays"]["b"]["ok"] is False
+
+
+def test_check_tables_and_their_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path, "s.json", spec_dict())
+    table = K.plan(K.KVCacheSpec.from_dict(spec_dict()))
+    good = write(tmp_path, "t.json", table.to_json())
+    rc, out, _ = cli(capsys, "check", good)  # a table given as SPEC.json is not a spec
+    assert rc == 2
+    rc, out, err = cli(capsys, "check", "--table", good)
+    loaded = K.SegmentTable.from_json(table.to_json())  # no layout: invariant 4 is not checked
+    assert (rc, out, err) == (0, K.verify(loaded).format() + "\n", "")
+    assert K.verify(loaded).format() != K.verify(table).format()
+    rc, out, _ = cli(capsys, "check", spec, "--json")
+    assert rc == 0 and out == json.dumps(K.verify(table).to_dict(), indent=1) + "\n"
+    unsafe = K.SegmentTable(8192, 4, (K.Segment(0, 2048, 4096, "g", "x", "page"),))
+    badt = write(tmp_path, "u.json", unsafe.to_json())
+    rc, out, _ = cli(capsys, "check", "--table", badt)
+    unsafe = K.SegmentTable.from_json(unsafe.to_json())
+    assert rc == 1 and out == K.verify(unsafe).format() + "\n"
+    rc, out, _ = cli(capsys, "check", "--table", badt, "--json")
+    assert rc == 1 and out == json.dumps(K.verify(unsafe).to_dict(), indent=1) + "\n"
+    for extra in ([spec], ["--preset", "dsv4-test"]):
+        assert bad(capsys, "check", "--table", good, *extra) == "give --table or a spec, not both"
+        e = usage(C.cmd_check, C.build_parser().parse_args(["check", "--table", good, *extra]))
+        assert (e.field, e.value) == ("table", good)
+    msg = bad(capsys, "check", "--table", good, "--num-blocks", "3")
+    assert msg == "--num-blocks applies to specs; a table JSON fixes its own num_blocks"
+    e = usage(C.cmd_check, C.build_parser().parse_args(["check", "--table", good, "--num-blocks", "3"]))
+    assert (e.field, e.value) == ("num_blocks", 3)
+    rc, out, err = cli(capsys, "check", "--table", good, "--num-blocks", "0")
+    assert rc == 2 and "--num-blocks applies to specs" in err  # 0 is given, not absent
+    assert bad(capsys, "check", "--table", str(tmp_path / "none.json")).startswith("table file")
