@@ -416,3 +416,163 @@ def test_check_tables_and_their_flags(tmp_path: Path, capsys: pytest.CaptureFixt
     rc, out, err = cli(capsys, "check", "--table", good, "--num-blocks", "0")
     assert rc == 2 and "--num-blocks applies to specs" in err  # 0 is given, not absent
     assert bad(capsys, "check", "--table", str(tmp_path / "none.json")).startswith("table file")
+
+
+# --------------------------------------------------------------------------- zero
+def test_zero_report_text_json_and_group(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path, "s.json", spec_dict())  # packed: block b is [2048 b, 2048 (b + 1))
+    assert cli(capsys, "zero", spec, "--blocks", "1,3", "--backend", "reference") == (0, (
+        f"backend reference (native): 2 block ids, 4096 B zeroed in 2 ranges of a 8192 B buffer "
+        f"(+{C.GUARD_BYTES} B guard bands each side)\ncontract: matches the contract\n"), "")
+    rc, out, _ = cli(capsys, "zero", spec, "--blocks", "3,1", "--backend", "reference", "--json")
+    assert rc == 0 and out.count("\n") == 1 and json.loads(out) == {
+        "version": 1, "backend": "reference", "mode": "native", "total_bytes": 8192, "block_ids": [3, 1],
+        "matches_contract": True, "zeroed": [[2048, 4096], [6144, 8192]], "zeroed_bytes": 4096}
+    two = spec_dict()
+    two["groups"].append({"name": "h", "layers": [layer("m0", head_size=4)]})  # 512 B pages
+    spec2 = write(tmp_path, "two.json", two)
+    h0 = ["zero", spec2, "--blocks", "0", "--group", "h", "--backend", "reference"]
+    rc, out, _ = cli(capsys, *h0, "--json")
+    rep = json.loads(out)
+    table = K.plan(K.KVCacheSpec.from_dict(two))
+    assert rc == 0 and rep["group"] == "h" and rep["zeroed_bytes"] == 512 and rep["matches_contract"]
+    assert rep["zeroed"] == K.expected_zeroed(table, [0], group="h").tolist()
+    rc, out, _ = cli(capsys, *h0)
+    assert rc == 0 and "512 B zeroed in 1 ranges" in out
+    msg = bad(capsys, "zero", spec2, "--blocks", "0", "--group", "nope", "--backend", "reference")
+    assert msg.startswith("group = 'nope'") and "'g', 'h'" in msg
+    for src in ([spec], [write(tmp_path, "n.json", NATIVE)]):
+        assert bad(capsys, "zero", *src) == "--blocks is required (e.g. --blocks 0,5,99)"
+        e = usage(C.cmd_zero, C.build_parser().parse_args(["zero", *src]))
+        assert (e.field, e.value) == ("blocks", None)
+    assert bad(capsys, "zero", spec, "--blocks", "4", "--backend", "reference") == (
+        "--blocks item '4': block 4 outside [0, 4)")
+
+
+def test_zero_wrong_backend_is_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path, "s.json", spec_dict())
+    rc, out, _ = cli(capsys, "zero", spec, "--blocks", "1,3", "--backend", f"{HERE}:SkipsLast")
+    lines = out.splitlines()
+    assert rc == 1 and lines[0].startswith(
+        "backend skips-last (native): 2 block ids, 2048 B zeroed in 1 ranges")
+    assert lines[1].startswith("contract: ") and lines[1] != "contract: matches the contract"
+    rc, out, _ = cli(capsys, "zero", spec, "--blocks", "1,3", "--backend", f"{HERE}:SkipsLast", "--json")
+    rep = json.loads(out)
+    assert rc == 1 and rep["matches_contract"] is False and rep["backend"] == "skips-last"
+    assert rep["zeroed"] == [[2048, 4096]] and rep["zeroed_bytes"] == 2048
+
+
+def test_zero_bounds_before_any_buffer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path, "s.json", spec_dict())  # 8,192 B
+    monkeypatch.setattr(C, "MAX_HOST_BYTES", 8191)
+    msg = bad(capsys, "zero", spec, "--blocks", "0", "--backend", "reference")
+    assert msg.startswith("total_bytes = 8192 B: above the 8191 B")
+    monkeypatch.setattr(C, "MAX_HOST_BYTES", 8192)
+    assert cli(capsys, "zero", spec, "--blocks", "0", "--backend", "reference")[0] == 0
+    # 2 groups; zeroing group h of ids 0 and 2 makes 2 ranges, of every group 4 (the group's bound counts)
+    two = spec_dict()
+    two["groups"].append({"name": "h", "layers": [layer("m0", head_size=4)]})
+    spec2 = write(tmp_path, "two.json", two)
+    table = K.plan(K.KVCacheSpec.from_dict(two))
+    ids = np.array([0, 2])
+    from kvlayout.reference import range_count_bound
+
+    per_group, every = range_count_bound(table, ids, "h"), range_count_bound(table, ids, None)
+    assert per_group < every
+    monkeypatch.setattr(C, "MAX_REPORT_RANGES", per_group)
+    argv = ["zero", spec2, "--blocks", "0,2", "--backend", "reference"]
+    assert cli(capsys, *argv, "--group", "h")[0] == 0
+    assert bad(capsys, *argv) == (
+        f"--blocks: the contract for these ids may hold up to {every} separate byte ranges; a zero report "
+        f"lists at most {per_group} (give fewer or consecutive ids)")
+    monkeypatch.setattr(C, "MAX_REPORT_RANGES", per_group - 1)
+    assert bad(capsys, *argv, "--group", "h").startswith(
+        f"--blocks: the contract for these ids may hold up to {per_group} ")
+
+
+def test_run_zero_checks_ids_and_group_first() -> None:
+    table = K.plan(K.KVCacheSpec.from_dict(spec_dict()))
+    rep = C.run_zero(table, [2], "reference")
+    chk = rep.pop("_check")
+    assert rep == {"version": 1, "backend": "reference", "mode": "native", "total_bytes": 8192,
+                   "block_ids": [2], "matches_contract": True, "zeroed": [[4096, 6144]], "zeroed_bytes": 2048}
+    assert chk.matches and chk.zeroed_bytes == 2048
+    assert C.run_zero(table, [2], f"{HERE}:Counted")["backend"] == "counted"
+    with pytest.raises(K.BlockIdError):
+        C.run_zero(table, [4], "reference")
+    with pytest.raises(K.KVLayoutError, match="'nope'"):
+        C.run_zero(table, [0], "reference", "nope")
+    with pytest.raises(K.KVLayoutError, match="'bogus'"):
+        C.run_zero(table, [0], "bogus")
+
+
+def test_zero_native_arrays(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    native = write(tmp_path, "n.json", NATIVE)
+    Counted.runs = 0
+    rc, out, _ = cli(capsys, "zero", native, "--blocks", "1,3", "--backend", f"{HERE}:Counted", "--json")
+    assert Counted.runs == 3  # a and b have equal tables (2,048 B pages): one run; c; s (no rows)
+    z = [[2048, 4096], [6144, 8192]]
+    assert rc == 0 and out.count("\n") == 1 and json.loads(out) == {
+        "version": 1, "engine": "native spec", "backend": "counted", "mode": "native", "block_ids": [1, 3],
+        "matches_contract": True, "arrays": [
+            {"name": "a", "total_bytes": 8192, "zeroed": z, "zeroed_bytes": 4096, "matches_contract": True},
+            {"name": "b", "total_bytes": 8192, "zeroed": z, "zeroed_bytes": 4096, "matches_contract": True},
+            {"name": "c", "total_bytes": 512, "zeroed": [[128, 256], [384, 512]], "zeroed_bytes": 256,
+             "matches_contract": True},
+            {"name": "s", "total_bytes": 128, "zeroed": [], "zeroed_bytes": 0, "matches_contract": True},
+        ]}
+    assert cli(capsys, "zero", native, "--blocks", "1,3", "--backend", "reference") == (0, (
+        f"backend reference (native): 2 block ids, 8448 B zeroed in 4 arrays (+{C.GUARD_BYTES} B guard bands "
+        "each side of each)\ncontract: every array matches\n"), "")
+    rc, out, _ = cli(capsys, "zero", native, "--blocks", "0", "--group", "mla", "--backend", "reference",
+                     "--json")
+    rep = json.loads(out)
+    assert rc == 0 and rep["group"] == "mla" and [a["zeroed_bytes"] for a in rep["arrays"]] == [0, 2048, 0, 0]
+    rc, out, _ = cli(capsys, "zero", native, "--blocks", "0", "--backend", "reference", "--json")
+    assert "group" not in json.loads(out)
+    rc, out, _ = cli(capsys, "zero", native, "--blocks", "1,3", "--backend", f"{HERE}:SkipsLast")
+    lines = out.splitlines()
+    assert rc == 1 and lines[0].startswith(
+        "backend skips-last (native): 2 block ids, 4224 B zeroed in 4 arrays")
+    assert [ln.split(":")[0] for ln in lines[1:-1]] == ["a", "b", "c"]  # s has no rows: it matches
+    assert lines[-1] == "contract: MISMATCH"
+    rc, out, _ = cli(capsys, "zero", native, "--blocks", "1,3", "--backend", f"{HERE}:SkipsLast", "--json")
+    rep = json.loads(out)
+    assert rc == 1 and rep["matches_contract"] is False
+    assert [a["matches_contract"] for a in rep["arrays"]] == [False, False, False, True]
+    # bounds: the arrays' bytes together, and the number of different tables
+    monkeypatch.setattr(C, "MAX_HOST_BYTES", 8192 + 8192 + 512 + 128 - 1)
+    assert bad(capsys, "zero", native, "--blocks", "0", "--backend", "reference").startswith(
+        "total_bytes of the arrays = 17024 B: above")
+    monkeypatch.setattr(C, "MAX_HOST_BYTES", 17024)
+    monkeypatch.setattr(C, "MAX_NATIVE_ZERO_TABLES", 3)
+    assert cli(capsys, "zero", native, "--blocks", "0", "--backend", "reference")[0] == 0
+    monkeypatch.setattr(C, "MAX_NATIVE_ZERO_TABLES", 2)
+    assert bad(capsys, "zero", native, "--blocks", "0", "--backend", "reference") == (
+        "spec: 3 different array shapes; zero runs the backend on at most 2 (arrays of one shape share "
+        "one run)")
+    ns = C.build_parser().parse_args(["zero", native, "--blocks", "0", "--backend", "reference"])
+    C._load_spec(ns)
+    e = usage(C._zero_native, ns)
+    assert (e.field, e.value) == ("leaves", 3)
+
+
+def test_zero_native_of_a_config_names_its_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["zero", "--config", GPT_OSS, "--engine", "tpu-inference", "--block-size", "16"]
+    argv += ["--num-blocks", "2"]
+    rc, out, _ = cli(capsys, *argv, "--blocks", "1", "--backend", "reference", "--json")
+    rep = json.loads(out)
+    assert rc == 0 and rep["engine"] == "tpu-inference" and rep["block_ids"] == [1]
+
+
+def test_table_key_ignores_names_only() -> None:
+    t = K.SegmentTable(8192, 4, (K.Segment(0, 2048, 1024, "g", "x", "page"),))
+    same = K.SegmentTable(8192, 4, (K.Segment(0, 2048, 1024, "h", "y", "page"),))
+    assert C._table_key(t) == C._table_key(same) == (8192, 4, ((0, 2048, 1024),))
+    for other in (K.SegmentTable(8192, 2, t.segments), K.SegmentTable(16384, 4, t.segments),
+                  K.SegmentTable(8192, 4, (K.Segment(4, 2048, 1024, "g", "x", "page"),)),
+                  K.SegmentTable(8192, 4, (K.Segment(0, 2048, 1020, "g", "x", "page"),)),
+                  K.SegmentTable(8192, 4, (K.Segment(0, 1024, 1024, "g", "x", "page"),))):
+        assert C._table_key(other) != C._table_key(t)
