@@ -576,3 +576,89 @@ def test_table_key_ignores_names_only() -> None:
                   K.SegmentTable(8192, 4, (K.Segment(0, 2048, 1020, "g", "x", "page"),)),
                   K.SegmentTable(8192, 4, (K.Segment(0, 1024, 1024, "g", "x", "page"),))):
         assert C._table_key(other) != C._table_key(t)
+
+
+# --------------------------------------------------------------------------- shard
+def test_shard_text_routes_and_reference(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path, "s.json", spec_dict(num_blocks=20))  # 2,048 B per block
+    argv = ["shard", spec, "--mesh", "dp=2,tp=2", "--block-axes", "dp", "--head-axes", " tp,"]
+    rc, out, _ = cli(capsys, *argv, "--blocks", "0-19")
+    local = K.KVCacheSpec.from_dict(spec_dict(num_blocks=20))
+    lay = K.sharding.shard_spec(local, [("dp", 2), ("tp", 2)], block_axes=("dp",), head_axes=("tp",))
+    sb = lay.shard_bytes  # 10 blocks of 1,024 B (heads split in two), 512-B aligned
+    assert sb == 10_240
+    ten = "0, 1, 2, 3, 4, 5, 6, 7, ... (10 ids)"
+    assert rc == 0 and out == (
+        f"{lay.describe()}\n"
+        f"local table: {lay.verify().format().splitlines()[0]}\n"
+        f"  shard 0 (dp=0, tp=0; bytes [0, {sb})): local ids [{ten}]\n"
+        f"  shard 1 (dp=0, tp=1; bytes [{sb}, {2 * sb})): local ids [{ten}]\n"
+        f"  shard 2 (dp=1, tp=0; bytes [{2 * sb}, {3 * sb})): local ids [{ten}]\n"
+        f"  shard 3 (dp=1, tp=1; bytes [{3 * sb}, {4 * sb})): local ids [{ten}]\n"
+        f"reference on the gathered buffer: {4 * sb} B zeroed, matches the contract\n")
+    rc, out, _ = cli(capsys, *argv, "--blocks", "2-9,19")
+    lines = out.splitlines()
+    assert rc == 0 and lines[2].endswith("local ids [2, 3, 4, 5, 6, 7, 8, 9]")  # 8 ids: all shown
+    assert lines[4].endswith("local ids [9]")
+    assert lines[-1] == f"reference on the gathered buffer: {9 * 2 * 1024} B zeroed, matches the contract"
+    rc, out, _ = cli(capsys, *argv)  # no --blocks: the layout and its proof only
+    assert rc == 0 and out == f"{lay.describe()}\nlocal table: {lay.verify().format().splitlines()[0]}\n"
+
+
+def test_shard_json(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = spec_dict()
+    spec = write(tmp_path, "s.json", d)
+    lay = K.sharding.shard_spec(K.KVCacheSpec.from_dict(d), [("tp", 2)], head_axes=("tp",))
+    layout = {k: v for k, v in lay.to_dict().items() if k != "local_spec"}
+    rc, out, _ = cli(capsys, "shard", spec, "--mesh", "tp=2", "--head-axes", "tp", "--json")
+    assert rc == 0 and out == json.dumps({**layout, "safe": True}) + "\n"
+    tp2 = ["shard", spec, "--mesh", "tp=2", "--head-axes", "tp"]
+    rc, out, _ = cli(capsys, *tp2, "--blocks", "3,1", "--json")
+    assert rc == 0 and json.loads(out) == {**layout, "safe": True, "block_ids": [1, 3],
+                                           "local_ids": [[1, 3], [1, 3]], "matches_contract": True,
+                                           "zeroed_bytes": 2 * 2 * 1024}
+    # --json lists every shard's local ids: bounded by MAX_CLI_IDS after routing (3 ids x 2 shards)
+    monkeypatch.setattr(C, "MAX_CLI_IDS", 6)
+    argv = ["shard", spec, "--mesh", "tp=2", "--head-axes", "tp", "--blocks", "0-2"]
+    assert cli(capsys, *argv, "--json")[0] == 0
+    monkeypatch.setattr(C, "MAX_CLI_IDS", 5)
+    assert bad(capsys, *argv, "--json") == (
+        "--blocks: 3 ids routed to 2 shards give 6 local ids; --json lists at most 5")
+    ns = C.build_parser().parse_args([*argv, "--json"])
+    e = usage(C.cmd_shard, ns)
+    assert (e.field, e.value) == ("blocks", 6)
+    assert cli(capsys, *argv)[0] == 0  # the text lists 8 ids per shard at most
+    # the gathered buffer of the reference run is bounded, only when there is one
+    monkeypatch.setattr(C, "MAX_HOST_BYTES", lay.gathered_bytes - 1)
+    assert bad(capsys, *argv).startswith(f"gathered bytes = {lay.gathered_bytes} B: above")
+    assert cli(capsys, "shard", spec, "--mesh", "tp=2", "--head-axes", "tp")[0] == 0
+    monkeypatch.setattr(C, "MAX_HOST_BYTES", lay.gathered_bytes)
+    assert cli(capsys, *argv)[0] == 0
+    assert bad(capsys, "shard", spec) == "--mesh is required (e.g. --mesh dp=2,tp=4)"
+    e = usage(C.cmd_shard, C.build_parser().parse_args(["shard", spec, "--mesh", ""]))
+    assert (e.field, e.value) == ("mesh", None)
+
+
+def test_shard_unsafe_or_mismatched_is_exit_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from kvlayout.sharding import ShardedLayout
+
+    spec = write(tmp_path, "s.json", spec_dict())
+    argv = ["shard", spec, "--mesh", "dp=2", "--block-axes", "dp"]
+    with monkeypatch.context() as m:  # a reference that writes nothing: the check fails
+        m.setattr(ShardedLayout, "zero_reference", lambda self, buf, ids: None)
+        rc, out, _ = cli(capsys, *argv, "--blocks", "1")
+        assert rc == 1 and out.splitlines()[-1].startswith("reference on the gathered buffer: 0 B zeroed, ")
+        assert "matches the contract" not in out
+        rc, out, _ = cli(capsys, *argv, "--blocks", "1", "--json")
+        rep = json.loads(out)
+        assert rc == 1 and rep["matches_contract"] is False and rep["zeroed_bytes"] == 0
+        assert cli(capsys, *argv)[0] == 0  # nothing zeroed, nothing to mismatch
+    unsafe = K.verify(K.SegmentTable(8192, 4, (K.Segment(0, 2048, 4096, "g", "x", "page"),)))
+    monkeypatch.setattr(ShardedLayout, "verify", lambda self: unsafe)
+    rc, out, _ = cli(capsys, *argv)
+    assert rc == 1 and out.splitlines()[1] == f"local table: {unsafe.format().splitlines()[0]}"
+    rc, out, _ = cli(capsys, *argv, "--blocks", "1", "--json")
+    assert rc == 1 and json.loads(out)["safe"] is False and json.loads(out)["matches_contract"] is True
