@@ -91,6 +91,7 @@ def test_mla_and_mamba_stay_whole_when_heads_split() -> None:
 )
 def test_bad_mesh_specs_name_field_and_value(kwargs: dict, field: str, match: str) -> None:
     spec = K.preset("llama-8b").with_num_blocks(100)
+    kwargs = dict(kwargs)  # the parameter is shared between runs in one process (mutmut): never pop it
     axes = kwargs.pop("mesh_axes")
     with pytest.raises(K.SpecError, match=match) as e:
         shard_spec(spec, axes, **kwargs)
