@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -662,3 +663,259 @@ def test_shard_unsafe_or_mismatched_is_exit_1(monkeypatch: pytest.MonkeyPatch, t
     assert rc == 1 and out.splitlines()[1] == f"local table: {unsafe.format().splitlines()[0]}"
     rc, out, _ = cli(capsys, *argv, "--blocks", "1", "--json")
     assert rc == 1 and json.loads(out)["safe"] is False and json.loads(out)["matches_contract"] is True
+
+
+# --------------------------------------------------------------------------- plot
+def test_plot_out_path_rules(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("a.png", "b.SVG", "c.Pdf"):
+        assert C._plot_path(str(tmp_path / name)) == tmp_path / name
+    (tmp_path / "old.png").write_bytes(b"x")
+    assert C._plot_path(str(tmp_path / "old.png")) == tmp_path / "old.png"  # a file to overwrite
+    (tmp_path / "t.txt").write_text("keep")
+    (tmp_path / "link.png").symlink_to(tmp_path / "t.txt")
+    (tmp_path / "loop.png").symlink_to(tmp_path / "loop.png")
+    (tmp_path / "d.png").mkdir()
+    os.mkfifo(tmp_path / "f.png")
+    ok_link = tmp_path / "ok.png"
+    ok_link.symlink_to(tmp_path / "old.png")
+    assert C._plot_path(str(ok_link)) == ok_link  # a link to a plot file is fine; the link is returned
+    long = str(tmp_path / ("x" * 50 + ".png"))
+    cases = [  # (text, message after "--out 'TEXT': ")
+        (str(tmp_path / "a.txt"), "the file must end in .png, .svg or .pdf"),
+        (str(tmp_path / "a.png") + "/", "the file must end in .png, .svg or .pdf"),
+        (str(tmp_path / "a.png") + "\\", "the file must end in .png, .svg or .pdf"),
+        (str(tmp_path / "png"), "the file must end in .png, .svg or .pdf"),
+        (str(tmp_path / "link.png"),
+         f"links to {C._short(str(tmp_path / 't.txt'))!r}, not a .png, .svg or .pdf file"),
+        ("/proc/x.png", "/proc, /sys, /dev hold no plot files"),
+        ("/sys/kernel/x.svg", "/proc, /sys, /dev hold no plot files"),
+        ("/dev/x.pdf", "/proc, /sys, /dev hold no plot files"),
+        (str(tmp_path / "d.png"), "is a folder or not a regular file"),
+        (str(tmp_path / "f.png"), "is a folder or not a regular file"),
+        (str(tmp_path / "no" / "x.png"), f"folder {str(tmp_path / 'no')!r} does not exist"),
+        (str(tmp_path / "t.txt" / "x.png"), f"folder {str(tmp_path / 't.txt')!r} does not exist"),
+    ]
+    for text, why in cases:
+        e = usage(C._plot_path, text)
+        assert str(e) == f"--out {C._short(text)!r}: {why}", (text, str(e))
+        assert (e.field, e.value) == ("out", text)
+    e = usage(C._plot_path, str(tmp_path / "loop.png"))
+    assert str(e).startswith(f"--out {C._short(str(tmp_path / 'loop.png'))!r}: ") and e.field == "out"
+    assert "loop" in str(e).split(": ", 1)[1].lower() or "link" in str(e).split(": ", 1)[1].lower()
+    e = usage(C._plot_path, long + ".txt")
+    assert str(e).startswith(f"--out {C._short(long + '.txt')!r}: ")
+    assert (tmp_path / "t.txt").read_text() == "keep"
+    # writable: the folder, and the file when it exists (root passes os.access: patched here)
+    real = os.access
+    for denied, path, refused in (
+        (str(tmp_path), tmp_path / "new.png", True),
+        (str(tmp_path / "old.png"), tmp_path / "old.png", True),
+        (str(tmp_path / "new.png"), tmp_path / "new.png", False),  # a new file: only its folder counts
+    ):
+        monkeypatch.setattr(os, "access", lambda p, mode, d=denied: str(p) != d and real(p, mode))
+        if refused:
+            e = usage(C._plot_path, str(path))
+            assert str(e) == f"--out {C._short(str(path))!r}: not writable" and e.field == "out"
+        else:
+            assert C._plot_path(str(path)) == path
+    monkeypatch.setattr(os, "access", lambda p, mode: mode == os.W_OK or real(p, mode))
+    C._plot_path(str(tmp_path / "old.png"))
+    monkeypatch.setattr(os, "access", lambda p, mode: mode != os.W_OK and real(p, mode))
+    assert usage(C._plot_path, str(tmp_path / "new.png")).field == "out"
+
+
+def test_plot_size_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = K.preset("dsv4-test")  # 4 layers in 1 group, 4 rows
+    table = K.plan(spec)
+    assert (len(table), len({s.group for s in table.segments}), len(spec.layers)) == (4, 1, 4)
+    monkeypatch.setattr(C, "MAX_PLOT_ROWS", 4)
+    monkeypatch.setattr(C, "MAX_PLOT_GROUPS", 1)
+    monkeypatch.setattr(C, "MAX_PLOT_LAYERS", 4)
+    C._plot_sized(table, [spec, spec])
+    for attr, field, n in (("MAX_PLOT_ROWS", "rows", 4), ("MAX_PLOT_GROUPS", "groups", 1)):
+        with monkeypatch.context() as m:
+            m.setattr(C, attr, n - 1)
+            e = usage(C._plot_sized, table, [])
+            assert str(e) == (
+                f"plot: the table has {n} {field}; plots draw at most {n - 1} (use kvlayout plan or check)")
+            assert (e.field, e.value) == (field, n)
+    C._plot_sized(table, [])
+    monkeypatch.setattr(C, "MAX_PLOT_LAYERS", 3)
+    C._plot_sized(table, [])
+    small = K.KVCacheSpec.from_dict(spec_dict(layers=3))
+    C._plot_sized(table, [small])
+    e = usage(C._plot_sized, table, [small, spec])
+    assert str(e) == "plot: the spec has 4 layers; byte maps draw at most 3"
+    assert (e.field, e.value) == ("layers", 4)
+
+
+class Fig:
+    """A figure stand-in: records where it is saved (no matplotlib drawing in these tests)."""
+
+    def __init__(self, kind: str, args: tuple[Any, ...], kw: dict[str, Any], error: OSError | None = None):
+        self.kind, self.args, self.kw, self.error, self.saved = kind, args, kw, error, None
+
+    def savefig(self, out: Any, dpi: int) -> None:
+        if self.error is not None:
+            raise self.error
+        self.saved = (out, dpi)
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Fig]:
+    """kvlayout.viz's figure makers replaced by recorders; the figures made, in order."""
+    import kvlayout.viz as V
+
+    figs: list[Fig] = []
+
+    def maker(kind: str) -> Any:
+        def make(*args: Any, **kw: Any) -> Fig:
+            figs.append(Fig(kind, args, kw))
+            return figs[-1]
+        return make
+
+    for kind in ("byte_map", "compare_maps", "table_map", "bytes_per_step", "zero_diff"):
+        monkeypatch.setattr(V, kind, maker(kind))
+    return figs
+
+
+def test_plot_draws_each_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str], drawn: list[Fig]) -> None:
+    d = spec_dict(num_blocks=8)
+    spec = write(tmp_path, "small.json", d)
+    ks = K.KVCacheSpec.from_dict(d)
+    table = write(tmp_path, "tab.json", K.plan(ks).to_json())
+    png = str(tmp_path / "x.png")
+
+    def plot(*argv: str) -> Fig:
+        n = len(drawn)
+        assert cli(capsys, "plot", *argv, "--out", png) == (0, f"wrote {png}\n", "")
+        assert len(drawn) == n + 1 and drawn[-1].saved == (Path(png), 110)
+        return drawn[-1]
+
+    f = plot(spec)
+    assert (f.kind, f.args, f.kw) == ("byte_map", (ks, None), {"title": "small.json"})
+    f = plot(spec, "--kind", "map", "--blocks", "7,0-1")
+    assert (f.kind, f.args, f.kw) == ("byte_map", (ks, [7, 0, 1]), {"title": "small.json"})
+    f = plot("--preset", "dsv4-test")
+    assert f.kw == {"title": "dsv4-test"} and f.args == (K.preset("dsv4-test"), None)
+    f = plot(spec, "--kind", "table", "--blocks", "2")
+    assert (f.kind, f.args) == ("table_map", (K.plan(ks), [2]))
+    f = plot("--table", table)  # a table: --kind table by default
+    assert (f.kind, f.args) == ("table_map", (K.SegmentTable.from_json(K.plan(ks).to_json()), None))
+    f = plot(spec, "--kind", "steps")
+    assert (f.kind, f.args) == ("bytes_per_step", (ks,))
+    f = plot("--table", table, "--kind", "steps")
+    assert (f.kind, f.args) == ("bytes_per_step", (K.SegmentTable.from_json(K.plan(ks).to_json()),))
+    f = plot(spec, "--compare", "layout=layer_major, num_blocks=4", "--blocks", "3")
+    other = ks.with_num_blocks(4)
+    other = K.KVCacheSpec.from_dict({**other.to_dict(), "layout": "layer_major"})
+    assert f.kind == "compare_maps" and f.args[:2] == (ks, other) and f.args[3] == [3]
+    assert f.args[2] == ("small.json", "small.json with layout=layer_major, num_blocks=4")
+    f = plot(spec, "--kind", "map", "--compare", "tp=2")
+    assert f.args[2] == ("small.json", "small.json with tp=2") and f.args[3] is None
+    f = plot("--config", LLAMA, "--num-blocks", "4")
+    assert f.kind == "byte_map" and f.kw == {"title": "llama"}
+    # diff: the reference run on a poisoned buffer, ids 0 unless given
+    from kvlayout.reference import poison_pattern
+
+    for blocks, ids in (([], [0]), (["--blocks", "5,2"], [5, 2])):
+        f = plot(spec, "--kind", "diff", *blocks)
+        before, runs, tab, got_ids = f.args
+        assert f.kind == "zero_diff" and f.kw == {"origin": C.GUARD_BYTES} and tab == K.plan(ks)
+        assert got_ids == ids and list(runs) == ["reference"]
+        n = 2 * C.GUARD_BYTES + K.plan(ks).total_bytes
+        assert before.size == n and np.array_equal(before, poison_pattern(n))
+        changed = np.flatnonzero(runs["reference"] != before) - C.GUARD_BYTES
+        want = K.expected_zeroed(K.plan(ks), ids)
+        assert np.array_equal(np.unique(changed), np.concatenate([np.arange(a, b) for a, b in want.tolist()]))
+    assert not Path(png).exists()  # every figure was a stand-in
+
+
+def test_plot_refusals(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                       drawn: list[Fig]) -> None:
+    d = spec_dict(num_blocks=8)
+    spec = write(tmp_path, "small.json", d)
+    table = write(tmp_path, "tab.json", K.plan(K.KVCacheSpec.from_dict(d)).to_json())
+    png = str(tmp_path / "x.png")
+    for extra in ([spec], ["--preset", "dsv4-test"], ["--config", LLAMA]):
+        msg = bad(capsys, "plot", "--table", table, *extra, "--out", png)
+        assert msg == "give --table or a spec, not both"
+        e = usage(C.cmd_plot, C.build_parser().parse_args(["plot", "--table", table, *extra, "--out", png]))
+        assert (e.field, e.value) == ("table", table)
+    why = ("--table draws --kind table or steps (a table JSON has no layout: --compare, --num-blocks and "
+           "--kind map/diff need a spec)")
+    for extra in (["--num-blocks", "4"], ["--num-blocks", "0"], ["--compare", "tp=2"], ["--compare", ""],
+                  ["--kind", "map"], ["--kind", "diff"]):
+        assert bad(capsys, "plot", "--table", table, *extra, "--out", png) == why
+        e = usage(C.cmd_plot, C.build_parser().parse_args(["plot", "--table", table, *extra, "--out", png]))
+        assert (e.field, e.value) == ("table", table)
+    why = "--compare draws two byte maps: use it without --kind (or with --kind map)"
+    for kind in ("table", "diff", "steps"):
+        assert bad(capsys, "plot", spec, "--kind", kind, "--compare", "tp=2", "--out", png) == why
+        ns = C.build_parser().parse_args(["plot", spec, "--kind", kind, "--compare", "tp=2", "--out", png])
+        e = usage(C.cmd_plot, ns)
+        assert (e.field, e.value) == ("compare", "tp=2")
+    msg = bad(capsys, "plot", spec, "--compare", "tp=3", "--out", png)
+    assert msg.startswith("layer 'l0'.num_kv_heads = 2")
+    assert bad(capsys, "plot", spec, "--compare", "bogus", "--out", png).startswith("--compare item")
+    # a variant that cannot be planned (padded pages of 2 head slots in LHBNC) is refused before drawing
+    padded = spec_dict(num_blocks=8)
+    padded["groups"][0]["layers"] = [layer("l0", alignment=1536)]
+    msg = bad(capsys, "plot", write(tmp_path, "pad.json", padded), "--compare", "layout=LHBNC", "--out", png)
+    assert msg.startswith("layer 'l0'.alignment = 1536: LHBNC cannot pad")
+    assert drawn == []
+    msg = bad(capsys, "plot", spec, "--blocks", "8", "--out", png)
+    assert msg == "--blocks item '8': block 8 outside [0, 8)"
+    assert bad(capsys, "plot", spec, "--out", str(tmp_path / "x.txt")).startswith("--out ")
+    # the byte-map size limit counts the spec and its variant, for maps only
+    monkeypatch.setattr(C, "MAX_PLOT_LAYERS", 4)
+    assert cli(capsys, "plot", "--preset", "dsv4-test", "--out", png)[0] == 0
+    msg = bad(capsys, "plot", "--preset", "dsv4-test", "--compare", "preset=dsv4", "--out", png)
+    assert msg.startswith("plot: the spec has ") and msg.endswith("layers; byte maps draw at most 4")
+    monkeypatch.setattr(C, "MAX_PLOT_LAYERS", 3)
+    for kind in ("table", "steps", "diff"):
+        assert cli(capsys, "plot", "--preset", "dsv4-test", "--kind", kind, "--out", png)[0] == 0, kind
+    assert bad(capsys, "plot", "--preset", "dsv4-test", "--out", png) == (
+        "plot: the spec has 4 layers; byte maps draw at most 3")
+    # a spec file is refused before it is parsed: layers counted over the groups that list them
+    big = {"num_blocks": 4, "layout": "packed", "groups": [
+        {"name": "g", "layers": [layer("a"), layer("b")]}, {"name": "h", "layers": [layer("c"), layer("d")]},
+        {"name": "i", "layers": "not a list"}, "not a group"]}
+    msg = bad(capsys, "plot", write(tmp_path, "big.json", big), "--out", png)
+    assert msg == "plot: the spec has 4 layers; plots draw at most 3"
+    e = usage(C._load_spec, C.build_parser().parse_args(["plot", str(tmp_path / "big.json"), "--out", png]))
+    assert (e.field, e.value) == ("layers", 4)
+    for odd in ([1, 2], {"groups": 5}, {"groups": [3, {"name": "g"}]}):  # refused by the spec's own checks
+        msg = bad(capsys, "plot", write(tmp_path, "odd.json", odd), "--out", png)
+        assert not msg.startswith("plot:"), msg
+    three = write(tmp_path, "three.json", spec_dict(num_blocks=8, layers=3))
+    assert cli(capsys, "plot", three, "--kind", "table", "--out", png)[0] == 0
+    assert bad(capsys, "plot", write(tmp_path, "n.json", NATIVE), "--out", png).endswith(
+        "plot takes a flat-buffer spec")
+    # diff runs the reference on a host copy: bounded (the other kinds are not)
+    monkeypatch.setattr(C, "MAX_HOST_BYTES", 8 * 2048 - 1)
+    msg = bad(capsys, "plot", spec, "--kind", "diff", "--out", png)
+    assert msg.startswith("total_bytes = 16384 B: above")
+    assert cli(capsys, "plot", spec, "--kind", "table", "--out", png)[0] == 0
+    monkeypatch.setattr(C, "MAX_HOST_BYTES", 8 * 2048)
+    assert cli(capsys, "plot", spec, "--kind", "diff", "--out", png)[0] == 0
+    assert not Path(png).exists()
+
+
+def test_plot_without_matplotlib_or_a_disk(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str], drawn: list[Fig]) -> None:
+    import kvlayout.viz as V
+
+    spec = write(tmp_path, "s.json", spec_dict())
+    png = str(tmp_path / "x.png")
+    for err, shown in ((OSError(28, "No space left on device"), "No space left on device"),
+                       (OSError("disk gone"), "disk gone")):
+        monkeypatch.setattr(V, "byte_map", lambda *a, e=err, **k: Fig("byte_map", a, k, error=e))
+        assert bad(capsys, "plot", spec, "--out", png) == f"--out {C._short(png)!r}: {shown}"
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert bad(capsys, "plot", spec, "--out", png) == (
+        "kvlayout plot needs matplotlib: pip install 'kvlayout[notebook]'")
+    e = usage(C.cmd_plot, C.build_parser().parse_args(["plot", spec, "--out", png]))
+    assert (e.field, e.value) == ("plot", None)
