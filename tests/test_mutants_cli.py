@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -919,3 +920,202 @@ def test_plot_without_matplotlib_or_a_disk(monkeypatch: pytest.MonkeyPatch, tmp_
         "kvlayout plot needs matplotlib: pip install 'kvlayout[notebook]'")
     e = usage(C.cmd_plot, C.build_parser().parse_args(["plot", spec, "--out", png]))
     assert (e.field, e.value) == ("plot", None)
+
+
+# --------------------------------------------------------------------------- the parser, main
+SOURCE_HELP = [  # (how --help shows the option, its help): the spec sources (every command but conformance)
+    ("-v, --verbose", "log backend choices"),
+    ("spec", "spec JSON file (GEOMETRY.md section 4)"),
+    ("--preset {dsv4,dsv4-test,llama-8b}", "use a built-in spec instead of SPEC.json"),
+    ("--num-blocks NUM_BLOCKS", "override the spec's num_blocks"),
+    ("--config CONFIG.json", "a Hugging Face config.json instead of SPEC.json"),
+    ("--engine ENGINE", "with --config: vllm (default) or tpu-inference"),
+    ("--tp TP", "with --config: tensor-parallel ranks (one rank's layout)"),
+    ("--kv-cache-dtype KV_CACHE_DTYPE", "with --config: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2"),
+    ("--block-size BLOCK_SIZE", "with --config: tokens per block (else the engine's)"),
+    ("--device DEVICE", "with --config: the GPU: hopper (default), blackwell, ampere"),
+    ("--attention-backend ATTENTION_BACKEND", "with --config: a vLLM attention backend (else vLLM's choice)"),
+    ("--reader READER", "with --config: json (as written, default) or transformers (as vLLM)"),
+    ("--dp DP", "with --engine tpu-inference: the mesh's data axis"),
+    ("--dcp DCP", "with --engine tpu-inference: decode context parallel size"),
+    ("--model-impl MODEL_IMPL", "with --engine tpu-inference: auto (default), flax_nnx, vllm"),
+    ("--max-model-len MAX_MODEL_LEN", "with --engine tpu-inference: sets its default page"),
+]
+COMMAND_HELP = {
+    "plan": ("plan a spec and print its segment table", [
+        ("--json", "print the table JSON of GEOMETRY.md section 4"),
+        ("--compact", "with --json: one line"),
+        ("--coalesce", "print the coalesced (kernel) table"),
+    ]),
+    "check": ("prove a table safe for every block id", [
+        ("--table TABLE", "check a segment table JSON instead of a spec"),
+        ("--json", "print the report as JSON"),
+    ]),
+    "zero": ("zero blocks with a real backend on a poisoned buffer and compare", [
+        ("--blocks BLOCKS", "block ids, e.g. 0,5,99 or 0-15"),
+        ("--backend BACKEND", "backend name (else $KVLAYOUT_BACKEND, else auto)"),
+        ("--json", "print the zero report JSON"),
+        ("--group GROUP", "zero the ids of this cache group only (docs/GEOMETRY.md section 7)"),
+    ]),
+    "shard": ("shard a spec over a device mesh: per-shard layout, proof, id routing", [
+        ("--mesh MESH", "mesh axes in order, e.g. dp=2,tp=4"),
+        ("--block-axes BLOCK_AXES", "axes that split the block pool (block_sharded mode), e.g. dp"),
+        ("--head-axes HEAD_AXES",
+         "axes that split the KV heads (each shard: a full local layout), e.g. tp"),
+        ("--blocks BLOCKS", "global block ids to route (and zero with the reference), e.g. 0,5,99"),
+        ("--json", "print the sharded layout (and routing) as JSON"),
+    ]),
+    "plot": ("draw a layout: byte map, table rows, zeroing, bytes per step", [
+        ("--table TABLE", "draw a segment table JSON instead of a spec (--kind table or steps)"),
+        ("--out OUT", "FILE.png, FILE.svg or FILE.pdf"),
+        ("--blocks BLOCKS",
+         "block ids to draw (default: first, second, middle, last); for --kind diff: ids to zero"),
+        ("--kind {map,table,diff,steps}",
+         "map (default for a spec): lanes per group shape, gaps at byte scale; "
+         "table (default for --table): what each row clears, red only where unsafe; diff: reference zeroing, "
+         "changed bytes; steps: bytes written per step, per-group against all-group zeroing"),
+        ("--compare KEY=VALUE[,...]", "draw the spec above a variant of it: layout=NAME, tp=N, dtype=NAME, "
+         "num_blocks=N, preset=NAME or spec=FILE (e.g. --compare layout=layer_major or --compare tp=2)"),
+    ]),
+    "conformance": ("run the conformance battery on one or every installed backend", [
+        ("--backend BACKEND", "name or module:attr (default: every installed backend)"),
+        ("--quick", "fewer random specs"),
+    ]),
+}
+
+
+def help_text(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """``kvlayout ARGV --help`` on one line (words joined by single spaces), with a trailing space."""
+    monkeypatch.setenv("COLUMNS", "10000")  # no wrapping
+    with pytest.raises(SystemExit) as e:
+        C.main([*argv, "--help"])
+    out, err = capsys.readouterr()
+    assert e.value.code == 0 and err == ""
+    return " ".join(out.split()) + " "
+
+
+def test_help_of_every_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """What --help says is the command line's documentation: every option with its text."""
+    top = help_text(monkeypatch, capsys)
+    assert top.startswith("usage: kvlayout [-h] [--version] {plan,check,zero,shard,plot,conformance} ")
+    assert " Plan, verify and zero paged KV-cache layouts (contract: docs/GEOMETRY.md). " in top
+    for cmd, (summary, options) in COMMAND_HELP.items():
+        assert f" {cmd} {summary} " in top, cmd
+        text = help_text(monkeypatch, capsys, cmd)
+        assert text.startswith(f"usage: kvlayout {cmd} [-h] "), text[:80]
+        rows = options + (SOURCE_HELP if cmd != "conformance" else [])
+        for shown, what in rows:
+            assert f" {shown} {what} " in text, (cmd, shown, what)
+        if cmd != "conformance":
+            assert " a model's config.json (kvlayout.models): the cache an engine allocates for it: " in text
+    with pytest.raises(SystemExit) as e:
+        C.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out == f"kvlayout {K.__version__}\n"
+
+
+def test_argparse_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    cases = [
+        ([], "kvlayout: error: the following arguments are required: cmd"),
+        (["plan", "--num-blocks", "x"],
+         "kvlayout plan: error: argument --num-blocks: 'x': not a non-negative decimal integer"),
+        (["zero", "--tp", "1" * 20],
+         f"kvlayout zero: error: argument --tp: '{'1' * 20}': at most 19 digits"),
+        (["check", "--preset", "nope"], "kvlayout check: error: argument --preset: invalid choice: 'nope' "),
+        (["plot", "--preset", "dsv4-test"],
+         "kvlayout plot: error: the following arguments are required: --out"),
+        (["plot", "--preset", "dsv4-test", "--out", "x.png", "--kind", "pie"],
+         "kvlayout plot: error: argument --kind: invalid choice: 'pie' "),
+        (["conformance", "--preset", "dsv4"], "kvlayout: error: unrecognized arguments: --preset dsv4"),
+        (["plan", "--table", "t.json"], "kvlayout: error: unrecognized arguments: --table"),
+        (["shard", "--group", "g"], "kvlayout: error: unrecognized arguments: --group"),
+    ]
+    for argv, start in cases:
+        with pytest.raises(SystemExit) as e:
+            C.main(argv)
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and out == "" and err.count("\n") == 1, (argv, err)
+        assert (err.startswith(start) if "invalid choice" in start else err == start + "\n"), (argv, err)
+    for flag in ("--num-blocks", "--tp", "--block-size", "--dp", "--dcp", "--max-model-len"):
+        with pytest.raises(SystemExit):
+            C.main(["plan", "--preset", "dsv4-test", flag, "-1"])
+        assert f"argument {flag}: '-1': not a non-negative decimal integer" in capsys.readouterr().err
+
+
+def test_main_logging_errors_and_memory(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(logging, "basicConfig", lambda **kw: seen.append(kw))
+    for argv, level in ((["plan", "--preset", "dsv4-test"], logging.WARNING),
+                        (["plan", "--preset", "dsv4-test", "-v"], logging.INFO),
+                        (["check", "--preset", "dsv4-test", "--verbose"], logging.INFO)):
+        assert cli(capsys, *argv)[0] == 0
+        assert seen[-1] == {"level": level, "format": "%(message)s"}, argv
+    monkeypatch.setattr("kvlayout.conformance.run_conformance", lambda backends, quick=False: [])
+    assert cli(capsys, "conformance", "--backend", "reference")[0] == 0
+    assert seen[-1]["level"] == logging.WARNING  # conformance has no -v
+    rc, out, _ = cli(capsys, "check", "--table", write_unsafe(monkeypatch))
+    assert rc == 1  # the command's own status comes back as an int
+
+    def boom(*a: Any, **k: Any) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(C, "plan_layout", boom)
+    assert cli(capsys, "plan", "--preset", "dsv4-test") == (
+        2, "", "kvlayout plan: error: out of host memory (try a smaller --num-blocks)\n")
+
+    def bad_spec(*a: Any, **k: Any) -> None:
+        raise K.SpecError("line one\nline\x1b[2J two")
+
+    monkeypatch.setattr(C, "plan_layout", bad_spec)
+    assert cli(capsys, "check", "--preset", "dsv4-test") == (
+        2, "", "kvlayout check: error: line one\\nline\\x1b[2J two\n")
+
+
+def write_unsafe(monkeypatch: pytest.MonkeyPatch) -> str:
+    import tempfile
+
+    d = tempfile.mkdtemp()
+    p = Path(d) / "u.json"
+    p.write_text(K.SegmentTable(8192, 4, (K.Segment(0, 2048, 4096, "g", "x", "page"),)).to_json())
+    return str(p)
+
+
+class Failure:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def format(self) -> str:
+        return self.text
+
+
+def test_conformance_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import kvlayout.conformance as CF
+    import kvlayout.registry as R
+
+    calls: list[tuple[dict[str, Any], bool]] = []
+    result: list[Any] = []
+    monkeypatch.setattr(CF, "run_conformance", lambda b, quick=False: calls.append((b, quick)) or result)
+    assert cli(capsys, "conformance", "--backend", "reference") == (
+        0, "conformance: 1 backends (reference): all passed\n", "")
+    assert calls[-1] == ({"reference": ReferenceBackend}, False)
+    assert cli(capsys, "conformance", "--backend", f"{HERE}:Counted", "--quick")[0] == 0
+    assert calls[-1] == ({f"{HERE}:Counted": Counted}, True)
+    result[:] = [Failure("case a: wrong"), Failure("case b: wrong")]
+    assert cli(capsys, "conformance", "--backend", "reference") == (
+        1, "case a: wrong\ncase b: wrong\nconformance: 1 backends (reference): 2 failures\n", "")
+    # every installed backend: those whose extra imports, in registry order
+    found = {"one": ("x", None), "gone": ("y", "cuda"), "two": ("z", None)}
+    monkeypatch.setattr(R, "registered", lambda: found)
+
+    def load(name: str) -> Any:
+        if name == "gone":
+            raise K.BackendError("not installed")
+        return {"one": ReferenceBackend, "two": Counted}[name]
+
+    monkeypatch.setattr(R, "load", load)
+    assert C.installed_backends() == {"one": ReferenceBackend, "two": Counted}
+    assert list(C.installed_backends()) == ["one", "two"]
+    result[:] = []
+    assert cli(capsys, "conformance") == (0, "conformance: 2 backends (one, two): all passed\n", "")
+    assert calls[-1] == ({"one": ReferenceBackend, "two": Counted}, False)
