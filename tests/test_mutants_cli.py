@@ -1071,6 +1071,12 @@ def test_main_logging_errors_and_memory(
     assert cli(capsys, "check", "--preset", "dsv4-test") == (
         2, "", "kvlayout check: error: line one\\nline\\x1b[2J two\n")
 
+    def closed(*a: Any, **k: Any) -> None:
+        raise BrokenPipeError  # e.g. ``kvlayout plan | head``: the reader left, not an error
+
+    monkeypatch.setattr(C, "plan_layout", closed)
+    assert cli(capsys, "plan", "--preset", "dsv4-test") == (0, "", "")
+
 
 def write_unsafe(monkeypatch: pytest.MonkeyPatch) -> str:
     import tempfile
