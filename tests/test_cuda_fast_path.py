@@ -121,7 +121,7 @@ def test_small_batches_use_smaller_units_until_the_grid_fills() -> None:
     off = kc.CudaZeroer(t, buf, small_batch=False)
     assert off.plan_for_batch(1).plan.chunk_words == kc.zeroer.DEFAULT_CHUNK_WORDS
     z.zero([9])  # small units on the one-shot (units, ids) grid: exact bytes
-    z.zero(list(range(10, 40)))  # 30 ids x 8 units > 64 programs: the persistent grid
+    z.zero(list(range(10, 40)))  # 30 ids: the bigger units, one program per work item
     if kc.MODE == "native":
         torch.cuda.synchronize()
     check(t, data, buf, list(range(9, 40)))

@@ -3,9 +3,11 @@
 The table is cut on the host into *work units*: each row's span is split into pieces of at
 most ``chunk_words`` int32 words, so a block id expands into ``W`` units whatever mix of
 spans the table has (no program ever runs for a chunk past a row's span, vLLM #52058).
-Work item ``u`` of a batch is (id ``u // W``, unit ``u % W``). A capped, persistent grid
-strides over the ``num_ids * W`` items, so the grid never exceeds hardware limits, and
-each program stores ``sub_words``-wide vectors of zeros in an inner loop.
+Work item ``u`` of a batch is (id ``u // W``, unit ``u % W``). Up to CUDA's grid limit a
+batch launches one program per work item on a ``(W, num_ids)`` grid (``ONE_SHOT``): its loads
+issued together, then one masked vector store when every unit fits one vector (``SINGLE``)
+or whole vectors and a masked tail. Beyond it (or when asked), a capped, persistent grid
+strides over the ``num_ids * W`` items, so the grid never exceeds hardware limits.
 
 Kernels are defined through :func:`._mode.jit`, which picks native Triton or its
 interpreter for these kernels only. They therefore call no ``@triton.jit`` function of
@@ -139,50 +141,71 @@ def zero_units_kernel(
     EVICT: tl.constexpr,  # store eviction policy ("" or "evict_first")
     COUNTED: tl.constexpr,  # items = count_ptr[0] * W (a device-side bound) instead of total_items
     ONE_SHOT: tl.constexpr,  # grid (W, ids): program (w, i) clears unit w of id i (small batches)
+    SINGLE: tl.constexpr = False,  # every unit fits one SUB-wide vector: one masked store, no loop
 ):
     pid = tl.program_id(0).to(tl.int64)
-    nprog = tl.num_programs(0).to(tl.int64)
     offs = tl.arange(0, SUB)
     zeros = tl.full([SUB], 0, tl.int32)
-    if COUNTED:  # noqa: SIM108 (a constexpr branch: Triton specialises it away)
-        total = tl.load(count_ptr).to(tl.int64) * num_units
-    else:
-        total = total_items
-    if ONE_SHOT:  # one item per program, found without a division; the loop runs at most once
-        first = tl.program_id(1).to(tl.int64) * num_units + pid
-        step = total + 1
-    else:  # a capped, persistent grid strides over the items
-        first = pid
-        step = nprog
-    for u in range(first, total, step):
-        if ONE_SHOT:
-            i = tl.program_id(1).to(tl.int64)
-            w = pid
-        else:
-            i = u // num_units
-            w = u - i * num_units
-        # the unit's loads do not depend on the id: issued together with it, one memory latency
+    if ONE_SHOT:  # straight-line: one item per program, its loads issued together (one latency)
+        i = tl.program_id(1).to(tl.int64)
+        live = i * num_units < total_items  # the grid is (W, ids): every program is an item
+        if COUNTED:
+            live = i < tl.load(count_ptr).to(tl.int64)
         gid = tl.load(ids_ptr + i).to(tl.int64)
-        ubase = tl.load(ubase_ptr + w)
-        ustride = tl.load(ustride_ptr + w)
-        n = tl.load(uwords_ptr + w)
+        ubase = tl.load(ubase_ptr + pid)
+        ustride = tl.load(ustride_ptr + pid)
+        n = tl.load(uwords_ptr + pid)
         bid = gid - id_lo
-        if (bid >= 0) & (bid < num_blocks):
+        if live & (bid >= 0) & (bid < num_blocks):
             start = ubase + bid * ustride
             if ALIGNED:
                 start = tl.multiple_of(start, 4)
                 n = tl.multiple_of(n, 4)
-            full = n - n % SUB
-            for s in range(0, full, SUB):  # whole vectors: no mask
-                tl.store(buf_ptr + start + s + offs, zeros, cache_modifier=CACHE, eviction_policy=EVICT)
-            if full < n:  # the tail: masked
-                idx = full + offs
+            if SINGLE:
                 tl.store(
-                    buf_ptr + start + idx, zeros, mask=idx < n, cache_modifier=CACHE, eviction_policy=EVICT
+                    buf_ptr + start + offs, zeros, mask=offs < n, cache_modifier=CACHE, eviction_policy=EVICT
                 )
-        elif (gid < 0) | (gid >= id_limit):
+            else:
+                full = n - n % SUB
+                for s in range(0, full, SUB):  # whole vectors: no mask
+                    tl.store(buf_ptr + start + s + offs, zeros, cache_modifier=CACHE, eviction_policy=EVICT)
+                if full < n:  # the tail: masked
+                    idx = full + offs
+                    dst = buf_ptr + start + idx
+                    tl.store(dst, zeros, mask=idx < n, cache_modifier=CACHE, eviction_policy=EVICT)
+        elif live & ((gid < 0) | (gid >= id_limit)):
             tl.atomic_add(err_ptr, 1)
             tl.atomic_xchg(err_ptr + 1, gid)
+    else:  # a capped, persistent grid strides over the items
+        nprog = tl.num_programs(0).to(tl.int64)
+        if COUNTED:  # noqa: SIM108 (a constexpr branch: Triton specialises it away)
+            total = tl.load(count_ptr).to(tl.int64) * num_units
+        else:
+            total = total_items
+        for u in range(pid, total, nprog):
+            i = u // num_units
+            w = u - i * num_units
+            # the unit's loads do not depend on the id: issued together with it, one memory latency
+            gid = tl.load(ids_ptr + i).to(tl.int64)
+            ubase = tl.load(ubase_ptr + w)
+            ustride = tl.load(ustride_ptr + w)
+            n = tl.load(uwords_ptr + w)
+            bid = gid - id_lo
+            if (bid >= 0) & (bid < num_blocks):
+                start = ubase + bid * ustride
+                if ALIGNED:
+                    start = tl.multiple_of(start, 4)
+                    n = tl.multiple_of(n, 4)
+                full = n - n % SUB
+                for s in range(0, full, SUB):  # whole vectors: no mask
+                    tl.store(buf_ptr + start + s + offs, zeros, cache_modifier=CACHE, eviction_policy=EVICT)
+                if full < n:  # the tail: masked
+                    idx = full + offs
+                    dst = buf_ptr + start + idx
+                    tl.store(dst, zeros, mask=idx < n, cache_modifier=CACHE, eviction_policy=EVICT)
+            elif (gid < 0) | (gid >= id_limit):
+                tl.atomic_add(err_ptr, 1)
+                tl.atomic_xchg(err_ptr + 1, gid)
 
 
 @jit(do_not_specialize=["n", "id_lo", "num_blocks", "id_limit"])

@@ -38,18 +38,19 @@ from kvlayout.verify import require_safe
 from ._mode import DEVICE_TYPE, MODE, launch_guard
 from .kernel import MAX_GRID_Y, UnitPlan, launch_grid, plan_units, route_ids_kernel, zero_units_kernel
 
-#: Tuned on an H200 (bench/bench_zero_gpu.py --designs): bench/results/h200-run3/gpu_zero.json.
-DEFAULT_CHUNK_WORDS = 8192
+#: Tuned on an H200 (bench/bench_write_ceiling.py --sweep, bench/results/h200-ceiling-run2/): one
+#: program per work unit of at most 2,048 words (8 KB, one masked 16-byte store per thread of 8 warps)
+#: was the fastest launch at 512-16,384 ids; persistent grids, larger units and loading the next item
+#: during the stores were slower.
+DEFAULT_CHUNK_WORDS = 2048
 DEFAULT_SUB_WORDS = 4096
-DEFAULT_NUM_WARPS = 4
+DEFAULT_NUM_WARPS = 8
 DEFAULT_PROGRAMS_PER_SM = 2
 DEFAULT_CACHE = ""
 DEFAULT_EVICT = "evict_first"
 #: Small batches: smaller work units (int32 words), largest first, until a batch has at least
-#: ``FILL_WAVES * max_programs`` work items (a few ids cannot fill the GPU with 32 KB units).
-#: H200 sweep (bench/results/h200-step/step.json, "geometry"): 1 id best at 1,024-2,048 words,
-#: 8 ids at 2,048-4,096, 64 ids and more at 4,096-8,192.
-SMALL_CHUNKS = (4096, 2048)
+#: ``FILL_WAVES * max_programs`` work items (one id in 8 KB units is 20 programs on dsv4).
+SMALL_CHUNKS = (1024,)
 FILL_WAVES = 0.5
 #: Pinned + device id buffers whose replay graphs are captured up front (host batches in flight at once
 #: before a call falls back to an eager launch).
@@ -172,6 +173,7 @@ class _DevicePlan:
     stride: torch.Tensor
     words: torch.Tensor
     sub: int  # words per vector store (at most the chunk)
+    single: bool = False  # every unit fits one vector store (the one-shot launch needs no loop)
 
 
 def _device_plan(
@@ -189,6 +191,7 @@ def _device_plan(
         torch.from_numpy(plan.stride_words).to(device),
         torch.from_numpy(plan.words).to(device),
         sub,
+        int(plan.words.max()) <= sub,
     )
 
 
@@ -753,6 +756,7 @@ class CudaZeroer:
         count: torch.Tensor | None = None,
         dplan: _DevicePlan | None = None,
         words: torch.Tensor | None = None,
+        routed: bool = False,
     ) -> None:
         """One launch over device ids (into ``words``, default this zeroer's buffer).
 
@@ -764,8 +768,9 @@ class CudaZeroer:
         dp = self._plans[(None, self._chunk_words)] if dplan is None else dplan
         num_ids = dev_ids.numel()
         programs, items = launch_grid(dp.plan, num_ids, self.max_programs)
-        # small batches: one program per work item on a (units, ids) grid, no persistent loop
-        one_shot = self.small_batch and items <= self.max_programs and num_ids <= MAX_GRID_Y
+        # one program per work item on a (units, ids) grid up to CUDA's limit, no persistent loop;
+        # routed batches (``count`` of them live, the rest idle programs) only while they fit max_programs
+        one_shot = self.small_batch and num_ids <= MAX_GRID_Y and (items <= self.max_programs or not routed)
         grid = (dp.plan.units_per_block, num_ids) if one_shot else (programs,)
         with launch_guard():
             zero_units_kernel[grid](
@@ -787,6 +792,7 @@ class CudaZeroer:
                 EVICT=self.eviction_policy,
                 COUNTED=count is not None,
                 ONE_SHOT=one_shot,
+                SINGLE=dp.single,
                 num_warps=self.num_warps,
             )
 
@@ -821,7 +827,7 @@ class CudaZeroer:
                     id_limit,
                     BLOCK=ROUTE_BLOCK,
                 )
-            self._launch(slot.routed[:n], count=slot.count, dplan=dplan)
+            self._launch(slot.routed[:n], count=slot.count, dplan=dplan, routed=True)
         finally:
             self._release(slot, stream)
 
