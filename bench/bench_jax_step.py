@@ -201,8 +201,15 @@ def check_native(kp: Any, leaves: int, pages: int, rng: np.random.Generator, **k
     mask[more] = True
     m = jnp.asarray(mask).reshape(pages, *([1] * len(PAGE)))
     exact_list = all(
-        bool(jnp.all(jnp.where(m, jax.lax.bitcast_convert_type(x, jnp.uint16) == 0,
-                               jax.lax.bitcast_convert_type(x, jnp.uint16) == f)))
+        bool(
+            jnp.all(
+                jnp.where(
+                    m,
+                    jax.lax.bitcast_convert_type(x, jnp.uint16) == 0,
+                    jax.lax.bitcast_convert_type(x, jnp.uint16) == f,
+                )
+            )
+        )
         for x, f in zip(out, fills)
     )
     z.check()
@@ -270,6 +277,153 @@ def h2d_micro(st: dict[str, Any], sync: Callable[[], Any]) -> dict[str, float]:
             out[name] = f"{type(e).__name__}: {str(e)[:200]}"
         print("host us:", name, out[name], flush=True)
     return out
+
+
+# ---- the list path: which host-to-device route blocks the host ----------------------------------
+def transfer_wait(
+    busy: Callable[[], None], sync: Callable[[], Any], pieces: dict[str, Callable[[], Any]], reps: int = 9
+) -> dict[str, Any]:
+    """Host microseconds of each piece with the device idle and right after ``busy()`` queued ~2 ms.
+
+    A piece whose host time grows by the queued work waits for the device queue to drain.
+    """
+    out: dict[str, Any] = {}
+    for name, fn in pieces.items():
+        try:
+            fn()
+            sync()
+            idle, after = [], []
+            for _ in range(reps):
+                sync()
+                t = time.perf_counter()
+                r = fn()
+                idle.append(time.perf_counter() - t)
+                jax_block(r)
+                busy()
+                t = time.perf_counter()
+                r = fn()
+                after.append(time.perf_counter() - t)
+                jax_block(r)
+                sync()
+            out[name] = {
+                "idle_us": round(statistics.median(idle) * 1e6, 1),
+                "busy_us": round(statistics.median(after) * 1e6, 1),
+            }
+        except Exception as e:  # noqa: BLE001
+            out[name] = f"{type(e).__name__}: {str(e)[:200]}"
+        print("transfer wait:", name, out[name], flush=True)
+    return out
+
+
+def jax_block(x: Any) -> None:
+    import jax
+
+    if x is not None:
+        jax.block_until_ready(x)
+
+
+def list_paths(args: argparse.Namespace) -> dict[str, Any]:
+    """The standalone call with host ids through each host-to-device route, against device ids.
+
+    Routes (each ends in the same ``CacheZeroer`` call on device ids, except ``list``):
+    ``list`` (the library's host path), ``put_sharding`` (validate, unique, bucket, then
+    ``jax.device_put`` with a cached sharding), ``put_cpp`` (the same through JAX's C++ batched
+    transfer, private API), and ``host_only`` (validation, unique and bucketing alone, no call).
+    Then :func:`transfer_wait` on the transfer pieces.
+    """
+    import jax
+    import jax.numpy as jnp
+    import kvlayout.backends.pallas as kp
+    from jax._src import core
+    from jax._src.interpreters import pxla
+    from kvlayout.backends.pallas.zeroer import bucket_ids
+
+    from kvlayout.reference import normalize_block_ids
+
+    pages, leaves = args.pages, args.leaves
+    rng = np.random.default_rng(27)
+    shape = (pages, *PAGE)
+    st: dict[str, Any] = {"c": [jnp.full(shape, 1.5, jnp.bfloat16) for _ in range(leaves)]}
+    z = kp.CacheZeroer(st["c"])
+    sync = lambda: jax.block_until_ready(st["c"])  # noqa: E731
+    dev = jax.devices()[0]
+    sh = jax.sharding.SingleDeviceSharding(dev)
+    kinds = {m.kind for m in dev.addressable_memories()}
+    pin = (
+        jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host") if "pinned_host" in kinds else None
+    )
+
+    def host_ids(lst: list[int]) -> np.ndarray:
+        return bucket_ids(np.unique(normalize_block_ids(lst, pages)))
+
+    avals: dict[int, Any] = {}
+
+    def put_cpp(b: np.ndarray, target: Any = sh) -> Any:
+        aval = avals.setdefault(b.size, core.ShapedArray(b.shape, b.dtype))
+        return pxla.batched_device_put(aval, target, [b], [dev])
+
+    res: dict[str, Any] = {"jax": jax.__version__, "leaves": leaves, "pages": pages, "rows": []}
+    big = [jax.device_put(rng.choice(pages, min(pages, 4096), replace=False).astype(np.int32))]
+
+    def busy() -> None:
+        st["c"] = z(st["c"], big[0])
+
+    h8 = host_ids(list(range(8)))
+    pieces: dict[str, Callable[[], Any]] = {
+        "host_only_8": lambda: (host_ids(list(range(8))), None)[1],
+        "device_put_numpy": lambda: jax.device_put(h8),
+        "device_put_sharding": lambda: jax.device_put(h8, sh),
+        "device_put_no_alias": lambda: jax.device_put(h8, sh, may_alias=False),
+        "put_cpp": lambda: put_cpp(h8),
+        "jnp_asarray": lambda: jnp.asarray(h8),
+    }
+    if pin is not None:
+        pieces["put_cpp_pinned_host"] = lambda: put_cpp(h8, pin)
+    res["transfer_wait"] = transfer_wait(busy, sync, pieces)
+    rounds, calls = (2, 2) if args.smoke else (11, 20)
+    for n in [b for b in (1, 8, 64) if b <= pages]:
+        host = [rng.choice(pages, n, replace=False).astype(np.int32) for _ in range(ROT)]
+        devs = [jax.device_put(h) for h in host]
+        lists = [[int(i) for i in h] for h in host]
+        it = {"k": 0}
+
+        def nxt() -> int:
+            it["k"] = (it["k"] + 1) % ROT
+            return it["k"]
+
+        def via(route: Callable[[list[int]], Any]) -> Callable[[], None]:
+            def run() -> None:
+                st["c"] = z(st["c"], route(lists[nxt()]))
+
+            return run
+
+        fns = {
+            "dev": lambda: st.__setitem__("c", z(st["c"], devs[nxt()])),
+            "list": via(lambda lst: lst),
+            "put_sharding": via(lambda lst: jax.device_put(host_ids(lst), sh)),
+            "put_cpp": via(lambda lst: put_cpp(host_ids(lst))),
+        }
+        for f in fns.values():  # compile every variant first (the running count's first value too)
+            for _ in range(3):
+                f()
+            sync()
+        interleaved_us(fns, sync, 2, 2)  # every route after every other one, untimed (see bench())
+        before = jit_cache(z)
+        r: dict[str, Any] = {"ids": n}
+        for k, t in interleaved_us(fns, sync, rounds, calls).items():
+            r[f"{k}_us"] = t
+        r["host_only_us"] = host_us(lambda: host_ids(lists[nxt()]), lambda: None)
+        for k in ("dev", "list", "put_cpp"):
+            r[f"host_{k}_us"] = host_us(fns[k], sync)
+        r["new_compiles_in_timed_rounds"] = jit_cache(z) - before
+        for k in ("list", "put_sharding", "put_cpp"):
+            r[f"{k}_minus_dev_us"] = round(r[f"{k}_us"] - r["dev_us"], 1)
+        if n == 8:
+            r["host_profile_list"] = host_profile(fns["list"], sync, 20 if args.smoke else 200)
+        res["rows"].append(r)
+        print("list paths:", json.dumps({k: v for k, v in r.items() if k != "host_profile_list"}), flush=True)
+    z.check()
+    return res
 
 
 # ---- timing -------------------------------------------------------------------------------------
@@ -370,6 +524,10 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                     res.setdefault("errors", {})[f"{k}@{n}"] = f"{type(e).__name__}: {str(e)[:300]}"
                     print("dropped", k, res["errors"][f"{k}@{n}"], flush=True)
                     del group[k]
+        # one untimed interleaved pass: each method after each other one, so every argument
+        # signature the timed rounds can meet (committed or not, count or not) is compiled now
+        interleaved_us(fns, sync, 2, 2)
+        interleaved_us(ffns, fsync, 2, 2)
         before = jit_cache(z, fz, *([zo, fzo] if zo is not None else []))
         rounds, calls = (2, 2) if smoke else (11, 20)
         r: dict[str, Any] = {"ids": n, "bytes": n * leaves * page_bytes}
@@ -444,6 +602,7 @@ def format_table(res: dict[str, Any]) -> str:
     )
     out = [head]
     for r in res["rows"]:
+
         def g(k: str) -> str:
             v = r.get(k)
             return "-" if v is None else f"{v:,.1f} us"
@@ -464,6 +623,7 @@ def main() -> int:
     ap.add_argument("--leaves", type=int, default=32)
     ap.add_argument("--old", help="module of an earlier kvlayout.backends.pallas, for before/after")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, interpreters (no GPU needed)")
+    ap.add_argument("--list-paths", action="store_true", help="only the host-ids routes (list_paths)")
     args = ap.parse_args()
     import jax
 
@@ -472,6 +632,14 @@ def main() -> int:
     elif jax.default_backend() != "gpu":
         print("needs a CUDA device for JAX (or --smoke)", file=sys.stderr)
         return 2
+    if args.list_paths:
+        lp = list_paths(args)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "list_paths.json"), "w") as f:
+            json.dump(lp, f, indent=1)
+        for r in lp["rows"]:
+            print({k: v for k, v in r.items() if k != "host_profile_list"})
+        return 0
     res = bench(args)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "bench_jax_step.json")

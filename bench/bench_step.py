@@ -11,8 +11,8 @@ One run on one GPU, same buffer and same ids for every method:
 - ``kvlayout``: ``CudaZeroer.zero(list)``, what a vLLM worker would call each step: graph
   replay (default) and eager launches (``graphs=False``).
 - kernel only: both kernels replayed from one CUDA graph over device ids (rotating among
-  ``ROT`` batches); an int32 ``zero_()`` of the same number of bytes (the write ceiling);
-  a sweep of kvlayout's work-unit size at small batches (``geometry``).
+  ``ROT`` batches); an int32 ``zero_()`` of the same number of bytes (one contiguous run; the
+  write ceiling of these bytes and the launch-option sweep are ``bench/bench_write_ceiling.py``).
 - ``pallas in jit``: the Pallas zeroer's device time inside a user's jitted, donated step
   (``apply`` chained K times in one step; the slope over K), against the cuda kernel.
 - per group (dsv4): bytes and kernel time of one cache group vs all groups.
@@ -217,61 +217,6 @@ def pallas_in_jit(
     return out
 
 
-def geometry_sweep(table: K.SegmentTable, buf: torch.Tensor, batches: list[int]) -> list[dict[str, Any]]:
-    """Kernel-only time of each work-unit size at small batches (graph replay, device ids)."""
-    rows = []
-    rng = np.random.default_rng(5)
-    for batch in batches:
-        devs = [
-            torch.from_numpy(rng.choice(table.num_blocks, batch, replace=False)).cuda() for _ in range(ROT)
-        ]
-        row: dict[str, Any] = {"batch": batch}
-        for chunk in (1024, 2048, 4096, 8192):
-            z = kc.CudaZeroer(table, buf, chunk_words=chunk, small_batch=False, graphs=False)
-            row[f"chunk{chunk}_us"] = graph_us([lambda d=d, z=z: z.zero(d) for d in devs])
-        z = kc.CudaZeroer(table, buf, graphs=False)
-        row["auto_us"] = graph_us([lambda d=d, z=z: z.zero(d) for d in devs])
-        row["auto_chunk"] = z.plan_for_batch(batch).plan.chunk_words
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    return rows
-
-
-def launch_sweep(table: K.SegmentTable, buf: torch.Tensor, batches: list[int]) -> list[dict[str, Any]]:
-    """Kernel-only time of launch options at large batches (warps, programs per SM, eviction)."""
-    rows = []
-    rng = np.random.default_rng(7)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for batch in batches:
-        devs = [
-            torch.from_numpy(rng.choice(table.num_blocks, batch, replace=False)).cuda() for _ in range(ROT)
-        ]
-        for warps in (4, 8):
-            for per_sm in (2, 4, 8):
-                for evict in ("evict_first", ""):
-                    z = kc.CudaZeroer(
-                        table,
-                        buf,
-                        graphs=False,
-                        num_warps=warps,
-                        max_programs=sms * per_sm,
-                        eviction_policy=evict,
-                    )
-                    us = graph_us([lambda d=d, z=z: z.zero(d) for d in devs])
-                    rows.append(
-                        {
-                            "batch": batch,
-                            "num_warps": warps,
-                            "programs_per_sm": per_sm,
-                            "evict": evict,
-                            "kernel_us": us,
-                        }
-                    )
-        best = min((r for r in rows if r["batch"] == batch), key=lambda r: r["kernel_us"])
-        print(json.dumps({"launch_sweep_best": best}), flush=True)
-    return rows
-
-
 def per_group(table: K.SegmentTable, buf: torch.Tensor, batch: int) -> list[dict[str, Any]]:
     """Bytes and kernel time of one group's rows vs every group's (GEOMETRY.md section 7)."""
     rng = np.random.default_rng(6)
@@ -376,10 +321,8 @@ def bench(preset: str, pool_bytes: int, batches: list[int], calls: int) -> dict[
                 row["pallas_vs_cuda_kernel"] = round(pj["per_zero_us"] / ours_k, 3)
         out.append(row)
         print(json.dumps(row), flush=True)
-    geo = geometry_sweep(table, buf, [b for b in batches if b <= 4096])
-    sweep = launch_sweep(table, buf, [b for b in batches if b >= 4096])
     groups = per_group(table, buf, 4096) if len(table.groups) > 1 else []
-    return {"rows": out, "geometry": geo, "launch_sweep": sweep, "groups": groups, "graph_copy": z.graph_copy}
+    return {"rows": out, "groups": groups, "graph_copy": z.graph_copy}
 
 
 def plugin_modes(

@@ -14,6 +14,9 @@
 #   sharded     scripts/gpu_sharded.py + bench/bench_sharded_foreign.py (every GPU here)
 #   plugin      bench/bench_step.py --plugin (the vLLM plugin's verify and replace modes per step)
 #   jaxstep     bench/bench_jax_step.py (CacheZeroer standalone and in jit against XLA's scatter)
+#   listpaths   bench/bench_jax_step.py --list-paths (host ids: each host-to-device route, transfer waits)
+#   ceiling     bench/bench_write_ceiling.py (the write ceiling of the step bytes, both kernels against it)
+#   ceilsweep   the same with --sweep (kvlayout's kernel under launch options, byte-checked)
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false HYPOTHESIS_PROFILE=dev JAX_PLATFORMS=cuda,cpu
@@ -34,7 +37,7 @@ if has tests; then
   in_tests timeout "$(cap 300)" python3 -m pytest -q -p no:cacheprovider -m gpu \
     tests/test_gpu_cuda.py tests/test_gpu_pallas.py > "$OUT/tests.log" 2>&1; rc[gpu_tests]=$?
   in_tests timeout "$(cap 120)" python3 -m pytest -q -p no:cacheprovider tests/test_cuda_op.py \
-    tests/test_cuda_fast_path.py tests/test_cuda_backend.py tests/test_backend_hardening.py \
+    tests/test_cuda_fast_path.py tests/test_cuda_backend.py tests/test_backend_hardening.py tests/test_cuda_kernel_paths.py \
     -k "cuda or Cuda or op or fast" >> "$OUT/tests.log" 2>&1; rc[cuda_tests]=$?
   grep -E "passed|failed|error" "$OUT/tests.log" | tee -a "$LOG"
 fi
@@ -63,6 +66,15 @@ fi
 if has jaxstep; then
   timeout "$(cap 300)" python3 bench/bench_jax_step.py --out "$OUT" > "$OUT/jax_step.log" 2>&1; rc[jaxstep]=$?
 fi
+if has ceiling || has ceilsweep; then
+  sweep=""; has ceilsweep && sweep="--sweep"
+  timeout "$(cap 400)" python3 bench/bench_write_ceiling.py $sweep --out "$OUT" > "$OUT/ceiling.log" 2>&1
+  rc[ceiling]=$?
+fi
+if has listpaths; then
+  timeout "$(cap 200)" python3 bench/bench_jax_step.py --list-paths --out "$OUT" > "$OUT/list_paths.log" 2>&1
+  rc[listpaths]=$?
+fi
 if has zero; then
   timeout "$(cap 240)" python3 bench/bench_zero_gpu.py --out "$OUT" > "$OUT/zero.log" 2>&1; rc[zero]=$?
 fi
@@ -75,7 +87,7 @@ if has sharded; then
   timeout "$(cap 120)" python3 bench/bench_sharded_foreign.py --out "$OUT" >> "$OUT/sharded.log" 2>&1
   rc[foreign]=$?
 fi
-for f in native sharded zero host sweep step plugin jax_step; do  # tables are printed last by each script
+for f in native sharded zero host sweep step plugin jax_step list_paths ceiling; do  # tables are printed last by each script
   [ -f "$OUT/$f.log" ] && { echo "== $f"; tail -n 32 "$OUT/$f.log"; }
 done
 summary="rc:"; for k in "${!rc[@]}"; do summary+=" $k=${rc[$k]}"; done

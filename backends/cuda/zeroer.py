@@ -38,7 +38,7 @@ from kvlayout.verify import require_safe
 from ._mode import DEVICE_TYPE, MODE, launch_guard
 from .kernel import MAX_GRID_Y, UnitPlan, launch_grid, plan_units, route_ids_kernel, zero_units_kernel
 
-#: Tuned on an H200 (bench/bench_write_ceiling.py --sweep, bench/results/h200-ceiling-run2/): one
+#: Tuned on an H200 (bench/bench_write_ceiling.py --sweep, bench/results/h200-ceiling/run2-sweep/): one
 #: program per work unit of at most 2,048 words (8 KB, one masked 16-byte store per thread of 8 warps)
 #: was the fastest launch at 512-16,384 ids; persistent grids, larger units and loading the next item
 #: during the stores were slower.
