@@ -729,3 +729,26 @@ def test_repeated_layers_keep_every_check_of_their_own() -> None:
         with pytest.raises(SpecError) as alone:  # the message a layer gets when it is checked alone
             _one_by_one(raw)
         assert msg == str(alone.value)
+        with pytest.raises(SpecError) as e:
+            S.spec_from_dict(_spec(raw))
+        assert (e.value.field, e.value.value) == (alone.value.field, alone.value.value)
+
+
+def test_repeated_layers_are_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound (issue 25): 3 distinct layers among 3,000 are checked field by field 3 times."""
+    calls = []
+    one = S._layer_from_dict
+
+    def counted(path: str, raw: object) -> S.LayerSpec:
+        calls.append(path)
+        return one(path, raw)
+
+    monkeypatch.setattr(S, "_layer_from_dict", counted)
+    shapes: list[dict[str, object]] = [{}, {"head_size": 128}, {"kind": "sliding_window", "window": 32}]
+    raw = [_raw(f"l{i}", **shapes[i % 3]) for i in range(3000)]
+    raw.append({k: v for k, v in _raw("m").items()} | {"name": "m"})  # a repeat written again
+    layers = S.spec_from_dict(_spec(raw)).groups[0].layers
+    assert calls == ["groups[0].layers[0]", "groups[0].layers[1]", "groups[0].layers[2]"]
+    assert [x.name for x in layers] == [f"l{i}" for i in range(3000)] + ["m"]
+    assert layers[3] == S.FullAttentionSpec("l3", 16, 2, 64, "bfloat16")
+    assert layers[5] == S.SlidingWindowSpec("l5", 16, 2, 64, "bfloat16", window=32)
