@@ -365,6 +365,13 @@ def zero_native_numpy(
             zero_blocks_numpy(a, t, ids)
 
 
+def _per_array(field: str, v: Any) -> list[Any]:
+    """``v`` as a list of one entry per array: a sequence, never a string (it would split into characters)."""
+    if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, np.ndarray)):
+        raise spec_error(field, v, "must be a list with one entry per array")
+    return list(v)
+
+
 def spec_from_arrays(
     arrays: Sequence[Any] | Mapping[str, Any],
     groups: Sequence[str | tuple[str, ...]] | Mapping[str, str | tuple[str, ...]] | str | None = None,
@@ -392,7 +399,7 @@ def spec_from_arrays(
     n = len(items)
     if names is None:
         names = [f"leaf{i}" for i in range(n)]
-    names = list(names)
+    names = _per_array("names", names)
     if len(names) != n:
         raise spec_error("names", len(names), f"needs one name per array ({n})")
     group_of: list[str | tuple[str, ...]]
@@ -405,10 +412,10 @@ def spec_from_arrays(
             raise spec_error(f"groups[{unknown[0]!r}]", groups[unknown[0]], why)
         group_of = [groups.get(x, "") for x in names]
     else:
-        group_of = list(groups)
+        group_of = _per_array("groups", groups)
         if len(group_of) != n:
             raise spec_error("groups", len(group_of), f"needs one group per array ({n})")
-    zs = [True] * n if zeroed is None else list(zeroed)
+    zs = [True] * n if zeroed is None else _per_array("zeroed", zeroed)
     if len(zs) != n:
         raise spec_error("zeroed", len(zs), f"needs one flag per array ({n})")
     leaves = []

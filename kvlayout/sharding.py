@@ -55,6 +55,8 @@ SHARD_ALIGN = 512
 
 
 def _axes_tuple(mesh_axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    if not isinstance(mesh_axes, (Mapping, Sequence)) or isinstance(mesh_axes, (str, bytes)):
+        raise spec_error("mesh_axes", mesh_axes, "must be a mapping or a list of (name, size) pairs")
     items = list(mesh_axes.items()) if isinstance(mesh_axes, Mapping) else list(mesh_axes)
     if not items:
         raise SpecError("mesh_axes = (): a mesh needs at least one axis", field="mesh_axes", value=())
@@ -98,6 +100,8 @@ def _axes_tuple(mesh_axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> tup
 def _check_subset(field: str, axes: Sequence[str], names: Sequence[str]) -> tuple[str, ...]:
     if isinstance(axes, str):
         axes = (axes,)
+    if not isinstance(axes, (Sequence, set, frozenset)):
+        raise spec_error(field, axes, "must be an axis name or a list of them")
     for a in axes:
         if a not in names:
             raise SpecError(
@@ -108,6 +112,12 @@ def _check_subset(field: str, axes: Sequence[str], names: Sequence[str]) -> tupl
     if len(set(axes)) != len(axes):
         raise SpecError(f"{field} = {tuple(axes)!r}: an axis is named twice", field=field, value=tuple(axes))
     return tuple(a for a in names if a in axes)  # mesh order
+
+
+def _check_spec(field: str, spec: object) -> None:
+    """Refuse anything but a KVCacheSpec as one clear error (was a raw AttributeError)."""
+    if not isinstance(spec, KVCacheSpec):
+        raise spec_error(field, type(spec).__name__, "must be a kvlayout.KVCacheSpec")
 
 
 def _unravel(index: int, axes: Sequence[str], sizes: Mapping[str, int]) -> dict[str, int]:
@@ -141,6 +151,7 @@ class ShardedLayout:
     shard_axes: tuple[str, ...]  # axes that split the buffer (block axes included, mesh order)
 
     def __post_init__(self) -> None:
+        _check_spec("local_spec", self.local_spec)
         names = [n for n, _ in _axes_tuple(self.mesh_axes)]
         _check_subset("shard_axes", self.shard_axes, names)
         _check_subset("block_axes", self.block_axes, names)
@@ -404,6 +415,7 @@ def split_heads(spec: KVCacheSpec, ways: int, axis: str = "heads") -> KVCacheSpe
     ``mla`` latents are shared by all heads and ``mamba`` state is opaque, so both are kept
     whole on every shard (use :meth:`ShardedLayout.from_local` for another split).
     """
+    _check_spec("spec", spec)
     check_int(SpecError, "ways", ways, lo=1)
     if ways == 1:
         return spec
@@ -439,6 +451,7 @@ def shard_spec(
     KV heads (:func:`split_heads`); other axes replicate. With no block axes the mode is
     ``replicated``: every shard zeroes the same ids in its own local layout.
     """
+    _check_spec("spec", spec)
     axes = _axes_tuple(mesh_axes)
     names = [n for n, _ in axes]
     sizes = dict(axes)

@@ -199,3 +199,16 @@ def test_spec_from_arrays_rules_and_defaults() -> None:
     _err(lambda: S([a, b], ["g"]), "groups", 1, "needs one group per array (2)")
     _err(lambda: S([a, b], zeroed=[True]), "zeroed", 1, "needs one flag per array (2)")
     _err(lambda: S([a, ShapeOnly()]), "arrays[1]", "ShapeOnly", "must have .shape and .dtype")
+
+
+def test_spec_from_arrays_refuses_non_lists_per_array() -> None:
+    """Regression (issue 25): ``zeroed=5``, ``groups=5`` and ``names=5`` raised a raw TypeError, and
+    ``names="kv"`` was split into the names 'k' and 'v'; each is now a SpecError naming the field."""
+    a = [np.zeros((2, 4), np.float32), np.zeros((2, 8), np.float32)]
+    why = "must be a list with one entry per array"
+    _err(lambda: N.spec_from_arrays(a, zeroed=5), "zeroed", 5, why)  # type: ignore[arg-type]
+    _err(lambda: N.spec_from_arrays(a, zeroed=True), "zeroed", True, why)  # type: ignore[arg-type]
+    _err(lambda: N.spec_from_arrays(a, 5), "groups", 5, why)  # type: ignore[arg-type]
+    _err(lambda: N.spec_from_arrays(a, names="kv"), "names", "kv", why)
+    _err(lambda: N.spec_from_arrays(a, names=5), "names", 5, why)  # type: ignore[arg-type]
+    assert N.spec_from_arrays(a, names=np.array(["k", "v"])).names == ("k", "v")

@@ -254,3 +254,25 @@ def test_shard_spec_rules() -> None:
     lay = shard_spec(s, axes, block_axes=("x",), head_axes=("tp", "dp"))
     assert (lay.block_axes, lay.shard_axes, lay.replica_axes) == (("x",), ("dp", "tp", "x"), ())
     assert lay.local_spec.num_blocks == 2 and lay.local_spec.groups[0].layers[0].num_kv_heads == 1  # type: ignore[attr-defined]
+
+
+def test_non_list_axes_and_foreign_specs_are_spec_errors() -> None:
+    """Regression (issue 25): ``block_axes=5``, ``mesh_axes=5`` and a spec that is not a KVCacheSpec
+    raised raw TypeError / AttributeError; each is now a SpecError naming the field and value."""
+    s = spec()
+    _err(lambda: shard_spec(s, {"dp": 2}, block_axes=5), SpecError, "block_axes", 5,  # type: ignore[arg-type]
+         "block_axes = 5: must be an axis name or a list of them")
+    _err(lambda: shard_spec(s, {"dp": 2}, head_axes=None), SpecError, "head_axes", None,  # type: ignore[arg-type]
+         "head_axes = None: must be an axis name or a list of them")
+    _err(lambda: ShardedLayout.from_local(s, {"dp": 2}, shard_axes=2), SpecError, "shard_axes", 2,  # type: ignore[arg-type]
+         "shard_axes = 2: must be an axis name or a list of them")
+    for bad in (5, "dp"):
+        _err(lambda: shard_spec(s, bad), SpecError, "mesh_axes", bad,  # type: ignore[arg-type]  # noqa: B023
+             f"mesh_axes = {bad!r}: must be a mapping or a list of (name, size) pairs")
+    _err(lambda: shard_spec(s.to_dict(), {"dp": 2}), SpecError, "spec", "dict",  # type: ignore[arg-type]
+         "spec = 'dict': must be a kvlayout.KVCacheSpec")
+    _err(lambda: split_heads(None, 2), SpecError, "spec", "NoneType",  # type: ignore[arg-type]
+         "spec = 'NoneType': must be a kvlayout.KVCacheSpec")
+    _err(lambda: ShardedLayout(3, (("a", 1),), (), ()), SpecError, "local_spec", "int",  # type: ignore[arg-type]
+         "local_spec = 'int': must be a kvlayout.KVCacheSpec")
+    assert ShardedLayout.from_local(s, {"dp": 2, "tp": 2}, shard_axes={"tp", "dp"}).shard_axes == ("dp", "tp")
