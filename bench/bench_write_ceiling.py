@@ -162,8 +162,11 @@ def contiguous_methods(
 
 
 def sweep_configs(batch: int, sms: int) -> list[dict[str, Any]]:
-    """kvlayout launch options tried at ``batch`` ids (``CudaZeroer`` keywords; ``prefetch`` sets
-    ``zeroer.PREFETCH``). One-shot: one program per work item; persistent: ``max_programs`` programs."""
+    """kvlayout launch options tried at ``batch`` ids (``CudaZeroer`` keywords). One-shot: one program
+    per work item; persistent (``small_batch=False``): ``max_programs`` programs stride over the items.
+
+    Run 2 (bench/results/h200-ceiling/run2-sweep) also tried a persistent grid that loads each
+    program's next item during its stores (``prefetch``): slower everywhere, since removed."""
     one_shot = 1 << 30  # max_programs above the items: one program per work item
     cfgs: list[dict[str, Any]] = []
     if batch <= 512:
@@ -203,15 +206,14 @@ def sweep_configs(batch: int, sms: int) -> list[dict[str, Any]]:
         for chunk in (8192, 9344, 16384):
             for per_sm in (1, 2, 4):
                 for warps in (4, 8):
-                    for prefetch in (True, False):
-                        cfgs.append(
-                            {
-                                "chunk_words": chunk,
-                                "num_warps": warps,
-                                "max_programs": per_sm * sms,
-                                "prefetch": prefetch,
-                            }
-                        )
+                    cfgs.append(
+                        {
+                            "chunk_words": chunk,
+                            "num_warps": warps,
+                            "max_programs": per_sm * sms,
+                            "small_batch": False,
+                        }
+                    )
     return cfgs
 
 
@@ -296,8 +298,6 @@ def sweep_batch(
     out = []
     for cfg in sweep_configs(batch, sms):
         row: dict[str, Any] = {"batch": batch, **cfg}
-        cfg = dict(cfg)
-        kz.PREFETCH = cfg.pop("prefetch", True)
         try:
             zc = kc.CudaZeroer(table, buf, graphs=False, **cfg)
             # launch with this option's own units (the small-batch heuristic would swap them)
@@ -311,13 +311,12 @@ def sweep_batch(
             row["x_vllm"] = round(row["vllm_us"] / row["kernel_us"], 3)
             row["x_ceiling"] = round(anchor["ceiling_us"] / row["kernel_us"], 3)
             units = zc.plan_for_batch(batch).plan.units_per_block
-            row["one_shot"] = cfg["max_programs"] >= batch * units
+            row["one_shot"] = cfg.get("small_batch", True)
             row["units_per_block"] = units
         except Exception as e:  # noqa: BLE001
             row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
         out.append(row)
         emit("sweep", row)
-    kz.PREFETCH = True
     buf.copy_(before)
     del before, want
     ok = [r for r in out if r.get("equal")]

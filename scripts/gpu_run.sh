@@ -54,6 +54,15 @@ fi
 if has step; then
   timeout "$(cap 240)" python3 bench/bench_step.py --out "$OUT" > "$OUT/step.log" 2>&1; rc[step]=$?
 fi
+if has ceiling || has ceilsweep; then
+  sweep=""; has ceilsweep && sweep="--sweep"
+  timeout "$(cap 400)" python3 bench/bench_write_ceiling.py $sweep --out "$OUT" > "$OUT/ceiling.log" 2>&1
+  rc[ceiling]=$?
+fi
+if has listpaths; then
+  timeout "$(cap 200)" python3 bench/bench_jax_step.py --list-paths --out "$OUT" > "$OUT/list_paths.log" 2>&1
+  rc[listpaths]=$?
+fi
 if has sweep; then
   timeout "$(cap 240)" python3 bench/pallas_gpu_sweep.py --out "$OUT" > "$OUT/sweep.log" 2>&1; rc[sweep]=$?
 fi
@@ -65,15 +74,6 @@ if has plugin; then
 fi
 if has jaxstep; then
   timeout "$(cap 300)" python3 bench/bench_jax_step.py --out "$OUT" > "$OUT/jax_step.log" 2>&1; rc[jaxstep]=$?
-fi
-if has ceiling || has ceilsweep; then
-  sweep=""; has ceilsweep && sweep="--sweep"
-  timeout "$(cap 400)" python3 bench/bench_write_ceiling.py $sweep --out "$OUT" > "$OUT/ceiling.log" 2>&1
-  rc[ceiling]=$?
-fi
-if has listpaths; then
-  timeout "$(cap 200)" python3 bench/bench_jax_step.py --list-paths --out "$OUT" > "$OUT/list_paths.log" 2>&1
-  rc[listpaths]=$?
 fi
 if has zero; then
   timeout "$(cap 240)" python3 bench/bench_zero_gpu.py --out "$OUT" > "$OUT/zero.log" 2>&1; rc[zero]=$?
