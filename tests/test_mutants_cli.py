@@ -493,14 +493,19 @@ def test_zero_bounds_before_any_buffer(monkeypatch: pytest.MonkeyPatch, tmp_path
         f"--blocks: the contract for these ids may hold up to {per_group} ")
 
 
-def test_run_zero_checks_ids_and_group_first() -> None:
+def test_run_zero_checks_ids_and_group_first(monkeypatch: pytest.MonkeyPatch) -> None:
     table = K.plan(K.KVCacheSpec.from_dict(spec_dict()))
     rep = C.run_zero(table, [2], "reference")
     chk = rep.pop("_check")
     assert rep == {"version": 1, "backend": "reference", "mode": "native", "total_bytes": 8192,
                    "block_ids": [2], "matches_contract": True, "zeroed": [[4096, 6144]], "zeroed_bytes": 2048}
     assert chk.matches and chk.zeroed_bytes == 2048
-    assert C.run_zero(table, [2], f"{HERE}:Counted")["backend"] == "counted"
+    assert C.run_zero(table, [2], f"{HERE}:Counted")["backend"] == "counted"  # module:attr: the class's name
+    import kvlayout.registry as R
+
+    plugins = {**R.registered(), "alias": (f"{HERE}:Counted", None)}
+    monkeypatch.setattr(R, "registered", lambda: plugins)
+    assert C.run_zero(table, [2], "alias")["backend"] == "alias"  # a registered name: as asked for
     with pytest.raises(K.BlockIdError):
         C.run_zero(table, [4], "reference")
     with pytest.raises(K.KVLayoutError, match="'nope'"):
@@ -602,6 +607,8 @@ def test_shard_text_routes_and_reference(tmp_path: Path, capsys: pytest.CaptureF
     lines = out.splitlines()
     assert rc == 0 and lines[2].endswith("local ids [2, 3, 4, 5, 6, 7, 8, 9]")  # 8 ids: all shown
     assert lines[4].endswith("local ids [9]")
+    rc, out, _ = cli(capsys, *argv, "--blocks", "0-8")  # 9 ids: the first 8, then the count
+    assert rc == 0 and out.splitlines()[2].endswith("local ids [0, 1, 2, 3, 4, 5, 6, 7, ... (9 ids)]")
     assert lines[-1] == f"reference on the gathered buffer: {9 * 2 * 1024} B zeroed, matches the contract"
     rc, out, _ = cli(capsys, *argv)  # no --blocks: the layout and its proof only
     assert rc == 0 and out == f"{lay.describe()}\nlocal table: {lay.verify().format().splitlines()[0]}\n"
