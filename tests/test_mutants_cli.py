@@ -991,6 +991,28 @@ COMMAND_HELP = {
 }
 
 
+def parser_help_problems() -> list[tuple[str, str, str]]:
+    """Every option of :data:`COMMAND_HELP` and :data:`SOURCE_HELP` whose help is not shown as written."""
+    parser = C.build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for cmd, (_, options) in COMMAND_HELP.items():
+        sub = subs.choices[cmd]
+        sub.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=10_000)
+        text = " ".join(sub.format_help().split()) + " "
+        for shown, what in options + (SOURCE_HELP if cmd != "conformance" else []):
+            if f" {shown} {what} " not in text:
+                missing.append((cmd, shown, what))
+    return missing
+
+
+@pytest.fixture(autouse=True)
+def _help_as_documented() -> None:
+    """Before every test here: the parser still documents every option as written (a cheap check,
+    so that a test run stopped at its first failure reports a broken --help at once)."""
+    assert parser_help_problems() == []
+
+
 def help_text(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     """``kvlayout ARGV --help`` on one line (words joined by single spaces), with a trailing space."""
     monkeypatch.setenv("COLUMNS", "10000")  # no wrapping
