@@ -592,7 +592,7 @@ def _layer_key(raw: object) -> tuple[tuple[str, str, object], ...] | None:
     key = []
     for k, v in raw.items():
         if k != "name":
-            if type(v) not in _KEY_TYPES:
+            if type(v) not in _KEY_TYPES or type(k) is not str:  # other keys: refused one by one
                 return None
             key.append((k, type(v).__name__, v))
     return tuple(sorted(key))

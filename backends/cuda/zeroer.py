@@ -36,7 +36,15 @@ from kvlayout.validate import check_option
 from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE, launch_guard
-from .kernel import MAX_GRID_Y, UnitPlan, launch_grid, plan_units, route_ids_kernel, zero_units_kernel
+from .kernel import (
+    MAX_GRID_X,
+    MAX_GRID_Y,
+    UnitPlan,
+    launch_grid,
+    plan_units,
+    route_ids_kernel,
+    zero_units_kernel,
+)
 
 #: Tuned on an H200 (bench/bench_write_ceiling.py --sweep, bench/results/h200-ceiling/run2-sweep/): one
 #: program per work unit of at most 2,048 words (8 KB, one masked 16-byte store per thread of 8 warps)
@@ -770,7 +778,14 @@ class CudaZeroer:
         programs, items = launch_grid(dp.plan, num_ids, self.max_programs)
         # one program per work item on a (units, ids) grid up to CUDA's limit, no persistent loop;
         # routed batches (``count`` of them live, the rest idle programs) only while they fit max_programs
-        one_shot = self.small_batch and num_ids <= MAX_GRID_Y and (items <= self.max_programs or not routed)
+        # (Triton's launcher multiplies the grid as C ints and skips a launch whose product is not
+        # positive: a grid of 2**31 programs or more would write nothing, silently)
+        one_shot = (
+            self.small_batch
+            and num_ids <= MAX_GRID_Y
+            and items <= MAX_GRID_X
+            and (items <= self.max_programs or not routed)
+        )
         grid = (dp.plan.units_per_block, num_ids) if one_shot else (programs,)
         with launch_guard():
             zero_units_kernel[grid](
