@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from kvlayout.errors import SpecError
+
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "kvlayout" / "models" / "vllm_checked.py"
 _ENV = {"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
@@ -49,6 +51,8 @@ _BASE: dict[str, Any] = {
     "num_experts_per_tok": 2,
     "moe_intermediate_size": 128,
 }
+#: tensor-parallel sizes whose KV heads per rank are compared with vLLM's ModelConfig.get_num_kv_heads
+TPS = (2, 8)
 #: variant -> (extra fields, json reader compared too)
 VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
     "defaults": ({}, False),
@@ -61,8 +65,82 @@ VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
 }
 
 
-def candidates() -> tuple[dict[str, str], dict[str, str]]:
-    """(architecture -> transformers model_type) for the harness, and architecture -> why it has none."""
+#: architecture -> model_type where transformers' causal-LM mapping does not name the class: the
+#: type of vLLM 0.33's own config class (its ``_CONFIG_REGISTRY``, vllm/transformers_utils/config.py,
+#: asserted by the driver), or a transformers type the published checkpoints use under another class
+#: name (ExaoneMoE, PhiMoE; Longcat's from vLLM's ``_ARCHITECTURE_TO_MODEL_TYPE``; old LLaMA checkpoints)
+CONFIG_TYPES: dict[str, str] = {
+    "ChatGLMModel": "chatglm",
+    "ChatGLMForConditionalGeneration": "chatglm",
+    "DoryForCausalLM": "dory",
+    "FlintForCausalLM": "flint",
+    "Step3TextForCausalLM": "step3_text",
+    "Step3p5ForCausalLM": "step3p5",
+    "Step5ForCausalLM": "step5",
+    "ExaoneMoEForCausalLM": "exaone_moe",
+    "PhiMoEForCausalLM": "phimoe",
+    "MuseGlimmerForCausalLM": "muse_glimmer",
+    "LongcatFlashNgramForCausalLM": "longcat_flash",
+    "LLaMAForCausalLM": "llama",
+}
+#: model_type prefix of a stand-in for a remote-code config class (hub code, never run here): a plain
+#: ``PretrainedConfig`` holding the fields as written, registered with transformers' AutoConfig in the
+#: driver; kvlayout reads such a type as written too (no class of transformers names it)
+STAND_IN = "kvlayout_stand_in_"
+
+
+#: what a remote-code config writes that vLLM's model reads beyond the cache fields (a stand-in has no
+#: defaults): written into every stand-in config
+STAND_IN_FIELDS: dict[str, Any] = {
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "embedding_dropout": 0.0,
+    "attention_dropout": 0.0,
+}
+#: architecture -> fields its vLLM model needs that the harness's small config lacks (published
+#: configs write them), none deciding the cache: written into every variant
+ARCH_FIELDS: dict[str, dict[str, Any]] = {
+    "AfmoeForCausalLM": {"score_func": "sigmoid", "route_norm": True, "route_scale": 1.0, "n_group": 1,
+                         "topk_group": 1, "num_dense_layers": 1, "num_shared_experts": 1},
+    "ChatGLMModel": {"original_rope": True, "tie_word_embeddings": False, "multi_query_attention": True,
+                     "multi_query_group_num": 2},
+    "ChatGLMForConditionalGeneration": {"original_rope": True, "tie_word_embeddings": False,
+                                        "multi_query_attention": True, "multi_query_group_num": 2},
+    "GPTJForCausalLM": {"rotary_dim": 16, "activation_function": "gelu"},  # gelu_new: no CPU op
+    "GPT2LMHeadModel": {"activation_function": "gelu"},
+    "ExaoneForCausalLM": {"activation_function": "silu", "layer_norm_epsilon": 1e-5},
+    "Glm4MoeForCausalLM": {"head_dim": 48},  # Glm4MoeConfig has no default; GLM-4.5 writes 128
+    "HYV3ForCausalLM": {"first_k_dense_replace": 1, "expert_hidden_dim": 128, "num_shared_experts": 1,
+                        "route_norm": True},
+    "MiniMaxM2ForCausalLM": {"rotary_dim": 16, "scoring_func": "sigmoid"},
+    "MiMoV2FlashForCausalLM": {"hybrid_layer_pattern": [0, 0], "layernorm_epsilon": 1e-6},
+    "MiMoV2ForCausalLM": {"hybrid_layer_pattern": [0, 0], "head_dim": 48, "layernorm_epsilon": 1e-6},
+    "MiMoForCausalLM": {"max_window_layers": 2, "use_sliding_window": False},
+    "MiniCPMForCausalLM": {"dim_model_base": 256, "scale_emb": 1.0, "scale_depth": 1.0},
+    "DomynEdgeForCausalLM": {"position_layers": ["rope", "rope"], "head_dim": 48},
+    "BailingMoeForCausalLM": {"head_dim": 48, "use_bias": False, "use_qkv_bias": False,
+                              "first_k_dense_replace": 1},
+    "BailingMoeV2ForCausalLM": {"head_dim": 48, "use_bias": False, "use_qkv_bias": False,
+                                "first_k_dense_replace": 1},
+    "Param2MoEForCausalLM": {"head_dim": 48},
+    "Step3p5ForCausalLM": {"mlp_layer_types": ["dense", "sparse"], "use_moe_router_bias": True,
+                           "need_fp32_gate": False},
+    "Plamo3ForCausalLM": {"head_dim": 48, "layer_types": ["full_attention", "full_attention"]},
+    "Rnj1ForCausalLM": {"head_dim": 48, "query_pre_attn_scalar": 48, "hidden_activation": "gelu_pytorch_tanh",
+                        "layer_types": ["full_attention", "full_attention"]},
+    "TeleFLMForCausalLM": {"use_mup": False, "output_mult": 1.0, "mup_scale_factor": 1.0},
+}
+#: architecture -> fields its config class cannot take (FalconConfig's head_dim is a property)
+ARCH_DROP: dict[str, tuple[str, ...]] = {"FalconForCausalLM": ("head_dim",)}
+
+
+def candidates() -> dict[str, str]:
+    """Architecture -> model_type for the harness: transformers' causal-LM class names, then
+    :data:`CONFIG_TYPES`, else a stand-in (:data:`STAND_IN`)."""
     from transformers.models.auto import modeling_auto as ma
 
     from kvlayout.models.families import NAMED_FAMILIES
@@ -73,25 +151,40 @@ def candidates() -> tuple[dict[str, str], dict[str, str]]:
         for mt, cls in names.items():
             for c in [cls] if isinstance(cls, str) else cls:
                 model_type.setdefault(c, mt)
-    ok, none = {}, {}
+    ok: dict[str, str] = {}
     for arch, (_, kind, _) in sorted(TEXT_GENERATION.items()):
         if kind not in ("attention", "sliding-window") or arch in NAMED_FAMILIES:
             continue
-        if arch in model_type:
-            ok[arch] = model_type[arch]
-        else:
-            none[arch] = (
-                "no transformers config class names it (its config needs vLLM's own config class or "
-                "remote code), so the harness builds no config for it"
-            )
-    return ok, none
+        ok[arch] = model_type.get(arch) or CONFIG_TYPES.get(arch) or STAND_IN + arch.lower()
+    return ok
+
+
+#: a case's key (not written to config.json) asking the driver to build the model as one rank of tp N
+TP_KEY = "kvlayout_harness_tp"
+
+
+def _layer_tp(arch: str) -> bool:
+    """Whether ``arch`` takes its KV heads by a variation (vLLM's ModelConfig reads the generic fields,
+    its layers do not): its layers are then built at tp 2 and 8 (one rank's construction)."""
+    from kvlayout.models.attention import VARIATIONS
+
+    return arch in VARIATIONS and bool(VARIATIONS[arch].kv_heads)
 
 
 def _configs(arch: str, model_type: str) -> dict[str, dict[str, Any]]:
-    return {
-        v: {**_BASE, **extra, "architectures": [arch], "model_type": model_type}
+    fixed = {**(STAND_IN_FIELDS if model_type.startswith(STAND_IN) else {}), **ARCH_FIELDS.get(arch, {})}
+    drop = ARCH_DROP.get(arch, ())
+    out = {
+        v: {
+            k: x
+            for k, x in {**_BASE, **fixed, **extra, "architectures": [arch], "model_type": model_type}.items()
+            if k not in drop
+        }
         for v, (extra, _) in VARIANTS.items()
     }
+    if _layer_tp(arch):
+        out.update({f"tp{t}": {**out["head_dim"], TP_KEY: t} for t in TPS})
+    return out
 
 
 def vllm_answers(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -109,7 +202,9 @@ def vllm_answers(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _kvlayout(config: dict[str, Any], reader: str, names: tuple[str, str]) -> list[list[Any]]:
+def _kvlayout(
+    config: dict[str, Any], reader: str, names: tuple[str, str], tp: int = 1
+) -> list[list[Any]]:
     """kvlayout's generic plan of ``config`` as vLLM's answer's rows (the architecture planned as
     ``generic`` with vLLM's layer names)."""
     import kvlayout.models as M
@@ -127,7 +222,7 @@ def _kvlayout(config: dict[str, Any], reader: str, names: tuple[str, str]) -> li
         mp.setattr(vllm_checked, "GENERIC_ATTENTION", gen)
         mp.setattr("kvlayout.models.attention.GENERIC_ATTENTION", gen)
         mp.setattr("kvlayout.models.build.GENERIC_ATTENTION", gen)
-        ms = M.from_config(config, reader=reader, block_size=16)
+        ms = M.from_config(config, reader=reader, block_size=16, tp=tp)
     assert isinstance(ms, M.ModelSpec)
     rows = []
     for _, layer in ms.spec.layers:
@@ -168,17 +263,33 @@ def judge(
         names = names or n
         if n != names:
             return f"its layer names change with the config ({variant})"
-        for reader in ("transformers", "json") if VARIANTS[variant][1] else ("transformers",):
+        tp = config.get(TP_KEY, 1)
+        config = {k: x for k, x in config.items() if k != TP_KEY}
+        for reader in ("transformers", "json") if VARIANTS.get(variant, ({}, True))[1] else ("transformers",):
             try:
-                mine = _kvlayout(config, reader, names)
+                mine = _kvlayout(config, reader, names, tp)
+            except SpecError as e:  # asking for a field the config class would derive: safe, not wrong
+                if reader == "json" and e.value is None and ": missing;" in str(e):
+                    continue
+                return f"kvlayout's generic rules refuse the {variant} config ({reader}): {e}"
             except Exception as e:  # noqa: BLE001  # kvlayout refuses what vLLM built: recorded
                 return f"kvlayout's generic rules refuse the {variant} config ({reader}): {e}"
             if mine != got["layers"]:
                 diff = next((a, b) for a, b in zip(mine, got["layers"], strict=True) if a != b)
                 return (
-                    f"vLLM's layers differ from the generic rules ({variant}, reader {reader}): "
+                    f"vLLM's layers differ from the generic rules ({variant}, reader {reader}, tp {tp}): "
                     f"vLLM {diff[1]}, generic {diff[0]} (name, kind, KV heads, head size, V, window, dtype)"
                 )
+            for t in () if _layer_tp(arch) or tp != 1 else TPS:
+                try:
+                    heads = {row[2] for row in _kvlayout(config, reader, names, t)}
+                except Exception as e:  # noqa: BLE001  # recorded
+                    return f"kvlayout's generic rules refuse tp {t} ({variant}, reader {reader}): {e}"
+                if heads != {got["tp_kv_heads"][str(t)]}:
+                    return (
+                        f"KV heads per rank at tp {t} ({variant}, reader {reader}): vLLM's ModelConfig "
+                        f"{got['tp_kv_heads'][str(t)]}, generic rules {sorted(heads)}"
+                    )
     assert names is not None
     return names
 
@@ -197,10 +308,11 @@ def _str_lines(key: str, text: str, width: int = 110) -> list[str]:
 
 
 def generate() -> str:
-    ok, none = candidates()
+    ok = candidates()
     cases = {f"{a}/{v}": c for a, mt in ok.items() for v, c in _configs(a, mt).items()}
     answers = vllm_answers(cases)
-    generic, refused = {}, dict(none)
+    generic: dict[str, tuple[str, str]] = {}
+    refused: dict[str, str] = {}
     for arch, mt in ok.items():
         verdict = judge(arch, answers, _configs(arch, mt))
         if isinstance(verdict, tuple):
@@ -244,8 +356,7 @@ def test_covered_architectures_plan_through_from_config() -> None:
 
     assert GENERIC_ATTENTION and NOT_GENERIC
     arch = next(iter(GENERIC_ATTENTION))
-    ok, _ = candidates()
-    config = _configs(arch, ok[arch])["layer_types"]
+    config = _configs(arch, candidates()[arch])["layer_types"]
     ms = M.from_config(config)
     assert isinstance(ms, M.ModelSpec) and ms.family in ("generic", "generic_sw")
     prefix, tail = GENERIC_ATTENTION[arch]
@@ -253,6 +364,74 @@ def test_covered_architectures_plan_through_from_config() -> None:
     refused = next(iter(NOT_GENERIC))
     with pytest.raises(SpecError, match="not shown to hold by vLLM's model construction"):
         M.from_config({**config, "architectures": [refused]})
+
+
+def _rows(
+    arch: str, model_type: str, tp: int = 1, reader: str = "json", **fields: Any
+) -> list[tuple[Any, ...]]:
+    """(KV heads, head size, window) per layer of kvlayout's plan of a small config of ``arch``."""
+    import kvlayout.models as M
+
+    config = {k: v for k, v in {**_BASE, **fields}.items() if v is not None}
+    ms = M.from_config({**config, "architectures": [arch], "model_type": model_type}, tp=tp, reader=reader)
+    assert isinstance(ms, M.ModelSpec)
+    return [(x.num_kv_heads, x.head_size, getattr(x, "window", None)) for _, x in ms.spec.layers]
+
+
+def test_named_variations_as_vllm_builds_them() -> None:
+    """Each variation of the generic rules, with the values vLLM 0.33's layers gave in the harness
+    (the generic rule gives other values in each case: a variation dropped or changed fails here)."""
+    from kvlayout.models.attention import VARIATIONS
+    from kvlayout.models.vllm_checked import GENERIC_ATTENTION
+
+    assert set(VARIATIONS) <= set(GENERIC_ATTENTION)  # a variation vLLM does not confirm is no rule
+    # Bloom: KV heads are the query heads (num_key_value_heads 2 ignored), head_dim 64 ignored (256 / 8)
+    assert _rows("BloomForCausalLM", "bloom", head_dim=64) == [(8, 32, None)] * 2
+    assert _rows("BloomForCausalLM", "bloom", tp=8) == [(1, 32, None)] * 2
+    assert _rows("GPT2LMHeadModel", "gpt2", tp=2, head_dim=64) == [(4, 32, None)] * 2
+    # Falcon: one KV head with multi_query, the query heads without, num_kv_heads with the new
+    # decoder architecture; no window; the json reader names a missing flag
+    falcon = {"new_decoder_architecture": False, "multi_query": True, "sliding_window": 128}
+    assert _rows("FalconForCausalLM", "falcon", **falcon) == [(1, 32, None)] * 2
+    assert _rows("FalconForCausalLM", "falcon", **{**falcon, "multi_query": False}) == [(8, 32, None)] * 2
+    new = {**falcon, "new_decoder_architecture": True, "num_kv_heads": 4}
+    assert _rows("FalconForCausalLM", "falcon", tp=2, **new) == [(2, 32, None)] * 2
+    with pytest.raises(SpecError, match="multi_query"):
+        _rows("FalconForCausalLM", "falcon", **{**falcon, "multi_query": None})
+    # ChatGLM: multi_query_group_num with multi_query_attention, else the query heads
+    glm = {"multi_query_attention": True, "multi_query_group_num": 2, "num_key_value_heads": None}
+    assert _rows("ChatGLMModel", "chatglm", **glm) == [(2, 32, None)] * 2
+    assert _rows("ChatGLMModel", "chatglm", **{**glm, "multi_query_attention": False}) == [(8, 32, None)] * 2
+    # Qwen2-MoE: head_dim ignored; a window only with use_sliding_window (its config class drops it)
+    assert _rows("Qwen2MoeForCausalLM", "qwen2_moe", head_dim=64) == [(2, 32, None)] * 2
+    q2 = {"sliding_window": 128, "use_sliding_window": True}
+    assert _rows("Qwen2MoeForCausalLM", "qwen2_moe", **q2) == [(2, 32, 128)] * 2
+    off = {**q2, "use_sliding_window": False}
+    assert _rows("Qwen2MoeForCausalLM", "qwen2_moe", **off) == [(2, 32, None)] * 2
+    with pytest.raises(SpecError, match="use_sliding_window"):
+        _rows("Qwen2MoeForCausalLM", "qwen2_moe", sliding_window=128)
+    # Cohere 2: a sliding layer's window is one larger; read as written it must name its layer_types
+    types = {"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"]}
+    assert _rows("Cohere2ForCausalLM", "cohere2", **types) == [(2, 32, 129), (2, 32, None)]
+    with pytest.raises(SpecError, match="layer_types"):
+        _rows("Cohere2ForCausalLM", "cohere2", sliding_window=128)
+    # PhiMoE: the engine's one window (no per-layer window): mixed layer_types leave every layer full
+    assert _rows("PhiMoEForCausalLM", "phimoe", **types) == [(2, 32, None)] * 2
+    # GraniteMoE-Shared: per-layer windows, head_dim ignored
+    assert _rows("GraniteMoeSharedForCausalLM", "granitemoeshared", head_dim=64, **types) == [
+        (2, 32, 128),
+        (2, 32, None),
+    ]
+
+
+def test_transformers_reader_takes_the_config_class_aliases() -> None:
+    """GPT-2's published config names n_head, n_embd, n_layer: read through GPT2Config, its
+    attribute_map gives vLLM's num_attention_heads etc.; read as written the field is missing."""
+    gpt2 = {"n_head": 12, "n_embd": 768, "n_layer": 3, "torch_dtype": "float16"}
+    base = {k: None for k in _BASE}
+    assert _rows("GPT2LMHeadModel", "gpt2", reader="transformers", **{**base, **gpt2}) == [(12, 64, None)] * 3
+    with pytest.raises(SpecError, match=r"config\.num_hidden_layers = None: missing"):
+        _rows("GPT2LMHeadModel", "gpt2", **{**base, **gpt2})
 
 
 # --------------------------------------------------------------------------- the vLLM side
@@ -266,8 +445,13 @@ def _driver() -> None:
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # vLLM's prints stay off the answer
     import torch
-    from vllm.config import CacheConfig, ModelConfig, VllmConfig, set_current_vllm_config
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.config import CacheConfig, ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import (
+        get_tensor_model_parallel_world_size,
+        get_tp_group,
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.model_executor.models.registry import ModelRegistry
 
@@ -276,8 +460,18 @@ def _driver() -> None:
             world_size=1, rank=0, distributed_init_method="tcp://127.0.0.1:0", local_rank=0, backend="gloo"
         )
         initialize_model_parallel(1, 1)
+    from transformers import CONFIG_MAPPING, AutoConfig, PretrainedConfig
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    for mt in sorted({c["model_type"] for c in cases.values()}):
+        if mt.startswith(STAND_IN):  # a remote-code config class: the fields as written
+            AutoConfig.register(mt, type(f"StandIn_{mt}", (PretrainedConfig,), {"model_type": mt}))
+        elif mt not in CONFIG_MAPPING and mt not in _CONFIG_REGISTRY:
+            raise AssertionError(f"model_type {mt!r} has no config class in transformers or vLLM")
     out: dict[str, Any] = {}
     for case_id, config in cases.items():
+        print(f"kvlayout-case {case_id}", file=sys.stderr, flush=True)
+        tp = config.pop(TP_KEY, 1)
         d = tempfile.mkdtemp()
         Path(d, "config.json").write_text(json.dumps(config))
         try:
@@ -291,9 +485,15 @@ def _driver() -> None:
                 )
                 cache = CacheConfig(block_size=16, sliding_window=window)
                 vc = VllmConfig(model_config=mc, cache_config=cache)
-                with set_current_vllm_config(vc), torch.device("cpu"):
-                    cls, _ = ModelRegistry.resolve_model_cls(config["architectures"], mc)
-                    model = cls(vllm_config=vc, prefix="")
+                group = get_tp_group()
+                group.world_size = tp  # stub: one rank of tp N (construction only reads the size)
+                try:
+                    assert get_tensor_model_parallel_world_size() == tp and group.rank_in_group == 0
+                    with set_current_vllm_config(vc), torch.device("cpu"):
+                        cls, _ = ModelRegistry.resolve_model_cls(config["architectures"], mc)
+                        model = cls(vllm_config=vc, prefix="")
+                finally:
+                    group.world_size = 1
             layers = []
             for name, mod in model.named_modules():
                 if isinstance(mod, AttentionLayerBase):
@@ -303,7 +503,13 @@ def _driver() -> None:
                         name, type(s).__name__, *(getattr(s, f, None) for f in fields),
                         str(getattr(s, "dtype", None)),
                     ])  # not the block size: the CPU backend's (CUDA's: tests/test_models_backends.py)
-            out[case_id] = {"layers": layers}
+            tp_heads = {  # KV heads per rank at tp > 1: ModelConfig's rule (no model built at tp > 1)
+                str(t): mc.get_num_kv_heads(
+                    ParallelConfig(tensor_parallel_size=t, distributed_executor_backend="mp")
+                )
+                for t in TPS
+            }
+            out[case_id] = {"layers": layers, "tp_kv_heads": tp_heads}
         except Exception as e:  # noqa: BLE001  # recorded as the architecture's refusal
             out[case_id] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
     real_stdout.write(json.dumps(out) + "\n")

@@ -21,13 +21,25 @@
   else none. ``generic_sw`` (kind ``sliding-window``): ``layer_types`` when written (a layer slides
   iff ``sliding_attention``), else every layer slides when ``sliding_window`` is set. Layer names
   as vLLM's model makes them (the table records the prefix and tail).
+- Named variations of the generic rules (:data:`VARIATIONS`, one row per architecture, each shown by
+  the same construction): KV heads from another source (Bloom, OPT, GPT-2, GPT-J: the query heads,
+  ``num_key_value_heads`` ignored; Falcon: ``num_kv_heads`` with ``new_decoder_architecture``, else
+  one with ``multi_query``, else the query heads; ChatGLM: ``multi_query_group_num`` with
+  ``multi_query_attention``, else the query heads); ``head_dim`` ignored (head size
+  ``hidden_size // num_attention_heads``: those but Falcon, and Qwen2-MoE, OLMoE, StableLM,
+  GraniteMoE, InternLM2, Orion, MiniCPM); windows: none at all (Falcon), the engine's one
+  where the registry saw a per-layer one (Cohere, PhiMoE), per layer where it saw none
+  (GraniteMoE-Shared), only with ``use_sliding_window`` true (Qwen2-MoE), one larger (Cohere 2:
+  ``sliding_window + 1``, a layer sees ``[pos - window, pos]``); ``layer_types`` required from a
+  config read as written where the config class derives it (Cohere 2, AFMoE, EXAONE 4 and MoE,
+  Granite-SWA).
 - Layers are named ``model.layers.{i}.self_attn.attn`` (GPT-OSS: ``attn.attn``), under
   ``language_model.`` for a ``...ForConditionalGeneration`` model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import spec_error
@@ -41,23 +53,84 @@ GENERIC_FAMILIES = ("generic", "generic_sw")
 
 
 @dataclass(frozen=True)
+class Variation:
+    """How one architecture's vLLM model departs from the generic rules (module docstring)."""
+
+    kv_heads: str = ""  # "": the generic fields; "heads": the query heads (KV fields ignored); "falcon",
+    # "chatglm": their attention classes' rules
+    head_dim: bool = True  # False: a written head_dim is ignored (hidden_size // num_attention_heads)
+    window: str = ""  # "": the registry kind's; "engine": the engine's one; "layer": per layer; "none"
+    window_flag: str = ""  # a window counts only when this field is true (the config class drops it)
+    window_offset: int = 0  # added to sliding_window
+    layer_types: bool = False  # True: a config read as written must name its layer_types
+
+
+#: architecture -> its variation of the generic rules (tests/test_models_generic.py shows each one)
+VARIATIONS: Mapping[str, Variation] = {
+    "BloomForCausalLM": Variation(kv_heads="heads", head_dim=False),
+    "OPTForCausalLM": Variation(kv_heads="heads", head_dim=False),
+    "GPT2LMHeadModel": Variation(kv_heads="heads", head_dim=False),
+    "GPTJForCausalLM": Variation(kv_heads="heads", head_dim=False),
+    "FalconForCausalLM": Variation(kv_heads="falcon", window="none"),
+    "ChatGLMModel": Variation(kv_heads="chatglm", head_dim=False),
+    "ChatGLMForConditionalGeneration": Variation(kv_heads="chatglm", head_dim=False),
+    "MiniCPMForCausalLM": Variation(head_dim=False),
+    "Qwen2MoeForCausalLM": Variation(head_dim=False, window_flag="use_sliding_window"),
+    "OlmoeForCausalLM": Variation(head_dim=False),
+    "StableLmForCausalLM": Variation(head_dim=False),
+    "GraniteMoeForCausalLM": Variation(head_dim=False),
+    "GraniteMoeSharedForCausalLM": Variation(head_dim=False, window="layer"),
+    "InternLM2ForCausalLM": Variation(head_dim=False),
+    "OrionForCausalLM": Variation(head_dim=False),
+    "CohereForCausalLM": Variation(window="engine"),
+    "PhiMoEForCausalLM": Variation(window="engine"),
+    "Cohere2ForCausalLM": Variation(window_offset=1, layer_types=True),
+    "Cohere2MoeForCausalLM": Variation(window_offset=1, layer_types=True),
+    "AfmoeForCausalLM": Variation(layer_types=True),
+    "Exaone4ForCausalLM": Variation(layer_types=True),
+    "ExaoneMoEForCausalLM": Variation(layer_types=True),
+    "ExaoneMoeForCausalLM": Variation(layer_types=True),
+    "GraniteSWAForCausalLM": Variation(layer_types=True),
+}
+NO_VARIATION = Variation()
+
+
+@dataclass(frozen=True)
 class Attention:
     heads: int  # query heads (total)
     kv_heads: int  # KV heads per rank
     head_size: int
 
 
-def read_attention(cfg: Config, tp: int, *, head_keys: Sequence[str] = ("head_dim",)) -> Attention:
+def _kv_total(cfg: Config, heads: int, how: str) -> tuple[int, str]:
+    """The total KV heads and the field they came from, by the generic fields or variation ``how``."""
+    if how == "heads":
+        return heads, "num_attention_heads"
+    if how == "chatglm":  # vLLM's GLMAttention
+        if cfg.req_bool("multi_query_attention", "ChatGLM's KV heads depend on it"):
+            return cfg.req_int("multi_query_group_num", "the KV heads with multi_query_attention"), (
+                "multi_query_group_num"
+            )
+        return heads, "num_attention_heads"
+    if how == "falcon":  # vLLM's FalconAttention
+        if cfg.req_bool("new_decoder_architecture", "Falcon's KV heads depend on it"):
+            return cfg.req_int("num_kv_heads", "the KV heads of the new decoder architecture"), "num_kv_heads"
+        if cfg.req_bool("multi_query", "Falcon has one KV head with multi_query"):
+            return 1, "multi_query"
+        return heads, "num_attention_heads"
+    for key in ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num"):
+        if cfg.has(key):
+            return cfg.req_int(key, ""), key
+    return heads, "num_attention_heads"
+
+
+def read_attention(
+    cfg: Config, tp: int, *, head_keys: Sequence[str] = ("head_dim",), variation: Variation = NO_VARIATION
+) -> Attention:
     heads = cfg.req_int("num_attention_heads", "the query heads")
     if heads % tp:
         raise spec_error(cfg.field("num_attention_heads"), heads, f"not divisible by tp = {tp}")
-    total = None
-    for key in ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num"):
-        if cfg.has(key):
-            total, kv_key = cfg.req_int(key, ""), key
-            break
-    if total is None:
-        total, kv_key = heads, "num_attention_heads"
+    total, kv_key = _kv_total(cfg, heads, variation.kv_heads)
     if total >= tp and total % tp:
         raise spec_error(cfg.field(kv_key), total, f"not divisible by tp = {tp}")
     if total < tp and tp % total:
@@ -65,7 +138,7 @@ def read_attention(cfg: Config, tp: int, *, head_keys: Sequence[str] = ("head_di
             cfg.field(kv_key), total, f"tp = {tp} is not a multiple of it (KV heads are replicated)"
         )
     head_size = None
-    for key in head_keys:
+    for key in head_keys if variation.head_dim else ():
         if cfg.has(key):
             head_size = cfg.req_int(key, "")
             break
@@ -82,8 +155,17 @@ def token_bytes(att: Attention, kv_dtype: str) -> int:
     return 2 * att.kv_heads * att.head_size * DTYPE_SIZES[kv_dtype]
 
 
-def layer_types(cfg: Config, family: str, n: int) -> list[str]:
+def layer_types(cfg: Config, family: str, n: int, variation: Variation = NO_VARIATION) -> list[str]:
     """``"full"`` or ``"sliding"`` per layer, by the family's rule (module docstring)."""
+    if family in GENERIC_FAMILIES:
+        if variation.window == "none":
+            return ["full"] * n
+        family = {"engine": "generic", "layer": "generic_sw"}.get(variation.window, family)
+        if variation.layer_types and not cfg.has("layer_types"):
+            raise cfg.missing("layer_types", "this model's config class derives which layers slide")
+        flag = variation.window_flag
+        if flag and cfg.has("sliding_window") and not cfg.req_bool(flag, "the window counts only when true"):
+            return ["full"] * n
     if family in ("qwen2", "qwen3"):
         return _qwen2_types(cfg, n)
     if family == "generic":  # the engine's one window, on every layer
@@ -151,14 +233,18 @@ def _written_or_family_types(cfg: Config, family: str, n: int) -> list[str]:
 
 def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
-    att = read_attention(c.cfg, c.tp)
+    arch = c.top.data["architectures"][0]
+    var = VARIATIONS.get(arch, NO_VARIATION) if c.family in GENERIC_FAMILIES else NO_VARIATION
+    att = read_attention(c.cfg, c.tp, variation=var)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     bs = c.block(c.backend(mla=False).block_size)
-    types = layer_types(c.cfg, c.family, n)
-    window = c.cfg.req_int("sliding_window", "the window of the sliding layers") if "sliding" in types else 0
+    types = layer_types(c.cfg, c.family, n, var)
+    window = 0
+    if "sliding" in types:
+        window = c.cfg.req_int("sliding_window", "the window of the sliding layers") + var.window_offset
     tail = "attn.attn" if c.family == "gpt_oss" else "self_attn.attn"
     if c.family in GENERIC_FAMILIES:
-        tail = GENERIC_ATTENTION[c.top.data["architectures"][0]][1]
+        tail = GENERIC_ATTENTION[arch][1]
     bucket: dict[str, list[LayerSpec]] = {}
     for i, t in enumerate(types):
         name = c.name(i, tail)

@@ -121,6 +121,7 @@ READERS = ("json", "transformers")
 def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[str, Any]:
     """``data`` as transformers' config class for its ``model_type`` makes it (vLLM's ``get_config``):
     its defaults filled in, ``text_config`` nested and completed, derived fields (``layer_types``)
+    and the class's ``attribute_map`` aliases (``num_attention_heads`` for GPT-2's ``n_head``)
     written. Needs the ``models`` extra (transformers, the version vLLM 0.33 pins); a model type
     transformers does not know is read as written, with a note."""
     try:
@@ -137,11 +138,17 @@ def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[s
         n = cfg.get("num_hidden_layers") if isinstance(cfg, Mapping) else None
         if is_int(n) and not 0 <= int(n) <= MAX_CONFIG_LAYERS:  # type: ignore[arg-type]  # per-layer lists
             raise spec_error(f"{where}.num_hidden_layers", n, f"must be between 0 and {MAX_CONFIG_LAYERS:,}")
+    cls = CONFIG_MAPPING[model_type]
     try:
-        out = CONFIG_MAPPING[model_type].from_dict(dict(data)).to_dict()
+        out = cls.from_dict(dict(data)).to_dict()
     except Exception as e:  # transformers refuses the config: its message names the field
         raise spec_error("config", model_type, f"transformers refuses it: {type(e).__name__}: {e}") from e
-    notes.append(f"read through transformers' {CONFIG_MAPPING[model_type].__name__}")
+    notes.append(f"read through transformers' {cls.__name__}")
+    # the class's aliases, as vLLM reads them (GPT-2's num_attention_heads is its n_head)
+    aliases = getattr(cls, "attribute_map", None)
+    for alias, target in aliases.items() if isinstance(aliases, Mapping) else ():
+        if out.get(alias) is None and isinstance(alias, str) and isinstance(target, str) and target in out:
+            out[alias] = out[target]
     return _keep_written(out, data)
 
 

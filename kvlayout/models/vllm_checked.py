@@ -8,170 +8,109 @@ from collections.abc import Mapping
 
 #: architecture -> (layer-name prefix, tail): layer i is ``{prefix}.{i}.{tail}``
 GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
+    'AfmoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'ApertusForCausalLM': ('model.layers', 'self_attn.attn'),
+    'BloomForCausalLM': ('transformer.h', 'self_attention.attn'),
+    'ChatGLMForConditionalGeneration': ('transformer.encoder.layers', 'self_attention.attn'),
+    'ChatGLMModel': ('transformer.encoder.layers', 'self_attention.attn'),
+    'Cohere2ForCausalLM': ('model.layers', 'self_attn.attn'),
+    'Cohere2MoeForCausalLM': ('model.layers', 'self_attn.attn'),
+    'CohereForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ernie4_5ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ernie4_5_MoeForCausalLM': ('model.layers', 'self_attn.attn'),
+    'Exaone4ForCausalLM': ('model.layers', 'self_attn.attn'),
+    'ExaoneForCausalLM': ('transformer.h', 'attn.attention.attn'),
+    'ExaoneMoEForCausalLM': ('model.layers', 'self_attn.attn'),
+    'ExaoneMoeForCausalLM': ('model.layers', 'self_attn.attn'),
+    'FalconForCausalLM': ('transformer.h', 'self_attention.attn'),
+    'GPT2LMHeadModel': ('transformer.h', 'attn.attn'),
+    'GPTJForCausalLM': ('transformer.h', 'attn.attn'),
     'GemmaForCausalLM': ('model.layers', 'self_attn.attn'),
     'Glm4ForCausalLM': ('model.layers', 'self_attn.attn'),
+    'Glm4MoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'GraniteForCausalLM': ('model.layers', 'self_attn.attn'),
+    'GraniteMoeForCausalLM': ('model.layers', 'self_attn.attn'),
+    'GraniteMoeSharedForCausalLM': ('model.layers', 'self_attn.attn'),
+    'GraniteSWAForCausalLM': ('model.layers', 'self_attn.attn'),
+    'HYV3ForCausalLM': ('model.layers', 'self_attn.attn'),
     'HyperCLOVAXForCausalLM': ('model.layers', 'self_attn.attn'),
+    'IQuestCoderForCausalLM': ('model.layers', 'self_attn.attn'),
+    'InternLM2ForCausalLM': ('model.layers', 'attention.attn'),
+    'InternLM3ForCausalLM': ('model.layers', 'self_attn.attn'),
+    'LLaMAForCausalLM': ('model.layers', 'self_attn.attn'),
+    'MiniCPMForCausalLM': ('model.layers', 'self_attn.attn'),
+    'MiniMaxM2ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ministral3ForCausalLM': ('model.layers', 'self_attn.attn'),
     'MixtralForCausalLM': ('model.layers', 'self_attn.attn'),
     'NemotronForCausalLM': ('model.layers', 'self_attn.attn'),
+    'OPTForCausalLM': ('model.decoder.layers', 'self_attn.attn'),
+    'OlmoeForCausalLM': ('model.layers', 'self_attn.attn'),
+    'OrionForCausalLM': ('model.layers', 'self_attn.attn'),
+    'Param2MoEForCausalLM': ('model.layers', 'self_attn.attn'),
+    'PhiMoEForCausalLM': ('model.layers', 'self_attn.attn'),
+    'Qwen2MoeForCausalLM': ('model.layers', 'self_attn.attn'),
+    'SolarForCausalLM': ('model.layers', 'self_attn.attn'),
+    'StableLmForCausalLM': ('model.layers', 'self_attn.attn'),
+    'TeleChat3ForCausalLM': ('model.layers', 'self_attn.attn'),
+    'TeleFLMForCausalLM': ('model.layers', 'self_attn.attn'),
 }
 #: architecture -> why the generic rules are not taken for it
 NOT_GENERIC: Mapping[str, str] = {
-    'AfmoeForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'AfmoeConfig' object "
-        "has no attribute 'score_func'"
-    ),
     'BailingMoeForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_bailingmoeforcausallm' object has no attribute 'norm_topk_prob'"
     ),
     'BailingMoeV2ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_bailingmoev2forcausallm' object has no attribute 'norm_topk_prob'"
     ),
     'BeamForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers): vLLM "
+        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
         "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 4096, 'torch.bfloat16'], generic"
         " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 128, 128, 512, 'torch.bfloat16'] (name,"
         " kind, KV heads, head size, V, window, dtype)"
-    ),
-    'BloomForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers): vLLM "
-        "['transformer.h.0.self_attention.attn', 'FullAttentionSpec', 8, 32, 32, None, 'torch.bfloat16'], "
-        "generic ['transformer.h.0.self_attention.attn', 'FullAttentionSpec', 2, 32, 32, None, "
-        "'torch.bfloat16'] (name, kind, KV heads, head size, V, window, dtype)"
-    ),
-    'ChatGLMForConditionalGeneration': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'ChatGLMModel': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'Cohere2ForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers): vLLM "
-        "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 4097, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 4096, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
-    'Cohere2MoeForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers): vLLM "
-        "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 128, 128, 4097, 'torch.bfloat16'], "
-        "generic ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 128, 128, 4096, "
-        "'torch.bfloat16'] (name, kind, KV heads, head size, V, window, dtype)"
-    ),
-    'CohereForCausalLM': (
-        "vLLM's layers differ from the generic rules (layer_types, reader transformers): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 128, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
     ),
     'DbrxForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'DbrxAttentionConfig' "
         "object has no attribute 'rope_theta'"
     ),
     'DeciLMForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_decilmforcausallm' object has no attribute 'block_configs'"
     ),
     'DomynEdgeForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_domynedgeforcausallm' object has no attribute 'window_sizes'"
     ),
     'DoryForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'Exaone4ForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader json): vLLM "
-        "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 4096, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
-    'ExaoneForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'ExaoneMoEForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'ExaoneMoeForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader json): vLLM "
-        "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 4096, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
-    'FalconForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers): vLLM "
-        "['transformer.h.0.self_attention.attn', 'FullAttentionSpec', 1, 32, 32, None, 'torch.bfloat16'], "
-        "generic ['transformer.h.0.self_attention.attn', 'FullAttentionSpec', 8, 32, 32, None, "
-        "'torch.bfloat16'] (name, kind, KV heads, head size, V, window, dtype)"
+        "its attention layers are not one per decoder layer under one name (defaults: "
+        "['backbone.layers.0.mixer.attn.0'])"
     ),
     'FlintForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'GPT2LMHeadModel': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: '_OpNamespace' '_C' "
-        "object has no attribute 'gelu_new'"
-    ),
-    'GPTJForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: ValueError: partial_rotary_factor=2.0 "
-        "must be between 0.0 and 1.0"
+        "vLLM's construction of a 2-layer config (defaults) failed: ModuleNotFoundError: No module named "
+        "'flashinfer'"
     ),
     'Gemma3nForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader json): vLLM "
+        "vLLM's layers differ from the generic rules (head_dim, reader json, tp 1): vLLM "
         "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 512, 'torch.bfloat16'], generic "
         "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
         "kind, KV heads, head size, V, window, dtype)"
     ),
     'Gemma4ForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers): vLLM "
+        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
         "['model.layers.1.self_attn.attn', 'FullAttentionSpec', 2, 512, 512, None, 'torch.bfloat16'], "
         "generic ['model.layers.1.self_attn.attn', 'FullAttentionSpec', 2, 256, 256, None, "
         "'torch.bfloat16'] (name, kind, KV heads, head size, V, window, dtype)"
     ),
-    'Glm4MoeForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'Glm4MoeConfig' object "
-        "has no attribute 'head_dim'"
-    ),
-    'GraniteMoeForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader transformers): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
     'GraniteMoeSWAForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers): vLLM "
+        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
         "['model.layers.1.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 128, 'torch.bfloat16'], generic "
         "['model.layers.1.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'] (name, "
         "kind, KV heads, head size, V, window, dtype)"
     ),
-    'GraniteMoeSharedForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader transformers): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
-    'GraniteSWAForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader json): vLLM "
-        "['model.layers.1.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 128, 'torch.bfloat16'], generic "
-        "['model.layers.1.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
     'HCXVisionV2ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'HYV3ForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: ValueError: first_k_dense_replace not "
-        "exist,please check config"
+        "vLLM's construction of a 2-layer config (defaults) failed: ValidationError: 1 validation error for"
+        " ModelConfig"
     ),
     'HrmTextForCausalLM': (
         "its attention layers are not one per decoder layer under one name (defaults: "
@@ -179,13 +118,10 @@ NOT_GENERIC: Mapping[str, str] = {
         "'model.L_module.layers.0.self_attn.attn_per_step.1', "
         "'model.L_module.layers.0.self_attn.attn_per_step.2'])"
     ),
-    'IQuestCoderForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
     'IQuestLoopCoderForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "its attention layers are not one per decoder layer under one name (defaults: "
+        "['model.layers.0.self_attn.attn.0', 'model.layers.0.self_attn.attn.1', "
+        "'model.layers.1.self_attn.attn.0'])"
     ),
     'InklingForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'InklingTextConfig' "
@@ -195,24 +131,12 @@ NOT_GENERIC: Mapping[str, str] = {
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: property 'hidden_size' "
         "of 'InklingMMConfig' object has no setter"
     ),
-    'InternLM2ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'InternLM3ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
     'K2HorizonForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'LLaMAForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_k2horizonforcausallm' object has no attribute 'decoder_sparse_step'"
     ),
     'LagunaForCausalLM': (
-        "vLLM's layers differ from the generic rules (window, reader json): vLLM "
+        "vLLM's layers differ from the generic rules (window, reader json, tp 1): vLLM "
         "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'], generic"
         " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 128, 'torch.bfloat16'] (name, "
         "kind, KV heads, head size, V, window, dtype)"
@@ -222,113 +146,64 @@ NOT_GENERIC: Mapping[str, str] = {
         "has no attribute 'no_rope_layers'"
     ),
     'LongcatFlashNgramForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'LongcatFlashConfig' "
+        "object has no attribute 'mla_scale_q_lora'"
     ),
     'MiMoForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's layers differ from the generic rules (head_dim, reader transformers, tp 1): vLLM "
+        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'], generic"
+        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
+        "kind, KV heads, head size, V, window, dtype)"
     ),
     'MiMoV2FlashForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'MiMoV2FlashConfig' "
-        "object has no attribute 'hybrid_layer_pattern'"
+        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
+        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 192, 128, None, 'torch.bfloat16'], "
+        "generic ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 192, 192, None, "
+        "'torch.bfloat16'] (name, kind, KV heads, head size, V, window, dtype)"
     ),
     'MiMoV2ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's layers differ from the generic rules (layer_types, reader transformers, tp 1): vLLM "
+        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'], generic"
+        " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 128, 'torch.bfloat16'] (name, "
+        "kind, KV heads, head size, V, window, dtype)"
     ),
     'MiniCPM3ForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers): vLLM "
+        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
         "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 8, 96, 96, None, 'torch.bfloat16'], generic"
         " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'] (name, "
         "kind, KV heads, head size, V, window, dtype)"
     ),
-    'MiniCPMForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'MiniMaxM2ForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'MiniMaxM2Config' "
-        "object has no attribute 'rotary_dim'"
-    ),
     'MuseGlimmerForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'OPTForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers): vLLM "
-        "['model.decoder.layers.0.self_attn.attn', 'FullAttentionSpec', 8, 32, 32, None, 'torch.bfloat16'],"
-        " generic ['model.decoder.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, "
-        "'torch.bfloat16'] (name, kind, KV heads, head size, V, window, dtype)"
-    ),
-    'OlmoeForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader transformers): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
-    'OrionForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'Param2MoEForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'PhiMoEForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "its attention layers are not one per decoder layer under one name (defaults: "
+        "['model.layers.0.self_attn.attn', 'model.layers.1.self_attn.attn', "
+        "'model.layers.2.self_attn.attn'])"
     ),
     'Plamo3ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'Qwen2MoeForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader transformers): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_plamo3forcausallm' object has no attribute 'interleaved_sliding_window'"
     ),
     'Rnj1ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'SolarForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'StableLmForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader transformers): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
+        "vLLM's construction of a 2-layer config (defaults) failed: TypeError: "
+        "CPUAttentionBackendImpl.__init__() got an unexpected keyword argument 'chunk_lookback'"
     ),
     'Step1ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: ValueError: use_alibi_sqrt is not "
+        "supported by backend CPU_ATTN."
     ),
     'Step3TextForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'tuple' object has no "
+        "attribute 'strip'"
     ),
     'Step3p5ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: AssertionError: Router logits must use "
+        "FP32 precision for numerical stability."
     ),
     'Step5ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: ValidationError: 1 validation error for"
+        " ModelConfig"
     ),
     'TeleChat2ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'TeleChat3ForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
-    ),
-    'TeleFLMForCausalLM': (
-        "no transformers config class names it (its config needs vLLM's own config class or remote code), "
-        "so the harness builds no config for it"
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_telechat2forcausallm' object has no attribute 'n_layer'"
     ),
 }
