@@ -171,6 +171,7 @@ def test_short_axes_one_line() -> None:
     assert C._short("abcdef", 3) == "abc...(6 characters)" and C._short("abc", 3) == "abc"
     assert C._axes(None) == () and C._axes("") == () and C._axes(" dp, ,tp ,") == ("dp", "tp")
     assert C._one_line("a\nb\x1b[2Jc\té") == "a\\nb\\x1b[2Jc\\té"
+    assert C._one_line("C:\\x 'q' \"d\" é") == "C:\\x 'q' \"d\" é"  # printable characters stay as they are
 
 
 def test_host_and_report_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -470,6 +471,8 @@ def test_zero_bounds_before_any_buffer(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setattr(C, "MAX_HOST_BYTES", 8191)
     msg = bad(capsys, "zero", spec, "--blocks", "0", "--backend", "reference")
     assert msg.startswith("total_bytes = 8192 B: above the 8191 B")
+    msg = bad(capsys, "zero", spec, "--blocks", "0", "--group", "nope", "--backend", "reference")
+    assert msg.startswith("group = 'nope'")  # an unknown group is named before the pool's size
     monkeypatch.setattr(C, "MAX_HOST_BYTES", 8192)
     assert cli(capsys, "zero", spec, "--blocks", "0", "--backend", "reference")[0] == 0
     # 2 groups; zeroing group h of ids 0 and 2 makes 2 ranges, of every group 4 (the group's bound counts)
@@ -709,6 +712,7 @@ def test_plot_out_path_rules(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
         assert (e.field, e.value) == ("out", text)
     e = usage(C._plot_path, str(tmp_path / "loop.png"))
     assert str(e).startswith(f"--out {C._short(str(tmp_path / 'loop.png'))!r}: ") and e.field == "out"
+    assert e.value == str(tmp_path / "loop.png")
     assert "loop" in str(e).split(": ", 1)[1].lower() or "link" in str(e).split(": ", 1)[1].lower()
     e = usage(C._plot_path, long + ".txt")
     assert str(e).startswith(f"--out {C._short(long + '.txt')!r}: ")
@@ -724,6 +728,7 @@ def test_plot_out_path_rules(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
         if refused:
             e = usage(C._plot_path, str(path))
             assert str(e) == f"--out {C._short(str(path))!r}: not writable" and e.field == "out"
+            assert e.value == str(path)
         else:
             assert C._plot_path(str(path)) == path
     monkeypatch.setattr(os, "access", lambda p, mode: mode == os.W_OK or real(p, mode))
@@ -787,7 +792,8 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Fig]:
     return figs
 
 
-def test_plot_draws_each_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str], drawn: list[Fig]) -> None:
+def test_plot_draws_each_kind(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str], drawn: list[Fig]) -> None:
     d = spec_dict(num_blocks=8)
     spec = write(tmp_path, "small.json", d)
     ks = K.KVCacheSpec.from_dict(d)
@@ -822,7 +828,10 @@ def test_plot_draws_each_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     f = plot(spec, "--kind", "map", "--compare", "tp=2")
     assert f.args[2] == ("small.json", "small.json with tp=2") and f.args[3] is None
     f = plot("--config", LLAMA, "--num-blocks", "4")
-    assert f.kind == "byte_map" and f.kw == {"title": "llama"}
+    assert f.kind == "byte_map" and f.kw == {"title": "llama"}  # the config's folder names the model
+    monkeypatch.chdir(Path(LLAMA).parent)
+    f = plot("--config", "config.json", "--num-blocks", "4")
+    assert f.kw == {"title": "config"}  # a config in the current folder
     # diff: the reference run on a poisoned buffer, ids 0 unless given
     from kvlayout.reference import poison_pattern
 
@@ -875,6 +884,10 @@ def test_plot_refusals(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: 
     msg = bad(capsys, "plot", spec, "--blocks", "8", "--out", png)
     assert msg == "--blocks item '8': block 8 outside [0, 8)"
     assert bad(capsys, "plot", spec, "--out", str(tmp_path / "x.txt")).startswith("--out ")
+    for text in ("{", ""):  # a table file that is not JSON: TableError, naming the "table file"
+        msg = bad(capsys, "plot", "--table", write(tmp_path, "bad.json", text), "--out", png)
+        assert msg.startswith("table file"), msg
+    assert bad(capsys, "plot", "--table", str(tmp_path / "none.json"), "--out", png).startswith("table file")
     # the byte-map size limit counts the spec and its variant, for maps only
     monkeypatch.setattr(C, "MAX_PLOT_LAYERS", 4)
     assert cli(capsys, "plot", "--preset", "dsv4-test", "--out", png)[0] == 0
@@ -920,6 +933,8 @@ def test_plot_without_matplotlib_or_a_disk(monkeypatch: pytest.MonkeyPatch, tmp_
                        (OSError("disk gone"), "disk gone")):
         monkeypatch.setattr(V, "byte_map", lambda *a, e=err, **k: Fig("byte_map", a, k, error=e))
         assert bad(capsys, "plot", spec, "--out", png) == f"--out {C._short(png)!r}: {shown}"
+        e = usage(C.cmd_plot, C.build_parser().parse_args(["plot", spec, "--out", png]))
+        assert (e.field, e.value) == ("out", png)
     import sys
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
