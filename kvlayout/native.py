@@ -367,7 +367,11 @@ def zero_native_numpy(
 
 def _per_array(field: str, v: Any) -> list[Any]:
     """``v`` as a list of one entry per array: a sequence, never a string (it would split into characters)."""
-    if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, np.ndarray)):
+    if (
+        isinstance(v, (str, bytes))
+        or not isinstance(v, (Sequence, np.ndarray))
+        or (isinstance(v, np.ndarray) and v.ndim != 1)  # a 0-d array cannot be iterated
+    ):
         raise spec_error(field, v, "must be a list with one entry per array")
     return list(v)
 

@@ -91,3 +91,16 @@ def test_one_shot_grid_product_fits_int32(monkeypatch: pytest.MonkeyPatch) -> No
                 assert grid[0] <= INT32_MAX and (len(grid) == 1 or grid[1] <= 65535), (n, grid)
             # the one-shot grid is still taken while its product fits (65,520 * 32,776 < 2**31)
             assert (spy.grids[0] == (units, n)) is (small and n <= 65_520), (programs, n, spy.grids)
+
+
+def test_per_array_arguments_refuse_a_0d_array() -> None:
+    """``spec_from_arrays``' names, groups and zeroed as a 0-d NumPy array: a SpecError naming the
+    field (was a raw ``TypeError: iteration over a 0-d array``); 1-D arrays are still lists."""
+    np = pytest.importorskip("numpy")
+    arrays = [np.zeros((4, 16), np.float32), np.zeros((4, 16), np.float32)]
+    for field, value in (("names", np.array("kv")), ("groups", np.array("g")), ("zeroed", np.array(True))):
+        with pytest.raises(K.SpecError, match=f"^{field} = .*one entry per array") as e:
+            K.spec_from_arrays(arrays, **{field: value})
+        assert e.value.field == field
+    spec = K.spec_from_arrays(arrays, names=np.array(["k", "v"]), groups=np.array(["g", "g"]))
+    assert [leaf.name for leaf in spec.leaves] == ["k", "v"]
