@@ -219,6 +219,10 @@ def test_spec_sources_are_exclusive_and_model_flags_need_a_config(
         e = usage(C._load_spec, C.build_parser().parse_args(["plan", "--config", GPT_OSS, *extra]))
         assert (e.field, e.value) == ("config", GPT_OSS)
     assert bad(capsys, "plan") == "missing SPEC.json (or --preset NAME)"
+    for text in ("{", ""):  # a spec file that is not JSON: SpecError, naming the "spec file"
+        msg = bad(capsys, "plan", write(tmp_path, "bad.json", text))
+        assert msg.startswith("spec file"), msg
+    assert bad(capsys, "check", str(tmp_path / "none.json")).startswith("spec file")
     e = usage(C._load_spec, C.build_parser().parse_args(["check"]))
     assert (e.field, e.value) == ("spec", None)
 
