@@ -104,3 +104,26 @@ def test_per_array_arguments_refuse_a_0d_array() -> None:
         assert e.value.field == field
     spec = K.spec_from_arrays(arrays, names=np.array(["k", "v"]), groups=np.array(["g", "g"]))
     assert [leaf.name for leaf in spec.leaves] == ["k", "v"]
+
+
+def test_conflicting_kv_head_fields_are_refused() -> None:
+    """A config writing ``num_kv_heads`` (or ``n_head_kv``) next to a different ``num_key_value_heads``:
+    vLLM 0.33's Llama layers take ``num_key_value_heads`` (8 heads: checked by building the model, the
+    test_models_generic driver) while ModelConfig takes the first alias; kvlayout planned 1 head, an
+    eighth of each page. Refused naming the field; equal values still plan."""
+    import kvlayout.models as M
+
+    base = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 256,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 2,
+        "torch_dtype": "bfloat16",
+    }
+    for key in ("num_kv_heads", "n_head_kv", "multi_query_group_num"):
+        with pytest.raises(K.SpecError, match=r"differs from .* = [18]") as e:
+            M.from_config({**base, key: 1})
+        assert e.value.field in (f"config.{key}", "config.num_key_value_heads")
+        ms = M.from_config({**base, key: 8})
+        assert {layer.num_kv_heads for _, layer in ms.spec.layers} == {8}

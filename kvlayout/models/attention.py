@@ -2,7 +2,9 @@
 
 - Head size: ``head_dim``, else ``hidden_size // num_attention_heads`` (Nemotron-H:
   ``attention_head_dim``). KV heads: the first of ``n_head_kv``, ``num_kv_heads``,
-  ``num_key_value_heads``, ``multi_query_group_num``, else ``num_attention_heads``; per rank
+  ``num_key_value_heads``, ``multi_query_group_num`` (two written with different values are refused:
+  ModelConfig reads the first, most models' layers ``num_key_value_heads``), else
+  ``num_attention_heads``; per rank
   ``max(1, total // tp)`` (replicated when fewer than tp; ``tp`` must divide the heads or be a
   multiple of them).
 - Sliding windows: ``layer_types`` (``sliding_attention``/``full_attention``) when the config
@@ -102,6 +104,10 @@ class Attention:
     head_size: int
 
 
+#: the KV-head fields vLLM's ModelConfig reads, first found first (written with two values: refused)
+KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
+
+
 def _kv_total(cfg: Config, heads: int, how: str) -> tuple[int, str]:
     """The total KV heads and the field they came from, by the generic fields or variation ``how``."""
     if how == "heads":
@@ -118,10 +124,12 @@ def _kv_total(cfg: Config, heads: int, how: str) -> tuple[int, str]:
         if cfg.req_bool("multi_query", "Falcon has one KV head with multi_query"):
             return 1, "multi_query"
         return heads, "num_attention_heads"
-    for key in ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num"):
-        if cfg.has(key):
-            return cfg.req_int(key, ""), key
-    return heads, "num_attention_heads"
+    found = [(key, cfg.req_int(key, "")) for key in KV_HEAD_KEYS if cfg.has(key)]
+    for key, total in found[1:]:  # ModelConfig takes the first, most models' layers num_key_value_heads
+        if total != found[0][1]:
+            why = f"differs from {found[0][0]} = {found[0][1]} (vLLM's layers and ModelConfig read either)"
+            raise spec_error(cfg.field(key), total, why)
+    return (found[0][1], found[0][0]) if found else (heads, "num_attention_heads")
 
 
 def read_attention(
