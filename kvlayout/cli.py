@@ -75,10 +75,9 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
-    if args.spec and args.preset:
-        raise UsageError("give SPEC.json or --preset, not both", field="spec", value=args.spec)
-    model_flags = {
+def _model_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags that describe a model's cache (with ``--config``), by name."""
+    return {
         "--engine": args.engine,
         "--tp": args.tp,
         "--kv-cache-dtype": args.kv_cache_dtype,
@@ -91,6 +90,18 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
         "--model-impl": args.model_impl,
         "--max-model-len": args.max_model_len,
     }
+
+
+def _refuse_model_flags(args: argparse.Namespace) -> None:
+    """A model flag without ``--config`` is refused naming it (it would be silently ignored)."""
+    given = [flag for flag, v in _model_flags(args).items() if v is not None]
+    if given:
+        raise UsageError(f"{given[0]} applies with --config CONFIG.json only", field=given[0], value=None)
+
+
+def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
+    if args.spec and args.preset:
+        raise UsageError("give SPEC.json or --preset, not both", field="spec", value=args.spec)
     if args.config:
         if args.spec or args.preset:
             raise UsageError(
@@ -125,9 +136,7 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
                 )
             return None  # type: ignore[return-value]  # the command reads args.model_spec
         return args.model_spec.spec
-    given = [flag for flag, v in model_flags.items() if v is not None]
-    if given:
-        raise UsageError(f"{given[0]} applies with --config CONFIG.json only", field=given[0], value=None)
+    _refuse_model_flags(args)
     if args.preset:
         spec = preset(args.preset)
     elif args.spec:
@@ -250,8 +259,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     if args.table:
-        if args.spec or args.preset:
+        if args.spec or args.preset or args.config:  # a table is checked as given: no spec beside it
             raise UsageError("give --table or a spec, not both", field="table", value=args.table)
+        _refuse_model_flags(args)
         if args.num_blocks is not None:
             raise UsageError(
                 "--num-blocks applies to specs; a table JSON fixes its own num_blocks",
@@ -712,6 +722,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if args.table:
         if args.spec or args.preset or getattr(args, "config", None):
             raise UsageError("give --table or a spec, not both", field="table", value=args.table)
+        _refuse_model_flags(args)
         if args.num_blocks is not None or args.compare is not None or kind not in ("table", "steps"):
             raise UsageError(
                 "--table draws --kind table or steps (a table JSON has no layout: --compare, "

@@ -1173,3 +1173,22 @@ def test_conformance_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     result[:] = []
     assert cli(capsys, "conformance") == (0, "conformance: 2 backends (one, two): all passed\n", "")
     assert calls[-1] == ({"one": ReferenceBackend, "two": Counted}, False)
+
+
+def test_a_table_takes_no_model_beside_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression (issue 25): check --table T --config C answered SAFE for T and silently ignored C, and
+    check/plot --table T --tp 4 (any model flag) ignored the flag."""
+    table = write(tmp_path, "t.json", K.plan(K.KVCacheSpec.from_dict(spec_dict())).to_json())
+    png = str(tmp_path / "x.png")
+    assert bad(capsys, "check", "--table", table, "--config", LLAMA) == "give --table or a spec, not both"
+    e = usage(C.cmd_check, C.build_parser().parse_args(["check", "--table", table, "--config", LLAMA]))
+    assert (e.field, e.value) == ("table", table)
+    for flag, value in MODEL_FLAGS:
+        for cmd, extra in (("check", []), ("plot", ["--out", png])):
+            msg = bad(capsys, cmd, "--table", table, flag, value, *extra)
+            assert msg == f"{flag} applies with --config CONFIG.json only", (cmd, flag, msg)
+            e = usage(C._refuse_model_flags, C.build_parser().parse_args([cmd, "--table", table, flag, value,
+                                                                          *extra]))
+            assert (e.field, e.value) == (flag, None)
+    C._refuse_model_flags(C.build_parser().parse_args(["check", "--table", table]))
+    assert not Path(png).exists()
