@@ -722,6 +722,8 @@ def test_repeated_layers_keep_every_check_of_their_own() -> None:
         ([_raw("a"), {k: v for k, v in _raw("b").items() if k != "name"}], "groups[0].layers[1].name"),
         ([_raw("a"), [_raw("b")]], "groups[0].layers[1]"),
         ([_raw("a"), _raw("b", extra=1)], "groups[0].layers[1].extra"),
+        ([_raw("a"), {**_raw("b"), 1: 2}], "groups[0].layers[1].1"),  # a key that is not a string
+        ([_raw("a"), {1: 2, **_raw("b")}], "groups[0].layers[1].1"),
     ]
     for raw, where in cases:
         msg = _message(raw)
