@@ -707,3 +707,77 @@ def test_warmup_plans_every_group_with_rows() -> None:
     assert {g for g, c in z._zeroer._plans if c == chunk} == {None, *z.group_names}
     assert np.array_equal(built.buffer.numpy(), before)
     z.check()
+
+
+def test_layers_of_interleaved_tensors_keep_vllms_byte_order() -> None:
+    """Layers are planned in the order of their first byte, whichever tensor places them."""
+    small = I.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype=torch.bfloat16)  # 512 B
+    ta = I.KVCacheTensor(size=6144, layers=["a0", "a1"], layer_stride=1024, block_stride=1536)
+    tb = I.KVCacheTensor(size=6144, layers=["b0"], layer_stride=512, block_stride=1536, offset=512)
+    group = I.KVCacheGroupSpec(["a0", "a1", "b0"], small)
+    cfg = I.KVCacheConfig(
+        num_blocks=4, kv_cache_tensors=[ta, tb], kv_cache_groups=[group], kv_cache_layout="BLHNC"
+    )
+    spec = V.spec_from_kv_cache_config(cfg)
+    assert [layer.name for _, layer in spec.layers] == ["a0", "b0", "a1"]
+
+
+def _fake_iface(strides: Any) -> SimpleNamespace:
+    """vLLM's stride function replaced: returns ``strides`` (or raises it), after checking its call."""
+
+    def compute_layout_strides(
+        vspec: Any, num_blocks: int, num_layers: int, layout: Any, *, fixed_strides: tuple[Any, ...]
+    ) -> Any:
+        assert layout is I.KVCacheLayout.LHBNC and fixed_strides == (5120, 512, None, None, None)
+        if isinstance(strides, Exception):
+            raise strides
+        return strides
+
+    return SimpleNamespace(KVCacheLayout=I.KVCacheLayout, compute_layout_strides=compute_layout_strides)
+
+
+def test_head_slot_strides_checked_against_vllms() -> None:
+    """LHBNC, two heads: vLLM's head-slot stride must be kvlayout's (vLLM's function stubbed)."""
+    built = case("LHBNC:full-bf16")
+    cfg = built.config
+    (t,) = cfg.kv_cache_tensors
+    layout = K.plan_layout(V.spec_from_kv_cache_config(cfg, built.layout))
+    where_of = {name: (0, li) for li, name in enumerate(t.layers)}
+    vspecs = {name: (0, cfg.kv_cache_groups[0].kv_cache_spec) for name in t.layers}
+    pitch = layout.placements[0].parts[1].base - layout.placements[0].parts[0].base
+    assert pitch == 2560
+    V._check_against_tensors(layout, [t], where_of, vspecs, _fake_iface((5120, 512, 2560, 32, 2)))
+    name = f"kv_cache_groups[0] layer {t.layers[0]!r}"
+    refused(
+        SpecError,
+        lambda: V._check_against_tensors(
+            layout, [t], where_of, vspecs, _fake_iface((5120, 512, 2048, 32, 2))
+        ),
+        "kv_cache_tensors[0].layer_stride",
+        5120,
+        f"kv_cache_tensors[0].layer_stride = 5120: vLLM strides the head slots of {name} by 2048 B, "
+        "kvlayout by 2560 B",
+    )
+    refused(
+        SpecError,
+        lambda: V._check_against_tensors(
+            layout, [t], where_of, vspecs, _fake_iface(AssertionError("too narrow"))
+        ),
+        "kv_cache_tensors[0].layer_stride",
+        5120,
+        f"kv_cache_tensors[0].layer_stride = 5120: vLLM cannot stride {name}: too narrow",
+    )
+
+
+def test_dropin_ids_and_buffer_stay_on_the_views_device() -> None:
+    """Under another torch default device the backing buffer and warm-up ids stay on the views' device."""
+    storage, views = views_of(CONFIG, ATTN)
+    poison = storage.numpy().copy()
+    with torch.device("meta"):
+        z = V.KVBlockZeroer.from_kv_caches(CONFIG, views)
+        z.warmup()
+    assert z._zeroer.buffer.device.type == "cpu"
+    z.zero_block_ids([2])
+    expected = poison.copy()
+    K.zero_blocks_numpy(expected[LEAD : LEAD + 8192], z.table, [2])
+    assert np.array_equal(storage.numpy(), expected)
