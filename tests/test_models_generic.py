@@ -1,22 +1,30 @@
 """The generic attention rules against vLLM 0.33's own model construction (issue 23).
 
-For every architecture of vLLM's registry (kvlayout/models/registry_vllm.py) of kind ``attention`` or
-``sliding-window`` that no named family covers, small configs (2 layers, hidden 256) are built into
-vLLM's model class on the CPU in one subprocess (vLLM's ModelConfig from the config.json, its
-VllmConfig with the cache's one window set as ``EngineArgs.create_engine_config`` sets it, the model
-class from its registry, constructed under ``set_current_vllm_config`` in a 1-rank gloo group), and
-each attention layer's ``get_kv_cache_spec`` (kind, KV heads, head size, head size of V, window,
-dtype) and name is compared with kvlayout's plan of the same config by the generic rules. Variants:
-the config class's defaults (read through transformers by both), ``head_dim`` written unlike
-``hidden_size // heads``, a window with ``layer_types`` (sliding then full), a window without
-``layer_types`` (both readers, json and transformers, on the complete variants). An architecture is
-covered iff it constructs and agrees on every variant; the others stay refused with the first
-difference or error as the reason. kvlayout/models/vllm_checked.py is this test's output
-(``python tests/test_models_generic.py --write``); the test fails when it is not.
+For every architecture of vLLM's registry (kvlayout/models/registry_vllm.py) of kind ``attention``,
+``sliding-window`` or ``mla`` that no named family covers, small configs (2 layers, hidden 256) are
+built into vLLM's model class on the CPU in one subprocess (vLLM's ModelConfig from the config.json,
+its VllmConfig with the cache's one window set as ``EngineArgs.create_engine_config`` sets it, the
+model class from its registry, constructed under ``set_current_vllm_config`` in a 1-rank gloo group),
+and each attention layer's ``get_kv_cache_spec`` (kind, KV heads, head size, head size of V, window,
+dtype) and name (its ``layer_name``, the key of vLLM's KV cache config) is compared with kvlayout's
+plan of the same config by the generic rules, with the architecture's named variation
+(kvlayout/models/attention.py's ``VARIATIONS``) if it has one. Variants: the config class's defaults
+(read through transformers by both), ``head_dim`` written unlike ``hidden_size // heads``, a window
+with ``layer_types`` (sliding then full), a window without ``layer_types`` (both readers, json and
+transformers, on the complete variants; the json reader may instead name a field it needs); MLA: the
+class's latent sizes and written ones. KV heads per rank at tp 2 and 8: vLLM's
+``ModelConfig.get_num_kv_heads``; where a variation gives the KV heads (ModelConfig reads the generic
+fields, those layers do not), the model itself is built as rank 0 of tp 2 and 8 (the tp group's
+``world_size`` set, a stub asserted through ``get_tensor_model_parallel_world_size``; construction
+runs no collective). An architecture is covered iff it constructs and agrees on every variant; the
+others stay refused with the first difference or error as the reason. kvlayout/models/vllm_checked.py
+is this test's output (``python tests/test_models_generic.py --write``); the test fails when it is not.
 
-Not checked here: tp > 1 (faking a 2-rank group costs a second process); the generic tp rule is
-vLLM's ModelConfig.get_num_kv_heads, checked at tp 1/2/8/16 by tests/test_models.py. No stub: the
-harness imports only what the CPU install has (an architecture whose module fails is refused with it).
+Configs: transformers' config class where its causal-LM mapping names the architecture, else
+:data:`CONFIG_TYPES` (vLLM's own config classes, or a transformers type under another class name),
+else a stand-in for a remote-code class (the fields as written). :data:`ARCH_FIELDS` adds what a
+model needs and published configs write, none deciding the cache; :data:`NOT_BUILT` lists the
+architectures too slow to build in CI, with the reason.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 import pytest
 
 from kvlayout.errors import SpecError
+from kvlayout.spec import MLASpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "kvlayout" / "models" / "vllm_checked.py"
@@ -50,6 +59,23 @@ _BASE: dict[str, Any] = {
     "n_routed_experts": 4,
     "num_experts_per_tok": 2,
     "moe_intermediate_size": 128,
+}
+#: what an MLA model of vLLM needs beyond _BASE (DeepSeek-V2's shape, small); every MLA variant has it
+MLA_FIXED: dict[str, Any] = {
+    "num_key_value_heads": 8,
+    "q_lora_rank": 64,
+    "v_head_dim": 32,
+    "qk_nope_head_dim": 32,
+    "first_k_dense_replace": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "n_shared_experts": 1,
+}
+#: MLA variant -> (extra fields, json reader compared too): the config class's latent sizes (DeepSeek-V3's
+#: 512 + 64) and written ones
+MLA_VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
+    "defaults": ({}, False),
+    "mla": ({"kv_lora_rank": 64, "qk_rope_head_dim": 16}, True),
 }
 #: tensor-parallel sizes whose KV heads per rank are compared with vLLM's ModelConfig.get_num_kv_heads
 TPS = (2, 8)
@@ -82,6 +108,7 @@ CONFIG_TYPES: dict[str, str] = {
     "MuseGlimmerForCausalLM": "muse_glimmer",
     "LongcatFlashNgramForCausalLM": "longcat_flash",
     "LLaMAForCausalLM": "llama",
+    "MistralLarge3ForCausalLM": "deepseek_v3",  # vLLM converts its Mistral-format config to this class
 }
 #: model_type prefix of a stand-in for a remote-code config class (hub code, never run here): a plain
 #: ``PretrainedConfig`` holding the fields as written, registered with transformers' AutoConfig in the
@@ -153,7 +180,7 @@ def candidates() -> dict[str, str]:
                 model_type.setdefault(c, mt)
     ok: dict[str, str] = {}
     for arch, (_, kind, _) in sorted(TEXT_GENERATION.items()):
-        if kind not in ("attention", "sliding-window") or arch in NAMED_FAMILIES:
+        if kind not in ("attention", "sliding-window", "mla") or arch in NAMED_FAMILIES:
             continue
         ok[arch] = model_type.get(arch) or CONFIG_TYPES.get(arch) or STAND_IN + arch.lower()
     return ok
@@ -173,6 +200,12 @@ NOT_BUILT: dict[str, str] = {
 TP_KEY = "kvlayout_harness_tp"
 
 
+def _kind(arch: str) -> str:
+    from kvlayout.models.registry_vllm import TEXT_GENERATION
+
+    return TEXT_GENERATION[arch][1]
+
+
 def _layer_tp(arch: str) -> bool:
     """Whether ``arch`` takes its KV heads by a variation (vLLM's ModelConfig reads the generic fields,
     its layers do not): its layers are then built at tp 2 and 8 (one rank's construction)."""
@@ -184,13 +217,16 @@ def _layer_tp(arch: str) -> bool:
 def _configs(arch: str, model_type: str) -> dict[str, dict[str, Any]]:
     fixed = {**(STAND_IN_FIELDS if model_type.startswith(STAND_IN) else {}), **ARCH_FIELDS.get(arch, {})}
     drop = ARCH_DROP.get(arch, ())
+    mla = _kind(arch) == "mla"
+    if mla:
+        fixed = {**MLA_FIXED, **fixed}
     out = {
         v: {
             k: x
             for k, x in {**_BASE, **fixed, **extra, "architectures": [arch], "model_type": model_type}.items()
             if k not in drop
         }
-        for v, (extra, _) in VARIANTS.items()
+        for v, (extra, _) in (MLA_VARIANTS if mla else VARIANTS).items()
     }
     if _layer_tp(arch):
         out.update({f"tp{t}": {**out["head_dim"], TP_KEY: t} for t in TPS})
@@ -225,17 +261,23 @@ def _kvlayout(
     gen = dict(vllm_checked.GENERIC_ATTENTION)
     from kvlayout.models.registry_vllm import TEXT_GENERATION
 
-    family = "generic" if TEXT_GENERATION[arch][1] == "attention" else "generic_sw"
+    family = {"attention": "generic", "sliding-window": "generic_sw", "mla": "generic_mla"}[
+        TEXT_GENERATION[arch][1]
+    ]
     fam[arch], gen[arch] = family, names
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(families, "FAMILIES", fam)
         mp.setattr(vllm_checked, "GENERIC_ATTENTION", gen)
         mp.setattr("kvlayout.models.attention.GENERIC_ATTENTION", gen)
         mp.setattr("kvlayout.models.build.GENERIC_ATTENTION", gen)
+        mp.setattr("kvlayout.models.mla.GENERIC_ATTENTION", gen)
         ms = M.from_config(config, reader=reader, block_size=16, tp=tp)
     assert isinstance(ms, M.ModelSpec)
-    rows = []
+    rows: list[list[Any]] = []
     for _, layer in ms.spec.layers:
+        if isinstance(layer, MLASpec):  # one latent head; vLLM's MLAAttentionSpec has no V size
+            rows.append([layer.name, "MLAAttentionSpec", 1, layer.head_size, 0, None, f"torch.{layer.dtype}"])
+            continue
         window = getattr(layer, "window", None)
         kind = "SlidingWindowSpec" if window else "FullAttentionSpec"
         v = getattr(layer, "head_size_v", None) or layer.head_size
@@ -275,7 +317,10 @@ def judge(
             return f"its layer names change with the config ({variant})"
         tp = config.get(TP_KEY, 1)
         config = {k: x for k, x in config.items() if k != TP_KEY}
-        for reader in ("transformers", "json") if VARIANTS.get(variant, ({}, True))[1] else ("transformers",):
+        json_too = (MLA_VARIANTS if _kind(arch) == "mla" else VARIANTS)[variant.split("/")[0]][1] if (
+            not variant.startswith("tp")
+        ) else True
+        for reader in ("transformers", "json") if json_too else ("transformers",):
             try:
                 mine = _kvlayout(config, reader, names, tp)
             except SpecError as e:  # asking for a field the config class would derive: safe, not wrong
@@ -334,9 +379,10 @@ def generate() -> str:
         else:
             refused[arch] = verdict
     lines = [
-        '"""Which of vLLM 0.33\'s plain and sliding-window attention architectures follow the generic',
-        "rules, by vLLM's own model construction on the CPU (tests/test_models_generic.py, which",
-        'generates this file with ``--write`` and fails when it is stale; do not edit)."""',
+        '"""Which of vLLM 0.33\'s plain, sliding-window and MLA architectures follow the generic rules',
+        "(or a named variation), by vLLM's own model construction on the CPU",
+        "(tests/test_models_generic.py, which generates this file with ``--write`` and fails when it",
+        'is stale; do not edit)."""',
         "",
         "from __future__ import annotations",
         "",
@@ -369,7 +415,7 @@ def test_covered_architectures_plan_through_from_config() -> None:
     from kvlayout.models.vllm_checked import GENERIC_ATTENTION, NOT_GENERIC
 
     assert GENERIC_ATTENTION and NOT_GENERIC
-    arch = next(iter(GENERIC_ATTENTION))
+    arch = next(a for a in GENERIC_ATTENTION if _kind(a) != "mla")  # MLA: the test above
     config = _configs(arch, candidates()[arch])["layer_types"]
     ms = M.from_config(config)
     assert isinstance(ms, M.ModelSpec) and ms.family in ("generic", "generic_sw")
@@ -436,6 +482,26 @@ def test_named_variations_as_vllm_builds_them() -> None:
         (2, 32, 128),
         (2, 32, None),
     ]
+
+
+def test_generic_mla_is_deepseek_v2s_latent_rule() -> None:
+    """An MLA architecture vLLM's construction confirms: one latent head of kv_lora_rank +
+    qk_rope_head_dim on every rank under vLLM's layer names, the MLA backend's blocks (Hopper, bf16:
+    FLASH_ATTN_MLA's 16 tokens; fp8: FlashMLA's 64), as DeepSeek-V2's named rule gives."""
+    import kvlayout.models as M
+    from kvlayout.models.vllm_checked import GENERIC_ATTENTION
+
+    arch = "Glm4MoeLiteForCausalLM"
+    assert GENERIC_ATTENTION[arch] == ("model.layers", "self_attn.attn")
+    config = {**_BASE, **MLA_FIXED, **MLA_VARIANTS["mla"][0], "architectures": [arch], "model_type": "x"}
+    for tp, kv, block in ((1, None, 16), (8, "fp8", 64)):
+        ms = M.from_config(config, tp=tp, kv_cache_dtype=kv)
+        assert isinstance(ms, M.ModelSpec) and ms.family == "generic_mla" and ms.block_size == block
+        layers = [x for _, x in ms.spec.layers]
+        assert [x.name for x in layers] == ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
+        assert {(type(x).__name__, x.head_size, x.block_size) for x in layers} == {("MLASpec", 80, block)}
+        same = M.from_config({**config, "architectures": ["DeepseekV2ForCausalLM"]}, tp=tp, kv_cache_dtype=kv)
+        assert isinstance(same, M.ModelSpec) and same.bytes_per_block == ms.bytes_per_block
 
 
 def test_transformers_reader_takes_the_config_class_aliases() -> None:
@@ -517,8 +583,9 @@ def _driver() -> None:
                 if isinstance(mod, AttentionLayerBase):
                     s = mod.get_kv_cache_spec(vc)
                     fields = ("num_kv_heads", "head_size", "head_size_v", "sliding_window")
-                    layers.append([
-                        name, type(s).__name__, *(getattr(s, f, None) for f in fields),
+                    layers.append([  # the name vLLM's KV cache config keys it by (its prefix)
+                        getattr(mod, "layer_name", name), type(s).__name__,
+                        *(getattr(s, f, None) for f in fields),
                         str(getattr(s, "dtype", None)),
                     ])  # not the block size: the CPU backend's (CUDA's: tests/test_models_backends.py)
             tp_heads = {  # KV heads per rank at tp > 1: ModelConfig's rule (no model built at tp > 1)

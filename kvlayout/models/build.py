@@ -52,7 +52,7 @@ def build(
     text = text_config(top)
     model_dtype = resolve_model_dtype(top, text, dtype, notes)
     prefix = "language_model.model.layers" if arch.endswith("ForConditionalGeneration") else "model.layers"
-    if family in ("generic", "generic_sw"):  # vLLM's names for this architecture (models/vllm_checked.py)
+    if family in ("generic", "generic_sw", "generic_mla"):  # vLLM's names for it (models/vllm_checked.py)
         prefix = GENERIC_ATTENTION[arch][0]
     if family == "deepseek_v3" and text.has("index_topk"):
         family = "deepseek_v32"

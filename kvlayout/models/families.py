@@ -40,14 +40,17 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "Qwen3_5MoeForCausalLM": "qwen3_5",
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5",
 }
+#: registry kind -> the generic family of an architecture of that kind vLLM's construction confirms
+GENERIC_BY_KIND: Mapping[str, str] = {
+    "attention": "generic",
+    "sliding-window": "generic_sw",
+    "mla": "generic_mla",
+}
 # architecture -> family: the named ones, then the plain and sliding-window attention architectures
 # vLLM's own model construction shows to follow the generic rules (models/vllm_checked.py)
 FAMILIES: Mapping[str, str] = {
     **NAMED_FAMILIES,
-    **{
-        a: "generic" if TEXT_GENERATION[a][1] == "attention" else "generic_sw"
-        for a in GENERIC_ATTENTION
-    },
+    **{a: GENERIC_BY_KIND[TEXT_GENERATION[a][1]] for a in GENERIC_ATTENTION},
 }
 ARCHITECTURES = tuple(FAMILIES)
 ATTENTION_FAMILIES = (
@@ -63,7 +66,7 @@ ATTENTION_FAMILIES = (
     "generic",
     "generic_sw",
 )
-MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32")
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "generic_mla")
 HYBRID_FAMILIES = ("jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5")
 
 #: A family's rule: the groups, the KV cache dtype and the (main) block size.

@@ -1,4 +1,6 @@
-"""Multi-head latent attention: DeepSeek V2, V3 and V3.2 (vLLM 0.33).
+"""Multi-head latent attention: DeepSeek V2, V3 and V3.2 (vLLM 0.33), and ``generic_mla``: the MLA
+architectures whose cache vLLM 0.33's own model construction shows to be DeepSeek-V2's (one latent
+head per layer under the layer names of :mod:`.vllm_checked`; tests/test_models_generic.py).
 
 The cache holds one latent head of ``kv_lora_rank + qk_rope_head_dim`` per token, on every
 rank. DeepSeek-V3.2 adds an indexer cache per layer (``index_head_dim + index_head_dim // 128
@@ -15,6 +17,7 @@ from ..spec import DTYPE_SIZES, FP8_DS_MLA, GroupSpec, LayerSpec, MLASpec
 from .backends import block_stride_alignment
 from .base import Ctx
 from .config import resolve_kv_dtype
+from .vllm_checked import GENERIC_ATTENTION
 
 
 def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
@@ -68,8 +71,10 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
             layers += [idx, att]
     else:
         kv = resolve_kv_dtype(raw, c.dtype)
+        arch = c.top.data["architectures"][0]
+        tail = GENERIC_ATTENTION[arch][1] if c.family == "generic_mla" else "self_attn.attn"
         for i in range(n):
-            att = MLASpec(name=c.name(i, "self_attn.attn"), block_size=bs, head_size=head, dtype=kv)
+            att = MLASpec(name=c.name(i, tail), block_size=bs, head_size=head, dtype=kv)
             c.kinds[att.name] = "mla"
             layers.append(att)
     return (GroupSpec("mla", tuple(layers)),), kv, bs

@@ -1,6 +1,7 @@
-"""Which of vLLM 0.33's plain and sliding-window attention architectures follow the generic
-rules, by vLLM's own model construction on the CPU (tests/test_models_generic.py, which
-generates this file with ``--write`` and fails when it is stale; do not edit)."""
+"""Which of vLLM 0.33's plain, sliding-window and MLA architectures follow the generic rules
+(or a named variation), by vLLM's own model construction on the CPU
+(tests/test_models_generic.py, which generates this file with ``--write`` and fails when it
+is stale; do not edit)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping
 
 #: architecture -> (layer-name prefix, tail): layer i is ``{prefix}.{i}.{tail}``
 GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
+    'AXK1ForCausalLM': ('model.layers', 'self_attn.attn'),
     'AfmoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'ApertusForCausalLM': ('model.layers', 'self_attn.attn'),
     'BloomForCausalLM': ('transformer.h', 'self_attention.attn'),
@@ -19,7 +21,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'Ernie4_5ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ernie4_5_MoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'Exaone4ForCausalLM': ('model.layers', 'self_attn.attn'),
-    'ExaoneForCausalLM': ('transformer.h', 'attn.attention.attn'),
+    'ExaoneForCausalLM': ('model.h', 'attn.attention.attn'),
     'ExaoneMoEForCausalLM': ('model.layers', 'self_attn.attn'),
     'ExaoneMoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'FalconForCausalLM': ('transformer.h', 'self_attention.attn'),
@@ -28,6 +30,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'GemmaForCausalLM': ('model.layers', 'self_attn.attn'),
     'Glm4ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Glm4MoeForCausalLM': ('model.layers', 'self_attn.attn'),
+    'Glm4MoeLiteForCausalLM': ('model.layers', 'self_attn.attn'),
     'GraniteForCausalLM': ('model.layers', 'self_attn.attn'),
     'GraniteMoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'GraniteMoeSharedForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -41,6 +44,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'MiniCPMForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiniMaxM2ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ministral3ForCausalLM': ('model.layers', 'self_attn.attn'),
+    'MistralLarge3ForCausalLM': ('model.layers', 'self_attn.attn'),
     'MixtralForCausalLM': ('model.layers', 'self_attn.attn'),
     'NemotronForCausalLM': ('model.layers', 'self_attn.attn'),
     'OPTForCausalLM': ('model.decoder.layers', 'self_attn.attn'),
@@ -78,13 +82,17 @@ NOT_GENERIC: Mapping[str, str] = {
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
         "'StandIn_kvlayout_stand_in_decilmforcausallm' object has no attribute 'block_configs'"
     ),
+    'DeepseekForCausalLM': (
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_deepseekforcausallm' object has no attribute 'norm_topk_prob'"
+    ),
     'DomynEdgeForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
         "'StandIn_kvlayout_stand_in_domynedgeforcausallm' object has no attribute 'window_sizes'"
     ),
     'DoryForCausalLM': (
         "its attention layers are not one per decoder layer under one name (defaults: "
-        "['backbone.layers.0.mixer.attn.0'])"
+        "['backbone.layers.0.mixer.attn'])"
     ),
     'FlintForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: ModuleNotFoundError: No module named "
@@ -102,6 +110,10 @@ NOT_GENERIC: Mapping[str, str] = {
         "generic ['model.layers.1.self_attn.attn', 'FullAttentionSpec', 2, 256, 256, None, "
         "'torch.bfloat16'] (name, kind, KV heads, head size, V, window, dtype)"
     ),
+    'GlmMoeDsaForCausalLM': (
+        "vLLM's construction of a 2-layer config (defaults) failed: NotImplementedError: Sparse Attention "
+        "is not supported on CPU."
+    ),
     'GraniteMoeSWAForCausalLM': (
         "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
         "['model.layers.1.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 128, 'torch.bfloat16'], generic "
@@ -112,16 +124,20 @@ NOT_GENERIC: Mapping[str, str] = {
         "not built by the harness: vLLM's ModelConfig refuses the small config (ValidationError), about 18 "
         "s"
     ),
+    'HYV4ForCausalLM': (
+        "kvlayout's generic rules refuse the defaults config (transformers): kv_cache_dtype = 'auto': no "
+        "vLLM sparse MLA backend on hopper takes it (FLASH_ATTN_MLA_SPARSE: block_size not supported; "
+        "FLASHMLA_SPARSE: block_size not supported)"
+    ),
     'HrmTextForCausalLM': (
         "its attention layers are not one per decoder layer under one name (defaults: "
-        "['model.L_module.layers.0.self_attn.attn_per_step.0', "
-        "'model.L_module.layers.0.self_attn.attn_per_step.1', "
-        "'model.L_module.layers.0.self_attn.attn_per_step.2'])"
+        "['model.L_module.layers.0.self_attn.attn', 'model.L_module.layers.2.self_attn.attn', "
+        "'model.L_module.layers.4.self_attn.attn'])"
     ),
     'IQuestLoopCoderForCausalLM': (
         "its attention layers are not one per decoder layer under one name (defaults: "
-        "['model.layers.0.self_attn.attn.0', 'model.layers.0.self_attn.attn.1', "
-        "'model.layers.1.self_attn.attn.0'])"
+        "['model.layers.0.self_attn.attn', 'model.layers.2.self_attn.attn', "
+        "'model.layers.1.self_attn.attn'])"
     ),
     'InklingForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'InklingTextConfig' "
@@ -144,6 +160,10 @@ NOT_GENERIC: Mapping[str, str] = {
     'Llama4ForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'Llama4Config' object "
         "has no attribute 'no_rope_layers'"
+    ),
+    'LongcatFlashForCausalLM': (
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'LongcatFlashConfig' "
+        "object has no attribute 'mla_scale_q_lora'"
     ),
     'LongcatFlashNgramForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'LongcatFlashConfig' "
@@ -173,9 +193,28 @@ NOT_GENERIC: Mapping[str, str] = {
         " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'] (name, "
         "kind, KV heads, head size, V, window, dtype)"
     ),
+    'MiniMaxM3SparseForCausalLM': (
+        "vLLM's construction of a 2-layer config (defaults) failed: ValidationError: 1 validation error for"
+        " ModelConfig"
+    ),
     'MuseGlimmerForCausalLM': (
         "not built by the harness: a multimodal config whose text model takes its config class's defaults "
         "(3 and more layers, not the harness's 2), about 15 s per build"
+    ),
+    'PanguEmbeddedForCausalLM': (
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_panguembeddedforcausallm' object has no attribute "
+        "'routed_scaling_factor'"
+    ),
+    'PanguProMoEV2ForCausalLM': (
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_pangupromoev2forcausallm' object has no attribute "
+        "'routed_scaling_factor'"
+    ),
+    'PanguUltraMoEForCausalLM': (
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_panguultramoeforcausallm' object has no attribute "
+        "'routed_scaling_factor'"
     ),
     'Plamo3ForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
@@ -184,6 +223,14 @@ NOT_GENERIC: Mapping[str, str] = {
     'Rnj1ForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: TypeError: "
         "CPUAttentionBackendImpl.__init__() got an unexpected keyword argument 'chunk_lookback'"
+    ),
+    'SarvamMLAForCausalLM': (
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_sarvammlaforcausallm' object has no attribute 'qk_rope_head_dim'"
+    ),
+    'SarvamMoEForCausalLM': (
+        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
+        "'StandIn_kvlayout_stand_in_sarvammoeforcausallm' object has no attribute 'head_dim'"
     ),
     'Step1ForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: ValueError: use_alibi_sqrt is not "
