@@ -149,10 +149,11 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
     "MiMoForCausalLM": {"max_window_layers": 2, "use_sliding_window": False},
     "MiniCPMForCausalLM": {"dim_model_base": 256, "scale_emb": 1.0, "scale_depth": 1.0},
     "DomynEdgeForCausalLM": {"position_layers": ["rope", "rope"], "head_dim": 48},
-    "BailingMoeForCausalLM": {"head_dim": 48, "use_bias": False, "use_qkv_bias": False,
-                              "first_k_dense_replace": 1},
-    "BailingMoeV2ForCausalLM": {"head_dim": 48, "use_bias": False, "use_qkv_bias": False,
-                                "first_k_dense_replace": 1},
+    **{
+        a: {"head_dim": 48, "use_bias": False, "use_qkv_bias": False, "norm_topk_prob": True,
+            "num_shared_experts": 1, "moe_shared_expert_intermediate_size": 128, "first_k_dense_replace": 1}
+        for a in ("BailingMoeForCausalLM", "BailingMoeV2ForCausalLM")
+    },
     "Param2MoEForCausalLM": {"head_dim": 48},
     "Step3p5ForCausalLM": {"mlp_layer_types": ["dense", "sparse"], "use_moe_router_bias": True,
                            "need_fp32_gate": False},

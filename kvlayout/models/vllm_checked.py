@@ -12,6 +12,8 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'AXK1ForCausalLM': ('model.layers', 'self_attn.attn'),
     'AfmoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'ApertusForCausalLM': ('model.layers', 'self_attn.attn'),
+    'BailingMoeForCausalLM': ('model.layers', 'attention.attn'),
+    'BailingMoeV2ForCausalLM': ('model.layers', 'attention.attn'),
     'BloomForCausalLM': ('transformer.h', 'self_attention.attn'),
     'ChatGLMForConditionalGeneration': ('transformer.encoder.layers', 'self_attention.attn'),
     'ChatGLMModel': ('transformer.encoder.layers', 'self_attention.attn'),
@@ -60,14 +62,6 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
 }
 #: architecture -> why the generic rules are not taken for it
 NOT_GENERIC: Mapping[str, str] = {
-    'BailingMoeForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_bailingmoeforcausallm' object has no attribute 'norm_topk_prob'"
-    ),
-    'BailingMoeV2ForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_bailingmoev2forcausallm' object has no attribute 'norm_topk_prob'"
-    ),
     'BeamForCausalLM': (
         "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
         "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 4096, 'torch.bfloat16'], generic"
