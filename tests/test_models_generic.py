@@ -114,6 +114,9 @@ CONFIG_TYPES: dict[str, str] = {
 #: ``PretrainedConfig`` holding the fields as written, registered with transformers' AutoConfig in the
 #: driver; kvlayout reads such a type as written too (no class of transformers names it)
 STAND_IN = "kvlayout_stand_in_"
+#: architecture -> the model_type its remote-code checkpoints name, where vLLM decides by it (MLA is
+#: vLLM's only for the types of ``is_deepseek_mla``): a stand-in registered under that name
+NAMED_STAND_INS: dict[str, str] = {"PanguUltraMoEForCausalLM": "pangu_ultra_moe"}
 
 
 #: what a remote-code config writes that vLLM's model reads beyond the cache fields (a stand-in has no
@@ -161,6 +164,11 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
     "Rnj1ForCausalLM": {"head_dim": 48, "query_pre_attn_scalar": 48, "hidden_activation": "gelu_pytorch_tanh",
                         "layer_types": ["full_attention", "full_attention"]},
     "TeleFLMForCausalLM": {"use_mup": False, "output_mult": 1.0, "mup_scale_factor": 1.0},
+    **{
+        a: {"routed_scaling_factor": 1.0, "norm_topk_prob": True, "num_routed_experts": 4,
+            "num_shared_experts": 1}
+        for a in ("PanguUltraMoEForCausalLM", "PanguEmbeddedForCausalLM", "PanguProMoEV2ForCausalLM")
+    },
 }
 #: architecture -> fields its config class cannot take (FalconConfig's head_dim is a property)
 ARCH_DROP: dict[str, tuple[str, ...]] = {"FalconForCausalLM": ("head_dim",)}
@@ -184,6 +192,7 @@ def candidates() -> dict[str, str]:
         if kind not in ("attention", "sliding-window", "mla") or arch in NAMED_FAMILIES:
             continue
         ok[arch] = model_type.get(arch) or CONFIG_TYPES.get(arch) or STAND_IN + arch.lower()
+        ok[arch] = NAMED_STAND_INS.get(arch, ok[arch])
     return ok
 
 
@@ -216,11 +225,12 @@ def _layer_tp(arch: str) -> bool:
 
 
 def _configs(arch: str, model_type: str) -> dict[str, dict[str, Any]]:
-    fixed = {**(STAND_IN_FIELDS if model_type.startswith(STAND_IN) else {}), **ARCH_FIELDS.get(arch, {})}
+    stand_in = model_type.startswith(STAND_IN) or arch in NAMED_STAND_INS
+    fixed = {**(STAND_IN_FIELDS if stand_in else {}), **ARCH_FIELDS.get(arch, {})}
     drop = ARCH_DROP.get(arch, ())
     mla = _kind(arch) == "mla"
-    if mla:
-        fixed = {**MLA_FIXED, **fixed}
+    if mla:  # a stand-in has no class defaults: its latent sizes are written in every variant
+        fixed = {**MLA_FIXED, **({"kv_lora_rank": 128, "qk_rope_head_dim": 32} if stand_in else {}), **fixed}
     out = {
         v: {
             k: x
@@ -545,7 +555,7 @@ def _driver() -> None:
     from vllm.transformers_utils.config import _CONFIG_REGISTRY
 
     for mt in sorted({c["model_type"] for c in cases.values()}):
-        if mt.startswith(STAND_IN):  # a remote-code config class: the fields as written
+        if mt.startswith(STAND_IN) or mt in NAMED_STAND_INS.values():  # a remote-code class: as written
             AutoConfig.register(mt, type(f"StandIn_{mt}", (PretrainedConfig,), {"model_type": mt}))
         elif mt not in CONFIG_MAPPING and mt not in _CONFIG_REGISTRY:
             raise AssertionError(f"model_type {mt!r} has no config class in transformers or vLLM")

@@ -52,6 +52,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'OPTForCausalLM': ('model.decoder.layers', 'self_attn.attn'),
     'OlmoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'OrionForCausalLM': ('model.layers', 'self_attn.attn'),
+    'PanguUltraMoEForCausalLM': ('model.layers', 'self_attn.attn'),
     'Param2MoEForCausalLM': ('model.layers', 'self_attn.attn'),
     'PhiMoEForCausalLM': ('model.layers', 'self_attn.attn'),
     'Qwen2MoeForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -196,19 +197,10 @@ NOT_GENERIC: Mapping[str, str] = {
         "(3 and more layers, not the harness's 2), about 15 s per build"
     ),
     'PanguEmbeddedForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_panguembeddedforcausallm' object has no attribute "
-        "'routed_scaling_factor'"
+        "KV heads per rank at tp 2 (defaults, reader transformers): vLLM's ModelConfig 4, generic rules [1]"
     ),
     'PanguProMoEV2ForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_pangupromoev2forcausallm' object has no attribute "
-        "'routed_scaling_factor'"
-    ),
-    'PanguUltraMoEForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_panguultramoeforcausallm' object has no attribute "
-        "'routed_scaling_factor'"
+        "KV heads per rank at tp 2 (defaults, reader transformers): vLLM's ModelConfig 4, generic rules [1]"
     ),
     'Plamo3ForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
@@ -219,8 +211,7 @@ NOT_GENERIC: Mapping[str, str] = {
         "CPUAttentionBackendImpl.__init__() got an unexpected keyword argument 'chunk_lookback'"
     ),
     'SarvamMLAForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_sarvammlaforcausallm' object has no attribute 'qk_rope_head_dim'"
+        "KV heads per rank at tp 2 (defaults, reader transformers): vLLM's ModelConfig 4, generic rules [1]"
     ),
     'SarvamMoEForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
