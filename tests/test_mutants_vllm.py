@@ -558,6 +558,7 @@ def test_state_views_and_optional_layers() -> None:
         V.check_views_against_layout(layout, {NAMES[0]: v0, NAMES[1]: (shifted(v1, -4),)}, n)
     # an optional layer without a view is skipped, and the layers after it are still checked
     assert V.check_views_against_layout(layout, {NAMES[1]: v1}, n, optional=NAMES[:1]) == LEAD
+    assert V.check_views_against_layout(layout, {NAMES[1]: (v1,)}, n, optional=NAMES[:1]) == LEAD
     refused(
         SpecError,
         lambda: V.check_views_against_layout(layout, {}, n, optional=NAMES),
