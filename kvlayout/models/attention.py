@@ -28,7 +28,7 @@
   ``num_key_value_heads`` ignored; Falcon: ``num_kv_heads`` with ``new_decoder_architecture``, else
   one with ``multi_query``, else the query heads; ChatGLM: ``multi_query_group_num`` with
   ``multi_query_attention``, else the query heads); ``head_dim`` ignored (head size
-  ``hidden_size // num_attention_heads``: those but Falcon, and Qwen2-MoE, OLMoE, StableLM,
+  ``hidden_size // num_attention_heads``: those and Falcon, Qwen2-MoE, OLMoE, StableLM,
   GraniteMoE, InternLM2, Orion, MiniCPM); windows: none at all (Falcon), the engine's one
   where the registry saw a per-layer one (Cohere, PhiMoE), per layer where it saw none
   (GraniteMoE-Shared), only with ``use_sliding_window`` true (Qwen2-MoE), one larger (Cohere 2:
@@ -73,7 +73,7 @@ VARIATIONS: Mapping[str, Variation] = {
     "OPTForCausalLM": Variation(kv_heads="heads", head_dim=False),
     "GPT2LMHeadModel": Variation(kv_heads="heads", head_dim=False),
     "GPTJForCausalLM": Variation(kv_heads="heads", head_dim=False),
-    "FalconForCausalLM": Variation(kv_heads="falcon", window="none"),
+    "FalconForCausalLM": Variation(kv_heads="falcon", head_dim=False, window="none"),
     "ChatGLMModel": Variation(kv_heads="chatglm", head_dim=False),
     "ChatGLMForConditionalGeneration": Variation(kv_heads="chatglm", head_dim=False),
     "MiniCPMForCausalLM": Variation(head_dim=False),
