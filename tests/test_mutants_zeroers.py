@@ -1,0 +1,253 @@
+"""Host-side rules of the cuda zeroer that mutation testing found unpinned (issue 25).
+
+The Python around the Triton kernels (``backends/cuda/zeroer.py``): every refusal's full
+``field = value: why``, the id paths of ``_fill`` (lists of every length, tuples, arrays),
+``zero_into`` on a copy of the buffer, the handle registry, the batch buckets and the
+small-batch plans. A tiny table (one 512 B page a block), so the interpreter runs fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kvlayout as K
+
+torch = pytest.importorskip("torch")
+kc = pytest.importorskip("kvlayout.backends.cuda")
+Z = pytest.importorskip("kvlayout.backends.cuda.zeroer")
+
+NATIVE = kc.MODE == "native"
+
+
+def tiny(num_blocks: int = 6) -> K.SegmentTable:
+    layer = K.FullAttentionSpec(name="a", block_size=16, num_kv_heads=1, head_size=8, dtype="bfloat16")
+    return K.plan(K.KVCacheSpec(num_blocks, "BLHNC", (K.GroupSpec("g", (layer,)),)))
+
+
+def make(num_blocks: int = 6, **kw: Any) -> tuple[K.SegmentTable, np.ndarray, torch.Tensor, Any]:
+    t = tiny(num_blocks)
+    data = K.poison_pattern(t.total_bytes, seed=num_blocks)
+    buf = torch.from_numpy(data.copy()).to(kc.DEVICE_TYPE)
+    return t, data, buf, kc.CudaZeroer(t, buf, graphs=False, **kw)
+
+
+def expect(t: K.SegmentTable, data: np.ndarray, ids: list[int]) -> np.ndarray:
+    out = data.copy()
+    K.zero_blocks_numpy(out, t, ids)
+    return out
+
+
+def refused(exc: type[Exception], call: Any, field: str, value: Any, message: str) -> None:
+    with pytest.raises(exc) as info:
+        call()
+    assert str(info.value) == message
+    assert (info.value.field, info.value.value) == (field, value)  # type: ignore[attr-defined]
+
+
+def test_buffer_and_id_tensor_refusals() -> None:
+    t = tiny()
+    refused(
+        K.LayoutBufferError,
+        lambda: kc.CudaZeroer(t, np.zeros(4096, np.uint8)),
+        "buffer",
+        "ndarray",
+        "buffer type = ndarray: must be a torch.Tensor",
+    )
+    if not NATIVE:
+        meta = torch.zeros(4096, dtype=torch.uint8, device="meta")
+        refused(
+            K.LayoutBufferError,
+            lambda: kc.CudaZeroer(t, meta),
+            "buffer.device",
+            "meta",
+            "buffer device = meta: must be on the CPU (Triton interpreter: no CUDA device here)",
+        )
+    strided = torch.zeros(8192, dtype=torch.uint8, device=kc.DEVICE_TYPE)[::2]
+    refused(
+        K.LayoutBufferError,
+        lambda: kc.CudaZeroer(t, strided),
+        "buffer",
+        "non-contiguous",
+        "buffer: must be contiguous",
+    )
+    odd = torch.zeros(8192, dtype=torch.uint8, device=kc.DEVICE_TYPE)[1:4097]
+    refused(
+        K.LayoutBufferError,
+        lambda: kc.CudaZeroer(t, odd),
+        "buffer.data_ptr",
+        odd.data_ptr(),
+        f"buffer data_ptr = {odd.data_ptr():#x}: must be 4-byte aligned",
+    )
+    ids = torch.zeros(2, dtype=torch.int16)
+    refused(
+        K.BlockIdError,
+        lambda: Z.check_id_tensor(ids),
+        "block_ids.dtype",
+        "torch.int16",
+        "block_ids dtype = torch.int16: must be int32 or int64",
+    )
+    refused(
+        K.BlockIdError,
+        lambda: Z.check_id_tensor(torch.zeros(2, 2, dtype=torch.int64)),
+        "block_ids",
+        (2, 2),
+        "block_ids shape = (2, 2): must be 1-D",
+    )
+    Z.check_id_tensor(torch.zeros(3, dtype=torch.int32))
+
+
+def test_option_refusals() -> None:
+    t, data, buf, _ = make()
+    for bad in (0, True, 2.0, 2**31):
+        refused(
+            K.BlockIdError,
+            lambda bad=bad: kc.CudaZeroer(t, buf, max_batch=bad),
+            "max_batch",
+            bad,
+            f"max_batch = {bad!r}: must be a positive integer, at most {2**31 - 1}",
+        )
+    assert kc.CudaZeroer(t, buf, max_batch=np.int64(3), graphs=False).max_batch == 3
+    assert kc.CudaZeroer(t, buf, graphs=False).max_batch == 1 << 16
+    refused(
+        K.BackendError,
+        lambda: kc.CudaZeroer(t, buf, cache_modifier=".x"),
+        "cache_modifier",
+        ".x",
+        f"cache_modifier = '.x': must be one of {Z.CACHE_MODIFIERS}",
+    )
+    refused(
+        K.BackendError,
+        lambda: kc.CudaZeroer(t, buf, eviction_policy=1),
+        "eviction_policy",
+        1,
+        f"eviction_policy = 1: must be one of {Z.EVICTION_POLICIES}",
+    )
+    for name in ("graphs", "small_batch"):
+        refused(
+            K.BackendError,
+            lambda name=name: kc.CudaZeroer(t, buf, **{name: 1}),
+            name,
+            1,
+            f"{name} = 1: must be True or False",
+        )
+    z = kc.CudaZeroer(t, buf, graphs=False, max_programs=5, cache_modifier=".cg", eviction_policy="")
+    assert (z.max_programs, z.cache_modifier, z.eviction_policy, z.offset) == (5, ".cg", "", 0)
+    assert z.max_programs == 5 and kc.CudaZeroer(t, buf, graphs=False).max_programs == (
+        z.max_programs if NATIVE else 64
+    )
+    assert np.array_equal(buf.cpu().numpy(), data)
+
+
+def test_fill_paths_stage_exactly_and_refuse_naming_the_element() -> None:
+    t, data, buf, z = make(num_blocks=6000, max_batch=6000)
+    n = t.num_blocks
+    dst = np.zeros(6000, np.int64)
+    for ids in (
+        [3, 1],
+        (4, 4, 0),
+        [2] * 65,
+        [n - 1] * 100,
+        [5, 1] + [2] * 98,
+        [7] * 5000,
+        list(range(4097)),
+        np.array([9, 8], np.int32),
+        [np.int64(3), 4],
+    ):
+        k = z._fill(dst, ids)
+        assert k == len(ids) and dst[:k].tolist() == [int(i) for i in ids], type(ids)
+    assert z._fill(dst, []) == 0 and z._fill(dst, ()) == 0
+    for ids, where in (
+        ([0] * 70 + [1], None),
+        ([1] * 70 + [True], 70),
+        ([2] * 66 + [-1], 66),
+        ([2] * 66 + [n], 66),
+        ([3] * 4100 + [n], 4100),
+        ([3] * 4100 + [2**64], 4100),
+        ([1] * 3 + [n], 3),
+        ([-2, 1], 0),
+        ([2**64], 0),
+        ([0, 1.0], 1),
+    ):
+        if where is None:
+            assert z._fill(dst, ids) == len(ids)  # 0 and 1 are ids, not bools
+            continue
+        with pytest.raises(K.BlockIdError, match=rf"^block_ids\[{where}\]"):
+            z._fill(dst, ids)
+    small = kc.CudaZeroer(t, buf, graphs=False, max_batch=4)
+    for ids in ([1] * 5, (1,) * 5, np.ones(5, np.int64), [1] * 70):
+        refused(
+            K.BlockIdError,
+            lambda ids=ids: small._fill(dst, ids),
+            "block_ids",
+            5 if len(ids) == 5 else 70,
+            f"block_ids: batch of {len(ids)} exceeds max_batch 4",
+        )
+    refused(
+        K.BlockIdError,
+        lambda: small.zero_validated(np.ones(5, np.int64)),
+        "block_ids",
+        5,
+        "block_ids: batch of 5 exceeds max_batch 4",
+    )
+
+
+def test_zero_into_a_copy_and_the_handle_registry() -> None:
+    t, data, buf, z = make()
+    copy = torch.from_numpy(data.copy()).to(kc.DEVICE_TYPE)
+    z.zero_into(copy, torch.tensor([2, 4]))
+    assert np.array_equal(copy.cpu().numpy(), expect(t, data, [2, 4]))
+    assert np.array_equal(buf.cpu().numpy(), data)  # the zeroer's own buffer untouched
+    z.zero_into(buf, torch.tensor([1]), "g")  # its own buffer: the per-step path
+    assert np.array_equal(buf.cpu().numpy(), expect(t, data, [1]))
+    refused(
+        K.BlockIdError,
+        lambda: z.zero_into(copy, [1]),
+        "block_ids",
+        "list",
+        "block_ids type = list: must be a tensor",
+    )
+    with pytest.raises(K.BlockIdError, match=r"^block_ids\[0\]"):
+        z.zero_into(copy, torch.tensor([t.num_blocks]))
+    z.zero_into(copy, torch.tensor([], dtype=torch.int64))
+    assert np.array_equal(copy.cpu().numpy(), expect(t, data, [2, 4]))
+    h = z.handle
+    assert h == z.handle and Z.zeroer_for_handle(h) is z
+    other = kc.CudaZeroer(t, copy, graphs=False)
+    assert other.handle != h and Z.zeroer_for_handle(other.handle) is other
+    refused(
+        K.BackendError,
+        lambda: Z.zeroer_for_handle(-5),
+        "handle",
+        -5,
+        "handle = -5: no live CudaZeroer has this handle",
+    )
+
+
+def test_buckets_and_small_batch_plans() -> None:
+    assert [Z._bucket(k, 64) for k in (1, 2, 3, 5, 64, 65, 1000)] == [1, 2, 4, 8, 64, 64, 64]
+    t, data, buf, z = make(num_blocks=64, max_programs=64, chunk_words=64)
+    assert z.plan_for_batch(1).plan.chunk_words == 64  # no small chunk below the chunk itself
+    refused(
+        K.TableError, lambda: z._plan_for(3), "group", "3", "group = 3: must be a group name (str) or None"
+    )
+    z.zero([5, 6], "g")
+    z.zero(np.array([7]))
+    z.zero(torch.tensor([8], dtype=torch.int32))
+    z.check()
+    assert np.array_equal(buf.cpu().numpy(), expect(t, data, [5, 6, 7, 8]))
+
+
+def test_check_reports_bad_device_ids_once() -> None:
+    t, data, buf, z = make()
+    z._launch(torch.tensor([t.num_blocks, 1, -1]))
+    with pytest.raises(K.BlockIdError) as info:
+        z.check()
+    assert str(info.value).startswith("device block_ids: ") and f"outside [0, {t.num_blocks})" in str(
+        info.value
+    )
+    assert info.value.field == "block_ids"
+    z.check()  # reported once
+    assert np.array_equal(buf.cpu().numpy(), expect(t, data, [1]))
