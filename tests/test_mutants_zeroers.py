@@ -251,3 +251,18 @@ def test_check_reports_bad_device_ids_once() -> None:
     assert info.value.field == "block_ids"
     z.check()  # reported once
     assert np.array_equal(buf.cpu().numpy(), expect(t, data, [1]))
+
+
+def test_launch_routed_zeroes_the_local_ids_of_a_global_batch() -> None:
+    """Shard ``[6, 12)`` of a global pool of 18 blocks: its ids are local ``id - 6``, others skip."""
+    t, data, buf, z = make(max_batch=2)
+    z.capture()  # no replay graphs here: nothing to capture (graphs=False, or the interpreter)
+    ids = torch.tensor([7, 2, 11, 16, 7], device=kc.DEVICE_TYPE)  # more ids than max_batch: grows
+    z.launch_routed(ids, 6, 18)
+    z.launch_routed(torch.tensor([9], device=kc.DEVICE_TYPE), 6, 18, "g")
+    z.check()  # every id inside [0, 18): none is bad
+    assert np.array_equal(buf.cpu().numpy(), expect(t, data, [1, 3, 5]))
+    z.launch_routed(torch.tensor([18, 8, -1], device=kc.DEVICE_TYPE), 6, 18)
+    with pytest.raises(K.BlockIdError, match=r"^device block_ids: \d+ work items had an id outside \[0, 6\)"):
+        z.check()
+    assert np.array_equal(buf.cpu().numpy(), expect(t, data, [1, 2, 3, 5]))
