@@ -266,3 +266,50 @@ def test_launch_routed_zeroes_the_local_ids_of_a_global_batch() -> None:
     with pytest.raises(K.BlockIdError, match=r"^device block_ids: \d+ work items had an id outside \[0, 6\)"):
         z.check()
     assert np.array_equal(buf.cpu().numpy(), expect(t, data, [1, 2, 3, 5]))
+
+
+class _Exporter:
+    """Memory owned elsewhere, exported only through ``__dlpack__`` (any keyword it is given)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        return self.array.__dlpack__(**kw)
+
+    def __dlpack_device__(self) -> Any:
+        return self.array.__dlpack_device__()
+
+
+class _OldExporter(_Exporter):
+    def __dlpack__(self, stream: Any = None) -> Any:  # no max_version: an unversioned capsule
+        return self.array.__dlpack__()
+
+
+def test_read_only_memory_is_found_and_refused() -> None:
+    frozen = np.zeros(4096, np.uint8)
+    frozen.flags.writeable = False
+    free = np.zeros(4096, np.uint8)
+    ro = Z._dlpack_read_only
+    assert ro(frozen) and ro(_Exporter(frozen)) and ro(frozen.__dlpack__(max_version=(1, 0)))
+    assert not ro(free) and not ro(_Exporter(free)) and not ro(free.__dlpack__()) and not ro(object())
+    assert not ro(_OldExporter(free)) and not ro(torch.zeros(4))
+    t = tiny()
+    refused(
+        K.LayoutBufferError,
+        lambda: kc.CudaZeroer.from_dlpack(_Exporter(frozen), t),
+        "buffer",
+        "read-only",
+        "buffer = _Exporter (read-only): zeroing writes in place; pass writeable memory",
+    )
+    with pytest.raises(K.LayoutBufferError) as info:
+        kc.CudaZeroer.from_dlpack(object(), t)
+    assert str(info.value).startswith("buffer type = object: not importable through DLPack (")
+    assert (info.value.field, info.value.value) == ("buffer", "object")
+    if not NATIVE:  # host memory is the interpreter's device memory
+        data = K.poison_pattern(t.total_bytes, seed=1)
+        mem = data.copy()
+        z = kc.CudaZeroer.from_dlpack(_Exporter(mem), t, graphs=False, max_batch=4)
+        assert z.max_batch == 4
+        z.zero([3])
+        assert np.array_equal(mem, expect(t, data, [3]))
