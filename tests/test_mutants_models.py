@@ -1,0 +1,434 @@
+"""Rules of kvlayout.models that decide bytes (KV heads per rank, head sizes, which layers slide, groups,
+padding chunks, MLA rows), each value computed here from the config by the rule's formula (issue 25:
+mutation coverage of kvlayout.models). Fast: the functions are called in-process on small configs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import kvlayout.models as M
+from kvlayout.errors import SpecError
+from kvlayout.models.attention import VARIATIONS, Variation, layer_types, read_attention, token_bytes
+from kvlayout.models.config import Config
+from kvlayout.models.grouping import _least_padding_chunk, vllm_groups, vllm_packed_groups
+from kvlayout.spec import FullAttentionSpec, MLASpec
+
+
+def _cfg(**data: Any) -> Config:
+    return Config(data, "config")
+
+
+def _field(fn: Any, *args: Any, **kw: Any) -> str:
+    with pytest.raises(SpecError) as e:
+        fn(*args, **kw)
+    return str(e.value.field)
+
+
+def test_kv_heads_per_rank_and_head_size_follow_vllm() -> None:
+    # (query heads, KV heads, tp): per rank max(1, kv // tp); head size head_dim, else hidden // heads
+    for heads, kv, tp in (
+        (32, 8, 1),
+        (32, 8, 2),
+        (32, 8, 8),
+        (32, 8, 16),
+        (32, 8, 32),
+        (48, 12, 4),
+        (8, 1, 8),
+    ):
+        att = read_attention(_cfg(num_attention_heads=heads, num_key_value_heads=kv, hidden_size=4096), tp)
+        assert (att.heads, att.kv_heads, att.head_size) == (heads, max(1, kv // tp), 4096 // heads)
+        att = read_attention(_cfg(num_attention_heads=heads, num_key_value_heads=kv, head_dim=96), tp)
+        assert (att.kv_heads, att.head_size) == (max(1, kv // tp), 96)
+        # no KV field: the query heads
+        att = read_attention(_cfg(num_attention_heads=heads, head_dim=64), tp)
+        assert att.kv_heads == max(1, heads // tp)
+    # head_keys: the first written one wins; hidden // heads (floor) without any
+    cfg = _cfg(num_attention_heads=6, num_key_value_heads=2, hidden_size=1000, a=40, b=50)
+    assert read_attention(cfg, 1, head_keys=("a", "b")).head_size == 40
+    assert read_attention(cfg, 1, head_keys=("c", "b")).head_size == 50
+    assert read_attention(cfg, 1, head_keys=("c",)).head_size == 1000 // 6
+    # head_dim ignored by a variation
+    cfg = _cfg(num_attention_heads=8, num_key_value_heads=8, hidden_size=2048, head_dim=128)
+    assert read_attention(cfg, 1, variation=Variation(head_dim=False)).head_size == 2048 // 8
+    # the token: K plus V of the rank's heads
+    att = read_attention(_cfg(num_attention_heads=32, num_key_value_heads=8, head_dim=128), 2)
+    assert token_bytes(att, "bfloat16") == 2 * 4 * 128 * 2
+    assert token_bytes(att, "float8_e4m3fn") == 2 * 4 * 128 * 1
+    assert token_bytes(att, "float32") == 2 * 4 * 128 * 4
+
+
+def test_kv_and_query_heads_that_tp_does_not_split_are_refused() -> None:
+    ok = {"hidden_size": 4096}
+    assert _field(read_attention, _cfg(num_attention_heads=30, num_key_value_heads=6, **ok), 4) == (
+        "config.num_attention_heads"
+    )
+    # 12 KV heads at tp 8 (>= tp, not divisible); 3 at tp 4 (< tp, tp not a multiple)
+    assert _field(read_attention, _cfg(num_attention_heads=48, num_key_value_heads=12, **ok), 8) == (
+        "config.num_key_value_heads"
+    )
+    assert _field(read_attention, _cfg(num_attention_heads=48, num_key_value_heads=3, **ok), 16) == (
+        "config.num_key_value_heads"
+    )
+    # the boundaries: kv == tp divides; kv 4 < tp 8 replicated; kv 2 < tp 8
+    for kv, tp in ((8, 8), (4, 8), (2, 8), (1, 8), (16, 8)):
+        assert read_attention(_cfg(num_attention_heads=64, num_key_value_heads=kv, **ok), tp).kv_heads == (
+            max(1, kv // tp)
+        )
+    # the error names the field the KV heads came from
+    assert (
+        _field(read_attention, _cfg(num_attention_heads=48, num_kv_heads=12, **ok), 8)
+        == "config.num_kv_heads"
+    )
+    assert _field(read_attention, _cfg(num_attention_heads=48, **ok), 32) == "config.num_attention_heads"
+    with pytest.raises(SpecError) as e:
+        read_attention(_cfg(num_attention_heads=48, num_key_value_heads=12, **ok), 8)
+    assert "tp = 8" in str(e.value)
+    # no head size at all: hidden_size is required
+    assert _field(read_attention, _cfg(num_attention_heads=8), 1) == "config.hidden_size"
+
+
+def test_kv_head_fields_first_found_and_conflicts() -> None:
+    base = {"num_attention_heads": 64, "head_dim": 128}
+    keys = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
+    for i, key in enumerate(keys):
+        assert read_attention(_cfg(**base, **{key: 8}), 1).kv_heads == 8
+        for later in keys[i + 1 :]:
+            # the same value twice: fine; two values: the later field is refused, naming the first
+            assert read_attention(_cfg(**base, **{key: 4, later: 4}), 2).kv_heads == 2
+            with pytest.raises(SpecError) as e:
+                read_attention(_cfg(**base, **{key: 4, later: 8}), 1)
+            assert e.value.field == f"config.{later}" and e.value.value == 8
+            assert f"differs from {key} = 4" in str(e.value)
+    # three fields, the third differs
+    assert _field(read_attention, _cfg(**base, n_head_kv=4, num_kv_heads=4, num_key_value_heads=2), 1) == (
+        "config.num_key_value_heads"
+    )
+
+
+def test_kv_heads_of_the_named_variations() -> None:
+    base = {"num_attention_heads": 16, "hidden_size": 2048, "head_dim": 64, "num_key_value_heads": 2}
+    heads = VARIATIONS["BloomForCausalLM"]
+    att = read_attention(_cfg(**base), 2, variation=heads)
+    assert (att.kv_heads, att.head_size) == (16 // 2, 2048 // 16)
+    glm = VARIATIONS["ChatGLMModel"]
+    assert (
+        read_attention(
+            _cfg(**base, multi_query_attention=True, multi_query_group_num=4), 2, variation=glm
+        ).kv_heads
+        == 2
+    )
+    assert (
+        read_attention(
+            _cfg(**base, multi_query_attention=False, multi_query_group_num=4), 2, variation=glm
+        ).kv_heads
+        == 8
+    )
+    assert _field(read_attention, _cfg(**base), 1, variation=glm) == "config.multi_query_attention"
+    assert _field(read_attention, _cfg(**base, multi_query_attention=True), 1, variation=glm) == (
+        "config.multi_query_group_num"
+    )
+    # ChatGLM's group count at tp 8 is refused naming it
+    assert (
+        _field(
+            read_attention,
+            _cfg(**base, multi_query_attention=True, multi_query_group_num=6),
+            4,
+            variation=glm,
+        )
+        == "config.multi_query_group_num"
+    )
+    falcon = VARIATIONS["FalconForCausalLM"]
+    f = {"new_decoder_architecture": True, "num_kv_heads": 8}
+    assert read_attention(_cfg(**base, **f), 2, variation=falcon).kv_heads == 4
+    assert (
+        _field(
+            read_attention,
+            _cfg(**{**base, "num_attention_heads": 48}, new_decoder_architecture=True, num_kv_heads=12),
+            8,
+            variation=falcon,
+        )
+        == "config.num_kv_heads"
+    )
+    mq = {"new_decoder_architecture": False, "multi_query": True}
+    assert read_attention(_cfg(**base, **mq), 4, variation=falcon).kv_heads == 1
+    plain = {"new_decoder_architecture": False, "multi_query": False}
+    assert read_attention(_cfg(**base, **plain), 4, variation=falcon).kv_heads == 16 // 4
+    assert _field(read_attention, _cfg(**base), 1, variation=falcon) == "config.new_decoder_architecture"
+    assert _field(read_attention, _cfg(**base, new_decoder_architecture=False), 1, variation=falcon) == (
+        "config.multi_query"
+    )
+    assert _field(read_attention, _cfg(**base, new_decoder_architecture=True), 1, variation=falcon) == (
+        "config.num_kv_heads"
+    )
+
+
+def test_which_layers_slide_per_family() -> None:
+    n = 6
+    full, sliding = ["full"] * n, ["sliding"] * n
+    lt = ["sliding_attention", "full_attention"] * 3
+    written = ["sliding", "full"] * 3
+    # gemma2 alternates, gemma3 by its pattern, layer_types when written
+    assert layer_types(_cfg(), "gemma2", n) == ["sliding" if i % 2 == 0 else "full" for i in range(n)]
+    for p in (1, 2, 3, 4):
+        assert layer_types(_cfg(sliding_window_pattern=p), "gemma3", n) == [
+            "full" if (i + 1) % p == 0 else "sliding" for i in range(n)
+        ]
+    assert _field(layer_types, _cfg(), "gemma3", n) == "config.sliding_window_pattern"
+    for fam in ("gemma2", "gemma3", "llama", "gpt_oss", "mistral", "phi3", "qwen3_moe"):
+        assert layer_types(_cfg(layer_types=lt, sliding_window=4), fam, n) == written
+    with pytest.raises(SpecError) as e:
+        layer_types(_cfg(layer_types=[*lt[:-1], "chunked_attention"]), "gemma2", n)
+    assert e.value.field == f"config.layer_types[{n - 1}]" and e.value.value == "chunked_attention"
+    assert "sliding_attention, full_attention" in str(e.value)
+    assert _field(layer_types, _cfg(layer_types=lt[:-1]), "gemma2", n) == "config.layer_types"
+    # Qwen3-MoE: the one window only with use_sliding_window true; Phi-3: whenever written
+    assert layer_types(_cfg(sliding_window=8, use_sliding_window=True), "qwen3_moe", n) == sliding
+    assert layer_types(_cfg(sliding_window=8, use_sliding_window=False), "qwen3_moe", n) == full
+    assert layer_types(_cfg(sliding_window=8, use_sliding_window=1), "qwen3_moe", n) == full
+    assert layer_types(_cfg(use_sliding_window=True), "qwen3_moe", n) == full
+    assert layer_types(_cfg(sliding_window=8), "phi3", n) == sliding
+    assert layer_types(_cfg(), "phi3", n) == full
+    # Mistral: sliding_window must be written; null is full attention
+    assert layer_types(_cfg(sliding_window=4096), "mistral", n) == sliding
+    assert layer_types(_cfg(sliding_window=None), "mistral", n) == full
+    assert _field(layer_types, _cfg(), "mistral", n) == "config.sliding_window"
+    assert _field(layer_types, _cfg(), "gpt_oss", n) == "config.layer_types"
+    assert layer_types(_cfg(sliding_window=8), "llama", n) == full
+
+
+def test_qwen2_slides_only_when_every_layer_does() -> None:
+    n = 4
+    assert layer_types(_cfg(use_sliding_window=False, sliding_window=8), "qwen2", n) == ["full"] * n
+    assert layer_types(_cfg(use_sliding_window=True, max_window_layers=0, sliding_window=8), "qwen3", n) == (
+        ["sliding"] * n
+    )
+    # a window on some layers only: refused unless max_window_layers == n, which leaves every layer full
+    for first in (1, 2, 3):
+        with pytest.raises(SpecError) as e:
+            layer_types(_cfg(use_sliding_window=True, max_window_layers=first), "qwen2", n)
+        assert e.value.field == "config.max_window_layers" and e.value.value == first
+        assert f"must equal {n}" in str(e.value)
+    # max_window_layers == n: no layer slides (i >= n never), all full
+    assert layer_types(_cfg(use_sliding_window=True, max_window_layers=n), "qwen2", n) == ["full"] * n
+    assert layer_types(_cfg(use_sliding_window=True, max_window_layers=n + 3), "qwen2", n) == ["full"] * n
+    assert _field(layer_types, _cfg(), "qwen2", n) == "config.use_sliding_window"
+    assert _field(layer_types, _cfg(use_sliding_window=True), "qwen2", n) == "config.max_window_layers"
+    # written layer_types: mixed refused unless max_window_layers == n (then full); uniform kept
+    mixed = ["sliding_attention", "full_attention", "full_attention", "full_attention"]
+    assert _field(layer_types, _cfg(layer_types=mixed, max_window_layers=3), "qwen2", n) == (
+        "config.max_window_layers"
+    )
+    assert layer_types(_cfg(layer_types=mixed, max_window_layers=n), "qwen2", n) == ["full"] * n
+    assert layer_types(_cfg(layer_types=["sliding_attention"] * n), "qwen2", n) == ["sliding"] * n
+    with pytest.raises(SpecError) as e:
+        layer_types(_cfg(layer_types=mixed), "qwen2", n)
+    assert e.value.field == "config.max_window_layers" and e.value.value is None
+
+
+def test_generic_windows_and_variations() -> None:
+    n = 4
+    lt = ["sliding_attention", "full_attention"] * 2
+    # generic: the engine's one window only when no layer_types or all slide
+    assert layer_types(_cfg(sliding_window=8), "generic", n) == ["sliding"] * n
+    assert layer_types(_cfg(), "generic", n) == ["full"] * n
+    assert layer_types(_cfg(sliding_window=8, layer_types=lt), "generic", n) == ["full"] * n
+    assert layer_types(_cfg(sliding_window=8, layer_types=["sliding_attention"] * n), "generic", n) == (
+        ["sliding"] * n
+    )
+    assert layer_types(_cfg(layer_types=["sliding_attention"] * n), "generic", n) == ["full"] * n
+    # generic_sw: per layer when written, else all when sliding_window is set
+    assert layer_types(_cfg(sliding_window=8, layer_types=lt), "generic_sw", n) == ["sliding", "full"] * 2
+    assert layer_types(_cfg(sliding_window=8), "generic_sw", n) == ["sliding"] * n
+    assert layer_types(_cfg(), "generic_sw", n) == ["full"] * n
+    # variations: none, engine, layer, window_flag, layer_types required
+    sw = _cfg(sliding_window=8, layer_types=lt)
+    assert layer_types(sw, "generic_sw", n, Variation(window="none")) == ["full"] * n
+    assert layer_types(sw, "generic_sw", n, Variation(window="engine")) == ["full"] * n
+    assert layer_types(sw, "generic", n, Variation(window="layer")) == ["sliding", "full"] * 2
+    flag = Variation(window_flag="use_sliding_window")
+    assert layer_types(_cfg(sliding_window=8, use_sliding_window=False), "generic", n, flag) == ["full"] * n
+    assert layer_types(_cfg(sliding_window=8, use_sliding_window=True), "generic", n, flag) == ["sliding"] * n
+    assert _field(layer_types, _cfg(sliding_window=8), "generic", n, flag) == "config.use_sliding_window"
+    assert layer_types(_cfg(), "generic", n, flag) == ["full"] * n  # no window: the flag is not read
+    need = Variation(layer_types=True)
+    assert _field(layer_types, _cfg(sliding_window=8), "generic_sw", n, need) == "config.layer_types"
+    assert layer_types(sw, "generic_sw", n, need) == ["sliding", "full"] * 2
+    # a variation applies to the generic families only
+    assert layer_types(_cfg(sliding_window=8), "phi3", n, Variation(window="none")) == ["sliding"] * n
+
+
+def test_attention_family_pages_and_groups() -> None:
+    # Gemma-2-like through from_config: 2 KV heads of 256 at tp 1; the window + 1 of Cohere 2
+    cfg = {
+        "architectures": ["Gemma2ForCausalLM"],
+        "num_hidden_layers": 6,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_size": 2304,
+        "sliding_window": 4096,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(cfg, tp=2, block_size=16)
+    assert isinstance(ms, M.ModelSpec)
+    layers = {x.name: x for _, x in ms.spec.layers}
+    for i in range(6):
+        x = layers[f"model.layers.{i}.self_attn.attn"]
+        assert (x.num_kv_heads, x.head_size, x.block_size, x.dtype) == (2, 256, 16, "bfloat16")
+        assert x.real_page == 16 * 2 * 2 * 256 * 2
+        assert getattr(x, "window", None) == (4096 if i % 2 == 0 else None)
+        assert ms.kinds[x.name] == ("sliding" if i % 2 == 0 else "full")
+    cohere = {
+        "architectures": ["Cohere2ForCausalLM"],
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "hidden_size": 1024,
+        "sliding_window": 100,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "torch_dtype": "float16",
+    }
+    ms = M.from_config(cohere, tp=1, block_size=32)
+    assert isinstance(ms, M.ModelSpec)
+    wins = [getattr(x, "window", None) for _, x in ms.spec.layers]
+    assert sorted(w for w in wins if w) == [101, 101, 101]
+    # 3 sliding, 1 full: size 1 (3 >= 1.5 * 1): the sliding kind splits into 3 groups of one layer
+    assert sorted(len(g.layers) for g in ms.spec.groups) == [1, 1, 1, 1]
+
+
+def _layers(kind: str, n: int) -> list[FullAttentionSpec]:
+    return [
+        FullAttentionSpec(name=f"{kind}{i}", block_size=16, num_kv_heads=1, head_size=64, dtype="bfloat16")
+        for i in range(n)
+    ]
+
+
+def test_vllm_groups_split_by_the_fewest_layers() -> None:
+    assert [g.name for g in vllm_groups([("full", _layers("f", 3))])] == ["full"]
+    assert [g.name for g in vllm_groups([("full", _layers("f", 3)), ("x", [])])] == ["full"]
+    for a, b in ((10, 30), (10, 14), (10, 15), (2, 3), (2, 5), (4, 4), (5, 12), (7, 3)):
+        groups = vllm_groups([("full", _layers("f", a)), ("sliding", _layers("s", b))])
+        size = min(a, b)
+        if max(a, b) * 2 < size * 3:
+            size = max(a, b)
+        want = []
+        for kind, count in (("full", a), ("sliding", b)):
+            k = -(-count // size)
+            names = [f"{kind[0]}{i}" for i in range(count)]
+            want += [(kind if k == 1 else f"{kind}.{j}", names[j::k]) for j in range(k)]
+        assert [(g.name, [x.name for x in g.layers]) for g in groups] == want, (a, b)
+    # 10 and 15: 15 is not under 1.5 * 10, so size 10 and the sliding kind is two groups
+    assert [len(g.layers) for g in vllm_groups([("f", _layers("f", 10)), ("s", _layers("s", 15))])] == [
+        10,
+        8,
+        7,
+    ]
+
+
+def test_least_padding_chunk_prefers_the_larger_tie() -> None:
+    def brute(values: list[int], lo: int) -> int:
+        cands = range(lo, max(max(values), lo) + 1)
+        pads = {d: sum(-x % d for x in values) for d in cands}
+        least = min(pads.values())
+        return max(d for d in cands if pads[d] == least)
+
+    cases = ([3, 3, 4], [4, 3, 3], [1], [5], [6, 4], [2, 3, 5, 7], [8, 12], [9, 6, 3], [1, 1, 2])
+    for values in cases:
+        for lo in (1, 2, 3, 4, 9, 10):
+            assert _least_padding_chunk(values, lo) == brute(values, lo), (values, lo)
+    assert _least_padding_chunk([3, 3, 4], 3) == 4  # chunks 3 and 4 both pad 2: the larger
+
+
+def _mla(name: str, head: int) -> MLASpec:
+    return MLASpec(name=name, block_size=64, head_size=head, dtype="bfloat16")
+
+
+def test_packed_groups_split_balanced_buckets_by_repeats() -> None:
+    # bucket a: pages 512 and 256, 4 layers each, interleaved (balanced, mixed, 4 repeats);
+    # bucket b: one page, 3 layers (balanced, 3 repeats); bucket c: 2 of one page + 1 of another
+    layers: list[tuple[tuple[str, str, int, int | None], MLASpec]] = []
+    for i in range(4):
+        layers.append((("a", "mla", 64, None), _mla(f"a{i}x", 256)))
+        layers.append((("a", "mla", 64, None), _mla(f"a{i}y", 128)))
+    layers += [(("b", "mla", 64, 8), _mla(f"b{i}", 256)) for i in range(3)]
+    layers += [(("c", "mla", 32, None), _mla(f"c{i}", 256 if i < 2 else 128)) for i in range(3)]
+    groups = vllm_packed_groups(layers)
+    # floor 4 (the mixed balanced bucket's repeats); chunk >= 4 padding [4, 3] least: 4 (pad 1) vs others
+    per = _least_padding_chunk([4, 3], 4)
+    assert per == 4
+    got = [(g.name, [x.name for x in g.layers]) for g in groups]
+    assert got == [
+        ("a", [f"a{i}{s}" for i in range(4) for s in "xy"]),
+        ("b", ["b0", "b1", "b2"]),
+        ("c", ["c0", "c1", "c2"]),
+    ]
+    # the same bucket a with 6 repeats and a balanced bucket of 4 and 2 repeats: floor 6, chunk 6 ->
+    # a is one group; with floor 2 (a smaller mixed bucket) the buckets split
+    layers = []
+    for i in range(2):
+        layers.append((("m", "mla", 64, None), _mla(f"m{i}x", 256)))
+        layers.append((("m", "mla", 64, None), _mla(f"m{i}y", 128)))
+    layers += [(("s", "mla", 64, 4), _mla(f"s{i}", 256)) for i in range(6)]
+    groups = vllm_packed_groups(layers)
+    # repeats [2, 6], floor 2: chunk 2 pads 0, 3 pads 1+0, 6 pads 4+0... least padding, larger tie
+    per = _least_padding_chunk([2, 6], 2)
+    want = []
+    for name, reps, pick in (("m", 2, lambda j: [f"m{j}x", f"m{j}y"]), ("s", 6, lambda j: [f"s{j}"])):
+        k = -(-reps // per)
+        if k == 1:
+            want.append((name, [n for j in range(reps) for n in pick(j)]))
+        else:
+            want += [(f"{name}.{g}", [n for j in range(g, reps, k) for n in pick(j)]) for g in range(k)]
+    assert [(g.name, [x.name for x in g.layers]) for g in groups] == want
+    assert len(groups) == 1 + 3  # per 2: m whole, s in 3 groups of two repeats
+
+
+def test_mla_rows_and_indexer() -> None:
+    base = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "num_hidden_layers": 3,
+        "num_attention_heads": 16,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "hidden_size": 2048,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(base, tp=4)
+    assert isinstance(ms, M.ModelSpec)
+    assert [g.name for g in ms.spec.groups] == ["mla"]
+    for i, (_, x) in enumerate(ms.spec.layers):
+        name = x.name
+        assert name == f"model.layers.{i}.self_attn.attn" and ms.kinds[name] == "mla"
+        assert x.head_size == 512 + 64 and x.real_page == x.block_size * (512 + 64) * 2
+    assert _field(M.from_config, {**base, "num_attention_heads": 18}, tp=4) == "config.num_attention_heads"
+    assert (
+        _field(M.from_config, {k: v for k, v in base.items() if k != "kv_lora_rank"}) == "config.kv_lora_rank"
+    )
+    assert _field(M.from_config, {k: v for k, v in base.items() if k != "qk_rope_head_dim"}) == (
+        "config.qk_rope_head_dim"
+    )
+    # V3.2 (index_topk written): an indexer per layer of index_head_dim + index_head_dim // 128 * 4 bytes
+    v32 = {**base, "index_topk": 2048, "index_head_dim": 128}
+    for kv_dtype in (None, "fp8"):
+        ms = M.from_config(v32, tp=1, kv_cache_dtype=kv_dtype)
+        assert isinstance(ms, M.ModelSpec) and ms.family == "deepseek_v32"
+        names = [x.name for _, x in ms.spec.layers]
+        assert names == [
+            f"model.layers.{i}.self_attn.{t}" for i in range(3) for t in ("indexer.k_cache", "attn")
+        ]
+        for _, x in ms.spec.layers:
+            name = x.name
+            if "indexer" in name:
+                assert ms.kinds[name] == "indexer"
+                assert x.real_page == x.block_size * (128 + 128 // 128 * 4)
+            else:
+                assert ms.kinds[name] == "mla"
+                row = 512 + 512 // 128 * 4 + 2 * 64 if kv_dtype else (512 + 64) * 2
+                assert row == (656 if kv_dtype else 1152)
+                assert x.real_page == x.block_size * row
+        assert ms.kv_cache_dtype == ("fp8_ds_mla" if kv_dtype else "bfloat16")
+    assert _field(M.from_config, {**base, "index_topk": 2048}) == "config.index_head_dim"
