@@ -432,3 +432,137 @@ def test_mla_rows_and_indexer() -> None:
                 assert x.real_page == x.block_size * row
         assert ms.kv_cache_dtype == ("fp8_ds_mla" if kv_dtype else "bfloat16")
     assert _field(M.from_config, {**base, "index_topk": 2048}) == "config.index_head_dim"
+
+
+def test_backend_resolution_per_device_and_cache() -> None:
+    from kvlayout.models.backends import BACKENDS, resolve
+
+    def r(**kw: Any) -> tuple[str, int]:
+        x = resolve(**kw)
+        return x.backend.name, x.block_size
+
+    # vLLM 0.33's priority lists (module docstring): the first backend that takes the cache
+    assert r(mla=False, device="hopper", kv_cache_dtype="auto") == ("FLASH_ATTN", 16)
+    assert r(mla=False, device="blackwell", kv_cache_dtype="auto") == ("FLASHINFER", 16)
+    assert r(mla=False, device="ampere", kv_cache_dtype="fp8") == ("FLASH_ATTN", 16)
+    # fp8_e5m2: FLASH_ATTN does not take it, FLASHINFER does
+    assert r(mla=False, device="hopper", kv_cache_dtype="fp8_e5m2") == ("FLASHINFER", 16)
+    assert r(mla=True, device="hopper", kv_cache_dtype="auto") == ("FLASH_ATTN_MLA", 16)
+    assert r(mla=True, device="hopper", kv_cache_dtype="fp8") == ("FLASHMLA", 64)
+    assert r(mla=True, device="blackwell", kv_cache_dtype="auto", qk_nope_head_dim=128) == (
+        "FLASHINFER_MLA",
+        32,
+    )
+    assert r(mla=True, device="blackwell", kv_cache_dtype="fp8", qk_nope_head_dim=96) == ("CUTLASS_MLA", 128)
+    assert r(mla=True, device="ampere", kv_cache_dtype="auto") == ("TRITON_MLA", 16)
+    # a user block size rules backends out: 32 stays on FLASH_ATTN_MLA (multiple of 16); 64 on FLASHMLA fp8
+    assert r(mla=True, device="hopper", kv_cache_dtype="auto", block_size=32) == ("FLASH_ATTN_MLA", 16)
+    assert r(mla=True, device="hopper", kv_cache_dtype="fp8", block_size=128) == ("FLASHMLA", 64)
+    assert r(mla=False, device="blackwell", kv_cache_dtype="auto", block_size=48) == ("FLASHINFER", 16)
+    with pytest.raises(SpecError) as e:
+        resolve(mla=True, device="hopper", kv_cache_dtype="fp8", block_size=8)
+    assert e.value.field == "kv_cache_dtype" and "block_size not supported" in str(e.value)
+    assert "FLASHMLA: block_size not supported" in str(e.value) and "no vLLM MLA backend on hopper" in str(
+        e.value
+    )
+    # sparse MLA: FLASH_ATTN_MLA_SPARSE (bf16) or FLASHMLA_SPARSE (fp8) on Hopper; named elsewhere
+    assert r(mla=True, sparse=True, device="hopper", kv_cache_dtype="auto") == ("FLASH_ATTN_MLA_SPARSE", 64)
+    assert r(mla=True, sparse=True, device="hopper", kv_cache_dtype="fp8") == ("FLASHMLA_SPARSE", 64)
+    with pytest.raises(SpecError) as e:
+        resolve(mla=True, sparse=True, device="hopper", kv_cache_dtype="fp8_e4m3")
+    assert e.value.field == "kv_cache_dtype" and "sparse MLA" in str(e.value)
+    assert "FLASH_ATTN_MLA_SPARSE: kv_cache_dtype fp8_e4m3 not supported" in str(e.value)
+    assert "FLASH_ATTN_MLA:" not in str(e.value)  # non-sparse backends are not listed as skipped
+    for dev in ("blackwell", "ampere"):
+        assert _field(resolve, mla=True, sparse=True, device=dev, kv_cache_dtype="auto") == "device"
+    x = resolve(
+        mla=True, sparse=True, device="blackwell", kv_cache_dtype="auto", attention_backend="FLASHMLA_SPARSE"
+    )
+    assert (x.backend.name, x.block_size, x.reason) == (
+        "FLASHMLA_SPARSE",
+        64,
+        "--attention-backend FLASHMLA_SPARSE",
+    )
+    # the reason names the skipped backends
+    x = resolve(mla=True, device="hopper", kv_cache_dtype="fp8")
+    assert x.reason == (
+        "first valid MLA backend on hopper in vLLM's priority list "
+        "(skipped FLASH_ATTN_MLA: kv_cache_dtype fp8 not supported)"
+    )
+    assert resolve(mla=False, device="hopper", kv_cache_dtype="auto").reason == (
+        "first valid attention backend on hopper in vLLM's priority list"
+    )
+    # TRITON_MLA with an fp8 cache needs compute capability 8.9: refused on Ampere
+    with pytest.raises(SpecError) as e:
+        resolve(mla=True, device="ampere", kv_cache_dtype="fp8")
+    assert e.value.field == "kv_cache_dtype" and "TRITON_MLA" in str(e.value) and "8.9" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        resolve(mla=True, device="ampere", kv_cache_dtype="fp8", attention_backend="TRITON_MLA")
+    assert e.value.value == "fp8"
+    # a named backend: its preferred block, or a refusal saying why
+    for name, dev, kv, bs in (
+        ("FLASHINFER", "hopper", "auto", 16),
+        ("TRITON_ATTN", "ampere", "fp8_e5m2", 16),
+        ("CUTLASS_MLA", "blackwell", "auto", 128),
+        ("FLASHMLA", "blackwell", "auto", 64),
+        ("TRITON_MLA", "hopper", "fp8", 16),
+    ):
+        x = resolve(mla=BACKENDS[name].mla, device=dev, kv_cache_dtype=kv, attention_backend=name)
+        assert (x.backend.name, x.block_size) == (name, bs)
+    for kw, why in (
+        (
+            {"mla": False, "attention_backend": "FLASHMLA"},
+            "valid for attention: FLASH_ATTN, FLASHINFER, TRITON_ATTN",
+        ),
+        ({"mla": True, "attention_backend": "NOPE"}, "valid for MLA: FLASH_ATTN_MLA, FLASHMLA"),
+        ({"mla": True, "attention_backend": 3}, "valid for MLA"),
+        (
+            {"mla": True, "attention_backend": "CUTLASS_MLA"},
+            "refuses it on hopper: compute capability not supported",
+        ),
+        (
+            {"mla": True, "attention_backend": "FLASH_ATTN_MLA_SPARSE"},
+            "refuses it on hopper: non-sparse not supported",
+        ),
+        ({"mla": True, "sparse": True, "attention_backend": "FLASHMLA"}, "sparse not supported"),
+        (
+            {"mla": False, "attention_backend": "FLASH_ATTN", "kv_cache_dtype": "fp8_e5m2"},
+            "kv_cache_dtype fp8_e5m2",
+        ),
+        ({"mla": False, "attention_backend": "FLASHINFER", "block_size": 8}, "block_size not supported"),
+    ):
+        kw = {"device": "hopper", "kv_cache_dtype": "auto", **kw}
+        with pytest.raises(SpecError) as e:
+            resolve(**kw)
+        assert e.value.field == "attention_backend" and why in str(e.value), (kw, str(e.value))
+    with pytest.raises(SpecError) as e:
+        resolve(
+            mla=True,
+            device="blackwell",
+            kv_cache_dtype="auto",
+            qk_nope_head_dim=96,
+            attention_backend="FLASHINFER_MLA",
+        )
+    assert "qk_nope_head_dim 96 not in [64, 128, 192]" in str(e.value)
+    assert "CUTLASS_MLA" not in "".join(n for n, b in BACKENDS.items() if b.mla is False)  # the table's kinds
+    for bad in ("volta", None, 9):
+        assert _field(resolve, mla=False, device=bad, kv_cache_dtype="auto") == "device"
+
+
+def test_backend_block_sizes_and_stride_alignment() -> None:
+    from kvlayout.models.backends import BACKENDS, block_stride_alignment
+
+    want = {"FLASHINFER": 16, "FLASHMLA": 64, "FLASHINFER_MLA": 32, "CUTLASS_MLA": 128, "FLASH_ATTN": 16}
+    for name, bs in want.items():
+        assert BACKENDS[name].preferred_block_size() == bs
+    fi = BACKENDS["FLASHINFER_MLA"]  # sizes 32 and 64
+    assert [b for b in (16, 32, 48, 64, 96, 128) if fi.accepts(b)] == [32, 64, 96, 128]
+    fa = BACKENDS["FLASH_ATTN"]  # MultipleOf(16)
+    assert [b for b in (8, 16, 24, 32, 48) if fa.accepts(b)] == [16, 32, 48]
+    # one token row for FLASH_ATTN_MLA_SPARSE; FLASHMLA_SPARSE too, except fp8 off Blackwell
+    assert block_stride_alignment(BACKENDS["FLASH_ATTN_MLA_SPARSE"], "hopper", "auto", 1152) == 1152
+    assert block_stride_alignment(BACKENDS["FLASHMLA_SPARSE"], "hopper", "auto", 1152) == 1152
+    assert block_stride_alignment(BACKENDS["FLASHMLA_SPARSE"], "hopper", "fp8", 656) is None
+    assert block_stride_alignment(BACKENDS["FLASHMLA_SPARSE"], "blackwell", "fp8", 656) == 656
+    assert block_stride_alignment(BACKENDS["FLASHMLA"], "hopper", "auto", 1152) is None
+    assert block_stride_alignment(BACKENDS["FLASH_ATTN_MLA"], "blackwell", "fp8", 1152) is None
