@@ -566,3 +566,202 @@ def test_backend_block_sizes_and_stride_alignment() -> None:
     assert block_stride_alignment(BACKENDS["FLASHMLA_SPARSE"], "blackwell", "fp8", 656) == 656
     assert block_stride_alignment(BACKENDS["FLASHMLA"], "hopper", "auto", 1152) is None
     assert block_stride_alignment(BACKENDS["FLASH_ATTN_MLA"], "blackwell", "fp8", 1152) is None
+
+
+def _hybrid_block(state: int, per_token: int, given: int | None) -> int:
+    """vLLM's hybrid alignment (kvlayout.models.hybrid docstring), written out here."""
+    unit = max(16, given or 16)
+    need = unit * -(-state // (unit * per_token))
+    need = 16 * -(-need // 16)
+    return max(given or 16, need)
+
+
+def _check_hybrid(
+    ms: Any, state: int, per_token: int, given: int | None, mamba: list[str], attn: list[str]
+) -> None:
+    assert isinstance(ms, M.ModelSpec)
+    bs = _hybrid_block(state, per_token, given)
+    page = bs * per_token
+    assert ms.block_size == bs
+    got = {x.name: x for _, x in ms.spec.layers}
+    assert sorted(got) == sorted(mamba + attn)
+    for name in attn:
+        assert got[name].block_size == bs and got[name].real_page == page and ms.kinds[name] == "full"
+    for name in mamba:
+        x = got[name]
+        assert x.state_bytes == state and x.page == page
+        assert x.alignment == (page if page != state else None)
+    assert f"hybrid: {bs}-token blocks; {page:,} B attention page >= {state:,} B Mamba state" in " ".join(
+        ms.notes
+    )
+    assert f"(+{page - state:,} B padding)" in " ".join(ms.notes)
+
+
+def test_hybrid_states_and_aligned_blocks() -> None:
+    jamba = {
+        "architectures": ["JambaForCausalLM"],
+        "num_hidden_layers": 8,
+        "attn_layer_period": 4,
+        "attn_layer_offset": 2,
+        "hidden_size": 512,
+        "mamba_expand": 2,
+        "mamba_d_conv": 4,
+        "mamba_d_state": 16,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "torch_dtype": "bfloat16",
+    }
+    for tp, given, ssm in ((2, None, None), (1, 32, None), (2, 160, "float32"), (2, 64, "auto")):
+        inner = 2 * 512 // tp
+        state = 3 * inner * 2 + inner * 16 * {"float32": 4}.get(str(ssm), 2)
+        per_token = 2 * max(1, 2 // tp) * (512 // 8) * 2
+        ms = M.from_config(jamba, tp=tp, block_size=given, mamba_ssm_cache_dtype=ssm)
+        attn = [f"model.layers.{i}.attn" for i in (2, 6)]
+        mamba = [f"model.layers.{i}.mixer" for i in range(8) if i % 4 != 2]
+        _check_hybrid(ms, state, per_token, given, mamba, attn)
+        assert isinstance(ms, M.ModelSpec)
+        raised = given is not None and given < _hybrid_block(state, per_token, given)
+        assert any(f"block_size {given} raised to" in x for x in ms.notes) == raised
+    assert _field(M.from_config, {**jamba, "attn_layer_offset": 4}) == "config.attn_layer_offset"
+    assert _hybrid_block(1000, 100, None) == 16 and _hybrid_block(1700, 100, None) == 32
+    assert _hybrid_block(5000, 100, 32) == 64  # unit 32: 32 * ceil(5000 / 3200)
+    assert _hybrid_block(5000, 100, 48) == 96  # unit 48: 48 * 2 = 96, a multiple of 16
+    assert _field(M.from_config, jamba, mamba_ssm_cache_dtype="fp8") == "mamba_ssm_cache_dtype"
+    # 2 * 509 channels do not split over 4 ranks
+    assert _field(M.from_config, {**jamba, "hidden_size": 509}, tp=4) == "config.mamba_expand"
+
+    nem = {
+        "architectures": ["NemotronHForCausalLM"],
+        "num_hidden_layers": 5,
+        "hybrid_override_pattern": "M*-EM",
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 16,
+        "n_groups": 2,
+        "ssm_state_size": 32,
+        "conv_kernel": 4,
+        "attention_head_dim": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 256,
+        "torch_dtype": "bfloat16",
+    }
+    for tp, groups, ssm_cfg in (
+        (2, 2, None),
+        (1, 2, "bfloat16"),
+        (2, 1, None),
+        (4, 4, "float16"),
+        (1, 1, None),
+    ):
+        cfg = {**nem, "n_groups": groups, **({"mamba_ssm_cache_dtype": ssm_cfg} if ssm_cfg else {})}
+        g = tp if groups % tp else groups
+        conv = (8 * 16 + 2 * g * 32) // tp
+        state = 3 * conv * 2 + (8 // tp) * 16 * 32 * (2 if ssm_cfg else 4)
+        per_token = 2 * max(1, 2 // tp) * 64 * 2
+        ms = M.from_config(cfg, tp=tp)
+        _check_hybrid(
+            ms,
+            state,
+            per_token,
+            None,
+            ["model.layers.0.mixer", "model.layers.4.mixer"],
+            ["model.layers.1.mixer.attn"],
+        )
+    # the argument overrides the config's ssm dtype
+    ms = M.from_config({**nem, "mamba_ssm_cache_dtype": "bfloat16"}, tp=1, mamba_ssm_cache_dtype="float32")
+    _check_hybrid(
+        ms,
+        3 * 256 * 2 + 8 * 16 * 32 * 4,
+        2 * 2 * 64 * 2,
+        None,
+        ["model.layers.0.mixer", "model.layers.4.mixer"],
+        ["model.layers.1.mixer.attn"],
+    )
+    assert _field(M.from_config, {**nem, "mamba_ssm_cache_dtype": "int8"}) == "config.mamba_ssm_cache_dtype"
+    for pattern in ("M*-E", "M*-EMM", "M*-EX"):
+        assert (
+            _field(M.from_config, {**nem, "hybrid_override_pattern": pattern})
+            == "config.hybrid_override_pattern"
+        )
+    assert _field(M.from_config, {**nem, "n_groups": 3}, tp=2) == "config.n_groups"
+
+    falcon = {
+        "architectures": ["FalconH1ForCausalLM"],
+        "num_hidden_layers": 2,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 16,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_d_ssm": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "hidden_size": 256,
+        "torch_dtype": "bfloat16",
+    }
+    for tp, d_ssm_keys in ((1, {}), (2, {}), (2, {"mamba_d_ssm": None, "mamba_expand": 0.5})):
+        cfg = {**falcon, **d_ssm_keys}
+        d_ssm = 128
+        g = tp if 1 % tp else 1
+        conv = (d_ssm + 2 * g * 16) // tp
+        state = 3 * conv * 2 + (8 // tp) * 16 * 16 * 2
+        per_token = 2 * max(1, 2 // tp) * 64 * 2
+        ms = M.from_config(cfg, tp=tp)
+        _check_hybrid(
+            ms,
+            state,
+            per_token,
+            None,
+            ["model.2.mixer", "model.3.mixer"],
+            ["model.layers.0.attn", "model.layers.1.attn"],
+        )
+    for bad in (0, -1, True, "2", 2000):
+        assert (
+            _field(M.from_config, {**falcon, "mamba_d_ssm": None, "mamba_expand": bad})
+            == "config.mamba_expand"
+        )
+    ms = M.from_config({**falcon, "mamba_d_ssm": None, "mamba_expand": 1024, "hidden_size": 1}, tp=1)
+    assert isinstance(ms, M.ModelSpec)
+    assert _field(M.from_config, {**falcon, "mamba_n_groups": 3}, tp=2) == "config.mamba_n_groups"
+
+    gdn = {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "num_hidden_layers": 4,
+        "full_attention_interval": 2,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 8,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 16,
+        "linear_conv_kernel_dim": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "hidden_size": 512,
+        "torch_dtype": "bfloat16",
+    }
+    for arch, tp, extra, ssm_size in (
+        ("Qwen3NextForCausalLM", 1, {}, 2),
+        ("Qwen3NextForCausalLM", 2, {"mamba_ssm_dtype": "float32"}, 2),  # Qwen3-Next does not read it
+        ("Qwen3_5ForCausalLM", 2, {"mamba_ssm_dtype": "float32"}, 4),
+        ("Qwen3_5ForCausalLM", 1, {}, 2),
+    ):
+        cfg = {**gdn, "architectures": [arch], **extra}
+        conv = (2 * 4 * 32 + 8 * 16) // tp
+        state = 3 * conv * 2 + (8 // tp) * 32 * 16 * ssm_size
+        per_token = 2 * max(1, 2 // tp) * 64 * 2
+        ms = M.from_config(cfg, tp=tp)
+        attn = [f"model.layers.{i}.self_attn.attn" for i in range(4) if (i + 1) % 2 == 0]
+        mamba = [f"model.layers.{i}.linear_attn" for i in range(4) if (i + 1) % 2]
+        _check_hybrid(ms, state, per_token, None, mamba, attn)
+        assert isinstance(ms, M.ModelSpec) and {ms.kinds[x] for x in mamba} == {"gdn"}
+    lt = ["linear_attention", "full_attention", "full_attention", "linear_attention"]
+    ms = M.from_config({**gdn, "layer_types": lt, "full_attention_interval": None}, tp=1)
+    assert isinstance(ms, M.ModelSpec)
+    assert sorted(n for n, k in ms.kinds.items() if k == "full") == [
+        "model.layers.1.self_attn.attn",
+        "model.layers.2.self_attn.attn",
+    ]
+    with pytest.raises(SpecError) as e:
+        M.from_config({**gdn, "layer_types": [*lt[:3], "sliding_attention"]})
+    assert e.value.field == "config.layer_types[3]" and "linear_attention, full_attention" in str(e.value)
+    assert _field(M.from_config, {**gdn, "full_attention_interval": None}) == "config.full_attention_interval"
