@@ -765,3 +765,91 @@ def test_hybrid_states_and_aligned_blocks() -> None:
         M.from_config({**gdn, "layer_types": [*lt[:3], "sliding_attention"]})
     assert e.value.field == "config.layer_types[3]" and "linear_attention, full_attention" in str(e.value)
     assert _field(M.from_config, {**gdn, "full_attention_interval": None}) == "config.full_attention_interval"
+
+
+def _round_up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def test_deepseek_v4_pages_per_layer_kind() -> None:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "fixtures" / "models" / "deepseek_v4" / "config.json"
+    base = json.loads(path.read_text())
+    for head, rope, idx, ratios in ((512, 64, 128, [0, 4, 128]), (256, 64, 256, [4, 1, 128, 4])):
+        cfg = {**base, "head_dim": head, "qk_rope_head_dim": rope, "index_head_dim": idx}
+        cfg.update(num_hidden_layers=len(ratios), compress_ratios=ratios)
+        ms = M.from_config(cfg, kv_cache_dtype="fp8" if head == 256 else None)
+        assert isinstance(ms, M.ModelSpec) and ms.kv_cache_dtype == "fp8_ds_mla" and ms.block_size == 256
+        nope = head - rope
+        token = nope + 2 * rope + nope // 64 + 1  # fp8 NoPE, bf16 RoPE, scales, 1 pad
+        assert (token == 584) == (head == 512)
+        want: dict[str, tuple[int, int, str]] = {}  # name -> (block, real page, kind)
+        for i, r in enumerate(ratios):
+            a = f"model.layers.{i}.attn"
+            want[f"{a}.swa_cache"] = (64, 64 * token, "swa")
+            if r == 4:
+                want[f"{a}.indexer.k_cache"] = (256, 256 // 4 * (idx + idx // 128 * 4), "c4_indexer")
+                want[f"{a}.indexer.compressor.state_cache"] = (4, 4 * 2 * 2 * idx * 4, "c4_indexer_state")
+            if r > 1:
+                want[a] = (256, 256 // r * token, f"c{r}")
+                coff = 2 if r == 4 else 1
+                want[f"{a}.compressor.state_cache"] = (
+                    {4: 4, 128: 8}[r],
+                    {4: 4, 128: 8}[r] * 2 * coff * head * 4,
+                    f"c{r}_state",
+                )
+        got = {x.name: x for _, x in ms.spec.layers}
+        assert sorted(got) == sorted(want)
+        for name, (block, real, kind) in want.items():
+            x = got[name]
+            assert (x.block_size, x.real_page, x.page, ms.kinds[name]) == (
+                block,
+                real,
+                _round_up(real, 576),
+                kind,
+            ), name
+        # every group holds one bucket's layers: the window caches, the compressed ones (with the indexers),
+        # the ratio-4 states (both), the ratio-128 states
+        bucket = {
+            "swa": "swa",
+            "c4_indexer": "compressed",
+            "c4": "compressed",
+            "c128": "compressed",
+            "c4_state": "c4_states",
+            "c4_indexer_state": "c4_states",
+            "c128_state": "c128_states",
+        }
+        for g in ms.spec.groups:
+            assert {bucket[ms.kinds[x.name]] for x in g.layers} == {g.name.split(".")[0]}
+    # the fixture: vLLM's five groups and 1,002,240 B per block (tests/test_models.py checks against vLLM)
+    ms = M.from_config(base)
+    assert isinstance(ms, M.ModelSpec)
+    assert [(g.name, len(g.layers)) for g in ms.spec.groups] == [
+        ("swa.0", 22),
+        ("swa.1", 21),
+        ("compressed", 62),
+        ("c4_states", 42),
+        ("c128_states", 20),
+    ]
+    assert ms.bytes_per_block == 1_002_240
+    # refusals, each naming its field
+    small = {**base, "num_hidden_layers": 3, "compress_ratios": [0, 4, 128]}
+    assert _field(M.from_config, small, kv_cache_dtype="bfloat16") == "kv_cache_dtype"
+    assert M.from_config(small, kv_cache_dtype="fp8_e4m3").kv_cache_dtype == "fp8_ds_mla"
+    assert M.from_config(small, kv_cache_dtype="auto").kv_cache_dtype == "fp8_ds_mla"
+    assert _field(M.from_config, {**small, "qk_rope_head_dim": 512}) == "config.qk_rope_head_dim"
+    assert M.from_config({**small, "qk_rope_head_dim": 511}).block_size == 256
+    assert _field(M.from_config, {**small, "num_attention_heads": 6}, tp=4) == "config.num_attention_heads"
+    for bad in (2, 3, 8, 64):
+        with pytest.raises(SpecError) as e:
+            M.from_config({**small, "compress_ratios": [0, bad, 4]})
+        assert e.value.field == "config.compress_ratios[1]" and e.value.value == bad
+    assert _field(M.from_config, small, block_size=100) == "block_size"  # not a multiple of 4
+    assert _field(M.from_config, small, block_size=64) == "block_size"  # not a multiple of 128
+    assert M.from_config({**small, "compress_ratios": [0, 4, 4]}, block_size=64).block_size == 64
+    assert M.from_config({**small, "compress_ratios": [0, 1, 0]}, block_size=6).block_size == 6
+    assert _field(M.from_config, {**small, "index_head_dim": None}) == "config.index_head_dim"
+    assert M.from_config({**small, "index_head_dim": None, "compress_ratios": [0, 128, 1]}).block_size == 256
+    assert _field(M.from_config, {**small, "sliding_window": None}) == "config.sliding_window"
