@@ -853,3 +853,186 @@ def test_deepseek_v4_pages_per_layer_kind() -> None:
     assert _field(M.from_config, {**small, "index_head_dim": None}) == "config.index_head_dim"
     assert M.from_config({**small, "index_head_dim": None, "compress_ratios": [0, 128, 1]}).block_size == 256
     assert _field(M.from_config, {**small, "sliding_window": None}) == "config.sliding_window"
+
+
+def _pow2(x: int) -> int:
+    p = 1
+    while p < x:
+        p *= 2
+    return p
+
+
+def test_tpu_inference_page_size_and_array_pages() -> None:
+    from kvlayout.models.tpu_inference import (
+        TpuOptions,
+        attention_array_page,
+        default_page_size,
+        mla_array_page,
+    )
+
+    for mml in (1, 100, 256, 2048, 4096, 8192, 8193, 32768, 131072, 1_000_000):
+        for seqs in (1, 3, 256, 1024, 2**17):
+            page = 16 if mml > 8192 else min(max(_pow2(mml) // 16, 16), 256)
+            want = max(page, _pow2(-(-mml // (2**17 // seqs))))
+            assert default_page_size(False, mml, seqs) == want, (mml, seqs)
+            assert default_page_size(True, mml, seqs) == 1024
+    assert default_page_size(False, 8193, 256) == 32 and default_page_size(False, 8192, 256) == 256
+    # attention pages: heads padded to the shards, packed by 32 bits, head size 64 or a multiple of 128
+    for kv, hs, dt, tp, dcp, page in (
+        (8, 128, "bfloat16", 2, 1, 16),
+        (2, 128, "bfloat16", 8, 1, 16),
+        (2, 128, "float8_e4m3fn", 8, 1, 32),
+        (2, 200, "float32", 8, 1, 16),
+        (8, 64, "bfloat16", 2, 1, 16),
+        (3, 64, "float8_e4m3fn", 1, 2, 64),
+        (12, 80, "bfloat16", 4, 2, 16),
+        (1, 256, "float16", 4, 1, 128),
+        (6, 128, "bfloat16", 2, 1, 16),
+    ):
+        o = TpuOptions(tp=tp, dcp=dcp)
+        for impl in ("flax_nnx", "vllm"):
+            shards = tp * dcp if dcp > 1 and impl == "flax_nnx" else tp
+            if (kv >= shards and kv % shards) or (kv < shards and shards % kv):
+                assert _field(attention_array_page, kv, hs, dt, o, page, impl) == "tp"
+                continue
+            heads = max(kv, shards)
+            shard = heads // tp
+            pack = {"bfloat16": 2, "float16": 2, "float32": 1, "float8_e4m3fn": 4}[dt]
+            if hs == 64:
+                want_shape = (page * dcp, -(-shard // pack) * tp, pack, 128)
+            else:
+                want_shape = (page * dcp, -(-2 * shard // pack) * tp, pack, _round_up(hs, 128))
+            assert attention_array_page(kv, hs, dt, o, page, impl) == want_shape, (kv, hs, dt, tp, dcp, impl)
+    with pytest.raises(SpecError) as e:
+        attention_array_page(12, 128, "bfloat16", TpuOptions(tp=8), 16, "vllm")
+    assert "does not divide the 12 KV heads" in str(e.value) and e.value.value == 8
+    with pytest.raises(SpecError) as e:
+        attention_array_page(3, 128, "bfloat16", TpuOptions(tp=8), 16, "vllm")
+    assert "is not a multiple of the 3 KV heads" in str(e.value)
+    # MLA pages
+    for rank, rope, dcp, k, page in ((512, 64, 1, 32, 1024), (500, 64, 2, 16, 40), (512, 200, 1, 32, 100)):
+        o = TpuOptions(dcp=dcp, mla_kv_packing_size=k)
+        head = _round_up(rank, 128) + _round_up(rope, 128)
+        assert mla_array_page(rank, rope, o, page) == (-(-page * dcp // k), k, _round_up(head, 128))
+        t = TpuOptions(dcp=dcp, mla_transpose_kv_cache=True)
+        if page * dcp % 128:
+            with pytest.raises(SpecError) as e:
+                mla_array_page(rank, rope, t, page)
+            assert (
+                e.value.field == "block_size" and e.value.value == page and f"= {page * dcp})" in str(e.value)
+            )
+        else:
+            assert mla_array_page(rank, rope, t, page) == (_round_up(rank, 128) + rope, page * dcp)
+    assert mla_array_page(512, 64, TpuOptions(mla_transpose_kv_cache=True, dcp=2), 64) == (576, 128)
+
+
+def test_tpu_inference_options_mesh_and_partition_specs() -> None:
+    from kvlayout.models.tpu_inference import MESH_7, TpuOptions
+
+    for kw, field in (
+        ({"tp": 0}, "tp"),
+        ({"dp": -1}, "dp"),
+        ({"dcp": 1.5}, "dcp"),
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"mla_kv_packing_size": 0}, "mla_kv_packing_size"),
+        ({"max_model_len": 0}, "max_model_len"),
+        ({"max_num_seqs": 2**17 + 1}, "max_num_seqs"),
+        ({"model_impl": "torchax"}, "model_impl"),
+        ({"mla_transpose_kv_cache": 1}, "mla_transpose_kv_cache"),
+        ({"batched_rpa": "yes"}, "batched_rpa"),
+    ):
+        assert _field(TpuOptions, **kw) == field, kw
+    assert TpuOptions(max_num_seqs=2**17, max_model_len=1).max_num_seqs == 2**17
+    o = TpuOptions(tp=4, dp=2)
+    assert o.mesh == {"data": 2, "model": 4} and not o.seven_axes
+    assert o.pspec(True) == ("data", None) and o.pspec(False) == ("data", None, "model")
+    assert o.head_shards("flax_nnx") == 4 and o.head_shards("vllm") == 4
+    o = TpuOptions(tp=4, dp=2, dcp=2)
+    assert o.mesh == {a: {"data": 2, "model": 4, "dcp": 2}.get(a, 1) for a in MESH_7} and list(
+        o.mesh
+    ) == list(MESH_7)
+    batch, ctx, heads = ("data", "attn_dp", "attn_dp_expert"), ("pcp", "dcp"), ("model", "expert")
+    assert o.pspec(True) == (batch, ctx) and o.pspec(False) == (batch, ctx, heads)
+    assert o.head_shards("flax_nnx") == 8 and o.head_shards("vllm") == 4
+
+
+def test_tpu_inference_arrays_of_a_config() -> None:
+    llama = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 3,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "hidden_size": 2048,
+        "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(llama, engine="tpu-inference", tp=2, dp=2, num_blocks=4)
+    assert isinstance(ms, M.NativeModelSpec) and ms.model_impl == "flax_nnx"
+    page = min(max(4096 // 16, 16), 256)  # 256; the minimum page 4096 / 512 = 8 is smaller
+    assert ms.block_size == page
+    assert [x.name for x in ms.spec.leaves] == ["kv_caches[0]", "kv_caches[1]", "kv_caches[2]"]
+    assert ms.shared_by == {f"kv_caches[{i}]": (f"layer.{i}",) for i in range(3)}
+    for leaf in ms.spec.leaves:
+        assert (
+            leaf.shape == (4, page, 2 * 2 // 2 * 2, 2, 128)
+            and leaf.dtype == "bfloat16"
+            and leaf.group == "full"
+        )
+    assert ms.partition_specs == (("data", None, "model"),) * 3
+    assert ms.mesh == {"data": 2, "model": 2}
+    assert ms.layer_to_array() == {"layer.0": 0, "layer.1": 1, "layer.2": 2}
+    assert ms.bytes_per_block == 3 * page * 4 * 2 * 128 * 2
+    assert ms.blocks_per_gib == 2**30 // ms.bytes_per_block
+    assert any("max_model_len 4,096 from max_position_embeddings" in x for x in ms.notes)
+    assert any(x == "page size 256: tpu-inference's default for max_model_len 4,096" for x in ms.notes)
+    ms = M.from_config(llama, engine="tpu-inference", max_model_len=100)
+    assert isinstance(ms, M.NativeModelSpec) and ms.block_size == 16
+    assert not any("from max_position_embeddings" in x for x in ms.notes)
+    ms = M.from_config(llama, engine="tpu-inference", block_size=32, model_impl="vllm", num_blocks=0)
+    assert isinstance(ms, M.NativeModelSpec) and ms.block_size == 32 and ms.model_impl == "vllm"
+    assert [x.name for x in ms.spec.leaves] == ["kv_caches[0]", "kv_caches[1]", "kv_caches[2]"]
+    assert ms.shared_by["kv_caches[1]"] == ("model.layers.1.self_attn.attn",)
+    assert not any("page size" in x for x in ms.notes)
+    assert _field(M.from_config, llama, engine="tpu-inference", dp=2, num_blocks=3) == "num_blocks"
+    assert _field(M.from_config, llama, engine="tpu-inference", num_blocks=-1) == "num_blocks"
+    assert _field(M.from_config, llama, engine="tpu-inference", num_blocks=True) in ("num_blocks",)
+    nompe = {k: v for k, v in llama.items() if k != "max_position_embeddings"}
+    assert _field(M.from_config, nompe, engine="tpu-inference") == "config.max_position_embeddings"
+    # vLLM's groups share arrays: Gemma 2's 4 sliding and 4 full layers, two groups, 4 arrays of two layers
+    gemma = {
+        "architectures": ["Gemma2ForCausalLM"],
+        "num_hidden_layers": 8,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_size": 2304,
+        "sliding_window": 4096,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(gemma, engine="tpu-inference", block_size=16, tp=4)
+    assert isinstance(ms, M.NativeModelSpec) and ms.model_impl == "vllm"
+    assert len(ms.spec.leaves) == 4
+    for j, leaf in enumerate(ms.spec.leaves):
+        users = ms.shared_by[leaf.name]
+        assert users == (f"model.layers.{2 * j}.self_attn.attn", f"model.layers.{2 * j + 1}.self_attn.attn")
+        assert leaf.shape == (16, 16, -(-2 * 1 // 2) * 4, 2, 256)
+        assert set(leaf.group) == {"sliding", "full"}
+    # MLA: one latent array per layer, 1,024-token pages
+    ds = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "num_hidden_layers": 2,
+        "num_attention_heads": 16,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "hidden_size": 2048,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(ds, engine="tpu-inference", num_blocks=2)
+    assert isinstance(ms, M.NativeModelSpec) and ms.block_size == 1024
+    assert [x.shape for x in ms.spec.leaves] == [(2, 1024 // 32, 32, 640)] * 2
+    assert ms.partition_specs == (("data", None),) * 2
+    assert any(x == "page size 1024: tpu-inference's default" for x in ms.notes)
+    v32 = {**ds, "index_topk": 64, "index_head_dim": 128}
+    assert _field(M.from_config, v32, engine="tpu-inference") == "engine"
