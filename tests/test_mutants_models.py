@@ -1036,3 +1036,245 @@ def test_tpu_inference_arrays_of_a_config() -> None:
     assert any(x == "page size 1024: tpu-inference's default" for x in ms.notes)
     v32 = {**ds, "index_topk": 64, "index_head_dim": 128}
     assert _field(M.from_config, v32, engine="tpu-inference") == "engine"
+
+
+def test_config_reading_rules() -> None:
+    from kvlayout.models.config import (
+        check_kv_cache_dtype,
+        check_tp,
+        load_config,
+        resolve_kv_dtype,
+        resolve_model_dtype,
+        text_config,
+    )
+
+    c = _cfg(a=3, b=0, s="x", t=True, n=None, lst=[1, 2, 3], names=["a", 1])
+    assert c.field("a") == "config.a" and c.has("a") and not c.has("n") and not c.has("zz")
+    assert c.req_int("a", "") == 3 and c.req_int("b", "", lo=0) == 0 and c.opt_int("n") is None
+    assert c.opt_int("a", lo=3) == 3
+    for key, kw, why in (
+        ("b", {}, "must be at least 1"),
+        ("a", {"lo": 4}, "must be at least 4"),
+        ("s", {}, "must be an integer"),
+        ("n", {}, "missing; because"),
+    ):
+        with pytest.raises(SpecError) as e:
+            c.req_int(key, "because", **kw)
+        assert e.value.field == f"config.{key}" and why in str(e.value)
+    assert "reader='transformers' fills" in str(c.missing("x", "w"))
+    assert "reader='transformers'" not in str(c.missing("architectures", "w"))
+    assert "reader='transformers'" not in str(Config({}, "config", completed=True).missing("x", "w"))
+    assert c.req_str("s", "") == "x" and _field(c.req_str, "a", "") == "config.a"
+    assert _field(c.req_str, "n", "") == "config.n"
+    assert c.req_bool("t", "") is True and _field(c.req_bool, "a", "") == "config.a"
+    assert _field(c.req_bool, "zz", "") == "config.zz"
+    assert c.req_list("lst", "", 2, int) == [1, 2] and c.req_list("lst", "", 3, int, exact=True) == [1, 2, 3]
+    for args, kw, field in (
+        (("lst", "", 4, int), {}, "config.lst"),
+        (("lst", "", 2, int), {"exact": True}, "config.lst"),
+        (("names", "", 2, str), {}, "config.names[1]"),
+        (("a", "", 1, int), {}, "config.a"),
+        (("n", "", 1, int), {}, "config.n"),
+        (("lst", "", 1, str), {}, "config.lst[0]"),
+    ):
+        assert _field(c.req_list, *args, **kw) == field
+    with pytest.raises(SpecError) as e:
+        c.req_list("names", "", 2, str)
+    assert "must be a string" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        c.req_list("lst", "", 1, str)
+    assert "must be a string" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        _cfg(lst=[1, "x"]).req_list("lst", "", 2, int)
+    assert "must be an integer" in str(e.value)
+    # dtypes: the argument, else torch_dtype / dtype of the top then the text config; float32 runs bf16
+    notes: list[str] = []
+    top, text = _cfg(), _cfg(dtype="float16")
+    assert resolve_model_dtype(top, text, None, notes) == "float16" and notes == []
+    assert (
+        resolve_model_dtype(_cfg(torch_dtype="float16", dtype="bfloat16"), text, "auto", notes) == "float16"
+    )
+    assert resolve_model_dtype(_cfg(torch_dtype="float32"), text, None, notes) == "bfloat16"
+    assert notes == ["float32 checkpoint: vLLM's dtype auto runs it in bfloat16"]
+    assert resolve_model_dtype(top, _cfg(), None, notes) == "bfloat16" and "no torch_dtype" in notes[-1]
+    assert resolve_model_dtype(_cfg(torch_dtype="float32"), text, "float32", []) == "float32"
+    assert _field(resolve_model_dtype, top, text, "int8", []) == "dtype"
+    assert _field(resolve_model_dtype, top, Config({"dtype": "half"}, "config.text_config"), None, []) == (
+        "config.text_config.dtype"
+    )
+    assert (
+        resolve_kv_dtype(None, "float16") == "float16" and resolve_kv_dtype("auto", "bfloat16") == "bfloat16"
+    )
+    assert resolve_kv_dtype("fp8", "bfloat16") == "float8_e4m3fn"
+    assert resolve_kv_dtype("fp8_e5m2", "bfloat16") == "float8_e5m2"
+    assert _field(resolve_kv_dtype, "int8", "bfloat16") == "kv_cache_dtype"
+    assert check_kv_cache_dtype(None, "llama") is None and check_kv_cache_dtype("fp8", "llama") == "fp8"
+    assert check_kv_cache_dtype("fp8_ds_mla", "deepseek_v32") == "fp8_ds_mla"
+    assert check_kv_cache_dtype("fp8_ds_mla", "deepseek_v4") == "fp8_ds_mla"
+    for bad, fam in (("fp8_ds_mla", "deepseek_v3"), (8, "llama"), ("int4", "deepseek_v4")):
+        with pytest.raises(SpecError) as e:
+            check_kv_cache_dtype(bad, fam)
+        assert e.value.field == "kv_cache_dtype" and ("fp8_ds_mla" in str(e.value).split("valid: ")[1]) == (
+            fam != "deepseek_v3" and fam != "llama"
+        )
+    assert check_tp(4) == 4 and all(_field(check_tp, x) == "tp" for x in (0, -1, 1.5, "2", True))
+    assert text_config(_cfg(a=1)).path == "config"
+    tc = text_config(Config({"text_config": {"a": 1}}, "config", completed=True))
+    assert tc.path == "config.text_config" and tc.completed and tc.data == {"a": 1}
+    assert _field(text_config, _cfg(text_config=[1])) == "config.text_config"
+    assert load_config({"a": 1}) == {"a": 1} and _field(load_config, [1]) == "config"
+
+
+def test_entry_points_refuse_what_does_not_apply() -> None:
+    llama = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "max_position_embeddings": 1024,
+        "torch_dtype": "bfloat16",
+    }
+    assert _field(M.from_config, llama, engine="sglang") == "engine"
+    assert _field(M.from_config, llama, dp=2) == "dp"
+    assert _field(M.from_config, llama, engine="tpu-inference", device="blackwell") == "device"
+    assert _field(M.from_config, llama, engine="tpu-inference", attention_backend="FLASHINFER") == "device"
+    assert _field(M.from_config, llama, device="volta") == "device"
+    assert _field(M.from_config, llama, reader="yaml") == "reader"
+    assert _field(M.from_config, llama, tp=0) == "tp"
+    assert _field(M.from_config, llama, block_size=0) == "block_size"
+    assert _field(M.from_config, llama, block_size=2.5) == "block_size"
+    assert _field(M.from_config, {**llama, "num_hidden_layers": 100_001}) == "config.num_hidden_layers"
+    assert _field(M.from_config, {**llama, "architectures": None}) == "config.architectures"
+    for bad in ([], "LlamaForCausalLM", [3]):
+        assert _field(M.from_config, {**llama, "architectures": bad}) == "config.architectures"
+    with pytest.raises(SpecError) as e:
+        M.from_config({**llama, "architectures": ["NoSuchForCausalLM"]})
+    assert e.value.field == "config.architectures[0]" and "unknown architecture" in str(e.value)
+    assert "LlamaForCausalLM" in str(e.value)
+    assert M.spec_from_config(llama, block_size=32).num_blocks == M.DEFAULT_NUM_BLOCKS
+    assert M.spec_from_config(llama, num_blocks=3).num_blocks == 3
+    native = M.spec_from_config(llama, engine="tpu-inference", num_blocks=2)
+    assert [x.shape[0] for x in native.leaves] == [2, 2]
+    ms = M.from_config(llama, block_size=32, device="ampere")
+    assert isinstance(ms, M.ModelSpec)
+    assert (ms.engine, ms.tp, ms.dtype, ms.block_size, ms.device, ms.attention_backend) == (
+        "vllm",
+        1,
+        "bfloat16",
+        32,
+        "ampere",
+        "FLASH_ATTN",
+    )
+    assert ms.backend_reason == "first valid attention backend on ampere in vLLM's priority list"
+    assert ms.spec.layout == "packed" and ms.architecture == "LlamaForCausalLM" and ms.family == "llama"
+    vlm = {
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "text_config": {**llama, "sliding_window_pattern": 2, "sliding_window": 512},
+    }
+    ms = M.from_config(vlm)
+    assert isinstance(ms, M.ModelSpec)
+    assert sorted(ms.kinds) == [f"language_model.model.layers.{i}.self_attn.attn" for i in range(2)]
+    ms = M.from_config(llama, engine="tpu-inference")
+    assert isinstance(ms, M.NativeModelSpec) and ms.engine == "tpu-inference"
+
+
+def test_refusal_reasons_and_coverage() -> None:
+    from kvlayout.models.families import ARCHITECTURES, family_rule, refusal
+    from kvlayout.models.registry_vllm import TEXT_GENERATION, VLLM_VERSION
+    from kvlayout.models.vllm_checked import NOT_GENERIC
+
+    archs, total = M.vllm_coverage()
+    assert total == len(TEXT_GENERATION) and list(archs) == sorted(
+        a for a in TEXT_GENERATION if a in ARCHITECTURES
+    )
+    assert len(archs) < total
+    for arch, (module, kind, *_) in TEXT_GENERATION.items():
+        if arch in ARCHITECTURES:
+            continue
+        why = refusal(arch)
+        assert why.startswith(
+            f"vLLM {VLLM_VERSION} serves it ({kind}, module {module}); kvlayout refuses it: "
+        )
+        if arch in NOT_GENERIC:
+            assert why.endswith(NOT_GENERIC[arch]) and "not shown to hold" in why
+    assert refusal("Nope").startswith("unknown architecture (not one of vLLM")
+    hybrid = next(a for a, row in TEXT_GENERATION.items() if row[1] == "hybrid" and a not in ARCHITECTURES)
+    assert refusal(hybrid).endswith("its Mamba / linear-attention states are not yet modeled")
+    free = next(a for a, row in TEXT_GENERATION.items() if row[1] == "attention-free")
+    assert refusal(free).endswith("it has no KV cache (attention-free): nothing to plan")
+    names = {
+        f: family_rule(f).__name__
+        for f in ("llama", "generic_sw", "deepseek_v2", "generic_mla", "deepseek_v4", "jamba", "qwen3_5")
+    }
+    assert names == {
+        "llama": "attention_family",
+        "generic_sw": "attention_family",
+        "deepseek_v2": "mla_family",
+        "generic_mla": "mla_family",
+        "deepseek_v4": "dsv4_family",
+        "jamba": "hybrid_family",
+        "qwen3_5": "hybrid_family",
+    }
+
+
+def test_summaries_state_the_numbers() -> None:
+    cfg = {
+        "architectures": ["Gemma2ForCausalLM"],
+        "num_hidden_layers": 3,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "hidden_size": 512,
+        "sliding_window": 64,
+        "torch_dtype": "float32",
+    }
+    ms = M.from_config(cfg, tp=2, num_blocks=4)
+    assert isinstance(ms, M.ModelSpec)
+    page = 16 * 2 * 2 * 64 * 2
+    text = M.summary(ms, proof=False)
+    lines = text.splitlines()
+    assert lines[0] == "Gemma2ForCausalLM (gemma2) on vllm, tp 2 (one rank's cache)"
+    assert lines[1] == "dtype bfloat16, KV cache bfloat16, 16-token blocks, layout packed, 4 blocks"
+    assert lines[2] == f"attention backend FLASH_ATTN on hopper: {ms.backend_reason}"
+    assert lines[3] == "note: float32 checkpoint: vLLM's dtype auto runs it in bfloat16"
+    # 2 sliding, 1 full: size 1, 2 >= 1.5: the sliding kind is two groups
+    assert lines[4] == "3 groups, 3 layers (groups share block ids and overlay):"
+    assert lines[5].split() == ["sliding.0", "1", "layers", f"{page:,}", "B", "per", "block", "sliding"]
+    assert lines[8].split() == ["kind", "layers", "tokens", "real", "page", "B", "page", "B", "padding", "B"]
+    assert lines[9].split() == ["sliding", "2", "16", f"{page:,}", f"{page:,}", "0"]
+    assert lines[10].split() == ["full", "1", "16", f"{page:,}", f"{page:,}", "0"]
+    # the three groups of one layer overlay: one page per block id
+    assert lines[11] == f"bytes per block {page:,}; blocks per GiB {2**30 // page:,}"
+    assert len(lines) == 12
+    proved = M.summary(ms).splitlines()
+    assert proved[:-1] == lines and proved[-1].startswith("zeroing table: ") and "SAFE" in proved[-1]
+    one = M.from_config({**cfg, "num_hidden_layers": 1})
+    assert isinstance(one, M.ModelSpec)
+    assert "1 group, 1 layers" in M.summary(one, proof=False)
+    nat = M.from_config(
+        {**cfg, "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 512},
+        engine="tpu-inference",
+        tp=2,
+        num_blocks=2,
+    )
+    assert isinstance(nat, M.NativeModelSpec)
+    lines = M.summary(nat, proof=False).splitlines()
+    assert lines[0] == "LlamaForCausalLM (llama) on tpu-inference, tp 2 (the global arrays of the mesh)"
+    assert (
+        lines[1]
+        == "dtype bfloat16, KV cache bfloat16, 32-token pages, 3 arrays of 2 pages (GEOMETRY.md section 9)"
+    )
+    assert "model implementation flax_nnx; mesh model=2 (global arrays, sharded)" in lines
+    row = next(x for x in lines if x.startswith("  full "))
+    leaf = nat.spec.leaves[0]
+    assert row.split()[:3] == ["full", "3", "1"] and row.split()[-1] == f"{leaf.page_bytes:,}"
+    assert lines[-1] == f"bytes per block {nat.bytes_per_block:,}; blocks per GiB {nat.blocks_per_gib:,}"
+    assert M.summary(nat).splitlines()[-1].endswith("SAFE")
+    one_dev = M.from_config(
+        {**cfg, "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 512}, engine="tpu-inference"
+    )
+    assert isinstance(one_dev, M.NativeModelSpec)
+    assert "model implementation flax_nnx; mesh one device (global arrays, sharded)" in M.summary(
+        one_dev, proof=False
+    )
