@@ -842,7 +842,7 @@ def test_deepseek_v4_pages_per_layer_kind() -> None:
     assert _field(M.from_config, {**small, "qk_rope_head_dim": 512}) == "config.qk_rope_head_dim"
     assert M.from_config({**small, "qk_rope_head_dim": 511}).block_size == 256
     assert _field(M.from_config, {**small, "num_attention_heads": 6}, tp=4) == "config.num_attention_heads"
-    for bad in (2, 3, 8, 64):
+    for bad in (2, 3, 8, 64, -4, -1):  # a negative ratio was taken as window only
         with pytest.raises(SpecError) as e:
             M.from_config({**small, "compress_ratios": [0, bad, 4]})
         assert e.value.field == "config.compress_ratios[1]" and e.value.value == bad

@@ -56,12 +56,13 @@ def dsv4_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     token = nope + 2 * rope + nope // 64 + 1  # fp8 NoPE, bf16 RoPE, UE8M0 scales, 1 pad: 584
     tb = None if token == 584 else token
     c.cfg.req_int("sliding_window", "the window of every layer's sliding-window cache")
-    ratios = [max(1, r) for r in c.cfg.req_list("compress_ratios", "one compression ratio per layer", n, int)]
-    for i, r in enumerate(ratios):
-        if r not in (1, 4, 128):
+    written = c.cfg.req_list("compress_ratios", "one compression ratio per layer", n, int)
+    for i, r in enumerate(written):
+        if r not in (0, 1, 4, 128):  # checked as written: a negative ratio is not "window only"
             raise spec_error(
                 f"{c.cfg.field('compress_ratios')}[{i}]", r, "valid: 0 or 1 (window only), 4, 128"
             )
+    ratios = [max(1, r) for r in written]
     bs = c.block(DSV4_BLOCK_SIZE)
     for r in sorted(set(ratios) - {1}):
         if bs % r:
