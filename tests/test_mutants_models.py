@@ -1278,3 +1278,68 @@ def test_summaries_state_the_numbers() -> None:
     assert "model implementation flax_nnx; mesh one device (global arrays, sharded)" in M.summary(
         one_dev, proof=False
     )
+
+
+def test_generic_layer_names_heads_and_windows() -> None:
+    bloom = {
+        "architectures": ["BloomForCausalLM"],
+        "n_layer": 2,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "hidden_size": 1024,
+        "torch_dtype": "float16",
+    }
+    ms = M.from_config(bloom, tp=2, block_size=16)
+    assert isinstance(ms, M.ModelSpec) and ms.family == "generic"
+    layers = [x for _, x in ms.spec.layers]
+    assert [x.name for x in layers] == [
+        "transformer.h.0.self_attention.attn",
+        "transformer.h.1.self_attention.attn",
+    ]
+    # Bloom: KV heads are the query heads (num_key_value_heads ignored), head size hidden // heads
+    assert {(x.num_kv_heads, x.head_size, x.dtype) for x in layers} == {(8 // 2, 1024 // 8, "float16")}
+    exaone = {**bloom, "architectures": ["ExaoneForCausalLM"]}
+    ms = M.from_config(exaone, block_size=16)
+    assert isinstance(ms, M.ModelSpec)
+    assert [x.name for _, x in ms.spec.layers] == [f"model.h.{i}.attn.attention.attn" for i in range(2)]
+    assert {(x.num_kv_heads, x.head_size) for _, x in ms.spec.layers} == {(2, 32)}  # the generic rule
+    # Falcon: never a window; Cohere: the engine's one window on every layer
+    falcon = {
+        **bloom,
+        "architectures": ["FalconForCausalLM"],
+        "new_decoder_architecture": True,
+        "num_kv_heads": 2,
+        "sliding_window": 64,
+    }
+    ms = M.from_config(falcon, block_size=16)
+    assert isinstance(ms, M.ModelSpec) and set(ms.kinds.values()) == {"full"}
+    assert {x.num_kv_heads for _, x in ms.spec.layers} == {2}
+    lt = ["sliding_attention", "full_attention"]
+    cohere = {**bloom, "architectures": ["CohereForCausalLM"], "sliding_window": 64, "layer_types": lt}
+    ms = M.from_config(cohere, block_size=16)
+    assert isinstance(ms, M.ModelSpec) and set(ms.kinds.values()) == {"full"}
+    ms = M.from_config({**cohere, "layer_types": None}, block_size=16)
+    assert isinstance(ms, M.ModelSpec) and set(ms.kinds.values()) == {"sliding"}
+    assert {x.window for _, x in ms.spec.layers} == {64}  # type: ignore[attr-defined]
+    # GPT-OSS names its attention attn.attn
+    oss = {**bloom, "architectures": ["GptOssForCausalLM"], "sliding_window": 128, "layer_types": lt}
+    ms = M.from_config(oss, block_size=16)
+    assert isinstance(ms, M.ModelSpec)
+    assert [x.name for _, x in ms.spec.layers] == ["model.layers.0.attn.attn", "model.layers.1.attn.attn"]
+    # a generic MLA architecture: DeepSeek-V2's latent head under vLLM's names
+    mla = {
+        "architectures": ["Glm4MoeLiteForCausalLM"],
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "kv_lora_rank": 256,
+        "qk_rope_head_dim": 32,
+        "qk_nope_head_dim": 64,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(mla, block_size=16, device="ampere")
+    assert isinstance(ms, M.ModelSpec) and ms.family == "generic_mla"
+    assert [(x.name, x.head_size, x.real_page) for _, x in ms.spec.layers] == [
+        (f"model.layers.{i}.self_attn.attn", 256 + 32, 16 * (256 + 32) * 2) for i in range(2)
+    ]
