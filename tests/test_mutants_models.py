@@ -1343,3 +1343,34 @@ def test_generic_layer_names_heads_and_windows() -> None:
     assert [(x.name, x.head_size, x.real_page) for _, x in ms.spec.layers] == [
         (f"model.layers.{i}.self_attn.attn", 256 + 32, 16 * (256 + 32) * 2) for i in range(2)
     ]
+
+
+def test_build_without_a_cuda_device_takes_flash_blocks() -> None:
+    from kvlayout.models.build import build
+
+    ds = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": 8,
+        "kv_lora_rank": 256,
+        "qk_rope_head_dim": 32,
+        "torch_dtype": "bfloat16",
+    }
+    llama = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": 8,
+        "head_dim": 64,
+        "torch_dtype": "bfloat16",
+    }
+    for cfg, bs in ((ds, 64), (llama, 16)):
+        ms, c = build(cfg, 1, None, None, None, 4, None, device=None)
+        assert (ms.block_size, ms.device, ms.attention_backend, ms.backend_reason) == (bs, "", "", "")
+        assert c.resolved is None and ms.spec.num_blocks == 4
+        ms, c = build(cfg, 1, None, None, None, 4, None, device="hopper")
+        assert (
+            ms.device == "hopper"
+            and c.resolved is not None
+            and ms.attention_backend == c.resolved.backend.name
+        )
+    assert _field(build, llama, 1, None, None, None, 4, None, device="tpu") == "device"
