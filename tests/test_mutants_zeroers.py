@@ -313,3 +313,56 @@ def test_read_only_memory_is_found_and_refused() -> None:
         assert z.max_batch == 4
         z.zero([3])
         assert np.array_equal(mem, expect(t, data, [3]))
+
+
+def two_groups(num_blocks: int = 6) -> K.SegmentTable:
+    a = K.FullAttentionSpec(name="a", block_size=16, num_kv_heads=1, head_size=8, dtype="bfloat16")
+    b = K.FullAttentionSpec(name="b", block_size=16, num_kv_heads=1, head_size=8, dtype="bfloat16")
+    return K.plan(K.KVCacheSpec(num_blocks, "BLHNC", (K.GroupSpec("g", (a,)), K.GroupSpec("h", (b,)))))
+
+
+def test_every_entry_point_zeroes_only_the_named_group() -> None:
+    t = two_groups()
+    data = K.poison_pattern(t.total_bytes, seed=11)
+
+    def fresh(**kw: Any) -> tuple[torch.Tensor, Any]:
+        buf = torch.from_numpy(data.copy()).to(kc.DEVICE_TYPE)
+        return buf, kc.CudaZeroer(t, buf, graphs=False, **kw)
+
+    def only(ids: list[int], group: str) -> np.ndarray:
+        out = data.copy()
+        K.zero_blocks_numpy(out, t, ids, group=group)
+        return out
+
+    for kw in ({}, {"small_batch": False}):
+        buf, z = fresh(**kw)
+        z.zero(torch.tensor([2], device=kc.DEVICE_TYPE), "h")  # device ids
+        assert np.array_equal(buf.cpu().numpy(), only([2], "h")), kw
+    buf, z = fresh()
+    z.zero_into(buf, torch.tensor([3], device=kc.DEVICE_TYPE), "h")  # its own buffer
+    assert np.array_equal(buf.cpu().numpy(), only([3], "h"))
+    copy = torch.from_numpy(data.copy()).to(kc.DEVICE_TYPE)
+    z.zero_into(copy, torch.tensor([4], device=kc.DEVICE_TYPE), "g")  # a copy of it
+    assert np.array_equal(copy.cpu().numpy(), only([4], "g"))
+    buf, z = fresh(max_batch=2)
+    z.zero_validated(np.array([1, 5]), "h")  # exactly max_batch ids
+    assert np.array_equal(buf.cpu().numpy(), only([1, 5], "h"))
+    buf, z = fresh()
+    z.launch_routed(torch.tensor([9], device=kc.DEVICE_TYPE), 6, 12, "g")
+    assert np.array_equal(buf.cpu().numpy(), only([3], "g"))
+
+
+def test_routed_ids_past_float_precision_and_bad_device_ids() -> None:
+    t, data, buf, z = make()
+    lo = 2**24 + 6  # global ids past 2**24 (not exact in float32) route to the right local block
+    z.launch_routed(torch.tensor([lo + 1, lo + 4], device=kc.DEVICE_TYPE), lo, 2**25)
+    z.check()
+    assert np.array_equal(buf.cpu().numpy(), expect(t, data, [1, 4]))
+    if not NATIVE:  # CPU tensors are host ids under the interpreter: refused before anything runs
+        with pytest.raises(K.BlockIdError, match=r"^block_ids\[1\]"):
+            z.zero(torch.tensor([0, t.num_blocks]))
+        assert np.array_equal(buf.cpu().numpy(), expect(t, data, [1, 4]))
+    z._launch(torch.tensor([t.num_blocks + 3], device=kc.DEVICE_TYPE))
+    with pytest.raises(K.BlockIdError) as info:
+        z.check()
+    assert info.value.value == t.num_blocks + 3
