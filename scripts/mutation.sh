@@ -157,6 +157,10 @@ rerun_survivors() {  # the last run's survivors only, against the current tests 
 }
 
 export JAX_PLATFORMS=cpu TPU_SKIP_MDS_QUERY=1 HYPOTHESIS_PROFILE=ci PYTHONDONTWRITEBYTECODE=1
+# one OpenMP thread: mutmut forks a child per mutant from a process where torch may have started
+# its OpenMP team, and libgomp in the child then waits forever at the team barrier (every mutant
+# of vllm timed out so)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # KVLAYOUT_MUTATION_REPORT_ONLY=1: rebuild the table from the last run's results in $WORK
 # KVLAYOUT_MUTATION_RERUN=1: rerun only the last run's survivors with the current tests (new tests can
 # only kill more mutants; the sources must be those of the last full run)
