@@ -1374,3 +1374,148 @@ def test_build_without_a_cuda_device_takes_flash_blocks() -> None:
             and ms.attention_backend == c.resolved.backend.name
         )
     assert _field(build, llama, 1, None, None, None, 4, None, device="tpu") == "device"
+
+
+def test_tpu_inference_hybrid_uneven_groups_and_messages() -> None:
+    gdn = {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "num_hidden_layers": 4,
+        "full_attention_interval": 2,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 8,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 16,
+        "linear_conv_kernel_dim": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "hidden_size": 512,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 2048,
+    }
+    # duplicate_shared_layers: one array per attention layer at tpu-inference's page (no hybrid alignment)
+    for block in (None, 32):
+        ms = M.from_config(gdn, engine="tpu-inference", block_size=block, num_blocks=2, max_model_len=2048)
+        assert isinstance(ms, M.NativeModelSpec)
+        page = 32 if block else min(max(2048 // 16, 16), 256)
+        assert ms.block_size == page
+        attn = ["model.layers.1.self_attn.attn", "model.layers.3.self_attn.attn"]
+        assert [x.name for x in ms.spec.leaves] == attn
+        assert [x.shape for x in ms.spec.leaves] == [(2, page, 2 * 2 // 2, 2, 128)] * 2
+        assert ms.shared_by == {a: (a,) for a in attn}
+        assert ms.groups is not None and sorted(x for v in ms.groups.values() for x in v) == attn
+        assert all(v for v in ms.groups.values())
+        assert ms.kinds["model.layers.0.linear_attn"] == "gdn"
+        assert ms.notes[-1].startswith(
+            "hybrid: one array per attention layer (named by layer: runner.kv_caches"
+        )
+        assert ms.notes[-1].endswith(
+            "never zeroed by block id); not checked against tpu-inference's own code"
+        )
+        assert not any("raised to" in x or x.startswith("hybrid: ") and "token blocks" in x for x in ms.notes)
+    # vLLM's groups of unequal length (3 sliding in two groups of 2 and 1, 2 full): arrays by position
+    gemma = {
+        "architectures": ["Gemma2ForCausalLM"],
+        "num_hidden_layers": 5,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "hidden_size": 1024,
+        "sliding_window": 64,
+        "layer_types": ["sliding_attention", "full_attention"] * 2 + ["sliding_attention"],
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(
+        gemma, engine="tpu-inference", block_size=16, num_blocks=2, dtype="float16", kv_cache_dtype="fp8"
+    )
+    assert (
+        isinstance(ms, M.NativeModelSpec) and ms.dtype == "float16" and ms.kv_cache_dtype == "float8_e4m3fn"
+    )
+    assert ms.groups == {
+        "full": ("model.layers.1.self_attn.attn", "model.layers.3.self_attn.attn"),
+        "sliding.0": ("model.layers.0.self_attn.attn", "model.layers.4.self_attn.attn"),
+        "sliding.1": ("model.layers.2.self_attn.attn",),
+    }
+    assert [len(ms.shared_by[x.name]) for x in ms.spec.leaves] == [3, 2]
+    assert ms.spec.leaves[1].group == ("sliding.0", "full")
+    assert {x.dtype for x in ms.spec.leaves} == {"float8_e4m3fn"}
+    assert [x.shape for x in ms.spec.leaves] == [(2, 16, 4 * 2 // 4, 4, 128)] * 2
+    # the default page's build keeps the dtypes too
+    ms = M.from_config(
+        gemma, engine="tpu-inference", max_model_len=512, dtype="float16", kv_cache_dtype="fp8"
+    )
+    assert isinstance(ms, M.NativeModelSpec) and ms.block_size == 32 and ms.dtype == "float16"
+    assert {x.dtype for x in ms.spec.leaves} == {"float8_e4m3fn"}
+    nem = {
+        "architectures": ["NemotronHForCausalLM"],
+        "num_hidden_layers": 2,
+        "hybrid_override_pattern": "M*",
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 16,
+        "n_groups": 1,
+        "ssm_state_size": 32,
+        "conv_kernel": 4,
+        "attention_head_dim": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 256,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 256,
+    }
+    # the ssm dtype argument reaches vLLM's reading: a bad one is refused naming it
+    for block in (None, 16):
+        assert (
+            _field(M.from_config, nem, engine="tpu-inference", block_size=block, mamba_ssm_cache_dtype="int8")
+            == "mamba_ssm_cache_dtype"
+        )
+    with pytest.raises(SpecError) as e:
+        M.from_config(gemma, engine="tpu-inference", dp=2, num_blocks=3)
+    assert str(e.value) == "num_blocks = 3: must be a multiple of dp = 2: the data axis shards the pages"
+    with pytest.raises(SpecError) as e:
+        M.from_config(gemma, engine="tpu-inference", num_blocks=-1)
+    assert str(e.value) == "num_blocks = -1: must be a non-negative integer"
+    import json
+    from pathlib import Path
+
+    base = json.loads(
+        (Path(__file__).resolve().parent / "fixtures" / "models" / "deepseek_v4" / "config.json").read_text()
+    )
+    for cfg in (
+        base,
+        {**base, "architectures": ["DeepseekV3ForCausalLM"], "index_topk": 64, "kv_lora_rank": 512},
+    ):
+        with pytest.raises(SpecError) as e:
+            M.from_config(cfg, engine="tpu-inference")
+        assert str(e.value) == (
+            "engine = 'tpu-inference': tpu-inference's arrays for the DeepSeek-V3.2/V4 indexer, window and "
+            "compressed caches are not modeled"
+        )
+    assert _field(M.from_config, gemma, engine="tpu-inference", reader="yaml") == "reader"
+    with pytest.raises(SpecError) as e:
+        M.from_config({**gemma, "max_position_embeddings": None}, engine="tpu-inference")
+    assert "tpu-inference's default page size follows max_model_len (or pass it)" in str(e.value)
+    # MLA: every layer the kind mla, one group
+    ds = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "num_hidden_layers": 2,
+        "num_attention_heads": 16,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(ds, engine="tpu-inference", num_blocks=2, block_size=256, dp=2, tp=2)
+    assert isinstance(ms, M.NativeModelSpec) and ms.block_size == 256
+    assert ms.kinds == {"layer.0": "mla", "layer.1": "mla"} and ms.groups == {"mla": ("layer.0", "layer.1")}
+    assert {x.group for x in ms.spec.leaves} == {"mla"}
+    lines = M.summary(ms).splitlines()
+    assert "model implementation flax_nnx; mesh data=2 x model=2 (global arrays, sharded)" in lines
+    assert lines[-1] == "zeroing: 2 single-row tables (base 0, stride = span = page): SAFE"
+    head = next(x for x in lines if x.lstrip().startswith("kind"))
+    assert head.split() == ["kind", "arrays", "layers", "page", "shape", "dtype", "page", "B"]
+    row = next(x for x in lines if x.startswith("  mla "))
+    leaf = ms.spec.leaves[0]
+    assert row.split() == ["mla", "2", "1", *str(leaf.page_shape).split(), "bfloat16", f"{leaf.page_bytes:,}"]
+    assert (
+        lines[1]
+        == "dtype bfloat16, KV cache bfloat16, 256-token pages, 2 arrays of 2 pages (GEOMETRY.md section 9)"
+    )
