@@ -1519,3 +1519,149 @@ def test_tpu_inference_hybrid_uneven_groups_and_messages() -> None:
         lines[1]
         == "dtype bfloat16, KV cache bfloat16, 256-token pages, 2 arrays of 2 pages (GEOMETRY.md section 9)"
     )
+
+
+def test_refusal_messages_name_the_field_the_value_and_why() -> None:
+    """The messages users read: ``field = value: why`` (the field and value are the contract)."""
+    import json
+    from pathlib import Path
+
+    from kvlayout.models.families import refusal
+    from kvlayout.models.tpu_inference import TpuOptions, _next_pow2, attention_array_page, default_page_size
+
+    base = json.loads(
+        (Path(__file__).resolve().parent / "fixtures" / "models" / "deepseek_v4" / "config.json").read_text()
+    )
+    small = {**base, "num_hidden_layers": 3, "compress_ratios": [0, 4, 128]}
+    hint = "; reader='transformers' fills the config class's defaults, as vLLM does"
+    cases = {
+        "bool_type": lambda: Config({"a": 1}, "config").req_bool("a", "w"),
+        "bool_missing": lambda: Config({}, "config").req_bool("a", "why"),
+        "v4_heads": lambda: M.from_config({**small, "num_attention_heads": 6}, tp=4),
+        "v4_kv": lambda: M.from_config(small, kv_cache_dtype="bfloat16"),
+        "v4_head": lambda: M.from_config({**small, "head_dim": None}),
+        "v4_rope": lambda: M.from_config({**small, "qk_rope_head_dim": None}),
+        "v4_rope_big": lambda: M.from_config({**small, "qk_rope_head_dim": 512}),
+        "v4_sw": lambda: M.from_config({**small, "sliding_window": None}),
+        "v4_ratios": lambda: M.from_config({**small, "compress_ratios": None}),
+        "v4_ratio_bad": lambda: M.from_config({**small, "compress_ratios": [0, 2, 4]}),
+        "v4_block": lambda: M.from_config(small, block_size=64),
+        "v4_idx": lambda: M.from_config({**small, "index_head_dim": None}),
+        "q2_flag": lambda: layer_types(Config({}, "config"), "qwen2", 4),
+        "q2_mwl": lambda: layer_types(Config({"use_sliding_window": True}, "config"), "qwen2", 4),
+        "q2_mwl0": lambda: layer_types(
+            Config(
+                {"layer_types": ["sliding_attention", "full_attention"] * 2, "max_window_layers": 0}, "config"
+            ),
+            "qwen2",
+            4,
+        ),
+        "tpu_seqs": lambda: TpuOptions(max_num_seqs=2**17 + 1),
+        "tpu_impl": lambda: TpuOptions(model_impl="x"),
+        "tpu_bool": lambda: TpuOptions(batched_rpa=1),
+        "tpu_pos": lambda: TpuOptions(tp=0),
+        "tpu_heads": lambda: attention_array_page(3, 128, "bfloat16", TpuOptions(tp=8), 16, "vllm"),
+        "tpu_heads2": lambda: attention_array_page(12, 128, "bfloat16", TpuOptions(tp=8), 16, "vllm"),
+    }
+    want = dict(
+        [
+            ("bool_type", "config.a = 1: must be true or false"),
+            (
+                "bool_missing",
+                "config.a = None: missing; why" + hint,
+            ),
+            ("v4_heads", "config.num_attention_heads = 6: not divisible by tp = 4"),
+            (
+                "v4_kv",
+                "kv_cache_dtype = 'bfloat16': DeepSeek-V4 has only an fp8 KV cache (fp8_ds_mla) in vLLM",
+            ),
+            (
+                "v4_head",
+                "config.head_dim = None: missing; the MLA head (NoPE + RoPE)" + hint,
+            ),
+            (
+                "v4_rope",
+                "config.qk_rope_head_dim = None: missing; the RoPE part of the MLA head" + hint,
+            ),
+            ("v4_rope_big", "config.qk_rope_head_dim = 512: must be below head_dim 512"),
+            (
+                "v4_sw",
+                "config.sliding_window = None: missing; the window of every layer's sliding-window cache"
+                + hint,
+            ),
+            (
+                "v4_ratios",
+                "config.compress_ratios = None: missing; one compression ratio per layer" + hint,
+            ),
+            ("v4_ratio_bad", "config.compress_ratios[1] = 2: valid: 0 or 1 (window only), 4, 128"),
+            ("v4_block", "block_size = 64: must be a multiple of the compression ratio 128"),
+            (
+                "v4_idx",
+                "config.index_head_dim = None: missing; the indexer key of ratio-4 layers" + hint,
+            ),
+            (
+                "q2_flag",
+                "config.use_sliding_window = None: missing; "
+                "Qwen2/Qwen3 slide only when use_sliding_window is true" + hint,
+            ),
+            (
+                "q2_mwl",
+                "config.max_window_layers = None: missing; layers from max_window_layers on slide" + hint,
+            ),
+            (
+                "q2_mwl0",
+                "config.max_window_layers = 0: vLLM 0.33 refuses a sliding window on some layers only "
+                "(Qwen2Model: must equal 4)",
+            ),
+            (
+                "tpu_seqs",
+                "max_num_seqs = 131073: at most 131,072: "
+                "tpu-inference's minimum page divides by 2**17 // max_num_seqs",
+            ),
+            ("tpu_impl", "model_impl = 'x': valid: auto, flax_nnx, vllm"),
+            ("tpu_bool", "batched_rpa = 1: must be True or False"),
+            ("tpu_pos", "tp = 0: must be a positive integer"),
+            ("tpu_heads", "tp = 8: is not a multiple of the 3 KV heads (tpu-inference asserts it)"),
+            ("tpu_heads2", "tp = 8: does not divide the 12 KV heads (tpu-inference asserts it)"),
+        ]
+    )
+    assert sorted(cases) == sorted(want)
+    for key, call in cases.items():
+        with pytest.raises(SpecError) as e:
+            call()
+        assert str(e.value) == want[key], key
+    assert refusal("Nope").endswith("; known: " + ", ".join(M.ARCHITECTURES))
+    assert [_next_pow2(x) for x in (0, 1, 2, 3, 4, 5, 1000, 1024, 1025)] == [
+        1,
+        1,
+        2,
+        4,
+        4,
+        8,
+        1024,
+        1024,
+        2048,
+    ]
+    # the minimum page: 2**20 // 2 // max_num_seqs // 4 tokens per request slot (here 131,072)
+    assert default_page_size(False, 2_097_153, 1) == 32 and default_page_size(False, 2_097_152, 1) == 16
+
+
+def test_summary_names_every_kind_of_a_group() -> None:
+    import json
+    from pathlib import Path
+
+    base = json.loads(
+        (Path(__file__).resolve().parent / "fixtures" / "models" / "deepseek_v4" / "config.json").read_text()
+    )
+    ms = M.from_config({**base, "num_hidden_layers": 3, "compress_ratios": [0, 4, 128]})
+    assert isinstance(ms, M.ModelSpec)
+    lines = M.summary(ms, proof=False).splitlines()
+    row = next(x for x in lines if x.startswith("  compressed "))
+    assert row.split()[-1] == "c4_indexer+c4+c128"
+    kinds = [
+        x.split()[0]
+        for x in lines[lines.index(next(x for x in lines if x.lstrip().startswith("kind"))) + 1 : -1]
+    ]
+    assert sorted(kinds) == sorted(
+        ["c4_indexer", "c4_indexer_state", "swa", "c4", "c4_state", "c128", "c128_state"]
+    )
