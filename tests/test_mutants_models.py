@@ -1665,3 +1665,70 @@ def test_summary_names_every_kind_of_a_group() -> None:
     assert sorted(kinds) == sorted(
         ["c4_indexer", "c4_indexer_state", "swa", "c4", "c4_state", "c128", "c128_state"]
     )
+
+
+def test_mla_backends_strides_and_messages() -> None:
+    base = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "num_hidden_layers": 2,
+        "num_attention_heads": 16,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "torch_dtype": "bfloat16",
+    }
+    v32 = {**base, "index_topk": 64, "index_head_dim": 128}
+    # V3.2 on Hopper: bf16 on FLASH_ATTN_MLA_SPARSE (block stride a multiple of one 1,152 B row), fp8 on
+    # FLASHMLA_SPARSE (no stride rule off Blackwell); on Blackwell, FLASHMLA_SPARSE fp8 keeps the 656 B row
+    for kw, backend, row, stride in (
+        ({}, "FLASH_ATTN_MLA_SPARSE", (512 + 64) * 2, (512 + 64) * 2),
+        ({"kv_cache_dtype": "fp8"}, "FLASHMLA_SPARSE", 512 + 512 // 128 * 4 + 2 * 64, None),
+        (
+            {"kv_cache_dtype": "fp8", "device": "blackwell", "attention_backend": "FLASHMLA_SPARSE"},
+            "FLASHMLA_SPARSE",
+            656,
+            656,
+        ),
+    ):
+        ms = M.from_config(v32, **kw)
+        assert isinstance(ms, M.ModelSpec) and ms.attention_backend == backend and ms.block_size == 64
+        att = [x for _, x in ms.spec.layers if x.name.endswith("self_attn.attn")]
+        idx = [x for _, x in ms.spec.layers if x.name.endswith("indexer.k_cache")]
+        assert {(x.block_stride_alignment, x.real_page) for x in att} == {(stride, 64 * row)}
+        assert {(x.block_stride_alignment, x.real_page, x.dtype) for x in idx} == {(None, 64 * 132, "uint8")}
+    # qk_nope_head_dim decides Blackwell's MLA backend: FLASHINFER_MLA takes 64/128/192, else CUTLASS_MLA
+    ms = M.from_config(base, device="blackwell")
+    assert isinstance(ms, M.ModelSpec) and (ms.attention_backend, ms.block_size) == ("FLASHINFER_MLA", 32)
+    no_nope = {k: v for k, v in base.items() if k != "qk_nope_head_dim"}
+    ms = M.from_config(no_nope, device="blackwell")
+    assert isinstance(ms, M.ModelSpec) and (ms.attention_backend, ms.block_size) == ("CUTLASS_MLA", 128)
+    ms = M.from_config({**base, "qk_nope_head_dim": 0}, device="blackwell")
+    assert isinstance(ms, M.ModelSpec) and ms.attention_backend == "CUTLASS_MLA"
+    hint = "; reader='transformers' fills the config class's defaults, as vLLM does"
+    for cfg, msg in (
+        (
+            {**base, "num_attention_heads": None},
+            "config.num_attention_heads = None: missing; the query heads",
+        ),
+        (
+            {**base, "kv_lora_rank": None},
+            "config.kv_lora_rank = None: missing; the MLA latent (head size kv_lora_rank + qk_rope_head_dim)",
+        ),
+        (
+            {**base, "qk_rope_head_dim": None},
+            "config.qk_rope_head_dim = None: missing; "
+            "the MLA RoPE part (head size kv_lora_rank + qk_rope_head_dim)",
+        ),
+        (
+            {**v32, "index_head_dim": None},
+            "config.index_head_dim = None: missing; "
+            "the DeepSeek-V3.2 indexer key (index_head_dim + 4 B per 128)",
+        ),
+    ):
+        with pytest.raises(SpecError) as e:
+            M.from_config(cfg)
+        assert str(e.value) == msg + hint
+    with pytest.raises(SpecError) as e:
+        M.from_config({**base, "num_attention_heads": 18}, tp=4)
+    assert str(e.value) == "config.num_attention_heads = 18: not divisible by tp = 4"
+    assert _field(M.from_config, {**base, "qk_nope_head_dim": -1}) == "config.qk_nope_head_dim"
