@@ -63,7 +63,7 @@ declare -A TESTS=(
   [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py"
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py"
   [pallas-zeroer]="tests/test_pallas_backend.py tests/test_ids_int64.py"
-  [models]="tests/test_mutants_models.py tests/test_models_rules.py tests/test_models_backends.py tests/test_models_registry.py tests/test_models_cli.py"
+  [models]="tests/test_mutants_models.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
