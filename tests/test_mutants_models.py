@@ -1732,3 +1732,165 @@ def test_mla_backends_strides_and_messages() -> None:
         M.from_config({**base, "num_attention_heads": 18}, tp=4)
     assert str(e.value) == "config.num_attention_heads = 18: not divisible by tp = 4"
     assert _field(M.from_config, {**base, "qk_nope_head_dim": -1}) == "config.qk_nope_head_dim"
+
+
+def test_hybrid_refusal_messages() -> None:
+    jamba = {
+        "architectures": ["JambaForCausalLM"],
+        "num_hidden_layers": 8,
+        "attn_layer_period": 4,
+        "attn_layer_offset": 2,
+        "hidden_size": 512,
+        "mamba_expand": 2,
+        "mamba_d_conv": 4,
+        "mamba_d_state": 16,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "torch_dtype": "bfloat16",
+    }
+    nem = {
+        "architectures": ["NemotronHForCausalLM"],
+        "num_hidden_layers": 5,
+        "hybrid_override_pattern": "M*-EM",
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 16,
+        "n_groups": 2,
+        "ssm_state_size": 32,
+        "conv_kernel": 4,
+        "attention_head_dim": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 256,
+        "torch_dtype": "bfloat16",
+    }
+    falcon = {
+        "architectures": ["FalconH1ForCausalLM"],
+        "num_hidden_layers": 2,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 16,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_d_ssm": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "hidden_size": 256,
+        "torch_dtype": "bfloat16",
+    }
+    gdn = {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "num_hidden_layers": 4,
+        "full_attention_interval": 2,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 8,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 16,
+        "linear_conv_kernel_dim": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "hidden_size": 512,
+        "torch_dtype": "bfloat16",
+    }
+    hint = "; reader='transformers' fills the config class's defaults, as vLLM does"
+    for cfg, key, why in (
+        (jamba, "attn_layer_period", "layer i is attention when i % attn_layer_period == attn_layer_offset"),
+        (jamba, "attn_layer_offset", "layer i is attention when i % attn_layer_period == attn_layer_offset"),
+        (jamba, "mamba_expand", "the Mamba inner size is mamba_expand * hidden_size"),
+        (jamba, "mamba_d_conv", "the Mamba conv state keeps mamba_d_conv - 1 steps"),
+        (jamba, "mamba_d_state", "the Mamba ssm state size"),
+        (nem, "hybrid_override_pattern", "one character per layer: M Mamba, * attention, - MLP, E MoE"),
+        (nem, "mamba_num_heads", "the Mamba2 heads"),
+        (nem, "mamba_head_dim", "the Mamba2 head size"),
+        (nem, "n_groups", "the Mamba2 B/C groups"),
+        (nem, "ssm_state_size", "the Mamba2 state size"),
+        (nem, "conv_kernel", "the Mamba2 conv state keeps conv_kernel - 1 steps"),
+        (falcon, "mamba_n_heads", "the Mamba2 heads"),
+        (falcon, "mamba_d_head", "the Mamba2 head size"),
+        (falcon, "mamba_n_groups", "the Mamba2 B/C groups"),
+        (falcon, "mamba_d_state", "the Mamba2 state size"),
+        (falcon, "mamba_d_conv", "the Mamba2 conv state keeps mamba_d_conv - 1 steps"),
+        (
+            gdn,
+            "full_attention_interval",
+            "layer i is full attention when (i + 1) % full_attention_interval == 0 (or give layer_types)",
+        ),
+        (gdn, "linear_num_key_heads", "the gated delta net key heads"),
+        (gdn, "linear_num_value_heads", "the gated delta net value heads"),
+        (gdn, "linear_key_head_dim", "the gated delta net key head size"),
+        (gdn, "linear_value_head_dim", "the gated delta net value head size"),
+        (gdn, "linear_conv_kernel_dim", "the conv state keeps linear_conv_kernel_dim - 1 steps"),
+    ):
+        with pytest.raises(SpecError) as e:
+            M.from_config({**cfg, key: None})
+        assert str(e.value) == f"config.{key} = None: missing; {why}{hint}"
+    for cfg, change, kw, msg in (
+        (
+            jamba,
+            {"attn_layer_offset": 4},
+            {},
+            "config.attn_layer_offset = 4: must be below attn_layer_period 4",
+        ),
+        (
+            jamba,
+            {},
+            {"mamba_ssm_cache_dtype": "fp8"},
+            "mamba_ssm_cache_dtype = 'fp8': valid: auto, bfloat16, float16, float32",
+        ),
+        (jamba, {"hidden_size": 509}, {"tp": 4}, "config.mamba_expand = 1018: not divisible by tp = 4"),
+        (
+            nem,
+            {"hybrid_override_pattern": "M*-E"},
+            {},
+            "config.hybrid_override_pattern = 'M*-E': "
+            "needs 5 characters (num_hidden_layers), each of M, *, -, E",
+        ),
+        (nem, {"n_groups": 3}, {"tp": 2}, "config.n_groups = 3: vLLM needs it divisible by tp = 2 (or 1)"),
+        (
+            nem,
+            {"mamba_ssm_cache_dtype": "int8"},
+            {},
+            "config.mamba_ssm_cache_dtype = 'int8': valid: bfloat16, float16, float32",
+        ),
+        (
+            falcon,
+            {"mamba_d_ssm": None, "mamba_expand": 0},
+            {},
+            "config.mamba_expand = 0: must be a number in (0, 1024] (or give mamba_d_ssm)",
+        ),
+        (
+            falcon,
+            {"mamba_n_groups": 3},
+            {"tp": 2},
+            "config.mamba_n_groups = 3: vLLM needs it divisible by tp = 2 (or 1)",
+        ),
+        (falcon, {"mamba_n_heads": 6}, {"tp": 4}, "config.mamba_n_heads = 6: not divisible by tp = 4"),
+        (
+            gdn,
+            {"layer_types": ["linear_attention", "full_attention", "x", "full_attention"]},
+            {},
+            "config.layer_types[2] = 'x': valid: linear_attention, full_attention",
+        ),
+        (
+            gdn,
+            {"linear_num_value_heads": 6},
+            {"tp": 4},
+            "config.linear_num_value_heads = 6: not divisible by tp = 4",
+        ),
+        (
+            nem,
+            {"mamba_num_heads": 6},
+            {"tp": 4},
+            "config.n_groups = 2: vLLM needs it divisible by tp = 4 (or 1)",
+        ),
+        (
+            nem,
+            {"mamba_num_heads": 6, "n_groups": 4},
+            {"tp": 4},
+            "config.mamba_num_heads = 6: not divisible by tp = 4",
+        ),
+    ):
+        with pytest.raises(SpecError) as e:
+            M.from_config({**cfg, **change}, **kw)
+        assert str(e.value) == msg
