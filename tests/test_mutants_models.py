@@ -1894,3 +1894,95 @@ def test_hybrid_refusal_messages() -> None:
         with pytest.raises(SpecError) as e:
             M.from_config({**cfg, **change}, **kw)
         assert str(e.value) == msg
+
+
+class _FakeConfigClass:
+    """A stand-in for a transformers config class (transformers takes ~12 s to import): defaults filled,
+    one derived field, an attribute_map alias."""
+
+    attribute_map = {"n_head": "num_attention_heads", 3: "x", "gone": "absent"}
+
+    def __init__(self, d: dict[str, Any]) -> None:
+        self.d = d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> _FakeConfigClass:
+        if d.get("bad"):
+            raise ValueError("bad is not allowed")
+        return cls(d)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"num_attention_heads": 8, "head_dim": 64, "dropped": None, "n_head": None, **self.d}
+        if "text_config" in self.d:
+            out["text_config"] = {"filled": 1, "keep": None}
+        out.pop("written_only", None)
+        return out
+
+
+def test_reader_transformers_logic_with_a_stub(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    from kvlayout.models.config import through_transformers
+
+    fake = types.ModuleType("transformers")
+    fake.CONFIG_MAPPING = {"fake": _FakeConfigClass}  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    notes: list[str] = []
+    data = {"model_type": "fake", "dropped": 5, "written_only": [1], "text_config": {"keep": 2, "more": 3}}
+    out = through_transformers(data, notes)
+    assert out == {
+        "model_type": "fake",
+        "num_attention_heads": 8,
+        "head_dim": 64,
+        "dropped": 5,
+        "written_only": [1],
+        "n_head": 8,
+        "text_config": {"filled": 1, "keep": 2, "more": 3},
+    }
+    assert notes == ["read through transformers' _FakeConfigClass"]
+    # an unknown model type is read as written, with a note
+    for mt in ("other", None, 3):
+        notes = []
+        assert through_transformers({"model_type": mt}, notes) == {"model_type": mt}
+        assert notes == [f"model_type {mt!r} is not a transformers config class: read as written"]
+    # a layer count out of range is refused before transformers builds per-layer lists
+    for where, d in (
+        ("config", {"num_hidden_layers": 100_001}),
+        ("config", {"num_hidden_layers": -1}),
+        ("config.text_config", {"text_config": {"num_hidden_layers": 10**9}}),
+    ):
+        with pytest.raises(SpecError) as e:
+            through_transformers({"model_type": "fake", **d}, [])
+        assert e.value.field == f"{where}.num_hidden_layers" and "must be between 0 and 100,000" in str(
+            e.value
+        )
+    for n in (0, 100_000):
+        assert (
+            through_transformers({"model_type": "fake", "num_hidden_layers": n}, [])["num_hidden_layers"] == n
+        )
+    with pytest.raises(SpecError) as e:
+        through_transformers({"model_type": "fake", "bad": True}, [])
+    assert str(e.value) == "config = 'fake': transformers refuses it: ValueError: bad is not allowed"
+    # no alias map, or a map that is not a mapping: nothing added
+    monkeypatch.setattr(_FakeConfigClass, "attribute_map", None)
+    assert "n_head" in through_transformers({"model_type": "fake"}, []) and (
+        through_transformers({"model_type": "fake"}, [])["n_head"] is None
+    )
+    # without transformers: a clear refusal naming the reader
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(SpecError) as e:
+        through_transformers({"model_type": "fake"}, [])
+    assert (
+        str(e.value)
+        == "reader = 'transformers': transformers is not installed: pip install 'kvlayout[models]'"
+    )
+    # from_config with the reader: the completed config reads no hint of transformers' defaults
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    llama = {"architectures": ["LlamaForCausalLM"], "model_type": "fake", "num_hidden_layers": 1}
+    with pytest.raises(SpecError) as e:
+        M.from_config({**llama, "num_hidden_layers": None}, reader="transformers")
+    assert str(e.value) == "config.num_hidden_layers = None: missing; the number of decoder layers"
+    ms = M.from_config({**llama, "torch_dtype": "bfloat16"}, reader="transformers")
+    assert isinstance(ms, M.ModelSpec) and {x.head_size for _, x in ms.spec.layers} == {64}
+    assert "read through transformers' _FakeConfigClass" in ms.notes
