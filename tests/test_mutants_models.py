@@ -1986,3 +1986,28 @@ def test_reader_transformers_logic_with_a_stub(monkeypatch: pytest.MonkeyPatch) 
     ms = M.from_config({**llama, "torch_dtype": "bfloat16"}, reader="transformers")
     assert isinstance(ms, M.ModelSpec) and {x.head_size for _, x in ms.spec.layers} == {64}
     assert "read through transformers' _FakeConfigClass" in ms.notes
+
+
+def test_which_mla_models_have_an_indexer_and_their_cache_dtypes() -> None:
+    base = {
+        "architectures": ["DeepseekV32ForCausalLM"],
+        "num_hidden_layers": 2,
+        "num_attention_heads": 16,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "index_head_dim": 128,
+        "torch_dtype": "float16",
+    }
+    # V3.2 by architecture (no index_topk written), or any MLA config writing index_topk (V2 here)
+    for cfg in (base, {**base, "architectures": ["DeepseekV2ForCausalLM"], "index_topk": 64}):
+        ms = M.from_config(cfg)
+        assert isinstance(ms, M.ModelSpec)
+        assert sorted(set(ms.kinds.values())) == ["indexer", "mla"] and len(ms.spec.layers) == 4
+    ms = M.from_config({**base, "architectures": ["DeepseekV2ForCausalLM"]})
+    assert isinstance(ms, M.ModelSpec) and set(ms.kinds.values()) == {"mla"}
+    # an explicit cache dtype wins over the model's (float16 here), with and without the indexer
+    for cfg in (base, {**base, "architectures": ["DeepseekV2ForCausalLM"]}):
+        for kv, want in (("bfloat16", "bfloat16"), (None, "float16"), ("auto", "float16")):
+            ms = M.from_config(cfg, kv_cache_dtype=kv)
+            assert isinstance(ms, M.ModelSpec) and ms.kv_cache_dtype == want
+            assert {x.dtype for _, x in ms.spec.layers if ms.kinds[x.name] == "mla"} == {want}
