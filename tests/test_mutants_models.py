@@ -2011,3 +2011,27 @@ def test_which_mla_models_have_an_indexer_and_their_cache_dtypes() -> None:
             ms = M.from_config(cfg, kv_cache_dtype=kv)
             assert isinstance(ms, M.ModelSpec) and ms.kv_cache_dtype == want
             assert {x.dtype for _, x in ms.spec.layers if ms.kinds[x.name] == "mla"} == {want}
+
+
+def test_jamba_offset_zero_and_state_kinds() -> None:
+    jamba = {
+        "architectures": ["JambaForCausalLM"],
+        "num_hidden_layers": 4,
+        "attn_layer_period": 2,
+        "attn_layer_offset": 0,
+        "hidden_size": 256,
+        "mamba_expand": 2,
+        "mamba_d_conv": 4,
+        "mamba_d_state": 16,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(jamba)  # offset 0: layers 0 and 2 are attention
+    assert isinstance(ms, M.ModelSpec)
+    assert ms.kinds == {
+        "model.layers.0.attn": "full",
+        "model.layers.1.mixer": "mamba",
+        "model.layers.2.attn": "full",
+        "model.layers.3.mixer": "mamba",
+    }
