@@ -2111,3 +2111,18 @@ def test_native_summary_joins_the_kinds_sharing_an_array() -> None:
     assert isinstance(ms, M.NativeModelSpec)
     row = next(x for x in M.summary(ms, proof=False).splitlines() if "+" in x)
     assert row.split()[:3] == ["sliding+full", "1", "2"]
+
+
+def test_deepseek_v4_token_row_off_the_default() -> None:
+    import json
+    from pathlib import Path
+
+    base = json.loads(
+        (Path(__file__).resolve().parent / "fixtures" / "models" / "deepseek_v4" / "config.json").read_text()
+    )
+    # head 513, RoPE 64: 449 fp8 NoPE + 128 B RoPE + 7 scales + 1 pad = 585 B, one more than the default 584
+    for head, token in ((513, 585), (512, 584), (448, 448 - 64 + 128 + (448 - 64) // 64 + 1)):
+        ms = M.from_config({**base, "num_hidden_layers": 1, "compress_ratios": [0], "head_dim": head})
+        assert isinstance(ms, M.ModelSpec)
+        (x,) = [x for _, x in ms.spec.layers]
+        assert x.real_page == 64 * token and x.page == _round_up(64 * token, 576)
