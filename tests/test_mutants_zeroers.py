@@ -318,7 +318,9 @@ def test_read_only_memory_is_found_and_refused() -> None:
 def two_groups(num_blocks: int = 6) -> K.SegmentTable:
     a = K.FullAttentionSpec(name="a", block_size=16, num_kv_heads=1, head_size=8, dtype="bfloat16")
     b = K.FullAttentionSpec(name="b", block_size=16, num_kv_heads=1, head_size=8, dtype="bfloat16")
-    return K.plan(K.KVCacheSpec(num_blocks, "BLHNC", (K.GroupSpec("g", (a,)), K.GroupSpec("h", (b,)))))
+    c = K.FullAttentionSpec(name="c", block_size=16, num_kv_heads=1, head_size=8, dtype="bfloat16")
+    # groups overlay their layers slot by slot: g's second layer has bytes of its own
+    return K.plan(K.KVCacheSpec(num_blocks, "BLHNC", (K.GroupSpec("g", (a, c)), K.GroupSpec("h", (b,)))))
 
 
 def test_every_entry_point_zeroes_only_the_named_group() -> None:
@@ -333,6 +335,8 @@ def test_every_entry_point_zeroes_only_the_named_group() -> None:
         out = data.copy()
         K.zero_blocks_numpy(out, t, ids, group=group)
         return out
+
+    assert not np.array_equal(only([1], "h"), only([1], "g"))  # the groups' bytes differ
 
     for kw in ({}, {"small_batch": False}):
         buf, z = fresh(**kw)
