@@ -2126,3 +2126,65 @@ def test_deepseek_v4_token_row_off_the_default() -> None:
         assert isinstance(ms, M.ModelSpec)
         (x,) = [x for _, x in ms.spec.layers]
         assert x.real_page == 64 * token and x.page == _round_up(64 * token, 576)
+
+
+def test_tpu_inference_defaults_dcp_and_hybrid_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    from kvlayout.models.tpu_inference import tpu_inference_from_config
+
+    llama = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "max_position_embeddings": 1024,
+        "torch_dtype": "bfloat16",
+    }
+    ms = tpu_inference_from_config(llama)  # tp 1, dp 1, json reader, 16 pages, auto: flax_nnx
+    assert (ms.tp, ms.mesh, ms.model_impl, ms.spec.num_blocks) == (1, {"data": 1, "model": 1}, "flax_nnx", 16)
+    assert ms.spec.leaves[0].shape == (16, 64, 2 * 2 // 2, 2, 128)
+    # dcp 2 on flax_nnx: KV heads padded to model * dcp = 4 shards, so 2 per model rank; vLLM's model: to tp
+    for impl, per_rank in (("flax_nnx", 2), ("vllm", 1)):
+        ms = tpu_inference_from_config(llama, tp=2, dcp=2, block_size=16, model_impl=impl)
+        assert ms.spec.leaves[0].shape == (16, 16 * 2, -(-2 * per_rank // 2) * 2, 2, 128), impl
+    # a hybrid keeps tpu-inference's page (16) where vLLM aligns its block (48 here); vLLM's note is dropped
+    nem = {
+        "architectures": ["NemotronHForCausalLM"],
+        "num_hidden_layers": 2,
+        "hybrid_override_pattern": "M*",
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 16,
+        "n_groups": 2,
+        "ssm_state_size": 32,
+        "conv_kernel": 4,
+        "attention_head_dim": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 256,
+        "torch_dtype": "bfloat16",
+    }
+    vllm_ms = M.from_config(nem, block_size=16)
+    assert isinstance(vllm_ms, M.ModelSpec) and vllm_ms.block_size == _hybrid_block(17_920, 512, 16) == 48
+    ms = tpu_inference_from_config(nem, block_size=16, num_blocks=2)
+    # head size 64: K and V share one 128-lane row, 2 heads packed 2 per 32 bits
+    assert ms.block_size == 16 and [x.shape for x in ms.spec.leaves] == [(2, 16, 2 // 2, 2, 128)]
+    assert ms.notes == (
+        "hybrid: one array per attention layer (named by layer: runner.kv_caches also holds the Mamba state "
+        "tuples, per request slot, never zeroed by block id); not checked against tpu-inference's own code",
+    )
+    # the reader reaches both of vLLM's readings (the default page's too): a stub class fills the heads
+    fake = types.ModuleType("transformers")
+    fake.CONFIG_MAPPING = {"fake": _FakeConfigClass}  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    bare = {k: v for k, v in llama.items() if k not in ("num_attention_heads", "head_dim")}
+    ms = tpu_inference_from_config({**bare, "model_type": "fake"}, reader="transformers", num_blocks=2)
+    assert ms.block_size == 64 and ms.spec.leaves[0].shape == (
+        2,
+        64,
+        2 // 2,
+        2,
+        128,
+    )  # the stub's head_dim 64
