@@ -2188,3 +2188,48 @@ def test_tpu_inference_defaults_dcp_and_hybrid_pages(monkeypatch: pytest.MonkeyP
         2,
         128,
     )  # the stub's head_dim 64
+
+
+def test_config_from_a_path_block_one_and_falcon_multi_query(tmp_path: Any) -> None:
+    import json
+    from pathlib import Path
+
+    llama = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "torch_dtype": "bfloat16",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(llama))
+    assert M.from_config(str(path)).block_size == 16
+    # a block of one token is a positive block size (DeepSeek-V4 window-only layers take it)
+    base = json.loads(
+        (Path(__file__).resolve().parent / "fixtures/models/deepseek_v4/config.json").read_text()
+    )
+    assert (
+        M.from_config({**base, "num_hidden_layers": 2, "compress_ratios": [0, 1]}, block_size=1).block_size
+        == 1
+    )
+    ms = M.from_config(path, block_size=32)
+    assert isinstance(ms, M.ModelSpec) and ms.block_size == 32 and ms.architecture == "LlamaForCausalLM"
+    with pytest.raises(SpecError) as e:
+        M.from_config(tmp_path / "missing.json")
+    assert e.value.field == "config file" and "missing.json" in str(e.value)
+    path.write_text("[1, 2]")
+    with pytest.raises(SpecError) as e:
+        M.from_config(path)
+    assert str(e.value) == "config = 'list': must be a JSON object (a model's config.json)"
+    falcon = {
+        "architectures": ["FalconForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "hidden_size": 256,
+        "new_decoder_architecture": False,
+        "multi_query": True,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(falcon, block_size=16)
+    assert isinstance(ms, M.ModelSpec) and {x.num_kv_heads for _, x in ms.spec.layers} == {1}
