@@ -2233,3 +2233,89 @@ def test_config_from_a_path_block_one_and_falcon_multi_query(tmp_path: Any) -> N
     }
     ms = M.from_config(falcon, block_size=16)
     assert isinstance(ms, M.ModelSpec) and {x.num_kv_heads for _, x in ms.spec.layers} == {1}
+
+
+def test_more_refusal_messages() -> None:
+    from kvlayout.models.attention import VARIATIONS, read_attention
+
+    glm, fal = VARIATIONS["ChatGLMModel"], VARIATIONS["FalconForCausalLM"]
+    b = {"num_attention_heads": 16, "hidden_size": 2048}
+    llama = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "head_dim": 64,
+    }
+    hint = "; reader='transformers' fills the config class's defaults, as vLLM does"
+    cases = {
+        "glm_flag": lambda: read_attention(Config(b, "config"), 1, variation=glm),
+        "glm_num": lambda: read_attention(
+            Config({**b, "multi_query_attention": True}, "config"), 1, variation=glm
+        ),
+        "fal_new": lambda: read_attention(Config(b, "config"), 1, variation=fal),
+        "fal_kv": lambda: read_attention(
+            Config({**b, "new_decoder_architecture": True}, "config"), 1, variation=fal
+        ),
+        "fal_mq": lambda: read_attention(
+            Config({**b, "new_decoder_architecture": False}, "config"), 1, variation=fal
+        ),
+        "arch_missing": lambda: M.from_config({**llama, "architectures": None}),
+        "arch_bad": lambda: M.from_config({**llama, "architectures": []}),
+        "block": lambda: M.from_config(llama, block_size=0),
+        "layers": lambda: M.from_config({**llama, "num_hidden_layers": 100_001}),
+        "tp": lambda: M.from_config(llama, tp=0),
+        "kvd": lambda: M.from_config(llama, kv_cache_dtype="int8"),
+        "dtype": lambda: M.from_config(llama, dtype="int8"),
+        "engine": lambda: M.from_config(llama, engine="x"),
+        "tpuopt": lambda: M.from_config(llama, dp=2),
+        "device": lambda: M.from_config(llama, engine="tpu-inference", device="ampere"),
+        "reader": lambda: M.from_config(llama, reader="x"),
+        "text": lambda: M.from_config({**llama, "text_config": 3}),
+        "tdtype": lambda: M.from_config({**llama, "torch_dtype": "int8"}),
+    }
+    want = dict(
+        [
+            (
+                "glm_flag",
+                "config.multi_query_attention = None: missing; ChatGLM's KV heads depend on it" + hint,
+            ),
+            (
+                "glm_num",
+                "config.multi_query_group_num = None: missing; the KV heads with multi_query_attention"
+                + hint,
+            ),
+            (
+                "fal_new",
+                "config.new_decoder_architecture = None: missing; Falcon's KV heads depend on it" + hint,
+            ),
+            (
+                "fal_kv",
+                "config.num_kv_heads = None: missing; the KV heads of the new decoder architecture" + hint,
+            ),
+            ("fal_mq", "config.multi_query = None: missing; Falcon has one KV head with multi_query" + hint),
+            (
+                "arch_missing",
+                "config.architectures = None: missing; it names the model class the engine builds",
+            ),
+            ("arch_bad", "config.architectures = []: must be a non-empty list of class names"),
+            ("block", "block_size = 0: must be a positive integer"),
+            ("layers", "config.num_hidden_layers = 100001: must be at most 100,000"),
+            ("tp", "tp = 0: must be a positive integer"),
+            ("kvd", "kv_cache_dtype = 'int8': valid: auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2"),
+            ("dtype", "dtype = 'int8': valid: auto, bfloat16, float16, float32"),
+            ("engine", "engine = 'x': valid: vllm, tpu-inference"),
+            ("tpuopt", "dp = 2: applies to engine tpu-inference only"),
+            (
+                "device",
+                "device = 'ampere': a CUDA GPU and its vLLM attention backend apply to engine vllm only",
+            ),
+            ("reader", "reader = 'x': valid: json, transformers"),
+            ("text", "config.text_config = 3: must be a JSON object"),
+            ("tdtype", "config.torch_dtype = 'int8': valid: bfloat16, float16, float32 (or pass dtype=)"),
+        ]
+    )
+    assert sorted(cases) == sorted(want)
+    for key, call in cases.items():
+        with pytest.raises(SpecError) as e:
+            call()
+        assert str(e.value) == want[key], key
