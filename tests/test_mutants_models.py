@@ -2319,3 +2319,82 @@ def test_more_refusal_messages() -> None:
         with pytest.raises(SpecError) as e:
             call()
         assert str(e.value) == want[key], key
+
+
+def test_hybrid_groups_intervals_and_split_fields() -> None:
+    falcon = {
+        "architectures": ["FalconH1ForCausalLM"],
+        "num_hidden_layers": 1,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 16,
+        "mamba_n_groups": 2,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_d_ssm": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "hidden_size": 256,
+        "torch_dtype": "bfloat16",
+    }
+    for tp in (1, 2):  # 2 groups: kept at tp 1 and 2 (divisible), conv (128 + 2 * 2 * 16) / tp
+        ms = M.from_config(falcon, tp=tp)
+        assert isinstance(ms, M.ModelSpec)
+        (state,) = {x.state_bytes for _, x in ms.spec.layers if ms.kinds[x.name] == "mamba"}
+        assert state == 3 * (128 + 2 * 2 * 16) // tp * 2 + 8 // tp * 16 * 16 * 2
+    # mamba_expand is bounded to (0, 1024]
+    assert (
+        _field(M.from_config, {**falcon, "mamba_d_ssm": None, "mamba_expand": 1024.5})
+        == "config.mamba_expand"
+    )
+    # a sharded dimension tp does not split is refused naming the field vLLM shards it by
+    with pytest.raises(SpecError) as e:
+        M.from_config({**falcon, "mamba_d_ssm": 127}, tp=2)
+    assert str(e.value) == "config.mamba_n_groups = 191: not divisible by tp = 2"
+    nem = {
+        "architectures": ["NemotronHForCausalLM"],
+        "num_hidden_layers": 2,
+        "hybrid_override_pattern": "M*",
+        "mamba_num_heads": 3,
+        "mamba_head_dim": 3,
+        "n_groups": 2,
+        "ssm_state_size": 32,
+        "conv_kernel": 4,
+        "attention_head_dim": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 256,
+        "torch_dtype": "bfloat16",
+    }
+    with pytest.raises(SpecError) as e:
+        M.from_config(nem, tp=2)
+    assert str(e.value) == f"config.n_groups = {3 * 3 + 2 * 2 * 32}: not divisible by tp = 2"
+    gdn = {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "num_hidden_layers": 6,
+        "full_attention_interval": 3,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 3,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 3,
+        "linear_conv_kernel_dim": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "hidden_size": 512,
+        "torch_dtype": "bfloat16",
+    }
+    with pytest.raises(SpecError) as e:
+        M.from_config(gdn, tp=2)
+    assert str(e.value) == f"config.linear_num_key_heads = {2 * 4 * 32 + 3 * 3}: not divisible by tp = 2"
+    # every 3rd layer is full attention: layers 2 and 5
+    gdn = {**gdn, "linear_num_value_heads": 8, "linear_value_head_dim": 16}
+    ms = M.from_config(gdn)
+    assert isinstance(ms, M.ModelSpec)
+    assert sorted(n for n, k in ms.kinds.items() if k == "full") == [
+        "model.layers.2.self_attn.attn",
+        "model.layers.5.self_attn.attn",
+    ]
+    # layer_types must have exactly one entry per layer
+    lt = ["linear_attention", "linear_attention", "full_attention"] * 2
+    assert _field(M.from_config, {**gdn, "layer_types": [*lt, "full_attention"]}) == "config.layer_types"
