@@ -2398,3 +2398,138 @@ def test_hybrid_groups_intervals_and_split_fields() -> None:
     # layer_types must have exactly one entry per layer
     lt = ["linear_attention", "linear_attention", "full_attention"] * 2
     assert _field(M.from_config, {**gdn, "layer_types": [*lt, "full_attention"]}) == "config.layer_types"
+
+
+def test_attention_and_backend_refusal_messages() -> None:
+    from kvlayout.models.attention import Variation, layer_types, read_attention
+    from kvlayout.models.backends import resolve
+
+    llama = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "head_dim": 64,
+    }
+    v32 = {
+        "architectures": ["DeepseekV32ForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": 16,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "index_head_dim": 128,
+    }
+    cases = {
+        "list_type": lambda: _cfg(a=3).req_list("a", "", 1, int),
+        "list_exact": lambda: _cfg(a=[1, 2]).req_list("a", "", 1, int, exact=True),
+        "list_short": lambda: _cfg(a=[1]).req_list("a", "", 2, int),
+        "list_item": lambda: _cfg(a=["x"]).req_list("a", "", 1, int),
+        "heads_missing": lambda: read_attention(_cfg(), 1),
+        "heads_tp": lambda: read_attention(_cfg(num_attention_heads=6, head_dim=8), 4),
+        "kv_tp": lambda: read_attention(_cfg(num_attention_heads=48, num_key_value_heads=12, head_dim=8), 8),
+        "kv_mult": lambda: read_attention(
+            _cfg(num_attention_heads=48, num_key_value_heads=3, head_dim=8), 16
+        ),
+        "head_type": lambda: read_attention(_cfg(num_attention_heads=4, head_dim="x"), 1),
+        "hidden": lambda: read_attention(_cfg(num_attention_heads=4), 1),
+        "lt_need": lambda: layer_types(_cfg(sliding_window=4), "generic_sw", 2, Variation(layer_types=True)),
+        "lt_flag": lambda: layer_types(
+            _cfg(sliding_window=4), "generic", 2, Variation(window_flag="use_sliding_window")
+        ),
+        "lt_item": lambda: layer_types(_cfg(layer_types=["x", "full_attention"]), "gemma2", 2),
+        "gemma3": lambda: layer_types(_cfg(), "gemma3", 2),
+        "mistral": lambda: layer_types(_cfg(), "mistral", 2),
+        "gpt_oss": lambda: layer_types(_cfg(), "gpt_oss", 2),
+        "sw_missing": lambda: M.from_config({**llama, "architectures": ["Gemma2ForCausalLM"]}),
+        "sparse_dev": lambda: resolve(mla=True, sparse=True, device="blackwell", kv_cache_dtype="auto"),
+        "ab_kind": lambda: resolve(
+            mla=True, sparse=True, device="hopper", kv_cache_dtype="auto", attention_backend="X"
+        ),
+        "ab_refused": lambda: resolve(
+            mla=False, device="hopper", kv_cache_dtype="fp8_e5m2", attention_backend="FLASH_ATTN"
+        ),
+        "no_backend": lambda: resolve(mla=True, device="hopper", kv_cache_dtype="fp8", block_size=8),
+        "ds_mla": lambda: M.from_config(v32, kv_cache_dtype="fp8_ds_mla"),
+        "mla_block": lambda: M.from_config(
+            {**v32, "architectures": ["DeepseekV3ForCausalLM"], "index_head_dim": None},
+            kv_cache_dtype="fp8",
+            block_size=8,
+        ),
+    }
+    want = {
+        "list_type": ("config.a = 3: must be a list"),
+        "list_exact": ("config.a = '2 items': needs exactly one item per layer (1)"),
+        "list_short": ("config.a = '1 items': needs one item per layer (2)"),
+        "list_item": ("config.a[0] = 'x': must be an integer"),
+        "heads_missing": (
+            "config.num_attention_heads = None: missing; the query heads; reader='transformer"
+            "s' fills the config class's defaults, as vLLM does"
+        ),
+        "heads_tp": ("config.num_attention_heads = 6: not divisible by tp = 4"),
+        "kv_tp": ("config.num_key_value_heads = 12: not divisible by tp = 8"),
+        "kv_mult": (
+            "config.num_key_value_heads = 3: tp = 16 is not a multiple of it (KV heads are replicated)"
+        ),
+        "head_type": ("config.head_dim = 'x': must be an integer"),
+        "hidden": (
+            "config.hidden_size = None: missing; the head size is hidden_size // num_attentio"
+            "n_heads without head_dim; reader='transformers' fills the config class's default"
+            "s, as vLLM does"
+        ),
+        "lt_need": (
+            "config.layer_types = None: missing; this model's config class derives which laye"
+            "rs slide; reader='transformers' fills the config class's defaults, as vLLM does"
+        ),
+        "lt_flag": (
+            "config.use_sliding_window = None: missing; the window counts only when true; rea"
+            "der='transformers' fills the config class's defaults, as vLLM does"
+        ),
+        "lt_item": ("config.layer_types[0] = 'x': valid: sliding_attention, full_attention"),
+        "gemma3": (
+            "config.sliding_window_pattern = None: missing; Gemma 3 slides unless (i + 1) % s"
+            "liding_window_pattern == 0 (transformers' default is 6: write it into config.jso"
+            "n); reader='transformers' fills the config class's defaults, as vLLM does"
+        ),
+        "mistral": (
+            "config.sliding_window = None: missing; null for full attention (transformers' de"
+            "fault is 4096); reader='transformers' fills the config class's defaults, as vLLM"
+            " does"
+        ),
+        "gpt_oss": (
+            "config.layer_types = None: missing; GPT-OSS names its sliding and full layers th"
+            "ere; reader='transformers' fills the config class's defaults, as vLLM does"
+        ),
+        "sw_missing": (
+            "config.sliding_window = None: missing; the window of the sliding layers; reader="
+            "'transformers' fills the config class's defaults, as vLLM does"
+        ),
+        "sparse_dev": (
+            "device = 'blackwell': vLLM 0.33's sparse MLA choice on blackwell depends on head"
+            " count and kernels not modeled here; name one with attention_backend (--attentio"
+            "n-backend), e.g. FLASHMLA_SPARSE"
+        ),
+        "ab_kind": ("attention_backend = 'X': valid for sparse MLA: FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE"),
+        "ab_refused": (
+            "attention_backend = 'FLASH_ATTN': vLLM refuses it on hopper: kv_cache_dtype fp8_"
+            "e5m2 not supported"
+        ),
+        "no_backend": (
+            "kv_cache_dtype = 'fp8': no vLLM MLA backend on hopper takes it (FLASH_ATTN_MLA: "
+            "kv_cache_dtype fp8 not supported; FLASHMLA: block_size not supported; FLASHINFER"
+            "_MLA: compute capability not supported; TRITON_MLA: block_size not supported)"
+        ),
+        "ds_mla": (
+            "kv_cache_dtype = 'fp8_ds_mla': no vLLM sparse MLA backend on hopper takes it (FL"
+            "ASH_ATTN_MLA_SPARSE: kv_cache_dtype fp8_ds_mla not supported; FLASHMLA_SPARSE: k"
+            "v_cache_dtype fp8_ds_mla not supported)"
+        ),
+        "mla_block": (
+            "kv_cache_dtype = 'fp8': no vLLM MLA backend on hopper takes it (FLASH_ATTN_MLA: "
+            "kv_cache_dtype fp8 not supported; FLASHMLA: block_size not supported; FLASHINFER"
+            "_MLA: compute capability not supported; TRITON_MLA: block_size not supported)"
+        ),
+    }
+    assert sorted(cases) == sorted(want)
+    for key, call in cases.items():
+        with pytest.raises(SpecError) as e:
+            call()
+        assert str(e.value) == want[key], key
