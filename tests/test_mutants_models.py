@@ -2533,3 +2533,94 @@ def test_attention_and_backend_refusal_messages() -> None:
         with pytest.raises(SpecError) as e:
             call()
         assert str(e.value) == want[key], key
+
+
+def test_last_rules_types_and_head_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    from kvlayout.models.backends import resolve
+    from kvlayout.models.config import through_transformers
+
+    # a list of integers refuses booleans (is_int), as a bad compress ratio
+    assert _field(_cfg(a=[0, True]).req_list, "a", "", 2, int) == "config.a[1]"
+    # layer_types longer than the layers is refused too (transformers refuses it)
+    lt = ["sliding_attention", "full_attention", "full_attention"]
+    assert _field(layer_types, _cfg(layer_types=lt), "gemma2", 2) == "config.layer_types"
+    # Nemotron-H reads head_dim before attention_head_dim
+    nem = {
+        "architectures": ["NemotronHForCausalLM"],
+        "num_hidden_layers": 2,
+        "hybrid_override_pattern": "M*",
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 16,
+        "n_groups": 2,
+        "ssm_state_size": 32,
+        "conv_kernel": 4,
+        "head_dim": 32,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 1024,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(nem)
+    assert isinstance(ms, M.ModelSpec) and {
+        x.head_size for _, x in ms.spec.layers if ms.kinds[x.name] == "full"
+    } == {32}
+    with pytest.raises(SpecError) as e:
+        resolve(mla=True, sparse=True, device="hopper", kv_cache_dtype="auto", attention_backend="FLASHMLA")
+    assert str(e.value) == "attention_backend = 'FLASHMLA': vLLM refuses it on hopper: sparse not supported"
+    with pytest.raises(SpecError) as e:
+        resolve(
+            mla=True, sparse=True, device="hopper", kv_cache_dtype="auto", attention_backend="FLASH_ATTN_MLA"
+        )
+    assert str(e.value).endswith("vLLM refuses it on hopper: sparse not supported")
+    with pytest.raises(SpecError) as e:
+        resolve(mla=True, device="hopper", kv_cache_dtype="auto", attention_backend="FLASHMLA_SPARSE")
+    assert (
+        str(e.value)
+        == "attention_backend = 'FLASHMLA_SPARSE': vLLM refuses it on hopper: non-sparse not supported"
+    )
+    jamba = {
+        "architectures": ["JambaForCausalLM"],
+        "num_hidden_layers": 2,
+        "attn_layer_period": 2,
+        "attn_layer_offset": 1,
+        "mamba_expand": 2,
+        "mamba_d_conv": 4,
+        "mamba_d_state": 16,
+        "num_attention_heads": 1,
+        "head_dim": 64,
+    }
+    with pytest.raises(SpecError) as e:
+        M.from_config(jamba)
+    assert str(e.value).startswith("config.hidden_size = None: missing; the Mamba inner size;")
+    falcon = {
+        "architectures": ["FalconH1ForCausalLM"],
+        "num_hidden_layers": 1,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 16,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "num_attention_heads": 4,
+        "head_dim": 64,
+    }
+    with pytest.raises(SpecError) as e:
+        M.from_config(falcon)
+    assert str(e.value).startswith(
+        "config.hidden_size = None: missing; the Mamba inner size is mamba_expand * hidden_size;"
+    )
+
+    # a config class without an attribute_map, and a written section the class does not make
+    class Plain:
+        @classmethod
+        def from_dict(cls, d: dict[str, Any]) -> Any:
+            return types.SimpleNamespace(to_dict=lambda: {"made": 1})
+
+    fake = types.ModuleType("transformers")
+    fake.CONFIG_MAPPING = {"plain": Plain}  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    out = through_transformers({"model_type": "plain", "extra": {"a": 1}}, [])
+    assert out == {"made": 1, "model_type": "plain", "extra": {"a": 1}}
