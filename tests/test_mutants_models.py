@@ -2624,3 +2624,82 @@ def test_last_rules_types_and_head_keys(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(sys.modules, "transformers", fake)
     out = through_transformers({"model_type": "plain", "extra": {"a": 1}}, [])
     assert out == {"made": 1, "model_type": "plain", "extra": {"a": 1}}
+
+
+def test_remaining_messages_labels_and_kept_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    from kvlayout.models.backends import check_device
+    from kvlayout.models.config import resolve_kv_dtype, resolve_model_dtype, through_transformers
+
+    hint = "; reader='transformers' fills the config class's defaults, as vLLM does"
+    nem = {
+        "architectures": ["NemotronHForCausalLM"],
+        "num_hidden_layers": 2,
+        "hybrid_override_pattern": "M*",
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 16,
+        "n_groups": 2,
+        "ssm_state_size": 32,
+        "conv_kernel": 4,
+        "attention_head_dim": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 256,
+        "torch_dtype": "bfloat16",
+    }
+    ms = M.from_config(nem)
+    assert isinstance(ms, M.ModelSpec) and ms.kinds["model.layers.0.mixer"] == "mamba"
+    with pytest.raises(SpecError) as e:
+        M.from_config({**nem, "hybrid_override_pattern": 5})
+    assert str(e.value) == "config.hybrid_override_pattern = 5: must be a string"
+    assert str(resolve_kv_dtype.__name__) and _field(resolve_kv_dtype, "int8", "bfloat16") == "kv_cache_dtype"
+    with pytest.raises(SpecError) as e:
+        resolve_kv_dtype("int8", "bfloat16")
+    assert str(e.value) == "kv_cache_dtype = 'int8': valid: auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2"
+    with pytest.raises(SpecError) as e:
+        check_device("volta")
+    assert str(e.value) == "device = 'volta': valid: hopper, blackwell, ampere"
+    notes: list[str] = []
+    resolve_model_dtype(_cfg(), _cfg(), None, notes)
+    assert notes == [
+        "no torch_dtype in the config: vLLM reads the weights' dtype from safetensors, else runs it "
+        "in bfloat16 (assumed here; pass dtype= for the weights' dtype)"
+    ]
+    with pytest.raises(SpecError) as e:
+        M.from_config({"architectures": ["NoSuchForCausalLM"]})
+    assert (
+        e.value.value == "NoSuchForCausalLM"
+        and "NoSuchForCausalLM" not in str(e.value).split(": ", 1)[1][:40]
+    )
+    assert str(e.value).endswith(M.ARCHITECTURES[-1])
+    with pytest.raises(SpecError) as e:
+        _cfg(a=0).req_int("a", "")
+    assert str(e.value) == "config.a = 0: must be at least 1"
+    assert _cfg(a=1).opt_int("a") == 1
+    import json
+    from pathlib import Path
+
+    base = json.loads(
+        (Path(__file__).resolve().parent / "fixtures/models/deepseek_v4/config.json").read_text()
+    )
+    with pytest.raises(SpecError) as e:
+        M.from_config({**base, "num_attention_heads": None})
+    assert str(e.value) == "config.num_attention_heads = None: missing; the query heads" + hint
+
+    class Made:
+        attribute_map = {"n_head": "num_attention_heads"}
+
+        @classmethod
+        def from_dict(cls, d: dict[str, Any]) -> Any:
+            return types.SimpleNamespace(to_dict=lambda: {"made": 1, "num_attention_heads": 8, "n_head": 5})
+
+    fake = types.ModuleType("transformers")
+    fake.CONFIG_MAPPING = {"made": Made}  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    out = through_transformers({"model_type": "made", "made": 2}, [])
+    assert out["made"] == 1 and out["n_head"] == 5  # transformers' values and aliases already set are kept
+    with pytest.raises(SpecError) as e:
+        through_transformers({"model_type": "made", "num_hidden_layers": 100_001}, [])
+    assert e.value.value == 100_001
