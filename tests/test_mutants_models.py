@@ -2654,7 +2654,6 @@ def test_remaining_messages_labels_and_kept_fields(monkeypatch: pytest.MonkeyPat
     with pytest.raises(SpecError) as e:
         M.from_config({**nem, "hybrid_override_pattern": 5})
     assert str(e.value) == "config.hybrid_override_pattern = 5: must be a string"
-    assert str(resolve_kv_dtype.__name__) and _field(resolve_kv_dtype, "int8", "bfloat16") == "kv_cache_dtype"
     with pytest.raises(SpecError) as e:
         resolve_kv_dtype("int8", "bfloat16")
     assert str(e.value) == "kv_cache_dtype = 'int8': valid: auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2"
@@ -2669,10 +2668,7 @@ def test_remaining_messages_labels_and_kept_fields(monkeypatch: pytest.MonkeyPat
     ]
     with pytest.raises(SpecError) as e:
         M.from_config({"architectures": ["NoSuchForCausalLM"]})
-    assert (
-        e.value.value == "NoSuchForCausalLM"
-        and "NoSuchForCausalLM" not in str(e.value).split(": ", 1)[1][:40]
-    )
+    assert e.value.value == "NoSuchForCausalLM" and "unknown architecture (not one of vLLM" in str(e.value)
     assert str(e.value).endswith(M.ARCHITECTURES[-1])
     with pytest.raises(SpecError) as e:
         _cfg(a=0).req_int("a", "")
