@@ -2699,3 +2699,34 @@ def test_remaining_messages_labels_and_kept_fields(monkeypatch: pytest.MonkeyPat
     with pytest.raises(SpecError) as e:
         through_transformers({"model_type": "made", "num_hidden_layers": 100_001}, [])
     assert e.value.value == 100_001
+
+
+def test_tpu_options_reach_validation_and_reasons_list_every_skip() -> None:
+    from kvlayout.models.backends import resolve
+
+    llama = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "torch_dtype": "bfloat16",
+    }
+    assert _field(M.from_config, llama, engine="tpu-inference", max_model_len=0) == "max_model_len"
+    assert _field(M.from_config, llama, engine="tpu-inference", batched_rpa=1) == "batched_rpa"
+    with pytest.raises(SpecError) as e:
+        M.from_config(llama, engine="tpu-inference")
+    assert str(e.value) == (
+        "config.max_position_embeddings = None: missing; "
+        "tpu-inference's default page size follows max_model_len (or pass it); reader='transformers' fills the config class's defaults, as vLLM does"
+    )
+    x = resolve(mla=True, device="ampere", kv_cache_dtype="auto", block_size=16)
+    assert x.reason == (
+        "first valid MLA backend on ampere in vLLM's priority list "
+        "(skipped FLASH_ATTN_MLA: compute capability not supported; FLASHMLA: compute capability not supported; FLASHINFER_MLA: compute capability not "
+        "supported)"
+    )
+    # GraniteMoE-Shared's per-layer windows: every layer slides when sliding_window is set, none without
+    lay = Variation(window="layer")
+    assert layer_types(_cfg(sliding_window=8), "generic", 3, lay) == ["sliding"] * 3
+    assert layer_types(_cfg(), "generic", 3, lay) == ["full"] * 3
