@@ -2718,13 +2718,14 @@ def test_tpu_options_reach_validation_and_reasons_list_every_skip() -> None:
         M.from_config(llama, engine="tpu-inference")
     assert str(e.value) == (
         "config.max_position_embeddings = None: missing; "
-        "tpu-inference's default page size follows max_model_len (or pass it); reader='transformers' fills the config class's defaults, as vLLM does"
+        + "tpu-inference's default page size follows max_model_len (or pass it)"
+        + "; reader='transformers' fills the config class's defaults, as vLLM does"
     )
     x = resolve(mla=True, device="ampere", kv_cache_dtype="auto", block_size=16)
     assert x.reason == (
         "first valid MLA backend on ampere in vLLM's priority list "
-        "(skipped FLASH_ATTN_MLA: compute capability not supported; FLASHMLA: compute capability not supported; FLASHINFER_MLA: compute capability not "
-        "supported)"
+        + "(skipped FLASH_ATTN_MLA: compute capability not supported; "
+        + "FLASHMLA: compute capability not supported; FLASHINFER_MLA: compute capability not supported)"
     )
     # GraniteMoE-Shared's per-layer windows: every layer slides when sliding_window is set, none without
     lay = Variation(window="layer")
