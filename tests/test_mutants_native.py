@@ -112,7 +112,7 @@ def test_spec_rules_name_field_value_and_why() -> None:
     assert NativeCacheSpec([a]).leaves == (a,)
     _err(lambda: NativeCacheSpec((a,), version=2), "version", 2, "only version 1 is supported")
     _err(lambda: NativeCacheSpec(()), "leaves", (), "must be a non-empty list or tuple of NativeLeaf")
-    _err(lambda: NativeCacheSpec((a, "b")), "leaves[1]", "b", "must be a NativeLeaf")  # type: ignore[arg-type]
+    _err(lambda: NativeCacheSpec((a, "b")), "leaves[1]", "b", "must be a NativeLeaf")
     _err(lambda: NativeCacheSpec((a, leaf(name="c"), a)), "leaves[2].name", "a", "duplicate leaf name")
     _err(lambda: NativeCacheSpec((a, b)), "leaves[1].shape[0]", 5,
          "every leaf needs the same number of pages ('a' has 4)")
@@ -192,7 +192,7 @@ def test_spec_from_arrays_rules_and_defaults() -> None:
     assert [(x.name, x.group, x.zeroed) for x in flags.leaves] == [("k", "g", False), ("v", "g", True)]
     _err(lambda: S({"": a}), "arrays key", "", "must be a non-empty string")
     _err(lambda: S({"k": a}, names=["k"]), "names", ["k"], "give names or a mapping of arrays, not both")
-    _err(lambda: S("ab"), "arrays", "str", "must be a sequence or a mapping of arrays")  # type: ignore[arg-type]
+    _err(lambda: S("ab"), "arrays", "str", "must be a sequence or a mapping of arrays")
     _err(lambda: S(7), "arrays", "int", "must be a sequence or a mapping of arrays")  # type: ignore[arg-type]
     _err(lambda: S([a, b], names=["k"]), "names", 1, "needs one name per array (2)")
     _err(lambda: S({"k": a, "v": b}, {"q": "g", "k": "h"}), "groups['q']", "g", "no such leaf; leaves: k, v")

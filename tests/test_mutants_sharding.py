@@ -27,7 +27,7 @@ def _err(fn: Callable[[], object], cls: type[Exception], field: str, value: Any,
         fn()
     err = e.value
     assert err.field == field, (err.field, str(err))  # type: ignore[attr-defined]
-    assert type(err.value) is type(value) and err.value == value, (err.value, str(err))  # type: ignore[attr-defined]
+    assert type(err.value) is type(value) and err.value == value, (err.value, str(err))
     assert str(err) == message
 
 
@@ -147,7 +147,7 @@ def test_zero_reference_refuses_small_or_foreign_buffers() -> None:
     _err(lambda: lay.zero_reference(small, [0]), LayoutBufferError, "buffer.nbytes", 1000,
          "gathered bytes = 1000: needs 2048")
     assert (small == 7).all()
-    _err(lambda: lay.zero_reference(bytearray(2048), [0]), LayoutBufferError, "buffer.nbytes", None,  # type: ignore[arg-type]
+    _err(lambda: lay.zero_reference(bytearray(2048), [0]), LayoutBufferError, "buffer.nbytes", None,
          "gathered bytes = None: needs 2048")
 
 
@@ -231,7 +231,7 @@ def test_split_heads_rules() -> None:
     s = spec(heads=4, kernel_block_size=1)
     assert split_heads(s, 1) is s
     half = split_heads(s, 2)
-    assert [(x.name, x.num_kv_heads) for x in half.groups[0].layers] == [("f", 2), ("w", 2)]  # type: ignore[attr-defined]
+    assert [(x.name, x.num_kv_heads) for x in half.groups[0].layers] == [("f", 2), ("w", 2)]
     assert half.groups[0].kernel_block_size == 1 and half.num_blocks == 6 and half.layout == "packed"
     _err(lambda: split_heads(s, 0), SpecError, "ways", 0, "ways = 0: must be positive")
     _err(lambda: split_heads(s, 3), SpecError, "layer 'f'.num_kv_heads", 4,
@@ -253,7 +253,7 @@ def test_shard_spec_rules() -> None:
          "num_blocks = 6: not divisible by the 4 block shards of axes ('dp',)")
     lay = shard_spec(s, axes, block_axes=("x",), head_axes=("tp", "dp"))
     assert (lay.block_axes, lay.shard_axes, lay.replica_axes) == (("x",), ("dp", "tp", "x"), ())
-    assert lay.local_spec.num_blocks == 2 and lay.local_spec.groups[0].layers[0].num_kv_heads == 1  # type: ignore[attr-defined]
+    assert lay.local_spec.num_blocks == 2 and lay.local_spec.groups[0].layers[0].num_kv_heads == 1
 
 
 def test_non_list_axes_and_foreign_specs_are_spec_errors() -> None:
@@ -262,9 +262,9 @@ def test_non_list_axes_and_foreign_specs_are_spec_errors() -> None:
     s = spec()
     _err(lambda: shard_spec(s, {"dp": 2}, block_axes=5), SpecError, "block_axes", 5,  # type: ignore[arg-type]
          "block_axes = 5: must be an axis name or a list of them")
-    _err(lambda: shard_spec(s, {"dp": 2}, head_axes=None), SpecError, "head_axes", None,  # type: ignore[arg-type]
+    _err(lambda: shard_spec(s, {"dp": 2}, head_axes=None), SpecError, "head_axes", None,
          "head_axes = None: must be an axis name or a list of them")
-    _err(lambda: ShardedLayout.from_local(s, {"dp": 2}, shard_axes=2), SpecError, "shard_axes", 2,  # type: ignore[arg-type]
+    _err(lambda: ShardedLayout.from_local(s, {"dp": 2}, shard_axes=2), SpecError, "shard_axes", 2,
          "shard_axes = 2: must be an axis name or a list of them")
     for bad in (5, "dp"):
         _err(lambda: shard_spec(s, bad), SpecError, "mesh_axes", bad,  # type: ignore[arg-type]  # noqa: B023
@@ -273,6 +273,6 @@ def test_non_list_axes_and_foreign_specs_are_spec_errors() -> None:
          "spec = 'dict': must be a kvlayout.KVCacheSpec")
     _err(lambda: split_heads(None, 2), SpecError, "spec", "NoneType",  # type: ignore[arg-type]
          "spec = 'NoneType': must be a kvlayout.KVCacheSpec")
-    _err(lambda: ShardedLayout(3, (("a", 1),), (), ()), SpecError, "local_spec", "int",  # type: ignore[arg-type]
+    _err(lambda: ShardedLayout(3, (("a", 1),), (), ()), SpecError, "local_spec", "int",
          "local_spec = 'int': must be a kvlayout.KVCacheSpec")
     assert ShardedLayout.from_local(s, {"dp": 2, "tp": 2}, shard_axes={"tp", "dp"}).shard_axes == ("dp", "tp")
