@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 
 
 def start_driver(script: Path, name: str, env: Mapping[str, str]) -> subprocess.Popen[str] | None:
@@ -22,3 +23,23 @@ def start_driver(script: Path, name: str, env: Mapping[str, str]) -> subprocess.
     )
     atexit.register(lambda: proc.poll() is None and proc.kill())
     return proc
+
+
+def ground_truth() -> ModuleType:
+    """tests/test_vllm_ground_truth.py's vLLM builders, imported without starting its interpreter
+    driver here (the file that borrows them runs in the test process, not in a driver)."""
+    name = "tests.test_vllm_ground_truth"
+    if name not in sys.modules:
+        before = os.environ.get("KVLAYOUT_VLLM_DRIVER")
+        os.environ["KVLAYOUT_VLLM_DRIVER"] = "1"
+        try:
+            root = str(Path(__file__).resolve().parents[1])
+            if root not in sys.path:
+                sys.path.insert(0, root)
+            __import__(name)
+        finally:
+            if before is None:
+                del os.environ["KVLAYOUT_VLLM_DRIVER"]
+            else:
+                os.environ["KVLAYOUT_VLLM_DRIVER"] = before
+    return sys.modules[name]

@@ -10,34 +10,17 @@ vLLM 0.33.0's own objects on the CPU (the cuda backend under Triton's interprete
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import replace
 from fractions import Fraction
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.driver import ground_truth
 
-def _ground_truth() -> ModuleType:
-    """The ground-truth module's vLLM builders, without starting its interpreter driver here."""
-    name = "tests.test_vllm_ground_truth"
-    if name not in sys.modules:
-        before = os.environ.get("KVLAYOUT_VLLM_DRIVER")
-        os.environ["KVLAYOUT_VLLM_DRIVER"] = "1"
-        try:
-            __import__(name)
-        finally:
-            if before is None:
-                del os.environ["KVLAYOUT_VLLM_DRIVER"]
-            else:
-                os.environ["KVLAYOUT_VLLM_DRIVER"] = before
-    return sys.modules[name]
-
-
-G = _ground_truth()
+G = ground_truth()
 
 import torch  # noqa: E402
 from vllm.v1 import kv_cache_interface as I  # noqa: E402

@@ -21,10 +21,10 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from types import MethodType, ModuleType, SimpleNamespace
+from types import MethodType, SimpleNamespace
 from typing import Any
 
-from tests.driver import start_driver
+from tests.driver import ground_truth, start_driver
 
 _HERE = Path(__file__).resolve()
 _DRIVER_ENV = {
@@ -45,26 +45,10 @@ if __name__ == "__main__" and "--driver" in sys.argv:  # the plugin loads before
     load_general_plugins()
 
 
-def _ground_truth() -> ModuleType:
-    """The ground-truth module's builders, without starting its interpreter driver here."""
-    name = "tests.test_vllm_ground_truth"
-    if name not in sys.modules:
-        before = os.environ.get("KVLAYOUT_VLLM_DRIVER")
-        os.environ["KVLAYOUT_VLLM_DRIVER"] = "1"
-        try:
-            if str(_HERE.parents[1]) not in sys.path:
-                sys.path.insert(0, str(_HERE.parents[1]))
-            __import__(name)
-        finally:
-            if before is None:
-                del os.environ["KVLAYOUT_VLLM_DRIVER"]
-            else:
-                os.environ["KVLAYOUT_VLLM_DRIVER"] = before
-    return sys.modules[name]
 
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-G = _ground_truth()
+G = ground_truth()
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
