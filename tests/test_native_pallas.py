@@ -433,3 +433,15 @@ def test_standalone_call_is_one_jitted_step(compiled_steps: Callable[[object], i
     text = str(g._step.trace(leaves, ids, acc).lower(lowering_platforms=("cuda",)).as_text())
     assert text.count("__gpu$xla.gpu.triton") == 1 and "stablehlo.add" in text
     assert not re.search(r"stablehlo\.(sort|reduce|concatenate|compare)", text)
+
+
+def test_host_batches_pad_with_nothing_to_write() -> None:
+    """Issue 26: a host batch is padded to its bucket with -1, not with copies of a real id
+    (a 1-id call wrote its block 8 times on the GPU); the padding is skipped by both kernels
+    and not counted as bad ids (the host already refused those)."""
+    pad = kp.native._host_bucket(np.array([5], np.int64))
+    assert pad.dtype == np.int32 and pad.tolist() == [5] + [-1] * 7
+    assert kp.native._host_bucket(np.arange(9)).tolist() == list(range(9)) + [-1] * 7
+    for kw in ({}, {"kernel": "triton", "interpret": True}):
+        z, _, _ = run(["attn_bf16", "rank2_bf16"], [[3], [N - 1, 0, 4]], **kw)
+        z.check()  # no bad id: the 7 and 5 padding slots were not counted

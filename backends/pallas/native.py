@@ -69,6 +69,15 @@ def _page_axes(spec: P) -> tuple[str, ...]:
     return (first,) if isinstance(first, str) else tuple(first)
 
 
+
+def _host_bucket(host: np.ndarray) -> np.ndarray:
+    """Validated unique host ids in a power-of-two bucket (no retrace between batch sizes),
+    padded with -1: the padding writes nothing, where duplicates of a real id would write
+    its block again (a 1-id call wrote one block 8 times)."""
+    padded = bucket_ids(host)
+    padded[host.size :] = -1
+    return padded
+
 class CacheZeroer:
     """Zero block ids of a native cache: ``caches = z(caches, ids)``, in place.
 
@@ -139,7 +148,7 @@ class CacheZeroer:
         self._jitted = jax.jit(self.apply, donate_argnums=0, static_argnames="group")
         #: the per-call step: (caches, ids, running bad-id count) -> (caches, count), one dispatch;
         #: the caches are checked when it is traced (a mismatch retraces, so it is always seen)
-        self._step = jax.jit(self._step_fn, donate_argnums=0, static_argnames="group")
+        self._step = jax.jit(self._step_fn, donate_argnums=0, static_argnames=("group", "host"))
         self._ids_sharding = NamedSharding(mesh, P()) if mesh is not None else None
 
     def _check_spec(self, spec: Any, groups: Any) -> NativeCacheSpec:
@@ -377,13 +386,16 @@ class CacheZeroer:
         return out, bad
 
     def _step_fn(
-        self, caches: Any, ids: jax.Array, acc: jax.Array, group: str | None = None
+        self, caches: Any, ids: jax.Array, acc: jax.Array, group: str | None = None, host: bool = False
     ) -> tuple[Any, jax.Array]:
         """The jitted per-call step: check the caches (at trace time), zero, and add this
-        batch's bad ids to the running count ``acc`` on the device (no host read)."""
+        batch's bad ids to the running count ``acc`` on the device (no host read).
+
+        ``host``: the ids were validated on the host and padded with -1 (:func:`_host_bucket`),
+        so the only out-of-range slots are the padding: skipped, and not counted."""
         leaves = self.check_caches(caches)
         out, bad = self._apply_leaves(leaves, ids, group)
-        return self.treedef.unflatten(out), acc + bad
+        return self.treedef.unflatten(out), acc if host else acc + bad
 
     # ---- per step -------------------------------------------------------------------------
     def __call__(self, caches: Any, block_ids: Any, group: str | None = None) -> Any:
@@ -406,12 +418,12 @@ class CacheZeroer:
             host = np.unique(normalize_block_ids(block_ids, self.num_blocks))  # raises before anything runs
             if host.size == 0:
                 return caches
-            ids = bucket_ids(host)  # the step's call transfers it (or replicated over the mesh)
+            ids = _host_bucket(host)  # the step's call transfers it (or replicated over the mesh)
             if self._ids_sharding is not None:
                 ids = jax.device_put(ids, self._ids_sharding)
         if ids.shape[0] == 0:
             return caches
-        step = self._step if group is None else functools.partial(self._step, group=group)
+        step = functools.partial(self._step, group=group, host=not isinstance(block_ids, jax.Array))
         return self._bad.step(lambda acc: run_step(self.serialised, step, caches, ids, acc))
 
     zero_blocks = __call__
