@@ -332,6 +332,8 @@ class CudaZeroer:
         self._geometry: dict[tuple[str | None, int], _DevicePlan] = {}
         self._err = torch.zeros(2, dtype=torch.int64, device=dev)  # only ever added to by kernels
         self._reported = 0  # bad work items check() has already reported
+        # the id bounds ([0, limit)) of launches that can flag ids: num_blocks, a routed batch's id_limit
+        self._bounds: set[int] = set()
         self.max_batch = int(max_batch)
         # the count operand of uncounted launches (never read by them)
         self._no_count = torch.zeros(1, dtype=torch.int32, device=dev)
@@ -774,6 +776,9 @@ class CudaZeroer:
         live (packed by :meth:`launch_routed`, or staged with the ids for a graph replay).
         """
         dp = self._plans[(None, self._chunk_words)] if dplan is None else dplan
+        limit = self.table.num_blocks if id_limit is None else id_limit
+        if count is None:  # counted launches carry host-checked or routed (already local) ids
+            self._flag_bound(limit)
         num_ids = dev_ids.numel()
         programs, items = launch_grid(dp.plan, num_ids, self.max_programs)
         # one program per work item on a (units, ids) grid up to CUDA's limit, no persistent loop;
@@ -799,7 +804,7 @@ class CudaZeroer:
                 dp.plan.units_per_block,
                 id_lo,
                 self.table.num_blocks,
-                self.table.num_blocks if id_limit is None else id_limit,
+                limit,
                 items,
                 SUB=dp.sub,
                 ALIGNED=dp.plan.aligned16,
@@ -823,7 +828,14 @@ class CudaZeroer:
         keeps the buffers of the captured call).
         """
         n = dev_ids.numel()
+        if n > INT32_MAX:  # route_ids_kernel's offsets and count are int32: refuse, never wrap
+            raise BlockIdError(
+                f"block_ids: {n} ids in a routed batch: at most {INT32_MAX} (int32 offsets)",
+                field="block_ids",
+                value=n,
+            )
         dplan = self._plan_for(group)
+        self._flag_bound(id_limit)
         slot, stream = self._acquire()
         try:
             if slot.routed.numel() < n:
@@ -846,19 +858,30 @@ class CudaZeroer:
         finally:
             self._release(slot, stream)
 
+    def _flag_bound(self, limit: int) -> None:
+        """Note that launches now flag device ids outside ``[0, limit)`` (named by :meth:`check`)."""
+        if limit not in self._bounds:
+            with self._lock:
+                self._bounds.add(limit)
+
     def check(self) -> None:
         """Raise if device-side ids were out of range since the last check (synchronises the current stream).
 
         The kernels only ever add to the device counter; each check reports what was added
         since the previous one, so a check never races a launch in flight on another stream.
+        The message names the bound of the launches made: ``[0, num_blocks)``, and a routed
+        batch's ``[0, id_limit)`` (the global pool, :meth:`launch_routed`).
         """
         with self._lock:
             total, bad = (int(x) for x in self._err.tolist())
             count = total - self._reported
             self._reported = total
+            bounds = sorted(self._bounds) or [self.table.num_blocks]
         if count:
+            # a routed launch's bound is its id_limit (the global pool), not this buffer's num_blocks
+            outside = " or ".join(f"[0, {b})" for b in bounds)
             raise BlockIdError(
-                f"device block_ids: {count} work items had an id outside [0, {self.table.num_blocks}) "
+                f"device block_ids: {count} work items had an id outside {outside} "
                 f"(e.g. {bad}); they wrote nothing",
                 field="block_ids",
                 value=bad,
