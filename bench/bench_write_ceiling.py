@@ -23,7 +23,7 @@ default kernel's result on a poisoned buffer first; ``sweep.json`` holds every r
 Writes ``ceiling.json`` and ``ceiling.md`` under ``--out``; prints the table last.
 
     python bench/bench_write_ceiling.py --out DIR [--presets dsv4-test,dsv4]
-        [--batches 1,8,64,512,4096,16384] [--repeats 3] [--sweep]
+        [--batches 1,8,64,512,4096,16384] [--repeats 3] [--sweep] [--orders]
 """
 
 from __future__ import annotations
@@ -217,8 +217,15 @@ def sweep_configs(batch: int, sms: int) -> list[dict[str, Any]]:
     return cfgs
 
 
+def dense_ids(n: int, batch: int) -> list[torch.Tensor]:
+    """``ROT`` batches of ``batch`` consecutive block ids, spread over the pool of ``n`` blocks."""
+    step = max(0, n - batch) // max(ROT - 1, 1)
+    return [torch.arange(r * step, r * step + batch, device="cuda") for r in range(ROT)]
+
+
 def bench_preset(
-    preset: str, pool_bytes: int, batches: list[int], repeats: int, sweep: bool, cudart: Any
+    preset: str, pool_bytes: int, batches: list[int], repeats: int, sweep: bool, cudart: Any,
+    orders: bool = False,
 ) -> dict[str, Any]:
     spec = K.preset(preset)
     per_block = K.plan(spec).bytes_per_block
@@ -237,6 +244,11 @@ def bench_preset(
         methods: dict[str, Callable[[int], None]] = dict(contiguous_methods(words, nbytes, cudart, devs))
         methods["kvlayout"] = lambda i: z.zero(devs[i % ROT])
         methods["vllm033"] = lambda i: v.launch(devs[i % ROT])
+        if orders:  # the same kernel on the same ids in ascending order, and on consecutive blocks
+            srt = [torch.sort(d).values for d in devs]
+            dense = dense_ids(n, batch)
+            methods["kvlayout_sorted"] = lambda i: z.zero(srt[i % ROT])
+            methods["kvlayout_dense"] = lambda i: z.zero(dense[i % ROT])
         passes: dict[str, list[float]] = {k: [] for k in methods}
         errors: dict[str, str] = {}
         for _ in range(repeats):
@@ -249,7 +261,9 @@ def bench_preset(
                     errors[name] = f"{type(e).__name__}: {str(e)[:200]}"
                     print("method failed:", name, errors[name], flush=True)
         us = {k: round(statistics.median(t), 2) for k, t in passes.items() if t}
-        contiguous = {k: t for k, t in us.items() if k not in ("kvlayout", "vllm033") and "idload" not in k}
+        contiguous = {
+            k: t for k, t in us.items() if not k.startswith(("kvlayout", "vllm033")) and "idload" not in k
+        }
         best = min(contiguous, key=lambda k: contiguous[k])
         row: dict[str, Any] = {
             "preset": preset,
@@ -269,6 +283,9 @@ def bench_preset(
             "vllm_vs_ceiling": round(us[best] / us["vllm033"], 3),
             "kvlayout_chunk": z.plan_for_batch(batch).plan.chunk_words,
         }
+        for k in ("kvlayout_sorted", "kvlayout_dense"):
+            if k in us:
+                row[f"{k}_vs_ceiling"] = round(us[best] / us[k], 3)
         rows.append(row)
         emit("row", row)
         if sweep:
@@ -330,9 +347,10 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| preset | ids | MB | torch zero_ us | memset us | best Triton contiguous us "
         "| ceiling us (GB/s) | same + id load us | kvlayout us (GB/s) | x ceiling | vLLM 0.33 us "
-        "| kvlayout x vLLM | vLLM x ceiling | targets missed |"
+        "| kvlayout x vLLM | vLLM x ceiling | sorted ids x ceiling | consecutive ids x ceiling "
+        "| targets missed |"
     )
-    lines = [head, "|" + "---|" * 14]
+    lines = [head, "|" + "---|" * 16]
     for r in rows:
         us = r["us"]
         tri = min((t for k, t in us.items() if k.startswith("triton_")), default=None)
@@ -349,6 +367,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             f"| {r['ceiling_us']:.1f} ({r['ceiling_gb_s']:.0f}) | {idl:.1f} "
             f"| {r['kvlayout_us']:.1f} ({r['kvlayout_gb_s']:.0f}) | {r['kvlayout_vs_ceiling']:.2f} "
             f"| {r['vllm_us']:.1f} | {r['kvlayout_vs_vllm']:.2f} | {r['vllm_vs_ceiling']:.2f} "
+            f"| {r.get('kvlayout_sorted_vs_ceiling', nan):.2f} "
+            f"| {r.get('kvlayout_dense_vs_ceiling', nan):.2f} "
             f"| {'; '.join(miss) or 'none'} |"
         )
     return "\n".join(lines)
@@ -362,6 +382,10 @@ def main() -> int:
     ap.add_argument("--pool-gib", type=float, default=4.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sweep", action="store_true", help="kvlayout's kernel under launch options too")
+    ap.add_argument(
+        "--orders", action="store_true",
+        help="kvlayout's kernel also on the ids sorted, and on consecutive blocks (where the scatter costs)",
+    )
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
@@ -376,7 +400,7 @@ def main() -> int:
     for i, p in enumerate(args.presets.split(",")):
         # kvlayout's kernel sees the same coalesced table for both presets: sweep the first only
         results[p] = bench_preset(
-            p, int(args.pool_gib * GIB), batches, args.repeats, args.sweep and i == 0, cudart
+            p, int(args.pool_gib * GIB), batches, args.repeats, args.sweep and i == 0, cudart, args.orders
         )
     rows = [r for p in results.values() for r in p["rows"]]
     meta = {

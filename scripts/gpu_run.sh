@@ -17,6 +17,8 @@
 #   listpaths   bench/bench_jax_step.py --list-paths (host ids: each host-to-device route, transfer waits)
 #   ceiling     bench/bench_write_ceiling.py (the write ceiling of the step bytes, both kernels against it)
 #   ceilsweep   the same with --sweep (kvlayout's kernel under launch options, byte-checked)
+#               (both also time kvlayout's kernel on the ids sorted and on consecutive blocks: --orders)
+#   ncu         bench/bench_ncu_write.py (Nsight Compute counters: kvlayout's write against the contiguous one)
 set -uo pipefail
 . "$(dirname "$0")/gpu_env.sh"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false HYPOTHESIS_PROFILE=dev JAX_PLATFORMS=cuda,cpu
@@ -56,8 +58,11 @@ if has step; then
 fi
 if has ceiling || has ceilsweep; then
   sweep=""; has ceilsweep && sweep="--sweep"
-  timeout "$(cap 400)" python3 bench/bench_write_ceiling.py $sweep --out "$OUT" > "$OUT/ceiling.log" 2>&1
+  timeout "$(cap 400)" python3 bench/bench_write_ceiling.py $sweep --orders --out "$OUT" > "$OUT/ceiling.log" 2>&1
   rc[ceiling]=$?
+fi
+if has ncu; then
+  timeout "$(cap 300)" python3 bench/bench_ncu_write.py --out "$OUT" > "$OUT/ncu.log" 2>&1; rc[ncu]=$?
 fi
 if has listpaths; then
   timeout "$(cap 200)" python3 bench/bench_jax_step.py --list-paths --out "$OUT" > "$OUT/list_paths.log" 2>&1
@@ -87,7 +92,7 @@ if has sharded; then
   timeout "$(cap 120)" python3 bench/bench_sharded_foreign.py --out "$OUT" >> "$OUT/sharded.log" 2>&1
   rc[foreign]=$?
 fi
-for f in native sharded zero host sweep step plugin jax_step list_paths ceiling; do  # tables are printed last by each script
+for f in native sharded zero host sweep step plugin jax_step list_paths ceiling ncu; do  # tables are printed last by each script
   [ -f "$OUT/$f.log" ] && { echo "== $f"; tail -n 32 "$OUT/$f.log"; }
 done
 summary="rc:"; for k in "${!rc[@]}"; do summary+=" $k=${rc[$k]}"; done
