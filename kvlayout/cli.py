@@ -400,11 +400,18 @@ def _check_native(args: argparse.Namespace) -> int:
 
     reports = verify_native(_native_of(args)[0])
     ok = all(r.ok for r in reports.values())
+    shared: dict[int, Any] = {}  # arrays of one table share one report: render it once
+
+    def render(r: Any) -> Any:
+        if id(r) not in shared:
+            shared[id(r)] = r.to_dict() if args.json else r.format().splitlines()[0]
+        return shared[id(r)]
+
     if args.json:
-        print(json.dumps({"safe": ok, "arrays": {name: r.to_dict() for name, r in reports.items()}}))
+        print(json.dumps({"safe": ok, "arrays": {name: render(r) for name, r in reports.items()}}))
     else:
         for name, r in reports.items():
-            print(f"{name}: {r.format().splitlines()[0]}")
+            print(f"{name}: {render(r)}")
         print(f"{len(reports)} arrays: {'SAFE' if ok else 'UNSAFE'}")
     return 0 if ok else 1
 

@@ -51,6 +51,28 @@ NATIVE_DTYPE_SIZES: Mapping[str, int] = {
 
 _LEAF_KEYS = ("name", "shape", "dtype", "group", "zeroed")
 
+#: Most leaves a native spec may have: as many as a model config may have layers
+#: (``kvlayout.models.config.MAX_CONFIG_LAYERS``), one array per layer at most.
+MAX_NATIVE_LEAVES = 100_000
+
+#: Fields (shape, dtype, group, zeroed) of leaves already checked, of exact built-in types: a
+#: model's arrays repeat a few of them, and checking 100,000 leaves one by one took 3 s (issue 25).
+_CHECKED_FIELDS: set[tuple[Any, ...]] = set()
+
+
+def _exact_fields(leaf: NativeLeaf) -> tuple[Any, ...] | None:
+    """The leaf's fields as a memo key, or ``None`` unless each is of its exact type (``True == 1``)."""
+    shape, group = leaf.shape, leaf.group
+    if (
+        type(shape) is not tuple
+        or set(map(type, shape)) != {int}
+        or type(leaf.dtype) is not str
+        or type(leaf.zeroed) is not bool
+        or not (type(group) is str or (type(group) is tuple and set(map(type, group)) <= {str}))
+    ):
+        return None
+    return (shape, leaf.dtype, group, leaf.zeroed)
+
 
 def dtype_name(dtype: Any) -> str:
     """The canonical name of a dtype given as a string, a NumPy/JAX dtype or a scalar type."""
@@ -86,6 +108,11 @@ class NativeLeaf:
         where = f"leaf {self.name!r}"
         if isinstance(self.shape, list):
             object.__setattr__(self, "shape", tuple(self.shape))
+        if isinstance(self.group, list):
+            object.__setattr__(self, "group", tuple(self.group))
+        key = _exact_fields(self)
+        if key is not None and key in _CHECKED_FIELDS:
+            return
         if not isinstance(self.shape, tuple):
             raise spec_error(f"{where}.shape", self.shape, "must be a list or tuple of integers")
         if len(self.shape) < 2:
@@ -101,8 +128,6 @@ class NativeLeaf:
         if not isinstance(self.dtype, str) or self.dtype not in NATIVE_DTYPE_SIZES:
             why = f"unknown dtype; valid: {', '.join(NATIVE_DTYPE_SIZES)}"
             raise spec_error(f"{where}.dtype", self.dtype, why)
-        if isinstance(self.group, list):
-            object.__setattr__(self, "group", tuple(self.group))
         if isinstance(self.group, tuple):
             if not self.group:
                 raise spec_error(f"{where}.group", self.group, "a tuple of groups must not be empty")
@@ -121,6 +146,10 @@ class NativeLeaf:
         if page % 4:
             why = f"one page is {page} B: must be a multiple of 4 (invariant 1)"
             raise spec_error(f"{where}.shape", self.shape, why)
+        if key is not None:
+            if len(_CHECKED_FIELDS) >= 4096:
+                _CHECKED_FIELDS.clear()
+            _CHECKED_FIELDS.add(key)
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -195,6 +224,13 @@ class NativeLeaf:
             raise SpecError(f"{path}: {e}", field=e.field, value=e.value) from None
 
 
+def _check_leaf_count(n: int) -> None:
+    """Refuse more than :data:`MAX_NATIVE_LEAVES` leaves, naming the field, the count and the cap."""
+    if n > MAX_NATIVE_LEAVES:
+        why = f"{n:,} leaves: a native spec has at most {MAX_NATIVE_LEAVES:,} (one array per layer)"
+        raise spec_error("leaves", n, why)
+
+
 @dataclass(frozen=True)
 class NativeCacheSpec:
     """A native cache: its leaves in pytree order. Every leaf has the same number of pages,
@@ -210,6 +246,7 @@ class NativeCacheSpec:
             object.__setattr__(self, "leaves", tuple(self.leaves))
         if not isinstance(self.leaves, tuple) or not self.leaves:
             raise spec_error("leaves", self.leaves, "must be a non-empty list or tuple of NativeLeaf")
+        _check_leaf_count(len(self.leaves))
         seen: set[str] = set()
         for i, leaf in enumerate(self.leaves):
             if not isinstance(leaf, NativeLeaf):
@@ -300,11 +337,24 @@ class NativeCacheSpec:
         raw = data["leaves"]
         if not isinstance(raw, list) or not raw:
             raise spec_error("leaves", raw, "must be a non-empty list")
+        _check_leaf_count(len(raw))  # before any leaf is read
         return cls(tuple(NativeLeaf.from_dict(r, f"leaves[{i}]") for i, r in enumerate(raw)), version)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> NativeCacheSpec:
         return cls.from_dict(parse_json(SpecError, "spec", text))
+
+
+def _renamed(t: SegmentTable, name: str) -> SegmentTable:
+    """``t`` with ``name`` as the layer of its rows, without checking it again (frozen copies)."""
+    rows = []
+    for r in t.segments:
+        row = object.__new__(Segment)
+        row.__dict__.update(r.__dict__, layer=name)
+        rows.append(row)
+    out = object.__new__(SegmentTable)
+    out.__dict__.update(t.__dict__, segments=tuple(rows))
+    return out
 
 
 def native_tables(spec: NativeCacheSpec, group: str | None = None) -> dict[str, SegmentTable]:
@@ -313,7 +363,16 @@ def native_tables(spec: NativeCacheSpec, group: str | None = None) -> dict[str, 
     if not isinstance(spec, NativeCacheSpec):
         raise spec_error("spec", type(spec).__name__, "must be a kvlayout.native.NativeCacheSpec")
     mask = spec.zeroed_mask(group)
-    return {leaf.name: leaf.table(zeroed=z) for leaf, z in zip(spec.leaves, mask)}
+    out: dict[str, SegmentTable] = {}
+    first: dict[tuple[int, int, str, bool], SegmentTable] = {}  # leaves of one page: one checked table
+    for leaf, z in zip(spec.leaves, mask):
+        key = (leaf.page_bytes, leaf.num_blocks, leaf.group_label, z)
+        t = first.get(key)
+        if t is None:
+            out[leaf.name] = first[key] = leaf.table(zeroed=z)
+        else:  # the same table but for the leaf's name in its (only) row
+            out[leaf.name] = _renamed(t, leaf.name)
+    return out
 
 
 def verify_native(spec: NativeCacheSpec, group: str | None = None) -> dict[str, VerifyReport]:

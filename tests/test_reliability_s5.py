@@ -1,0 +1,82 @@
+"""Issue 25, fifth session: defects reported and left open, one regression test each.
+
+- A native spec (``layout: native``) had no bound on its leaves: 200,000 leaves ran 7.8 s. Now at most
+  :data:`kvlayout.native.MAX_NATIVE_LEAVES` (as many as a model config's layers), refused naming
+  ``leaves`` before any leaf is read; leaves and tables of one shape are checked once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvlayout as K
+import kvlayout.cli as C
+import kvlayout.native as N
+from kvlayout.native import MAX_NATIVE_LEAVES, NativeCacheSpec, NativeLeaf, native_tables
+
+LEAF = {"name": "a", "shape": [4, 16, 2, 4, 8], "dtype": "bfloat16", "group": "full"}
+
+
+def test_native_leaf_count_is_bounded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One leaf over the cap is refused naming ``leaves``, the count and the cap, before any leaf is
+    read (every leaf here has the same name: reading them would fail on the second)."""
+    n = MAX_NATIVE_LEAVES + 1
+    with pytest.raises(K.SpecError, match=r"^leaves = 100001: 100,001 leaves: .* at most 100,000") as e:
+        NativeCacheSpec.from_dict({"version": 1, "layout": "native", "leaves": [LEAF] * n})
+    assert (e.value.field, e.value.value) == ("leaves", n)
+    leaf = NativeLeaf.from_dict(LEAF)
+    with pytest.raises(K.SpecError, match="at most 100,000") as e:
+        NativeCacheSpec((leaf,) * n)
+    assert (e.value.field, e.value.value) == ("leaves", n)
+    # the cap itself is accepted; the CLI refuses one more in one line (a smaller cap here, to stay fast)
+    monkeypatch.setattr(N, "MAX_NATIVE_LEAVES", 3)
+    data = {"layout": "native", "leaves": [dict(LEAF, name=f"l{i}") for i in range(3)]}
+    assert len(NativeCacheSpec.from_dict(data).leaves) == 3
+    path = tmp_path / "native.json"
+    path.write_text(json.dumps({"layout": "native", "leaves": [*data["leaves"], dict(LEAF, name="x")]}))
+    for cmd in ("check", "plan", "zero"):
+        assert C.main([cmd, str(path), *(["--blocks", "0"] if cmd == "zero" else [])]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1, err
+        assert "error: leaves = 4: 4 leaves: a native spec has at most 3 (one array per layer)" in err
+
+
+def test_native_leaves_checked_once_per_shape_stay_exact() -> None:
+    """Leaves whose fields were checked before skip the checks, never when a field's type differs
+    (``True == 1``, ``1 == 1.0``) and never the name; the tables they share name each leaf."""
+    NativeLeaf("ok", (4, 1, 4), "float32", "g")  # remembered as checked
+    bad: list[tuple[str, object]] = [
+        ("shape[1]", (4, True, 4)), ("shape[1]", (4, 1.0, 4)), ("zeroed", 1), ("group[0]", (1,)),
+    ]
+    for field, value in bad:
+        kw: dict[str, object] = {"shape": (4, 1, 4), "dtype": "float32", "group": "g", "zeroed": True}
+        kw["group" if field.startswith("group") else "zeroed" if field == "zeroed" else "shape"] = value
+        with pytest.raises(K.SpecError) as e:
+            NativeLeaf("x", **kw)  # type: ignore[arg-type]
+        assert e.value.field == f"leaf 'x'.{field}", (field, e.value.field)
+    with pytest.raises(K.SpecError) as e:
+        NativeLeaf("", (4, 1, 4), "float32", "g")
+    assert e.value.field == "leaf.name"
+    # NumPy integers and lists are still normalized
+    leaf = NativeLeaf("np", [np.int64(4), 1, 4], "float32", ["g"])  # type: ignore[arg-type]
+    assert leaf.shape == (4, 1, 4) and all(type(d) is int for d in leaf.shape) and leaf.group == ("g",)
+    spec = NativeCacheSpec.from_dict(
+        {"layout": "native", "leaves": [dict(LEAF, name=f"l{i}") for i in range(3)]
+         + [dict(LEAF, name="off", zeroed=False), dict(LEAF, name="m", group="mla")]}
+    )
+    tables = native_tables(spec)
+    for leaf in spec.leaves:
+        t = tables[leaf.name]
+        assert t == leaf.table() and [s.label for s in t.segments] == [
+            s.label for s in leaf.table().segments
+        ]
+        assert t.columns().tolist() == leaf.table().columns().tolist()
+    assert [s.layer for s in tables["l2"].segments] == ["l2"] and len(tables["off"]) == 0
+    assert tables["m"].segments[0].group == "mla"
+    assert {n: r.ok for n, r in K.native.verify_native(spec).items()} == dict.fromkeys(tables, True)
