@@ -11,7 +11,9 @@ zeroer uses, injected by monkeypatch into ``backends/cuda/zeroer.py`` only, with
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -132,3 +134,441 @@ def test_check_names_the_bound_of_routed_launches() -> None:
         "device block_ids: 1 work items had an id outside [0, 6) (e.g. 7); they wrote nothing",
     )
     c.expect([0])
+
+
+# ---- a CPU double of torch.cuda, for the native host logic --------------------------------------
+
+
+class FakeEvent:
+    """``torch.cuda.Event``: complete (``query()``) once every record of it has run on the device."""
+
+    def __init__(self, cuda: FakeCuda, external: bool) -> None:
+        self.cuda, self.external, self.pending, self.records = cuda, external, 0, 0
+
+    def record(self, stream: Any = None) -> None:
+        self.cuda.record(self, stream)
+
+    def query(self) -> bool:
+        return self.pending == 0  # an event never recorded is complete, as in CUDA
+
+
+class FakeStream:
+    """``torch.cuda.Stream``: a name; ``wait_stream`` is logged (one device timeline: see FakeCuda)."""
+
+    def __init__(self, cuda: FakeCuda, name: str) -> None:
+        self.cuda, self.name = cuda, name
+
+    def wait_stream(self, other: FakeStream) -> None:
+        self.cuda.log.append(("wait", self.name, other.name))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class FakeGraph:
+    """``torch.cuda.CUDAGraph``: what the capturing thread enqueues between ``capture_begin`` and
+    ``capture_end`` (kernel launches, in-place tensor writes, event records) is kept, not run; each
+    ``replay()`` enqueues it again, and it then reads the buffers as they are at that moment."""
+
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda, self.captured = cuda, False
+        self.nodes: list[tuple[str, Any]] = []
+
+    def capture_begin(self, capture_error_mode: str = "global") -> None:
+        assert self.cuda.graph is None and not self.captured, "nested or repeated capture"
+        self.cuda.log.append(("capture_begin", capture_error_mode))
+        self.cuda.graph = self
+
+    def capture_end(self) -> None:
+        assert self.cuda.graph is self
+        self.cuda.graph, self.captured = None, True
+        self.cuda.log.append(("capture_end", len(self.nodes)))
+
+    def replay(self) -> None:
+        assert self.captured and self.cuda.graph is None, "replay of a graph not captured, or mid-capture"
+        self.cuda.log.append(("replay", id(self)))
+        for node in self.nodes:
+            self.cuda.submit(node)
+
+
+class _Defer(torch.overrides.TorchFunctionMode):
+    """Routes in-place tensor writes (the device work torch enqueues: ``copy_``, ``zero_``) to FakeCuda."""
+
+    def __init__(self, cuda: FakeCuda) -> None:
+        super().__init__()
+        self.cuda = cuda
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if self.cuda.running or not (name.endswith("_") and not name.startswith("_")):
+            return func(*args, **kwargs)
+        if name == "copy_":
+            self.cuda.copied(args[1], bool(kwargs.get("non_blocking", False)))
+        self.cuda.enqueue(("run", lambda: func(*args, **kwargs)))
+        return args[0]
+
+
+class _Kernel:
+    """A Triton kernel object seen through FakeCuda: ``kernel[grid](...)`` is enqueued as device work."""
+
+    def __init__(self, cuda: FakeCuda, real: Any, name: str) -> None:
+        self.cuda, self.real, self.name = cuda, real, name
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        def launch(*args: Any, **kwargs: Any) -> None:
+            if self.cuda.graph is not None and not self.cuda.launch_capturable:
+                raise RuntimeError("kernel launch not capturable (test double)")
+            self.cuda.log.append(("launch", self.name, repr(self.cuda.current)))
+            self.cuda.enqueue(("run", lambda: self.real[grid](*args, **kwargs)))
+
+        return launch
+
+
+class FakeCuda:
+    """The ``torch.cuda`` calls of ``backends/cuda/zeroer.py``, on the CPU. Assumptions, each how CUDA
+    behaves where the zeroer relies on it (and where this double is simpler):
+
+    - Device work (kernel launches, in-place tensor writes such as ``copy_``/``zero_``, event records)
+      runs in the order it is enqueued, at once, except: while a graph captures it is kept in the graph
+      (:class:`FakeGraph`), and while ``hold`` is set it waits in one queue until :meth:`finish` (the
+      device lagging behind the host). Host writes (NumPy views of pinned memory) happen at once: a
+      staging buffer rewritten before the copy out of it ran shows as wrong bytes.
+    - Every stream shares that one queue, so the double cannot show a race between two streams: the
+      zeroer's stream bookkeeping (the slot a stream may reuse, ``wait_stream``) is checked through the
+      calls it logs instead.
+    - An event is complete once every record of it has run (a never-recorded event is complete).
+    - ``synchronize()`` runs everything queued. ``is_current_stream_capturing()`` is True mid-capture.
+    - Pinned memory (``torch.empty(..., pin_memory=True)``) is ordinary CPU memory, remembered as pinned;
+      a copy inside a capture must be ``non_blocking`` (a blocking copy synchronises), and may be refused
+      (``copy_capturable=False``: a torch that cannot capture it), as may a graph's own event record
+      (``signal_capturable=False``), an event made with ``external=True`` (``external_events=False``:
+      a torch without that argument raises ``TypeError``), or any kernel launch (``launch_capturable``).
+    """
+
+    def __init__(self) -> None:
+        self.log: list[tuple[Any, ...]] = []
+        self.queue: list[tuple[str, Any]] = []
+        self.graph: FakeGraph | None = None
+        self.hold = False
+        self.running = False
+        self.pinned: set[int] = set()
+        self.copy_capturable = self.signal_capturable = self.external_events = self.launch_capturable = True
+        self.default = FakeStream(self, "default")
+        self.current = self.default
+        self.streams = 0
+
+    # the torch.cuda namespace the zeroer calls
+    def Event(self, external: bool = False) -> FakeEvent:  # noqa: N802 (torch's name)
+        if external and not self.external_events:
+            raise TypeError("Event() got an unexpected keyword argument 'external'")
+        return FakeEvent(self, external)
+
+    def Stream(self, device: Any = None) -> FakeStream:  # noqa: N802
+        self.streams += 1
+        return FakeStream(self, f"side{self.streams}")
+
+    def CUDAGraph(self) -> FakeGraph:  # noqa: N802
+        return FakeGraph(self)
+
+    def current_stream(self, device: Any = None) -> FakeStream:
+        return self.current
+
+    @contextmanager
+    def stream(self, s: FakeStream) -> Iterator[None]:
+        before, self.current = self.current, s
+        self.log.append(("stream", s.name))
+        try:
+            yield
+        finally:
+            self.current = before
+
+    def synchronize(self, device: Any = None) -> None:
+        self.log.append(("synchronize",))
+        self.finish()
+
+    def is_current_stream_capturing(self) -> bool:
+        return self.graph is not None
+
+    def get_device_properties(self, device: Any) -> Any:
+        return SimpleNamespace(multi_processor_count=5)
+
+    # the device timeline
+    def record(self, event: FakeEvent, stream: Any) -> None:
+        if self.graph is not None and not (event.external and self.signal_capturable):
+            raise RuntimeError("event record not capturable (test double)")
+        self.log.append(("record", id(event), repr(stream or self.current)))
+        self.enqueue(("record", event))
+
+    def copied(self, src: torch.Tensor, non_blocking: bool) -> None:
+        pinned = src.untyped_storage().data_ptr() in self.pinned
+        self.log.append(("copy", pinned, non_blocking))
+        if self.graph is not None and (not non_blocking or (pinned and not self.copy_capturable)):
+            raise RuntimeError("copy not capturable (test double)")
+
+    def enqueue(self, node: tuple[str, Any]) -> None:
+        if self.graph is not None:
+            self.graph.nodes.append(node)
+        else:
+            self.submit(node)
+
+    def submit(self, node: tuple[str, Any]) -> None:
+        if node[0] == "record":
+            node[1].pending += 1
+        self.queue.append(node)
+        if not self.hold:
+            self.finish()
+
+    def finish(self) -> None:
+        """Run the queued device work, in order."""
+        self.running = True
+        try:
+            while self.queue:
+                kind, what = self.queue.pop(0)
+                if kind == "record":
+                    what.pending -= 1
+                    what.records += 1
+                else:
+                    what()
+        finally:
+            self.running = False
+
+
+class _TorchWithFakeCuda:
+    """The ``torch`` module as backends/cuda/zeroer.py sees it: ``cuda`` is the double, pinned
+    ``empty`` is remembered, everything else is torch itself."""
+
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda = cuda
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    def empty(self, *args: Any, pin_memory: bool = False, **kwargs: Any) -> torch.Tensor:
+        t = torch.empty(*args, **kwargs)
+        if pin_memory:
+            self.cuda.pinned.add(t.untyped_storage().data_ptr())
+        return t
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCuda]:
+    """The zeroer module in native mode over :class:`FakeCuda` (the kernels still interpreted)."""
+    fake = FakeCuda()
+    monkeypatch.setattr(Z, "torch", _TorchWithFakeCuda(fake))
+    monkeypatch.setattr(Z, "MODE", "native")
+    monkeypatch.setattr(Z, "zero_units_kernel", _Kernel(fake, Z.zero_units_kernel, "zero"))
+    monkeypatch.setattr(Z, "route_ids_kernel", _Kernel(fake, Z.route_ids_kernel, "route"))
+    with _Defer(fake):
+        yield fake
+    assert not fake.queue, "device work left queued: call finish()"
+
+
+
+def events(cuda: FakeCuda, kind: str) -> list[tuple[Any, ...]]:
+    return [e for e in cuda.log if e[0] == kind]
+
+
+def test_construction_captures_a_ring_of_replay_graphs(cuda: FakeCuda) -> None:
+    """Natively the constructor captures, per ring entry and batch bucket, (copy [count, ids], launch,
+    signal); a host batch then fills a free entry's pinned buffer and replays its bucket's graph."""
+    c = Case(tiny())
+    z = c.zeroer(graphs=True, max_batch=5)
+    assert z.graphs and z.graph_copy is True and z.max_programs == 5 * Z.DEFAULT_PROGRAMS_PER_SM
+    assert len(z._replays) == Z.GRAPH_RING and z._captured == {None}
+    chunk = z.plan_for_batch(1).plan.chunk_words
+    for r in z._replays:
+        assert sorted(r.graphs) == [(None, z.plan_for_batch(b).plan.chunk_words, b) for b in (1, 2, 4, 5)]
+        assert r.pinned.shape == (6,) and r.pinned.dtype == torch.int64
+        assert r.pinned.untyped_storage().data_ptr() in cuda.pinned
+        assert r.dev.shape == (6,) and not r.dev.any() and r.view.base is not None
+        assert r.signal is not None and r.signal.external and r.done is r.signal and not r.busy
+        assert all(len(g.nodes) == 3 for g in r.graphs.values())  # copy, launch, signal
+    assert chunk == 1024
+    log = cuda.log
+    assert log[0] == ("synchronize",) and log[-1] == ("synchronize",)
+    assert len(events(cuda, "capture_begin")) == 16 and {e[1] for e in events(cuda, "capture_begin")} == {
+        "thread_local"
+    }
+    # every capture runs on a side stream that waits for the current one, and the current one waits back
+    waits = events(cuda, "wait")
+    assert len(waits) == 32 and all(w[2] == "default" for w in waits[::2])
+    assert all(w[1] == "default" for w in waits[1::2]) and waits[0][1] == waits[1][2]
+    assert all(e[2] != "default" for e in events(cuda, "launch"))
+    c.expect([])  # warm-up launches (count 0) and captures wrote nothing
+    before = len(cuda.log)
+    z.zero([1, 3, 1])
+    assert cuda.log[before:] == [("replay", id(z._replays[0].graphs[(None, chunk, 4)]))]
+    assert z._replays[0].view[:4].tolist() == [3, 1, 3, 1] and z._replays[0].signal.records == 1
+    c.expect([1, 3])
+    for ids in ([5], [0, 2, 4, 2, 0], [], [4, 4]):
+        z.zero(ids)
+        c.expect(ids)
+    assert z._next_replay == 1  # five batches over four entries in turn ([] takes one, replays nothing)
+    assert [r.signal.records for r in z._replays] == [2, 1, 1, 0]
+    assert not any(r.busy for r in z._replays)
+
+
+def test_replays_wait_for_their_entry_and_fall_back_to_eager_launches(cuda: FakeCuda) -> None:
+    """An entry is reused only once the signal its last replay recorded has completed: with the device
+    held back, four batches take the four entries and a fifth launches eagerly from a pinned staging
+    buffer; every batch's bytes are right once the device catches up (its ids read at that time)."""
+    c = Case(tiny(8))
+    z = c.zeroer(graphs=True, max_batch=4)
+    cuda.hold = True
+    batches = [[1], [2, 3], [4], [5, 6, 7], [0]]
+    for ids in batches:
+        z.zero(ids)
+    assert len(events(cuda, "replay")) == 4 and not any(r.signal.query() for r in z._replays)
+    assert len(z._staging) == 1 and len(z._slots) == 1  # the fifth: staged and launched eagerly
+    st = z._staging[0]
+    assert st.done is not None and not st.done.query() and not st.busy and st.view[0] == 0
+    c.expect([])  # nothing ran yet
+    cuda.finish()
+    c.expect(sorted(i for ids in batches for i in ids))
+    assert all(r.signal.query() for r in z._replays) and st.done.query()
+    cuda.hold = False
+    z.zero([3])  # entries free again: a replay
+    assert cuda.log[-1][0] == "replay"
+
+
+def test_graphs_without_a_signal_or_a_captured_copy(cuda: FakeCuda) -> None:
+    """Torch versions that cannot record the external event in a graph, cannot make one, or cannot
+    capture the copy out of pinned memory: the graphs hold less and the host does the rest."""
+    cuda.signal_capturable = False
+    c = Case(tiny())
+    z = c.zeroer(graphs=True, max_batch=2)
+    assert z.graph_copy is True
+    for r in z._replays:
+        assert r.signal is None and r.done is None and all(len(g.nodes) == 2 for g in r.graphs.values())
+    z.zero([4, 2])
+    r = z._replays[0]
+    assert r.done is not None and not r.done.external and r.done.records == 1
+    assert events(cuda, "record")[-1][2] == "default"
+    first = r.done
+    z.zero([1])
+    z.zero([1])
+    z.zero([1])
+    z.zero([5])  # the first entry again: its host event is recorded again, not replaced
+    assert z._replays[0].done is first and first.records == 2
+    c.expect([1, 2, 4, 5])
+
+    cuda2 = cuda
+    cuda2.signal_capturable, cuda2.copy_capturable = True, False
+    c = Case(tiny(), seed=5)
+    z = c.zeroer(graphs=True, max_batch=2)
+    assert z.graph_copy is False
+    assert all(r.signal is not None for r in z._replays)
+    assert all(len(g.nodes) == 2 for r in z._replays for g in r.graphs.values())  # launch, signal
+    n = len(cuda.log)
+    z.zero([3, 0])
+    assert cuda.log[n:] == [("copy", True, True), ("replay", id(z._replays[0].graphs[(None, 1024, 2)]))]
+    c.expect([0, 3])
+
+    cuda.external_events, cuda.copy_capturable = False, True
+    c = Case(tiny(), seed=6)
+    z = c.zeroer(graphs=True, max_batch=1)
+    assert z.graph_copy is True and all(r.signal is None and r.done is None for r in z._replays)
+    z.zero([2])
+    c.expect([2])
+    assert z._replays[0].done.records == 1
+
+    cuda.launch_capturable = False
+    with pytest.raises(RuntimeError, match="kernel launch not capturable"):
+        Case(tiny()).zeroer(graphs=True, max_batch=1)
+    assert cuda.graph is None
+
+
+def test_capture_per_group_and_without_graphs(cuda: FakeCuda) -> None:
+    """``capture(group)`` adds that group's graphs to every entry (a bad group raises first); host
+    batches of a group without graphs launch eagerly; ``graphs=False`` never captures."""
+    c = Case(tiny(groups=True))
+    z = c.zeroer(graphs=True, max_batch=3)
+    assert {k[0] for r in z._replays for k in r.graphs} == {None}
+    n = len(cuda.log)
+    z.zero([1], "h")  # no graphs for h yet: staged and launched eagerly
+    c.expect([1], "h")
+    assert [e[0] for e in cuda.log[n:]] == ["copy", "record", "launch", "record"]
+    with pytest.raises(K.TableError, match="nope"):
+        z.capture("nope")
+    assert len(cuda.log) == n + 4
+    z.capture("h")
+    assert z._captured == {None, "h"} and len(z._replays) == Z.GRAPH_RING
+    for r in z._replays:
+        assert sorted(k for k in r.graphs if k[0] == "h") == [("h", 1024, b) for b in (1, 2, 3)]
+    assert len(events(cuda, "capture_begin")) == 2 * 4 * 3
+    z.capture("h")  # again: nothing new to capture
+    assert len(events(cuda, "capture_begin")) == 2 * 4 * 3
+    z.zero([2, 4], "h")
+    assert cuda.log[-1][0] == "replay"
+    c.expect([2, 4], "h")
+    z.zero([5], "g")  # g has no graphs of its own (None's are every row): eager, g's rows only
+    c.expect([5], "g")
+    with pytest.raises(K.TableError, match="nope"):
+        z.zero([0], "nope")
+    off = Case(tiny()).zeroer(graphs=False, max_batch=3)
+    n = len(cuda.log)
+    off.capture()
+    assert cuda.log[n:] == [] and off._replays == [] and off._captured == set()
+
+
+def test_eager_staging_reuses_buffers_only_when_the_device_is_done(cuda: FakeCuda) -> None:
+    """Without graphs a host batch is written into a pinned staging buffer, copied (non_blocking) into
+    its slot and launched. While the device lags, a staging buffer whose copy has not run yet is not
+    rewritten (the pool grows) and a slot is reused only by the stream it was last launched on."""
+    c = Case(tiny(8))
+    z = c.zeroer(max_batch=4)
+    assert z.graphs is False and z._replays == [] and z.max_programs == 10
+    cuda.hold = True
+    z.zero([1, 2])
+    z.zero([3])
+    assert len(z._staging) == 2 and len(z._slots) == 1
+    assert z._staging[0].pinned.untyped_storage().data_ptr() in cuda.pinned
+    assert all(st.pinned.shape == (4,) for st in z._staging)
+    assert events(cuda, "copy") == [("copy", True, True)] * 2
+    slot = z._slots[0]
+    assert slot.stream is cuda.default and not slot.done.query() and not slot.busy
+    side = cuda.Stream()
+    with cuda.stream(side):
+        z.zero([4])  # another stream: slot 0 may still be read by the default stream's launch
+        assert len(z._slots) == 2 and z._slots[1].stream is side
+        z.zero([5])  # its own stream's slot again
+        assert len(z._slots) == 2
+    assert len(z._staging) == 4
+    c.expect([])
+    cuda.finish()
+    c.expect([1, 2, 3, 4, 5])
+    cuda.hold = False
+    z.zero([6, 7])  # everything done: the first buffers again
+    assert len(z._staging) == 4 and len(z._slots) == 2
+    c.expect([6, 7])
+    with pytest.raises(K.BlockIdError, match=r"block_ids\[1\]"):
+        z.zero([0, 8])
+    assert not any(st.busy for st in z._staging) and not any(s.busy for s in z._slots)
+    z.zero([])  # nothing staged, nothing launched, no event recorded
+    c.expect([])
+
+
+def test_a_graph_the_caller_captures_owns_the_call_buffers(cuda: FakeCuda) -> None:
+    """A call inside the caller's capture launches eagerly into that graph, over a fresh slot and
+    staging buffer that no later call reuses (no event is queried or recorded mid-capture)."""
+    c = Case(tiny(8))
+    z = c.zeroer(graphs=True, max_batch=2)
+    slots, staging = list(z._slots), list(z._staging)
+    g = cuda.CUDAGraph()
+    n = len(cuda.log)
+    g.capture_begin()
+    z.zero([3, 6])
+    z.zero(torch.tensor([1]))
+    g.capture_end()
+    assert z._slots == slots and z._staging == staging
+    assert [e[0] for e in cuda.log[n:]] == ["capture_begin", "copy", "launch", "launch", "capture_end"]
+    c.expect([])  # captured, not run
+    g.replay()
+    c.expect([1, 3, 6])
+    g2 = cuda.CUDAGraph()
+    begun = len(events(cuda, "capture_begin"))
+    g2.capture_begin()
+    inner = c.zeroer(graphs=True, max_batch=2)  # made mid-capture: no replay graphs
+    g2.capture_end()
+    assert inner._replays == [] and inner.graphs and len(events(cuda, "capture_begin")) == begun + 1
