@@ -62,7 +62,7 @@ declare -A TESTS=(
   [vllm]="tests/test_vllm_ground_truth.py tests/test_vllm_hostile.py tests/test_mutants_vllm.py"
   [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py"
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py"
-  [pallas-zeroer]="tests/test_pallas_backend.py tests/test_ids_int64.py"
+  [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_ids_int64.py"
   [models]="tests/test_mutants_models.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
