@@ -564,9 +564,10 @@ def cmd_shard(args: argparse.Namespace) -> int:
         print(f"local table: {report.format().splitlines()[0]}")
         for k, r in enumerate(routes):
             coords = ", ".join(f"{a}={i}" for a, i in lay.shard_coords(k).items())
+            coords += "; " if coords else ""  # no shard axes: one shard, no coordinates
             shown = ", ".join(map(str, r[:8].tolist())) + (f", ... ({len(r)} ids)" if len(r) > 8 else "")
             print(
-                f"  shard {k} ({coords}; bytes [{k * lay.shard_bytes}, {(k + 1) * lay.shard_bytes})): "
+                f"  shard {k} ({coords}bytes [{k * lay.shard_bytes}, {(k + 1) * lay.shard_bytes})): "
                 f"local ids [{shown}]"
             )
         if check is not None:

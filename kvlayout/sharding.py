@@ -384,10 +384,15 @@ class ShardedLayout:
         """One paragraph for humans: mesh, mode, what each shard holds."""
         mesh = " x ".join(f"{a}={s}" for a, s in self.mesh_axes)
         rep = f", replicated over {', '.join(self.replica_axes)}" if self.replica_axes else ""
-        split = ", ".join(self.shard_axes) or "-"
+        n = self.num_shards
+        split = (
+            f"buffer split over ({', '.join(self.shard_axes)}) into {n} shard{'s' if n != 1 else ''}"
+            if self.shard_axes
+            else "buffer not split (1 shard)"
+        )
         local = self.local_table.total_bytes
         return (
-            f"mesh {mesh}: {self.mode}, buffer split over ({split}) into {self.num_shards} shards{rep}; "
+            f"mesh {mesh}: {self.mode}, {split}{rep}; "
             f"{self.num_blocks} global blocks, {self.blocks_per_shard} per shard; "
             f"local layout {self.local_spec.layout}, "
             f"{len(self.local_table)} rows, {local} B (+{self.shard_bytes - local} B row padding)"

@@ -218,7 +218,7 @@ def test_require_safe_describe_and_dict() -> None:
     }
     whole = ShardedLayout.from_local(local, {"r": 2}, shard_axes=())
     assert whole.describe() == (
-        "mesh r=2: replicated, buffer split over (-) into 1 shards, replicated over r; "
+        "mesh r=2: replicated, buffer not split (1 shard), replicated over r; "
         "3 global blocks, 3 per shard; local layout packed, 2 rows, 192 B (+320 B row padding)"
     )
     two = ShardedLayout.from_local(local, {"r": 2, "dp": 2, "s": 3}, shard_axes=("dp",))

@@ -80,3 +80,22 @@ def test_native_leaves_checked_once_per_shape_stay_exact() -> None:
     assert [s.layer for s in tables["l2"].segments] == ["l2"] and len(tables["off"]) == 0
     assert tables["m"].segments[0].group == "mla"
     assert {n: r.ok for n, r in K.native.verify_native(spec).items()} == dict.fromkeys(tables, True)
+
+
+def test_shard_with_one_shard_reads_as_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``kvlayout shard --mesh dp=1`` printed ``buffer split over (-) into 1 shards`` and, with
+    ``--blocks``, ``shard 0 (; bytes ...)``: a buffer that is not split says so, one shard is singular,
+    and a shard without coordinates prints none."""
+    spec = tmp_path / "s.json"
+    layer = {"name": "l0", "kind": "full", "block_size": 16, "num_kv_heads": 2, "head_size": 8,
+             "dtype": "bfloat16"}
+    groups = [{"name": "g", "layers": [layer]}]
+    spec.write_text(json.dumps({"num_blocks": 4, "layout": "packed", "groups": groups}))
+    assert C.main(["shard", str(spec), "--mesh", "dp=1", "--blocks", "0,3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("mesh dp=1: replicated, buffer not split (1 shard), replicated over dp; 4 glob")
+    assert out[2] == "  shard 0 (bytes [0, 4096)): local ids [0, 3]"  # 4 blocks of 1,024 B
+    assert C.main(["shard", str(spec), "--mesh", "dp=1", "--block-axes", "dp", "--blocks", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "block_sharded, buffer split over (dp) into 1 shard; 4 global blocks, 4 per shard" in out[0]
+    assert out[2] == "  shard 0 (dp=0; bytes [0, 4096)): local ids [1]"
