@@ -976,6 +976,14 @@ def _vllm_answer(case: dict[str, Any]) -> dict[str, Any]:
                 dtype=kv_dtype,
                 sliding_window=text.sliding_window,
             )
+        elif kind == "chunked":  # Llama 4's ChunkedLocalAttention.get_kv_cache_spec
+            specs[layer] = I.ChunkedLocalAttentionSpec(
+                block_size=block,
+                num_kv_heads=kvh,
+                head_size=hs,
+                dtype=kv_dtype,
+                attention_chunk_size=text.attention_chunk_size,
+            )
         elif kind in ("mamba", "gdn"):
             specs[layer] = mamba
         elif kind == "mla" and fam == "deepseek_v32" and kv.startswith("fp8"):

@@ -91,7 +91,8 @@ VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
 }
 
 
-#: architecture -> model_type where transformers' causal-LM mapping does not name the class: the
+#: architecture -> model_type where transformers' causal-LM mapping does not name the class (or names
+#: another config class first: Llama 4's multimodal ``llama4`` before its text ``llama4_text``): the
 #: type of vLLM 0.33's own config class (its ``_CONFIG_REGISTRY``, vllm/transformers_utils/config.py,
 #: asserted by the driver), or a transformers type the published checkpoints use under another class
 #: name (ExaoneMoE, PhiMoE; Longcat's from vLLM's ``_ARCHITECTURE_TO_MODEL_TYPE``; old LLaMA checkpoints)
@@ -109,6 +110,7 @@ CONFIG_TYPES: dict[str, str] = {
     "LongcatFlashNgramForCausalLM": "longcat_flash",
     "LLaMAForCausalLM": "llama",
     "MistralLarge3ForCausalLM": "deepseek_v3",  # vLLM converts its Mistral-format config to this class
+    "Llama4ForCausalLM": "llama4_text",  # transformers maps llama4 (the multimodal config) first
 }
 #: model_type prefix of a stand-in for a remote-code config class (hub code, never run here): a plain
 #: ``PretrainedConfig`` holding the fields as written, registered with transformers' AutoConfig in the
@@ -170,13 +172,26 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
         for a in ("PanguUltraMoEForCausalLM", "PanguEmbeddedForCausalLM", "PanguProMoEV2ForCausalLM")
     },
 }
+#: architecture -> variants of its own beyond :data:`VARIANTS` (name -> (extra fields, json reader
+#: compared too)): Llama 4's NoPE layer (full attention) beside a chunked one, by ``no_rope_layers``
+#: and by ``no_rope_layer_interval`` (an empty list is transformers' default), and no chunks at all
+ARCH_VARIANTS: dict[str, dict[str, tuple[dict[str, Any], bool]]] = {
+    "Llama4ForCausalLM": {
+        "nope": ({"head_dim": 64, "attention_chunk_size": 64, "no_rope_layers": [1, 0]}, True),
+        "interval": (
+            {"head_dim": 64, "attention_chunk_size": 64, "no_rope_layers": [], "no_rope_layer_interval": 2},
+            True,
+        ),
+        "no_chunks": ({"head_dim": 64, "attention_chunk_size": None, "no_rope_layers": [1, 0]}, True),
+    },
+}
 #: architecture -> fields its config class cannot take (FalconConfig's head_dim is a property)
 ARCH_DROP: dict[str, tuple[str, ...]] = {"FalconForCausalLM": ("head_dim",)}
 
 
 def candidates() -> dict[str, str]:
-    """Architecture -> model_type for the harness: transformers' causal-LM class names, then
-    :data:`CONFIG_TYPES`, else a stand-in (:data:`STAND_IN`)."""
+    """Architecture -> model_type for the harness: :data:`CONFIG_TYPES`, then transformers' causal-LM
+    class names, else a stand-in (:data:`STAND_IN`)."""
     from transformers.models.auto import modeling_auto as ma
 
     from kvlayout.models.families import NAMED_FAMILIES
@@ -191,7 +206,7 @@ def candidates() -> dict[str, str]:
     for arch, (_, kind, _) in sorted(TEXT_GENERATION.items()):
         if kind not in ("attention", "sliding-window", "mla") or arch in NAMED_FAMILIES:
             continue
-        ok[arch] = model_type.get(arch) or CONFIG_TYPES.get(arch) or STAND_IN + arch.lower()
+        ok[arch] = CONFIG_TYPES.get(arch) or model_type.get(arch) or STAND_IN + arch.lower()
         ok[arch] = NAMED_STAND_INS.get(arch, ok[arch])
     return ok
 
@@ -224,6 +239,11 @@ def _layer_tp(arch: str) -> bool:
     return arch in VARIATIONS and bool(VARIATIONS[arch].kv_heads)
 
 
+def _variants(arch: str) -> dict[str, tuple[dict[str, Any], bool]]:
+    """The variants ``arch`` is built in: its kind's and its own (:data:`ARCH_VARIANTS`)."""
+    return {**(MLA_VARIANTS if _kind(arch) == "mla" else VARIANTS), **ARCH_VARIANTS.get(arch, {})}
+
+
 def _configs(arch: str, model_type: str) -> dict[str, dict[str, Any]]:
     stand_in = model_type.startswith(STAND_IN) or arch in NAMED_STAND_INS
     fixed = {**(STAND_IN_FIELDS if stand_in else {}), **ARCH_FIELDS.get(arch, {})}
@@ -237,7 +257,7 @@ def _configs(arch: str, model_type: str) -> dict[str, dict[str, Any]]:
             for k, x in {**_BASE, **fixed, **extra, "architectures": [arch], "model_type": model_type}.items()
             if k not in drop
         }
-        for v, (extra, _) in (MLA_VARIANTS if mla else VARIANTS).items()
+        for v, (extra, _) in _variants(arch).items()
     }
     if _layer_tp(arch):
         out.update({f"tp{t}": {**out["head_dim"], TP_KEY: t} for t in TPS})
@@ -286,6 +306,10 @@ def _kvlayout(
     assert isinstance(ms, M.ModelSpec)
     rows: list[list[Any]] = []
     for _, layer in ms.spec.layers:
+        if ms.kinds[layer.name] == "chunked":  # a full attention page; vLLM's ChunkedLocalAttentionSpec
+            rows.append([layer.name, "ChunkedLocalAttentionSpec", layer.num_kv_heads, layer.head_size,
+                         layer.head_size, _chunk(config, reader), f"torch.{layer.dtype}"])
+            continue
         if isinstance(layer, MLASpec):  # one latent head; vLLM's MLAAttentionSpec has no V size
             rows.append([layer.name, "MLAAttentionSpec", 1, layer.head_size, 0, None, f"torch.{layer.dtype}"])
             continue
@@ -295,6 +319,15 @@ def _kvlayout(
         dtype = f"torch.{layer.dtype}"
         rows.append([layer.name, kind, layer.num_kv_heads, layer.head_size, v, window, dtype])
     return rows
+
+
+def _chunk(config: dict[str, Any], reader: str) -> int | None:
+    """``attention_chunk_size`` as kvlayout reads it (through transformers: its default)."""
+    from kvlayout.models.attention import chunk_size
+    from kvlayout.models.config import Config, load_config, text_config, through_transformers
+
+    data = through_transformers(config, []) if reader == "transformers" else load_config(config)
+    return chunk_size(text_config(Config(data, "config")))
 
 
 def _names(layers: list[list[Any]]) -> tuple[str, str] | None:
@@ -328,7 +361,7 @@ def judge(
             return f"its layer names change with the config ({variant})"
         tp = config.get(TP_KEY, 1)
         config = {k: x for k, x in config.items() if k != TP_KEY}
-        json_too = (MLA_VARIANTS if _kind(arch) == "mla" else VARIANTS)[variant.split("/")[0]][1] if (
+        json_too = _variants(arch)[variant.split("/")[0]][1] if (
             not variant.startswith("tp")
         ) else True
         for reader in ("transformers", "json") if json_too else ("transformers",):
@@ -498,6 +531,36 @@ def test_named_variations_as_vllm_builds_them() -> None:
     ]
 
 
+def test_llama4_chunked_layers() -> None:
+    """Llama 4 (the values vLLM 0.33's layers gave in the harness): a layer with RoPE is chunked local
+    attention (full attention's page, its own groups), a NoPE layer (``no_rope_layers[i] == 0``) full;
+    an empty ``no_rope_layers`` takes ``no_rope_layer_interval``; no chunks without a chunk size; read
+    as written, a missing ``attention_chunk_size`` is named."""
+    import kvlayout.models as M
+
+    base = {**_BASE, "num_hidden_layers": 4, "architectures": ["Llama4ForCausalLM"]}
+    base["model_type"] = "llama4_text"
+
+    def kinds(**fields: Any) -> list[str]:
+        ms = M.from_config({**base, **fields})
+        assert isinstance(ms, M.ModelSpec)
+        assert {type(x).__name__ for _, x in ms.spec.layers} == {"FullAttentionSpec"}
+        return list(ms.kinds.values())
+
+    c, f = "chunked", "full"
+    assert kinds(attention_chunk_size=64, no_rope_layers=[1, 0, 2, 1]) == [c, f, c, c]
+    assert kinds(attention_chunk_size=64, no_rope_layers=[], no_rope_layer_interval=2) == [c, f] * 2
+    assert kinds(attention_chunk_size=None, no_rope_layers=[1, 0, 1, 0]) == ["full"] * 4
+    ms = M.from_config({**base, "attention_chunk_size": 64, "no_rope_layers": [1, 1, 1, 0]})
+    assert isinstance(ms, M.ModelSpec)
+    assert [g.name for g in ms.spec.groups] == ["chunked.0", "chunked.1", "chunked.2", "full"]  # 3 to 1
+    assert any("chunked local attention (64-token chunks) on 3 of 4 layers" in n for n in ms.notes)
+    with pytest.raises(SpecError, match=r"config\.attention_chunk_size = None: missing"):
+        M.from_config({**base, "no_rope_layers": [1, 1, 1, 0]})
+    with pytest.raises(SpecError, match=r"config\.no_rope_layer_interval = None: missing"):
+        M.from_config({**base, "attention_chunk_size": 64, "no_rope_layers": []})
+
+
 def test_generic_mla_is_deepseek_v2s_latent_rule() -> None:
     """An MLA architecture vLLM's construction confirms: one latent head of kv_lora_rank +
     qk_rope_head_dim on every rank under vLLM's layer names, the MLA backend's blocks (Hopper, bf16:
@@ -596,12 +659,14 @@ def _driver() -> None:
             for name, mod in model.named_modules():
                 if isinstance(mod, AttentionLayerBase):
                     s = mod.get_kv_cache_spec(vc)
-                    fields = ("num_kv_heads", "head_size", "head_size_v", "sliding_window")
+                    fields = ("num_kv_heads", "head_size", "head_size_v")
+                    window = getattr(s, "sliding_window", None) or getattr(s, "attention_chunk_size", None)
                     layers.append([  # the name vLLM's KV cache config keys it by (its prefix)
                         getattr(mod, "layer_name", name), type(s).__name__,
-                        *(getattr(s, f, None) for f in fields),
+                        *(getattr(s, f, None) for f in fields), window,
                         str(getattr(s, "dtype", None)),
-                    ])  # not the block size: the CPU backend's (CUDA's: tests/test_models_backends.py)
+                    ])  # window: a chunked layer's chunk; no block size: the CPU backend's (CUDA's:
+                    # tests/test_models_backends.py)
             tp_heads = {  # KV heads per rank at tp > 1: ModelConfig's rule (no model built at tp > 1)
                 str(t): mc.get_num_kv_heads(
                     ParallelConfig(tensor_parallel_size=t, distributed_executor_backend="mp")

@@ -95,6 +95,22 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "max_window_layers": 0,
         "intermediate_size": 2048,
     },
+    # chunked local attention (Llama 4): the RoPE layers, a NoPE (full) layer every fourth
+    "llama4": {
+        "architectures": ["Llama4ForCausalLM"],
+        "model_type": "llama4_text",
+        "hidden_size": 1024,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "attention_chunk_size": 8192,
+        "no_rope_layers": [1, 1, 1, 0, 1, 1, 1, 0],
+        "num_local_experts": 4,
+        "num_experts_per_tok": 1,
+        "intermediate_size": 2048,
+        "intermediate_size_mlp": 2048,
+    },
     # sliding window, per layer
     "gemma2": {
         "architectures": ["Gemma2ForCausalLM"],
@@ -278,6 +294,12 @@ def test_the_cases_move_what_they_should(truth: tuple[Path, dict[str, dict[str, 
     assert answers["falcon_h1-tp8-bf16-hopper"]["mamba_page"] == 35_072
     assert answers["nemotron_h_g1-tp16-bf16-hopper"]["mamba_shapes"][0] == [3, 768]
     assert answers["nemotron_h_g1-tp16-bf16-hopper"]["mamba_page"] == 266_752
+    # Llama 4: 6 chunked layers in 3 groups of 2 (every third), the 2 NoPE layers full; a block row is
+    # two pages of 16 tokens * 8 KV heads * 128 * 2 (K, V) * 2 B = 65,536 B
+    layers = [f"model.layers.{i}.self_attn.attn" for i in range(8)]
+    llama4 = answers["llama4-tp1-bf16-hopper"]
+    assert llama4["groups"] == [[layers[i], layers[i + 4]] for i in range(4)]
+    assert llama4["bytes_per_block"] == 2 * 16 * 8 * 128 * 2 * 2 == 131_072
     assert [len(g) for g in answers["deepseek_v4-tp1-bf16-hopper"]["groups"]] == [4, 6, 6]
     assert answers["deepseek_v4-tp1-bf16-hopper"]["bytes_per_block"] == 149_760
 

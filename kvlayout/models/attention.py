@@ -34,7 +34,12 @@
   (GraniteMoE-Shared), only with ``use_sliding_window`` true (Qwen2-MoE), one larger (Cohere 2:
   ``sliding_window + 1``, a layer sees ``[pos - window, pos]``); ``layer_types`` required from a
   config read as written where the config class derives it (Cohere 2, AFMoE, EXAONE 4 and MoE,
-  Granite-SWA).
+  Granite-SWA); chunked local attention (Llama 4: a layer with RoPE, ``no_rope_layers[i] != 0``,
+  attends within ``attention_chunk_size`` chunks, vLLM's ``ChunkedLocalAttentionSpec``; no window).
+  kvlayout's spec has no chunked kind: such a layer's page is full attention's (vLLM's
+  ``AttentionSpec.page_size_bytes``), so it is a ``FullAttentionSpec`` labelled ``chunked``, and
+  vLLM 0.33 (hybrid KV cache manager on by default,
+  ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``) groups it apart from the full layers.
 - Layers are named ``model.layers.{i}.self_attn.attn`` (GPT-OSS: ``attn.attn``), under
   ``language_model.`` for a ``...ForConditionalGeneration`` model.
 """
@@ -65,6 +70,7 @@ class Variation:
     window_flag: str = ""  # a window counts only when this field is true (the config class drops it)
     window_offset: int = 0  # added to sliding_window
     layer_types: bool = False  # True: a config read as written must name its layer_types
+    chunked: bool = False  # True: layers with RoPE attend within chunks (Llama 4's ChunkedLocalAttention)
 
 
 #: architecture -> its variation of the generic rules (tests/test_models_generic.py shows each one)
@@ -93,6 +99,7 @@ VARIATIONS: Mapping[str, Variation] = {
     "ExaoneMoEForCausalLM": Variation(layer_types=True),
     "ExaoneMoeForCausalLM": Variation(layer_types=True),
     "GraniteSWAForCausalLM": Variation(layer_types=True),
+    "Llama4ForCausalLM": Variation(window="none", chunked=True),
 }
 NO_VARIATION = Variation()
 
@@ -166,6 +173,8 @@ def token_bytes(att: Attention, kv_dtype: str) -> int:
 def layer_types(cfg: Config, family: str, n: int, variation: Variation = NO_VARIATION) -> list[str]:
     """``"full"`` or ``"sliding"`` per layer, by the family's rule (module docstring)."""
     if family in GENERIC_FAMILIES:
+        if variation.chunked:
+            return _chunked_types(cfg, n)
         if variation.window == "none":
             return ["full"] * n
         family = {"engine": "generic", "layer": "generic_sw"}.get(variation.window, family)
@@ -182,6 +191,32 @@ def layer_types(cfg: Config, family: str, n: int, variation: Variation = NO_VARI
     if family == "generic_sw" and not cfg.has("layer_types"):
         return ["sliding" if cfg.has("sliding_window") else "full"] * n
     return _written_or_family_types(cfg, family, n)
+
+
+def chunk_size(cfg: Config) -> int | None:
+    """Llama 4's ``attention_chunk_size`` (written null: no chunked layers), required as written."""
+    if "attention_chunk_size" not in cfg.data:
+        raise cfg.missing("attention_chunk_size", "Llama 4's RoPE layers attend within chunks of it")
+    return cfg.opt_int("attention_chunk_size")
+
+
+def _chunked_types(cfg: Config, n: int) -> list[str]:
+    """Llama 4 (vLLM's ``Llama4Attention``): layer i is chunked local attention when
+    ``no_rope_layers[i]`` is not 0 and ``attention_chunk_size`` is set, else full; no sliding window.
+    An empty or absent ``no_rope_layers`` is transformers' default, a NoPE layer every
+    ``no_rope_layer_interval`` layers (``Llama4TextConfig``)."""
+    chunk = chunk_size(cfg)
+    if isinstance(cfg.data.get("no_rope_layers"), list) and not cfg.data["no_rope_layers"] or (
+        "no_rope_layers" not in cfg.data and cfg.has("no_rope_layer_interval")
+    ):
+        every = cfg.req_int(
+            "no_rope_layer_interval", "layer i has RoPE unless (i + 1) % no_rope_layer_interval == 0"
+        )
+        rope = [(i + 1) % every != 0 for i in range(n)]
+    else:
+        marks = cfg.req_list("no_rope_layers", "0 marks a NoPE (full attention) layer", n, int)
+        rope = [x != 0 for x in marks]
+    return ["chunked" if chunk and r else "full" for r in rope]
 
 
 def _qwen2_types(cfg: Config, n: int) -> list[str]:
@@ -250,6 +285,11 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     window = 0
     if "sliding" in types:
         window = c.cfg.req_int("sliding_window", "the window of the sliding layers") + var.window_offset
+    if "chunked" in types:  # vLLM's ChunkedLocalAttentionSpec: full attention's page, its own groups
+        c.notes.append(
+            f"chunked local attention ({chunk_size(c.cfg):,}-token chunks) on "
+            f"{types.count('chunked')} of {n} layers: full attention's pages, in groups of their own"
+        )
     tail = "attn.attn" if c.family == "gpt_oss" else "self_attn.attn"
     if c.family in GENERIC_FAMILIES:
         tail = GENERIC_ATTENTION[arch][1]
@@ -265,7 +305,7 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
                 dtype=kv,
                 window=window,
             )
-        else:
+        else:  # full, or chunked local (kvlayout's spec has no chunked kind: its page is full attention's)
             layer = FullAttentionSpec(
                 name=name, block_size=bs, num_kv_heads=att.kv_heads, head_size=att.head_size, dtype=kv
             )

@@ -43,6 +43,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'InternLM2ForCausalLM': ('model.layers', 'attention.attn'),
     'InternLM3ForCausalLM': ('model.layers', 'self_attn.attn'),
     'LLaMAForCausalLM': ('model.layers', 'self_attn.attn'),
+    'Llama4ForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiniCPMForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiniMaxM2ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ministral3ForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -151,10 +152,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'], generic"
         " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 128, 'torch.bfloat16'] (name, "
         "kind, KV heads, head size, V, window, dtype)"
-    ),
-    'Llama4ForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'Llama4Config' object "
-        "has no attribute 'no_rope_layers'"
     ),
     'LongcatFlashForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'LongcatFlashConfig' "
