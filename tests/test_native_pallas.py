@@ -445,3 +445,9 @@ def test_host_batches_pad_with_nothing_to_write() -> None:
     for kw in ({}, {"kernel": "triton", "interpret": True}):
         z, _, _ = run(["attn_bf16", "rank2_bf16"], [[3], [N - 1, 0, 4]], **kw)
         z.check()  # no bad id: the 7 and 5 padding slots were not counted
+    # the host step carries no running count: its outputs are the donated leaves alone
+    names = ["attn_bf16", "rank2_bf16"]
+    abstract = [jax.ShapeDtypeStruct(SHAPES[n][0], jnp.dtype(SHAPES[n][1])) for n in names]
+    g = kp.CacheZeroer(abstract, kernel="triton", interpret=False)
+    traced = g._host_step.trace(list(g.abstract_caches()), jax.ShapeDtypeStruct((8,), jnp.int32))
+    assert len(jax.tree.leaves(traced.out_info)) == len(names)

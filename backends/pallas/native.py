@@ -148,7 +148,10 @@ class CacheZeroer:
         self._jitted = jax.jit(self.apply, donate_argnums=0, static_argnames="group")
         #: the per-call step: (caches, ids, running bad-id count) -> (caches, count), one dispatch;
         #: the caches are checked when it is traced (a mismatch retraces, so it is always seen)
-        self._step = jax.jit(self._step_fn, donate_argnums=0, static_argnames=("group", "host"))
+        self._step = jax.jit(self._step_fn, donate_argnums=0, static_argnames="group")
+        #: the same for host ids (validated and padded with -1 on the host): no running count,
+        #: so no count is carried through (an unchanged output would be a device copy per call)
+        self._host_step = jax.jit(self._host_step_fn, donate_argnums=0, static_argnames="group")
         self._ids_sharding = NamedSharding(mesh, P()) if mesh is not None else None
 
     def _check_spec(self, spec: Any, groups: Any) -> NativeCacheSpec:
@@ -386,16 +389,21 @@ class CacheZeroer:
         return out, bad
 
     def _step_fn(
-        self, caches: Any, ids: jax.Array, acc: jax.Array, group: str | None = None, host: bool = False
+        self, caches: Any, ids: jax.Array, acc: jax.Array, group: str | None = None
     ) -> tuple[Any, jax.Array]:
         """The jitted per-call step: check the caches (at trace time), zero, and add this
-        batch's bad ids to the running count ``acc`` on the device (no host read).
-
-        ``host``: the ids were validated on the host and padded with -1 (:func:`_host_bucket`),
-        so the only out-of-range slots are the padding: skipped, and not counted."""
+        batch's bad ids to the running count ``acc`` on the device (no host read)."""
         leaves = self.check_caches(caches)
         out, bad = self._apply_leaves(leaves, ids, group)
-        return self.treedef.unflatten(out), acc if host else acc + bad
+        return self.treedef.unflatten(out), acc + bad
+
+    def _host_step_fn(self, caches: Any, ids: jax.Array, group: str | None = None) -> Any:
+        """The jitted step for host ids, validated on the host and padded with -1
+        (:func:`_host_bucket`): the only out-of-range slots are the padding, skipped and not
+        counted."""
+        leaves = self.check_caches(caches)
+        out, _ = self._apply_leaves(leaves, ids, group)
+        return self.treedef.unflatten(out)
 
     # ---- per step -------------------------------------------------------------------------
     def __call__(self, caches: Any, block_ids: Any, group: str | None = None) -> Any:
@@ -423,7 +431,9 @@ class CacheZeroer:
                 ids = jax.device_put(ids, self._ids_sharding)
         if ids.shape[0] == 0:
             return caches
-        step = functools.partial(self._step, group=group, host=not isinstance(block_ids, jax.Array))
+        if not isinstance(block_ids, jax.Array):
+            return run_step(self.serialised, functools.partial(self._host_step, group=group), caches, ids)
+        step = self._step if group is None else functools.partial(self._step, group=group)
         return self._bad.step(lambda acc: run_step(self.serialised, step, caches, ids, acc))
 
     zero_blocks = __call__
