@@ -30,6 +30,12 @@ pytestmark = pytest.mark.skipif(kc.MODE == "native", reason="CPU rules and the C
 GUARD = 64  # poisoned bytes before and after the layout
 
 
+def wide(num_blocks: int = 6) -> K.SegmentTable:
+    """One 8 KB row per block (2,048 words): one unit of the default chunk, two of the small one."""
+    layer = K.FullAttentionSpec(name="w", block_size=16, num_kv_heads=1, head_size=128, dtype="bfloat16")
+    return K.plan(K.KVCacheSpec(num_blocks, "BLHNC", (K.GroupSpec("g", (layer,)),)))
+
+
 def tiny(num_blocks: int = 6, groups: bool = False) -> K.SegmentTable:
     """One 512 B page per block and layer; ``groups``: g holds layers a and c, h holds b."""
     layer = [
@@ -219,7 +225,7 @@ class _Kernel:
         def launch(*args: Any, **kwargs: Any) -> None:
             if self.cuda.graph is not None and not self.cuda.launch_capturable:
                 raise RuntimeError("kernel launch not capturable (test double)")
-            self.cuda.log.append(("launch", self.name, repr(self.cuda.current)))
+            self.cuda.log.append(("launch", self.name, repr(self.cuda.current), grid))
             self.cuda.enqueue(("run", lambda: self.real[grid](*args, **kwargs)))
 
         return launch
@@ -572,3 +578,82 @@ def test_a_graph_the_caller_captures_owns_the_call_buffers(cuda: FakeCuda) -> No
     inner = c.zeroer(graphs=True, max_batch=2)  # made mid-capture: no replay graphs
     g2.capture_end()
     assert inner._replays == [] and inner.graphs and len(events(cuda, "capture_begin")) == begun + 1
+
+
+def test_native_device_ids_are_bounded_by_the_kernel(cuda: FakeCuda) -> None:
+    """Natively a device tensor is launched on as it is (no host copy, no host check): the kernel
+    zeroes the ids in range and flags the rest for check(); ids on another device are refused."""
+    c = Case(wide())
+    z = c.zeroer(max_batch=4)
+    assert z.max_programs == 10
+    z.zero(torch.tensor([1, 9, -2]))
+    assert events(cuda, "launch")[-1][3] == (2, 3)  # 3 ids x 2 small-batch units: one-shot grid
+    c.expect([1])
+    with pytest.raises(K.BlockIdError, match=r"^device block_ids: 4 work items had an id outside \[0, 6\)"):
+        z.check()  # 2 ids x 2 units
+    z.zero(torch.tensor([2, 3, 4, 5, 0], dtype=torch.int32))  # more ids than max_batch: device ids
+    assert events(cuda, "launch")[-1][3] == (1, 5)  # 5 ids fill half the grid with the 8 KB units
+    c.expect([0, 2, 3, 4, 5])
+    big = c.zeroer(max_batch=4, small_batch=False)
+    big.zero(torch.tensor([1]))
+    assert events(cuda, "launch")[-1][3] == (1,)  # no small-batch geometry: the whole table's units
+    copy = torch.from_numpy(c.data.copy())
+    z.zero_into(copy, torch.tensor([4, 6]))  # a same-layout copy: device ids, bounded in the kernel
+    want = c.data.copy()
+    K.zero_blocks_numpy(want[GUARD : GUARD + c.table.total_bytes], c.table, [4])
+    assert np.array_equal(copy.numpy(), want)
+    with pytest.raises(K.BlockIdError, match=r"outside \[0, 6\) \(e\.g\. 6\)"):
+        z.check()
+    z.zero_into(copy, torch.tensor([], dtype=torch.int64))  # nothing to do
+    z.check()
+    z.device = torch.device("cpu", 1)  # as if the buffer were on a second device of the same type
+    raises(
+        K.BlockIdError,
+        lambda: z.zero(torch.tensor([1])),
+        "block_ids.device",
+        "cpu",
+        "block_ids device = cpu: must be cpu:1",
+    )
+    raises(
+        K.LayoutBufferError,
+        lambda: z.zero_into(copy, torch.tensor([1])),
+        "buffer.device",
+        "cpu",
+        "buffer device = cpu: must be cpu:1",
+    )
+    assert np.array_equal(copy.numpy(), want)
+    c.expect([])
+
+
+def test_native_routed_batches_use_per_stream_slots(cuda: FakeCuda) -> None:
+    """launch_routed packs a shard's ids in a slot's routed buffer (grown to the batch, at least
+    max_batch) and zeroes them; the slot's event is recorded on the launching stream after the zero
+    launch, and another stream gets a slot of its own while the device lags."""
+    c = Case(tiny(8))
+    z = c.zeroer(max_batch=2)
+    slot = z._slots[0]
+    assert slot.ids.shape == (2,) and slot.ids.dtype == torch.int64
+    assert slot.count.shape == (1,) and slot.count.dtype == torch.int32 and slot.routed.numel() == 0
+    assert slot.stream is None and slot.done is None and not slot.busy
+    cuda.hold = True
+    z.launch_routed(torch.tensor([8, 9, 15, 3]), 8, 16)  # shard [8, 16): local 0, 1, 7
+    assert slot.routed.shape == (4,) and slot.routed.dtype == torch.int64
+    assert [e[1] for e in events(cuda, "launch")] == ["route", "zero"]
+    assert events(cuda, "record")[-1][2] == "default" and slot.stream is cuda.default
+    done = slot.done
+    assert not done.query() and cuda.queue[-1] == ("record", done)
+    z.launch_routed(torch.tensor([10]), 8, 16)  # same stream: the same slot (stream order)
+    assert z._slots == [slot] and slot.done is done and slot.routed.shape == (4,)
+    side = cuda.Stream()
+    with cuda.stream(side):
+        z.launch_routed(torch.tensor([12]), 8, 16)
+    assert len(z._slots) == 2 and z._slots[1].stream is side and z._slots[1].routed.shape == (2,)
+    assert events(cuda, "record")[-1][2] == repr(side)
+    c.expect([])
+    cuda.finish()
+    cuda.hold = False
+    c.expect([0, 1, 2, 4, 7])
+    z.check()
+    z.launch_routed(torch.tensor([11]), 8, 16)  # both slots free: the first one
+    assert len(z._slots) == 2 and slot.done is done and done.records == 3
+    c.expect([3])
