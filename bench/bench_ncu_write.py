@@ -152,6 +152,26 @@ def read_report(ncu: str, rep: Path) -> list[dict[str, str]]:
     return [dict(zip(head, r)) for r in rows[start + 2 :] if len(r) == len(head)]  # skip the units row
 
 
+#: methods that may run as several kernels of the same name in a row (summed)
+SPLIT = ("torch_zero",)
+
+
+def merge(a: dict[str, str], b: dict[str, str]) -> dict[str, str]:
+    """Two launches of one method as one: counts and times summed, percentages time-weighted."""
+    ta, tb = num(a.get("gpu__time_duration.sum")), num(b.get("gpu__time_duration.sum"))
+    out = dict(a)
+    for m in METRICS:
+        x, y = num(a.get(m)), num(b.get(m))
+        if m.endswith("pct_of_peak_sustained_elapsed") or m.endswith("pct_of_peak_sustained_active"):
+            out[m] = str((x * ta + y * tb) / (ta + tb))
+        elif m in ("launch__block_size", "launch__registers_per_thread"):
+            out[m] = str(x)
+        else:
+            out[m] = str(x + y)
+    out["launches"] = str(int(num(a.get("launches", "1"))) + 1)
+    return out
+
+
 def num(s: str | None) -> float:
     """A counter value as ncu prints it (thousands separators), NaN when absent."""
     try:
@@ -162,10 +182,18 @@ def num(s: str | None) -> float:
 
 def summarise(order: list[dict[str, Any]], kernels: list[dict[str, str]]) -> list[dict[str, Any]]:
     """One row per method launch: its counters, and ratios to the contiguous write of the same bytes."""
-    if len(kernels) != len(order):
-        raise SystemExit(f"{len(kernels)} profiled kernels for {len(order)} launches: cannot match them")
-    rows = []
-    for o, k in zip(order, kernels):
+    rows, extra, pos = [], [], 0
+    for o in order:  # in launch order; a kernel of another name in between is reported, not matched
+        want = KERNELS[o["method"]]
+        while pos < len(kernels) and want not in kernels[pos].get("Kernel Name", ""):
+            extra.append(kernels[pos].get("Kernel Name", "")[:80])
+            pos += 1
+        if pos == len(kernels):
+            raise SystemExit(f"no profiled kernel left for {o}; unmatched before it: {extra}")
+        k, pos = kernels[pos], pos + 1
+        if o["method"] in SPLIT:  # torch splits a write past 2^31 bytes into several launches
+            while pos < len(kernels) and want in kernels[pos].get("Kernel Name", ""):
+                k, pos = merge(k, kernels[pos]), pos + 1
         name = k.get("Kernel Name", "")
         ns = num(k.get("gpu__time_duration.sum"))
         wr = num(k.get("dram__bytes_write.sum"))
@@ -173,6 +201,7 @@ def summarise(order: list[dict[str, Any]], kernels: list[dict[str, str]]) -> lis
             {
                 **o,
                 "kernel": name[:80],
+                "launches": int(num(k.get("launches", "1"))),
                 "name_ok": KERNELS[o["method"]] in name,
                 "us": ns / 1e3,
                 "dram_write_bytes": wr,
@@ -195,6 +224,8 @@ def summarise(order: list[dict[str, Any]], kernels: list[dict[str, str]]) -> lis
             default=float("nan"),
         )
         r["x_contiguous"] = best / r["us"]
+    if extra:
+        print("profiled kernels matched to no launch:", extra, flush=True)
     return rows
 
 
