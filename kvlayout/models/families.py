@@ -39,6 +39,9 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "Qwen3_5ForConditionalGeneration": "qwen3_5",
     "Qwen3_5MoeForCausalLM": "qwen3_5",
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5",
+    "GraniteMoeHybridForCausalLM": "granitemoehybrid",
+    "Lfm2ForCausalLM": "lfm2",
+    "Lfm2MoeForCausalLM": "lfm2",
 }
 #: registry kind -> the generic family of an architecture of that kind vLLM's construction confirms
 GENERIC_BY_KIND: Mapping[str, str] = {
@@ -67,7 +70,7 @@ ATTENTION_FAMILIES = (
     "generic_sw",
 )
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "generic_mla")
-HYBRID_FAMILIES = ("jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5")
+HYBRID_FAMILIES = ("jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5", "granitemoehybrid", "lfm2")
 
 #: A family's rule: the groups, the KV cache dtype and the (main) block size.
 FamilyRule = Callable[[Ctx], tuple[tuple[GroupSpec, ...], str, int]]

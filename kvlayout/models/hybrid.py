@@ -1,4 +1,5 @@
-"""Mamba and linear-attention hybrids: Jamba, Nemotron-H, Falcon-H1, Qwen3-Next, Qwen3.5 (vLLM 0.33).
+"""Mamba and linear-attention hybrids: Jamba, Nemotron-H, Falcon-H1, Qwen3-Next, Qwen3.5, Granite 4.0-H,
+LFM2 and LFM2-MoE (vLLM 0.33).
 
 - Hybrid alignment (``Platform._align_hybrid_block_size``): with ``unit = max(16, block_size)``
   the attention block becomes ``unit * ceil(mamba_page / (unit * attention_bytes_per_token))``
@@ -16,6 +17,16 @@
   in ``mamba_ssm_cache_dtype`` (argument), else (Nemotron-H) the config's
   ``mamba_ssm_cache_dtype`` or float32, (Qwen3.5) the config's ``mamba_ssm_dtype``, else the
   model dtype (vLLM's ``NemotronHForCausalLMConfig`` and ``Qwen3_5ForConditionalGenerationConfig``).
+- Granite 4.0-H (``GraniteMoeHybridForCausalLM``): the Mamba2 state with ``mamba_expand * hidden``
+  inner channels, ``mamba_n_heads``, ``mamba_d_head`` (``auto``: inner / heads), ``mamba_n_groups``,
+  ``mamba_d_state``, ``mamba_d_conv``, ssm state in the model dtype; ``layer_types`` says which layers
+  are attention (``attention`` / ``full_attention``) and which Mamba (``mamba`` /
+  ``linear_attention``), mixers named ``model.layers.{i}.mixer``. LFM2 and LFM2-MoE: a short-conv
+  state ``(conv_L_cache - 1, channels / tp)`` in the model dtype (channels: LFM2's ``conv_dim``,
+  LFM2-MoE's ``hidden_size``), named ``model.layers.{i}.short_conv``; ``layer_types`` names the
+  ``full_attention`` layers, the others ``conv``. Both attention layers take ``hidden_size //
+  num_attention_heads`` as head size (a written ``head_dim`` that differs is refused: vLLM's block
+  alignment would read it). Shown by vLLM's own construction: tests/test_models_hybrid_vllm.py.
 - Mamba states take their page in every block and are never zeroed (GEOMETRY.md section 1).
 """
 
@@ -25,10 +36,10 @@ from collections.abc import Sequence
 
 from ..errors import spec_error
 from ..spec import DTYPE_SIZES, FullAttentionSpec, GroupSpec, LayerSpec, MambaSpec
-from .attention import read_attention, token_bytes
+from .attention import Variation, read_attention, token_bytes
 from .backends import HYBRID_BLOCK_UNIT
 from .base import Ctx
-from .config import MODEL_DTYPES, per_rank, resolve_kv_dtype
+from .config import MODEL_DTYPES, Config, per_rank, resolve_kv_dtype
 from .grouping import vllm_groups
 
 
@@ -127,6 +138,24 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
             cfg, "mamba_n_heads", heads, tp
         ) * hdim * d_state * DTYPE_SIZES[ssm]
         return [True] * n, [True] * n, state, "mamba", "mixer"
+    if c.family == "granitemoehybrid":  # Granite 4.0-H: Mamba2 layers, attention where layer_types says
+        is_attn = _typed_layers(cfg, n, GRANITE_LAYER_TYPES)
+        heads = cfg.req_int("mamba_n_heads", "the Mamba2 heads")
+        why = "the Mamba inner size is mamba_expand * hidden_size"
+        inner = cfg.req_int("mamba_expand", why) * cfg.req_int("hidden_size", why)
+        if cfg.data.get("mamba_d_head") == "auto":  # GraniteMoeHybridConfig: the inner size over the heads
+            hdim = inner // heads
+        else:
+            hdim = cfg.req_int("mamba_d_head", "the Mamba2 head size")
+        state = _mamba2_state(c, inner, heads, hdim, "mamba_n_groups", "mamba_d_state", "mamba_d_conv")
+        return [True] * n, is_attn, state, "mamba", "mixer"
+    if c.family == "lfm2":  # LFM2 / LFM2-MoE: short-conv layers, attention where layer_types says
+        is_attn = _typed_layers(cfg, n, LFM2_LAYER_TYPES)
+        arch = c.top.data["architectures"][0]
+        key = "hidden_size" if arch == "Lfm2MoeForCausalLM" else "conv_dim"
+        dim = per_rank(cfg, key, cfg.req_int(key, "the short-conv channels"), tp)
+        k = cfg.req_int("conv_L_cache", "the short-conv state keeps conv_L_cache - 1 steps")
+        return [True] * n, is_attn, (k - 1) * dim * conv_size, "short_conv", "short_conv"
     # gated delta net: Qwen3-Next, Qwen3.5
     if cfg.has("layer_types"):
         raw = cfg.req_list("layer_types", "", n, str, exact=True)
@@ -155,10 +184,57 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
     return [True] * n, is_attn, state, "gdn", "linear_attn"
 
 
+#: layer_types value -> whether the layer is attention, as each model's vLLM code reads it after
+#: transformers' config class (GraniteMoeHybridConfig maps the published mamba / attention to
+#: linear_attention / full_attention; LFM2 writes conv)
+GRANITE_LAYER_TYPES = {"mamba": False, "linear_attention": False, "attention": True, "full_attention": True}
+LFM2_LAYER_TYPES = {"conv": False, "full_attention": True}
+
+
+def _typed_layers(cfg: Config, n: int, valid: dict[str, bool]) -> list[bool]:
+    """Per layer, whether ``layer_types`` makes it attention (one known value per layer)."""
+    raw = cfg.req_list("layer_types", "one entry per layer: which layers are attention", n, str, exact=True)
+    for i, t in enumerate(raw):
+        if t not in valid:
+            raise spec_error(f"{cfg.field('layer_types')}[{i}]", t, f"valid: {', '.join(valid)}")
+    return [valid[t] for t in raw]
+
+
+def _mamba2_state(
+    c: Ctx, inner: int, heads: int, hdim: int, groups_key: str, state_key: str, conv_key: str
+) -> int:
+    """Bytes of one Mamba2 state per rank (``MambaStateShapeCalculator.mamba2_state_shape``): conv
+    ``(k - 1, (inner + 2 * groups * state) / tp)`` in the model dtype, ssm ``(heads / tp, head_dim,
+    state)`` in the ssm dtype (the argument, else the model dtype); ``n_groups`` divisible by tp or 1."""
+    cfg, tp = c.cfg, c.tp
+    groups = cfg.req_int(groups_key, "the Mamba2 B/C groups")
+    d_state = cfg.req_int(state_key, "the Mamba2 state size")
+    k = cfg.req_int(conv_key, f"the Mamba2 conv state keeps {conv_key} - 1 steps")
+    if groups % tp and groups != 1:  # MambaMixer2 asserts n_groups % tp == 0 or n_groups == 1
+        raise spec_error(cfg.field(groups_key), groups, f"vLLM needs it divisible by tp = {tp} (or 1)")
+    if groups % tp:
+        groups = tp  # one group replicated to every head shard (extra_groups_for_head_shards)
+    conv_dim = per_rank(cfg, groups_key, inner + 2 * groups * d_state, tp)
+    ssm = ssm_dtype(c, (), c.dtype)
+    conv = (k - 1) * conv_dim * DTYPE_SIZES[c.dtype]
+    return conv + per_rank(cfg, "mamba_n_heads", heads, tp) * hdim * d_state * DTYPE_SIZES[ssm]
+
+
 def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
     head_keys = ("head_dim", "attention_head_dim") if c.family == "nemotron_h" else ("head_dim",)
-    att = read_attention(c.cfg, c.tp, head_keys=head_keys)
+    if c.family in ("granitemoehybrid", "lfm2"):  # their attention: hidden_size // num_attention_heads
+        att = read_attention(c.cfg, c.tp, variation=Variation(head_dim=False))
+        written = c.cfg.opt_int("head_dim")
+        if written is not None and written != att.head_size:  # vLLM aligns blocks by ModelConfig's head_dim
+            raise spec_error(
+                c.cfg.field("head_dim"),
+                written,
+                f"vLLM's layers use hidden_size // num_attention_heads = {att.head_size} and its block "
+                "alignment this head_dim: they must agree",
+            )
+    else:
+        att = read_attention(c.cfg, c.tp, head_keys=head_keys)
     keep, is_attn, state, mkind, mtail = mamba_layers(c, n)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     per_token = token_bytes(att, kv)

@@ -1,0 +1,274 @@
+"""Hybrids by vLLM 0.33's own model construction (issue 23): GraniteMoeHybrid (IBM Granite 4.0-H),
+LFM2 and LFM2-MoE (Liquid; short-conv state).
+
+For each small config (the shape of the published ones), at tp 1, 2 and 8, with a bf16 and an fp8
+cache, one subprocess (this file with ``--driver``) does what vLLM does on a GPU, on the CPU:
+ModelConfig from the config.json, VllmConfig with that cache dtype, the model class from vLLM's
+registry constructed under ``set_current_vllm_config`` as rank 0 of tp N (the tp group's
+``world_size`` set, asserted through ``get_tensor_model_parallel_world_size``; construction runs no
+collective), ``Platform._align_hybrid_block_size`` (the hybrid block size and the padded Mamba
+page), every layer's own ``get_kv_cache_spec`` (names as vLLM's KV cache config keys them, the state
+shapes and dtypes the layers compute per rank), then ``get_kv_cache_groups`` and
+``_pool_bytes_per_block`` (block-outermost, the hybrid KV cache manager on). Two stubs: the CPU platform's
+float32 ssm states for its own kernels turned off (its AVX-512 BF16 check answers no), and
+``Platform._find_non_ssm_backends`` answers CUDA's standard attention backend (Triton, smallest
+kernel block 16, as FlashAttention's), not the CPU backend the layers were built with. kvlayout's
+plan of the same config must give the same layer names and kinds, state bytes, block size, groups
+(members and order), pages (real and padded) and bytes per block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kvlayout.models as M
+from kvlayout.spec import MambaSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+_ENV = {"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
+_BASE: dict[str, Any] = {"torch_dtype": "bfloat16", "vocab_size": 1024, "max_position_embeddings": 4096}
+
+#: name -> config, small, in the shape of the published ones
+CONFIGS: dict[str, dict[str, Any]] = {
+    # ibm-granite/granite-4.0-h-*: Mamba2 layers and a few attention layers, layer_types as published
+    "granitemoehybrid": {
+        "architectures": ["GraniteMoeHybridForCausalLM"],
+        "model_type": "granitemoehybrid",
+        "hidden_size": 512,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "layer_types": ["mamba", "mamba", "mamba", "attention", "mamba", "mamba", "mamba", "attention"],
+        "mamba_n_heads": 16,
+        "mamba_d_head": 64,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 128,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "intermediate_size": 256,
+        "shared_intermediate_size": 256,
+        "position_embedding_type": "nope",
+    },
+    # LiquidAI/LFM2-*: short-conv layers (conv_dim channels, conv_L_cache - 1 steps) and attention
+    "lfm2": {
+        "architectures": ["Lfm2ForCausalLM"],
+        "model_type": "lfm2",
+        "hidden_size": 512,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "conv_dim": 512,
+        "conv_L_cache": 3,
+        "conv_bias": False,
+        "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "full_attention"],
+        "full_attn_idxs": [2, 5],
+        "intermediate_size": 1024,
+        "block_dim": 512,
+        "block_ff_dim": 1024,
+    },
+    "lfm2_moe": {
+        "architectures": ["Lfm2MoeForCausalLM"],
+        "model_type": "lfm2_moe",
+        "hidden_size": 512,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "conv_L_cache": 3,
+        "conv_bias": False,
+        "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "full_attention"],
+        "num_dense_layers": 2,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 256,
+        "intermediate_size": 1024,
+    },
+}
+TPS = (1, 2, 8)
+KV = ("auto", "fp8")
+
+
+def _cases() -> dict[str, dict[str, Any]]:
+    return {
+        f"{name}-tp{tp}-{kv}": {"config": {**_BASE, **cfg}, "tp": tp, "kv_cache_dtype": kv}
+        for name, cfg in CONFIGS.items()
+        for tp in TPS
+        for kv in KV
+    }
+
+
+def _kvlayout(case: dict[str, Any]) -> dict[str, Any]:
+    """kvlayout's plan of a case in the driver's answer's shape."""
+    kv = None if case["kv_cache_dtype"] == "auto" else case["kv_cache_dtype"]
+    ms = M.from_config(case["config"], tp=case["tp"], kv_cache_dtype=kv)
+    assert isinstance(ms, M.ModelSpec)
+    layers = {}
+    for _, x in ms.spec.layers:
+        kind = "MambaSpec" if isinstance(x, MambaSpec) else type(x).__name__
+        layers[x.name] = [kind, x.real_page, x.page]
+    return {
+        "block_size": ms.block_size,
+        "layers": layers,
+        "groups": [[x.name for x in g.layers] for g in ms.spec.groups],
+        "bytes_per_block": ms.bytes_per_block,
+    }
+
+
+@pytest.fixture(scope="module")
+def answers() -> dict[str, dict[str, Any]]:
+    env = {**os.environ, **_ENV, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run(
+        [sys.executable, __file__, "--driver"],
+        input=json.dumps(_cases()),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    out: dict[str, dict[str, Any]] = json.loads(res.stdout.splitlines()[-1])
+    return out
+
+
+def test_hybrids_equal_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:
+    cases = _cases()
+    assert set(answers) == set(cases)
+    for case_id, case in cases.items():
+        got = answers[case_id]
+        assert "error" not in got, (case_id, got.get("error"))
+        mine = _kvlayout(case)
+        assert mine == {k: got[k] for k in mine}, case_id
+
+
+def test_hybrid_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, Any]]) -> None:
+    """vLLM's numbers by hand, so that the comparison cannot pass on two equal wrong answers."""
+    g = answers["granitemoehybrid-tp1-auto"]
+    # Mamba2: conv (4 - 1, 2 * 512 + 2 * 1 * 128) bf16 + ssm (16, 64, 128) bf16 = 7,680 + 262,144 B;
+    # attention 8 heads * 64 * 2 (K, V) * 2 B = 2,048 B a token: 144 tokens (a multiple of 16) hold it
+    assert g["states"]["model.layers.0.mixer"] == [[[3, 1280], [16, 64, 128]], ["torch.bfloat16"] * 2]
+    assert g["layers"]["model.layers.0.mixer"] == ["MambaSpec", 269_824, 144 * 2_048]
+    assert g["block_size"] == 144 and g["bytes_per_block"] == 2 * 144 * 2_048
+    # tp 8: one group replicated to 8, conv (3, (1024 + 2 * 8 * 128) / 8 = 384), ssm (2, 64, 128)
+    tp8 = answers["granitemoehybrid-tp8-auto"]["states"]["model.layers.0.mixer"]
+    assert tp8[0] == [[3, 384], [2, 64, 128]]
+    # LFM2: short conv (3 - 1, 512) bf16 = 2,048 B, below a 16-token attention page (32,768 B)
+    lfm = answers["lfm2-tp2-auto"]
+    assert lfm["states"]["model.layers.0.short_conv"] == [[[2, 256]], ["torch.bfloat16"]]
+    assert lfm["block_size"] == 16 and lfm["layers"]["model.layers.0.short_conv"][1:] == [1_024, 16_384]
+
+
+# --------------------------------------------------------------------------- the vLLM side
+def _driver() -> None:
+    """Build each case's model in vLLM and print its KV cache: layers, groups, bytes per block."""
+    import contextlib
+    import io
+    import tempfile
+    from types import SimpleNamespace as NS
+
+    cases = json.load(sys.stdin)
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr  # vLLM's prints stay off the answer
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+    from vllm.config.vllm import get_layers_from_vllm_config
+    from vllm.distributed import (
+        get_tensor_model_parallel_world_size,
+        get_tp_group,
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.model_executor.models.registry import ModelRegistry
+    from vllm.platforms.interface import Platform
+    from vllm.v1 import kv_cache_interface as I
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+    from vllm.v1.core import kv_cache_planning as P
+
+    with set_current_vllm_config(VllmConfig()):
+        init_distributed_environment(
+            world_size=1, rank=0, distributed_init_method="tcp://127.0.0.1:0", local_rank=0, backend="gloo"
+        )
+        initialize_model_parallel(1, 1)
+    # stub: the CPU platform sets float32 ssm states for its own accelerated kernels where the CPU has
+    # AVX-512 BF16 (CpuPlatform.check_and_update_config); a CUDA platform does not
+    torch.cpu._is_avx512_bf16_supported = lambda: False
+    # stub: CUDA's standard attention backend for the alignment (its smallest kernel block is 16)
+    assert min(TritonAttentionBackend.get_supported_kernel_block_sizes(), key=lambda s: getattr(s, "base", s))
+    Platform._find_non_ssm_backends = classmethod(lambda cls, vc: [TritonAttentionBackend])  # type: ignore
+    layout = next(m for m in I.KVCacheLayout if m.is_block_outermost)
+    planning = NS(
+        cache_config=NS(
+            num_gpu_blocks_override=4,
+            prefix_cache_retention_interval=None,
+            kv_cache_layout=layout.name,
+            get_resolved_kv_cache_layout=lambda: layout,
+        ),
+        attention_config=NS(hisparse_config=None),
+        scheduler_config=NS(disable_hybrid_kv_cache_manager=False),
+        model_config=NS(supports_kv_cache_grouping=False),
+    )
+    out: dict[str, Any] = {}
+    for case_id, case in cases.items():
+        tp = case["tp"]
+        d = tempfile.mkdtemp()
+        Path(d, "config.json").write_text(json.dumps(case["config"]))
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                mc = ModelConfig(model=d, tokenizer=None, skip_tokenizer_init=True, dtype="auto")
+                cache = CacheConfig(block_size=16, cache_dtype=case["kv_cache_dtype"])
+                par = ParallelConfig(tensor_parallel_size=tp, distributed_executor_backend="mp")
+                vc = VllmConfig(model_config=mc, cache_config=cache, parallel_config=par)
+                cache.block_size, cache.mamba_page_size_padded = 16, None  # what a GPU platform starts from
+                Platform._align_hybrid_block_size(vc, TritonAttentionBackend)
+                if cache.mamba_block_size is None:
+                    cache.mamba_block_size = cache.block_size
+                group = get_tp_group()
+                group.world_size = tp  # stub: one rank of tp N (construction only reads the size)
+                try:
+                    assert get_tensor_model_parallel_world_size() == tp and group.rank_in_group == 0
+                    with set_current_vllm_config(vc), torch.device("cpu"):
+                        cls, _ = ModelRegistry.resolve_model_cls(case["config"]["architectures"], mc)
+                        cls(vllm_config=vc, prefix="")
+                        # what the model runner asks (its get_kv_cache_spec): every registered layer
+                        layers_of = get_layers_from_vllm_config(vc, AttentionLayerBase)  # type: ignore
+                        specs = {name: mod.get_kv_cache_spec(vc) for name, mod in layers_of.items()}
+                finally:
+                    group.world_size = 1
+            layers = {}
+            for name, s in specs.items():
+                real = s.real_page_size_bytes if hasattr(s, "real_page_size_bytes") else s.page_size_bytes
+                if isinstance(s, I.MambaSpec):
+                    real = I.MambaSpec(shapes=s.shapes, dtypes=s.dtypes, block_size=-1).page_size_bytes
+                layers[name] = [type(s).__name__, real, s.page_size_bytes]
+            groups = P.get_kv_cache_groups(planning, dict(specs))
+            out[case_id] = {
+                "block_size": cache.block_size,
+                "layers": layers,
+                "states": {
+                    n: [[list(x) for x in s.shapes], [str(t) for t in s.dtypes]]
+                    for n, s in specs.items()
+                    if isinstance(s, I.MambaSpec)
+                },
+                "groups": [list(g.layer_names) for g in groups],
+                "bytes_per_block": P._pool_bytes_per_block(planning, groups),
+            }
+        except Exception as e:  # noqa: BLE001  # reported by the test
+            import traceback
+
+            traceback.print_exc()
+            out[case_id] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+    real_stdout.write(json.dumps(out) + "\n")
+    real_stdout.flush()
+    os._exit(0)  # skip vLLM's teardown of the gloo group
+
+
+if __name__ == "__main__" and "--driver" in sys.argv:
+    _driver()
