@@ -328,7 +328,8 @@ def list_paths(args: argparse.Namespace) -> dict[str, Any]:
     Routes (each ends in the same ``CacheZeroer`` call on device ids, except ``list``):
     ``list`` (the library's host path), ``put_sharding`` (validate, unique, bucket, then
     ``jax.device_put`` with a cached sharding), ``put_cpp`` (the same through JAX's C++ batched
-    transfer, private API), and ``host_only`` (validation, unique and bucketing alone, no call).
+    transfer, private API), ``pinned_in_jit`` (the C++ transfer to pinned host memory, moved to the
+    device inside a jitted ``apply``), and ``host_only`` (validation, unique and bucketing alone, no call).
     Then :func:`transfer_wait` on the transfer pieces.
     """
     import jax
@@ -368,6 +369,10 @@ def list_paths(args: argparse.Namespace) -> dict[str, Any]:
     def busy() -> None:
         st["c"] = z(st["c"], big[0])
 
+    in_jit_to_device = jax.jit(
+        lambda c, i: z.apply(c, jax.device_put(i, jax.memory.Space.Device))[0], donate_argnums=0
+    )
+
     h8 = host_ids(list(range(8)))
     pieces: dict[str, Callable[[], Any]] = {
         "host_only_8": lambda: (host_ids(list(range(8))), None)[1],
@@ -403,6 +408,16 @@ def list_paths(args: argparse.Namespace) -> dict[str, Any]:
             "put_sharding": via(lambda lst: jax.device_put(host_ids(lst), sh)),
             "put_cpp": via(lambda lst: put_cpp(host_ids(lst))),
         }
+        if pin is not None:  # the ids to pinned host memory, moved to the device inside the step
+            def pinned_step(lst: list[int]) -> None:
+                st["c"] = in_jit_to_device(st["c"], put_cpp(host_ids(lst), pin))
+
+            try:  # evidence only: a JAX that cannot lower the move must not end the run
+                pinned_step(lists[0])
+                fns["pinned_in_jit"] = lambda: pinned_step(lists[nxt()])
+            except Exception as e:  # noqa: BLE001
+                res.setdefault("errors", {})[f"pinned_in_jit_{n}"] = f"{type(e).__name__}: {str(e)[:200]}"
+                print("route pinned_in_jit failed:", res["errors"][f"pinned_in_jit_{n}"], flush=True)
         for f in fns.values():  # compile every variant first (the running count's first value too)
             for _ in range(3):
                 f()
@@ -416,8 +431,9 @@ def list_paths(args: argparse.Namespace) -> dict[str, Any]:
         for k in ("dev", "list", "put_cpp"):
             r[f"host_{k}_us"] = host_us(fns[k], sync)
         r["new_compiles_in_timed_rounds"] = jit_cache(z) - before
-        for k in ("list", "put_sharding", "put_cpp"):
-            r[f"{k}_minus_dev_us"] = round(r[f"{k}_us"] - r["dev_us"], 1)
+        for k in ("list", "put_sharding", "put_cpp", "pinned_in_jit"):
+            if f"{k}_us" in r:
+                r[f"{k}_minus_dev_us"] = round(r[f"{k}_us"] - r["dev_us"], 1)
         if n == 8:
             r["host_profile_list"] = host_profile(fns["list"], sync, 20 if args.smoke else 200)
         res["rows"].append(r)
