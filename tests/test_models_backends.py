@@ -222,7 +222,7 @@ def backend_answers(names: list[str]) -> dict[str, Any]:
 
 def check_backend_table(answers: dict[str, Any]) -> None:
     """kvlayout's backend table is vLLM's (kv dtypes kvlayout takes, kernel block sizes, GPUs)."""
-    accepted = {"auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"}
+    accepted = {"auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"}
     for name, b in B.BACKENDS.items():
         got = answers["backends"][name]
         assert set(b.kv_dtypes) == set(got["kv"]) & accepted, name

@@ -2448,7 +2448,7 @@ def test_attention_and_backend_refusal_messages() -> None:
             mla=False, device="hopper", kv_cache_dtype="fp8_e5m2", attention_backend="FLASH_ATTN"
         ),
         "no_backend": lambda: resolve(mla=True, device="hopper", kv_cache_dtype="fp8", block_size=8),
-        "ds_mla": lambda: M.from_config(v32, kv_cache_dtype="fp8_ds_mla"),
+        "ds_mla": lambda: M.from_config(v32, kv_cache_dtype="fp8_e5m2"),
         "mla_block": lambda: M.from_config(
             {**v32, "architectures": ["DeepseekV3ForCausalLM"], "index_head_dim": None},
             kv_cache_dtype="fp8",
@@ -2517,10 +2517,10 @@ def test_attention_and_backend_refusal_messages() -> None:
             "kv_cache_dtype fp8 not supported; FLASHMLA: block_size not supported; FLASHINFER"
             "_MLA: compute capability not supported; TRITON_MLA: block_size not supported)"
         ),
-        "ds_mla": (
-            "kv_cache_dtype = 'fp8_ds_mla': no vLLM sparse MLA backend on hopper takes it (FL"
-            "ASH_ATTN_MLA_SPARSE: kv_cache_dtype fp8_ds_mla not supported; FLASHMLA_SPARSE: k"
-            "v_cache_dtype fp8_ds_mla not supported)"
+        "ds_mla": (  # fp8_ds_mla is planned (FLASHMLA_SPARSE takes it); fp8_e5m2 no backend takes
+            "kv_cache_dtype = 'fp8_e5m2': no vLLM sparse MLA backend on hopper takes it (FLASH_ATTN_MLA"
+            "_SPARSE: kv_cache_dtype fp8_e5m2 not supported; FLASHMLA_SPARSE: kv_cache_dtype fp8_e5m2 "
+            "not supported)"
         ),
         "mla_block": (
             "kv_cache_dtype = 'fp8': no vLLM MLA backend on hopper takes it (FLASH_ATTN_MLA: "
@@ -2731,3 +2731,118 @@ def test_tpu_options_reach_validation_and_reasons_list_every_skip() -> None:
     lay = Variation(window="layer")
     assert layer_types(_cfg(sliding_window=8), "generic", 3, lay) == ["sliding"] * 3
     assert layer_types(_cfg(), "generic", 3, lay) == ["full"] * 3
+
+
+# ---------------------------------------------------------------- fifth session: the last survivors
+_FIX = __import__("pathlib").Path(__file__).resolve().parent / "fixtures" / "models"
+
+
+def test_layer_bound_is_inclusive_and_refusals_name_vllms_module() -> None:
+    from kvlayout.models.base import MAX_LAYERS, Ctx
+
+    def ctx(n: int) -> Ctx:
+        cfg = _cfg(num_hidden_layers=n)
+        return Ctx(cfg, cfg, "llama", 1, "bfloat16", None, None, None, "model.layers", [], {})
+
+    assert ctx(MAX_LAYERS).num_layers() == MAX_LAYERS == 100_000  # the bound itself is accepted
+    with pytest.raises(SpecError) as e:
+        ctx(MAX_LAYERS + 1).num_layers()
+    assert (e.value.field, e.value.value) == ("config.num_hidden_layers", MAX_LAYERS + 1)
+    assert str(e.value).endswith("must be at most 100,000")
+    # an architecture vLLM serves and kvlayout refuses: the reason names vLLM's module, not "unknown"
+    with pytest.raises(SpecError) as e:
+        M.from_config({"architectures": ["AliceAIForCausalLM"]})
+    assert (e.value.field, e.value.value) == ("config.architectures[0]", "AliceAIForCausalLM")
+    assert str(e.value) == (
+        "config.architectures[0] = 'AliceAIForCausalLM': vLLM 0.33.0 serves it (hybrid, module alice_ai); "
+        "kvlayout refuses it: its Mamba / linear-attention states are not yet modeled"
+    )
+
+
+def test_attention_backend_of_any_type_is_a_spec_error() -> None:
+    """Unhashable, non-string and unknown backend names are refused naming ``attention_backend``
+    (a dict lookup of a list raised a raw TypeError), on every family: DeepSeek-V4 took any value."""
+    for family in ("llama", "deepseek_v3", "deepseek_v32", "deepseek_v4", "qwen3_next"):
+        for value in (["FLASH_ATTN"], {"FLASHMLA": 1}, 3, b"FLASHMLA", "nope", "FLASHINFER_MLA_SPARSE_DSV4"):
+            with pytest.raises(SpecError) as e:
+                M.from_config(_FIX / family / "config.json", attention_backend=value)
+            assert (e.value.field, e.value.value) == ("attention_backend", value), (family, value)
+    with pytest.raises(SpecError, match="FlashInfer's DSv4 cache is not modeled"):
+        M.from_config(_FIX / "deepseek_v4" / "config.json", attention_backend="FLASHINFER_MLA_SPARSE_DSV4")
+    # vLLM 0.33 builds V4's FlashMLA cache for FLASHMLA_SPARSE(_DSV4) and for backends V4 does not use
+    plain = M.from_config(_FIX / "deepseek_v4" / "config.json")
+    for name in ("FLASHMLA_SPARSE", "FLASHMLA_SPARSE_DSV4", "FLASH_ATTN"):
+        assert M.from_config(_FIX / "deepseek_v4" / "config.json", attention_backend=name).spec == plain.spec
+
+
+def test_v32_fp8_ds_mla_is_planned_as_vllm_plans_it() -> None:
+    """``--kv-cache-dtype fp8_ds_mla`` on DeepSeek-V3.2: vLLM 0.33's FLASHMLA_SPARSE lists it (its
+    ``fp8`` is an alias of it), so the cache is the fp8 one: 656 B per token, 64-token blocks."""
+    v32 = _FIX / "deepseek_v32" / "config.json"
+    for device, backend in (("hopper", None), ("blackwell", "FLASHMLA_SPARSE")):
+        ds = M.from_config(v32, kv_cache_dtype="fp8_ds_mla", device=device, attention_backend=backend)
+        fp8 = M.from_config(v32, kv_cache_dtype="fp8", device=device, attention_backend=backend)
+        assert isinstance(ds, M.ModelSpec) and isinstance(fp8, M.ModelSpec)
+        assert ds.spec == fp8.spec and ds.attention_backend == "FLASHMLA_SPARSE" and ds.block_size == 64
+        assert ds.kv_cache_dtype == "fp8_ds_mla"
+        att = [x for _, x in ds.spec.layers if ds.kinds[x.name] == "mla"]
+        assert att and all(x.token_bytes == 512 + 512 // 128 * 4 + 2 * 64 for x in att)
+    # FLASH_ATTN_MLA_SPARSE (first on Hopper) does not take it: the reason says so
+    ds = M.from_config(v32, kv_cache_dtype="fp8_ds_mla")
+    assert "skipped FLASH_ATTN_MLA_SPARSE: kv_cache_dtype fp8_ds_mla not supported" in ds.backend_reason
+    with pytest.raises(SpecError) as e:
+        M.from_config(v32, kv_cache_dtype="fp8_ds_mla", attention_backend="FLASH_ATTN_MLA_SPARSE")
+    assert e.value.field == "attention_backend" and "kv_cache_dtype fp8_ds_mla not supported" in str(e.value)
+    # fp8_e4m3: vLLM goes on to FLASHINFER_MLA_SPARSE_SM90 (64-token multiples), not modeled: said so
+    skipped = (
+        "FLASH_ATTN_MLA_SPARSE: kv_cache_dtype fp8_e4m3 not supported; "
+        "FLASHMLA_SPARSE: kv_cache_dtype fp8_e4m3 not supported"
+    )
+    for block_size in (None, 64, 128):
+        with pytest.raises(SpecError) as e:
+            M.from_config(v32, kv_cache_dtype="fp8_e4m3", block_size=block_size)
+        assert str(e.value) == (
+            "kv_cache_dtype = 'fp8_e4m3': vLLM 0.33 passes over the sparse MLA backends modeled here "
+            f"({skipped}) to FLASHINFER_MLA_SPARSE_SM90 (FlashInfer's SM90 sparse MLA), whose cache "
+            "kvlayout does not model"
+        )
+    for block_size in (16, 32, 96):  # no vLLM backend takes these blocks (each wants 64-token multiples)
+        with pytest.raises(SpecError) as e:
+            M.from_config(v32, kv_cache_dtype="fp8_e4m3", block_size=block_size)
+        assert str(e.value).startswith("kv_cache_dtype = 'fp8_e4m3': no vLLM sparse MLA backend on hopper")
+
+
+def test_falcon_h1_state_that_fills_the_page_is_not_aligned() -> None:
+    """A Falcon-H1 Mamba state exactly one attention page (16 tokens x 256 B = 4,096 B) takes no
+    ``alignment`` (its page is its state), like the Mamba layers of the other hybrids."""
+    falcon = {
+        "architectures": ["FalconH1ForCausalLM"],
+        "num_hidden_layers": 2,
+        "mamba_n_heads": 1,
+        "mamba_d_head": 64,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 2,
+        "mamba_d_ssm": 992,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "hidden_size": 256,
+        "torch_dtype": "bfloat16",
+    }
+    state = 1 * (992 + 2 * 16) * 2 + 1 * 64 * 16 * 2  # conv (1 step) + ssm, bf16
+    per_token = 2 * 1 * 64 * 2
+    assert state == 16 * per_token == 4096
+    ms = M.from_config(falcon)
+    _check_hybrid(ms, state, per_token, None, ["model.2.mixer", "model.3.mixer"],
+                  ["model.layers.0.attn", "model.layers.1.attn"])
+    mamba = [x for _, x in ms.spec.layers if x.name.endswith("mixer")]
+    assert [x.alignment for x in mamba] == [None, None]
+    assert all("alignment" not in x.to_dict() for x in mamba)
+    # 4 B more: the next 16 tokens, and the state padded to that page
+    ms = M.from_config({**falcon, "mamba_d_ssm": 994})
+    _check_hybrid(ms, state + 4, per_token, None, ["model.2.mixer", "model.3.mixer"],
+                  ["model.layers.0.attn", "model.layers.1.attn"])
+    assert ms.block_size == 32 and {x.alignment for _, x in ms.spec.layers if x.name.endswith("mixer")} == {
+        32 * per_token
+    }

@@ -87,7 +87,9 @@ BACKENDS: Mapping[str, Backend] = {
         Backend("CUTLASS_MLA", True, False, (10,), _HALF + _FP8, ((128, False),)),
         Backend("TRITON_MLA", True, False, None, _HALF + _FP8, ((16, True),)),
         Backend("FLASH_ATTN_MLA_SPARSE", True, True, (9,), _HALF, ((64, True),), stride_rows=True),
-        Backend("FLASHMLA_SPARSE", True, True, (9, 10), ("auto", "bfloat16", "fp8"), ((64, True),)),
+        Backend(
+            "FLASHMLA_SPARSE", True, True, (9, 10), ("auto", "bfloat16", "fp8_ds_mla", "fp8"), ((64, True),)
+        ),
     )
 }
 
@@ -209,11 +211,14 @@ def resolve(
             return _checked(Resolved(b, b.preferred_block_size(), why), device, kv_cache_dtype)
         if b.sparse == sparse:
             skipped.append(f"{name}: {bad}")
-    raise spec_error(
-        "kv_cache_dtype",
-        kv_cache_dtype,
-        f"no vLLM {kind} backend on {device} takes it ({'; '.join(skipped)})",
-    )
+    why = f"no vLLM {kind} backend on {device} takes it ({'; '.join(skipped)})"
+    if sparse and major == 9 and kv_cache_dtype == "fp8_e4m3" and (block_size or 64) % 64 == 0:
+        # vLLM's list ends with FLASHINFER_MLA_SPARSE_SM90 (kv dtypes auto, bfloat16, fp8, fp8_e4m3)
+        why = (
+            f"vLLM 0.33 passes over the sparse MLA backends modeled here ({'; '.join(skipped)}) to "
+            "FLASHINFER_MLA_SPARSE_SM90 (FlashInfer's SM90 sparse MLA), whose cache kvlayout does not model"
+        )
+    raise spec_error("kv_cache_dtype", kv_cache_dtype, why)
 
 
 def block_stride_alignment(backend: Backend, device: str, kv_cache_dtype: str, row_bytes: int) -> int | None:

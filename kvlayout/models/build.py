@@ -62,7 +62,7 @@ def build(
         family,
         tp,
         model_dtype,
-        kv_cache_dtype,
+        check_kv_cache_dtype(kv_cache_dtype, family),
         block_size,
         mamba_ssm_cache_dtype,
         prefix,
@@ -71,7 +71,6 @@ def build(
         device=device,
         attention_backend=attention_backend,
     )
-    c.kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype, family)
     groups, kv, bs = family_rule(family)(c)
     spec = KVCacheSpec(num_blocks=num_blocks, layout="packed", groups=groups)
     r = c.resolved

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import spec_error
 from ..spec import FP8_DS_MLA, GroupSpec, LayerSpec, MLASpec
+from .backends import BACKENDS
 from .base import Ctx
 from .grouping import vllm_packed_groups
 
@@ -43,6 +44,13 @@ def dsv4_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     heads = c.cfg.req_int("num_attention_heads", "the query heads")
     if heads % c.tp:
         raise spec_error(c.cfg.field("num_attention_heads"), heads, f"not divisible by tp = {c.tp}")
+    ab = c.attention_backend  # vLLM's _select_dsv4_attn_cls: FlashMLA unless FlashInfer's DSv4 path is named
+    if ab is not None and not (isinstance(ab, str) and ab in (*BACKENDS, "FLASHMLA_SPARSE_DSV4")):
+        why = (
+            "valid: FLASHMLA_SPARSE_DSV4 or a name in kvlayout.models.backends.BACKENDS (vLLM 0.33 gives "
+            "DeepSeek-V4 the FlashMLA cache modeled here for each); FlashInfer's DSv4 cache is not modeled"
+        )
+        raise spec_error("attention_backend", ab, why)
     raw = "auto" if c.kv_cache_dtype is None else c.kv_cache_dtype
     if raw != "auto" and not raw.startswith("fp8"):
         raise spec_error(
