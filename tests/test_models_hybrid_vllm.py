@@ -1,5 +1,5 @@
 """Hybrids by vLLM 0.33's own model construction (issue 23): GraniteMoeHybrid (IBM Granite 4.0-H),
-LFM2 and LFM2-MoE (Liquid; short-conv state).
+LFM2 and LFM2-MoE (Liquid; short-conv state), OLMo hybrid (gated delta net).
 
 For each small config (the shape of the published ones), at tp 1, 2 and 8, with a bf16 and an fp8
 cache, one subprocess (this file with ``--driver``) does what vLLM does on a GPU, on the CPU:
@@ -91,6 +91,22 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "moe_intermediate_size": 256,
         "intermediate_size": 1024,
     },
+    # allenai OLMo hybrid: gated delta net layers and full attention, layer_types as published
+    "olmo_hybrid": {
+        "architectures": ["OlmoHybridForCausalLM"],
+        "model_type": "olmo_hybrid",
+        "hidden_size": 512,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 2,
+        "linear_num_key_heads": 8,
+        "linear_num_value_heads": 8,
+        "linear_key_head_dim": 64,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "intermediate_size": 1024,
+    },
 }
 TPS = (1, 2, 8)
 KV = ("auto", "fp8")
@@ -173,6 +189,9 @@ def _driver() -> None:
     import tempfile
     from types import SimpleNamespace as NS
 
+    from tests.test_models import _stub_compressed_tensors
+
+    _stub_compressed_tensors()  # OLMo hybrid's import reaches quantization code naming it (not installed)
     cases = json.load(sys.stdin)
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # vLLM's prints stay off the answer
@@ -203,6 +222,10 @@ def _driver() -> None:
     # stub: CUDA's standard attention backend for the alignment (its smallest kernel block is 16)
     assert min(TritonAttentionBackend.get_supported_kernel_block_sizes(), key=lambda s: getattr(s, "base", s))
     Platform._find_non_ssm_backends = classmethod(lambda cls, vc: [TritonAttentionBackend])  # type: ignore
+    # the model classes imported here, where the stub above exists (vLLM would inspect a lazily
+    # registered class in a subprocess without it): the same classes, registered directly
+    for arch in sorted({c["config"]["architectures"][0] for c in cases.values()}):
+        ModelRegistry.register_model(arch, ModelRegistry.models[arch].load_model_cls())
     layout = next(m for m in I.KVCacheLayout if m.is_block_outermost)
     planning = NS(
         cache_config=NS(

@@ -42,6 +42,7 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "GraniteMoeHybridForCausalLM": "granitemoehybrid",
     "Lfm2ForCausalLM": "lfm2",
     "Lfm2MoeForCausalLM": "lfm2",
+    "OlmoHybridForCausalLM": "olmo_hybrid",
 }
 #: registry kind -> the generic family of an architecture of that kind vLLM's construction confirms
 GENERIC_BY_KIND: Mapping[str, str] = {
@@ -70,7 +71,9 @@ ATTENTION_FAMILIES = (
     "generic_sw",
 )
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "generic_mla")
-HYBRID_FAMILIES = ("jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5", "granitemoehybrid", "lfm2")
+HYBRID_FAMILIES = (
+    "jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5", "granitemoehybrid", "lfm2", "olmo_hybrid"
+)
 
 #: A family's rule: the groups, the KV cache dtype and the (main) block size.
 FamilyRule = Callable[[Ctx], tuple[tuple[GroupSpec, ...], str, int]]

@@ -1,5 +1,5 @@
 """Mamba and linear-attention hybrids: Jamba, Nemotron-H, Falcon-H1, Qwen3-Next, Qwen3.5, Granite 4.0-H,
-LFM2 and LFM2-MoE (vLLM 0.33).
+LFM2, LFM2-MoE and OLMo hybrid (vLLM 0.33).
 
 - Hybrid alignment (``Platform._align_hybrid_block_size``): with ``unit = max(16, block_size)``
   the attention block becomes ``unit * ceil(mamba_page / (unit * attention_bytes_per_token))``
@@ -26,7 +26,9 @@ LFM2 and LFM2-MoE (vLLM 0.33).
   LFM2-MoE's ``hidden_size``), named ``model.layers.{i}.short_conv``; ``layer_types`` names the
   ``full_attention`` layers, the others ``conv``. Both attention layers take ``hidden_size //
   num_attention_heads`` as head size (a written ``head_dim`` that differs is refused: vLLM's block
-  alignment would read it). Shown by vLLM's own construction: tests/test_models_hybrid_vllm.py.
+  alignment would read it). OLMo hybrid (``OlmoHybridForCausalLM``): Qwen3-Next's gated delta net
+  state, mixers ``model.layers.{i}.linear_attn``, attention head size ``hidden_size //
+  num_attention_heads``. Shown by vLLM's own construction: tests/test_models_hybrid_vllm.py.
 - Mamba states take their page in every block and are never zeroed (GEOMETRY.md section 1).
 """
 
@@ -156,7 +158,7 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
         dim = per_rank(cfg, key, cfg.req_int(key, "the short-conv channels"), tp)
         k = cfg.req_int("conv_L_cache", "the short-conv state keeps conv_L_cache - 1 steps")
         return [True] * n, is_attn, (k - 1) * dim * conv_size, "short_conv", "short_conv"
-    # gated delta net: Qwen3-Next, Qwen3.5
+    # gated delta net: Qwen3-Next, Qwen3.5, OLMo hybrid
     if cfg.has("layer_types"):
         raw = cfg.req_list("layer_types", "", n, str, exact=True)
         for i, t in enumerate(raw):
@@ -223,7 +225,7 @@ def _mamba2_state(
 def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
     head_keys = ("head_dim", "attention_head_dim") if c.family == "nemotron_h" else ("head_dim",)
-    if c.family in ("granitemoehybrid", "lfm2"):  # their attention: hidden_size // num_attention_heads
+    if c.family in ("granitemoehybrid", "lfm2", "olmo_hybrid"):  # attention: hidden_size // heads
         att = read_attention(c.cfg, c.tp, variation=Variation(head_dim=False))
         written = c.cfg.opt_int("head_dim")
         if written is not None and written != att.head_size:  # vLLM aligns blocks by ModelConfig's head_dim
