@@ -657,3 +657,48 @@ def test_native_routed_batches_use_per_stream_slots(cuda: FakeCuda) -> None:
     z.launch_routed(torch.tensor([11]), 8, 16)  # both slots free: the first one
     assert len(z._slots) == 2 and slot.done is done and done.records == 3
     c.expect([3])
+
+
+# ---- host rules that run here anyway ----------------------------------------------------------
+
+
+def test_host_ids_that_are_not_flat_int_sequences_are_refused() -> None:
+    """Only lists, tuples and integer NumPy arrays are ids: a range, a scalar, nested lists or floats of
+    any length raise BlockIdError naming the value, whatever path the batch's length picks."""
+    c = Case(tiny(100))
+    z = c.zeroer(max_batch=200)
+    dst = np.full(200, -1, np.int64)
+    for bad, msg in (
+        (range(70), "block_ids = range(0, 70): must be a list, tuple or integer NumPy array"),
+        (5, "block_ids = 5: must be a list, tuple or integer NumPy array"),
+        ([[1, 2]] * 70, "block_ids[0] = [1, 2]"),
+        ([2.0] * 70, "block_ids[0] = 2.0"),
+        ([3] * 69 + [7.0], "block_ids[69] = 7.0"),
+        (tuple([4] * 70) + (True,), "block_ids[70] = True"),
+    ):
+        with pytest.raises(K.BlockIdError) as info:
+            z._fill(dst, bad)
+        assert str(info.value).startswith(msg), (msg, str(info.value))
+        with pytest.raises(K.BlockIdError):
+            z.zero(bad)
+    assert (dst[70:] == -1).all()
+    c.expect([])
+
+
+def test_small_batch_geometry_at_its_edges() -> None:
+    """Smaller units only while ``bucket * units < max_programs // 2``; the group's own rows always."""
+    c = Case(tiny(8, groups=True))
+    z = c.zeroer(max_programs=8)  # want 4 work items; one unit per block and group
+    assert z._chunk_words == 2048
+    chunks = [z.plan_for_batch(k).plan.chunk_words for k in (1, 2, 3, 4, 5, 8)]
+    assert chunks == [1024, 1024, 2048, 2048, 2048, 2048]
+    assert z.plan_for_batch(3, "h") is z._plans[("h", 2048)]
+    assert z.plan_for_batch(2, "h") is z._plans[("h", 1024)]
+    for small in (True, False):
+        w = c.zeroer(max_programs=2, small_batch=small)
+        w.zero([1, 6], "h")  # eager, group h's rows only
+        c.expect([1, 6], "h")
+        w.zero([2], "g")
+        c.expect([2], "g")
+    z.zero(torch.tensor([3, 4, 5, 7]), "h")
+    c.expect([3, 4, 5, 7], "h")
