@@ -893,7 +893,9 @@ def test_tpu_inference_page_size_and_array_pages() -> None:
         for impl in ("flax_nnx", "vllm"):
             shards = tp * dcp if dcp > 1 and impl == "flax_nnx" else tp
             if (kv >= shards and kv % shards) or (kv < shards and shards % kv):
-                assert _field(attention_array_page, kv, hs, dt, o, page, impl) == "tp"
+                assert _field(attention_array_page, kv, hs, dt, o, page, impl) == (
+                    "tp * dcp" if shards != tp else "tp"
+                )
                 continue
             heads = max(kv, shards)
             shard = heads // tp
@@ -1138,7 +1140,13 @@ def test_entry_points_refuse_what_does_not_apply() -> None:
     assert _field(M.from_config, llama, engine="sglang") == "engine"
     assert _field(M.from_config, llama, dp=2) == "dp"
     assert _field(M.from_config, llama, engine="tpu-inference", device="blackwell") == "device"
-    assert _field(M.from_config, llama, engine="tpu-inference", attention_backend="FLASHINFER") == "device"
+    # the flag given is named (was device = 'hopper', the default the user did not give)
+    assert _field(M.from_config, llama, engine="tpu-inference", attention_backend="FLASHINFER") == (
+        "attention_backend"
+    )
+    assert _field(
+        M.from_config, llama, engine="tpu-inference", device="ampere", attention_backend="FLASHINFER"
+    ) == "device"
     assert _field(M.from_config, llama, device="volta") == "device"
     assert _field(M.from_config, llama, reader="yaml") == "reader"
     assert _field(M.from_config, llama, tp=0) == "tp"
@@ -2846,3 +2854,43 @@ def test_falcon_h1_state_that_fills_the_page_is_not_aligned() -> None:
     assert ms.block_size == 32 and {x.alignment for _, x in ms.spec.layers if x.name.endswith("mixer")} == {
         32 * per_token
     }
+
+
+def test_tpu_inference_mesh_is_bounded_and_head_errors_name_dcp() -> None:
+    """A mesh of more than 65,536 devices (as kvlayout.sharding bounds one) is refused naming the
+    product (``dp=10**19`` with 0 blocks was planned); KV heads padded over ``tp * dcp`` (flax_nnx,
+    seven axes) name ``tp * dcp``, not ``tp`` (was ``tp = 3`` for ``tp=1, dcp=3``)."""
+    llama = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "max_position_embeddings": 1024,
+        "torch_dtype": "bfloat16",
+    }
+    tpu = {"engine": "tpu-inference", "num_blocks": 0}
+    for dp, tp, dcp in ((2**16, 1, 1), (2**13, 8, 1), (2**10, 8, 8)):
+        assert isinstance(M.from_config(llama, dp=dp, tp=tp, dcp=dcp, **tpu), M.NativeModelSpec)
+    for dp, tp, dcp in ((2**16 + 1, 1, 1), (2**13, 8, 2), (10**19, 1, 1), (1, 8, 2**13 + 1)):
+        with pytest.raises(SpecError) as e:
+            M.from_config(llama, dp=dp, tp=tp, dcp=dcp, **tpu)
+        assert (e.value.field, e.value.value) == ("dp * tp * dcp", dp * tp * dcp)
+        assert str(e.value).endswith("a mesh has at most 65,536 devices")
+    for tp, dcp, field, value, why in (
+        (1, 3, "tp * dcp", 3, "does not divide the 8 KV heads"),
+        (2, 3, "tp * dcp", 6, "does not divide the 8 KV heads"),
+        (4, 4, "tp * dcp", 16, None),  # 16 shards: the 8 heads replicated to 16
+        (16, 1, "tp", 16, None),
+        (3, 1, "tp", 3, "does not divide the 8 KV heads"),
+        (12, 1, "tp", 12, "is not a multiple of the 8 KV heads"),
+        (4, 3, "tp * dcp", 12, "is not a multiple of the 8 KV heads"),
+        (4, 6, "tp * dcp", 24, None),
+    ):
+        if why is None:
+            assert isinstance(M.from_config(llama, tp=tp, dcp=dcp, **tpu), M.NativeModelSpec)
+            continue
+        with pytest.raises(SpecError) as e:
+            M.from_config(llama, tp=tp, dcp=dcp, **tpu)
+        assert (e.value.field, e.value.value) == (field, value), (tp, dcp)
+        assert str(e.value) == f"{field} = {value}: {why} (tpu-inference asserts it)"

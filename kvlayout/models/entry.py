@@ -49,9 +49,10 @@ def from_config(
         key = next(iter(tpu_options))
         raise spec_error(key, tpu_options[key], "applies to engine tpu-inference only")
     if engine != "vllm" and (device != DEFAULT_DEVICE or attention_backend is not None):
-        raise spec_error(
-            "device", device, "a CUDA GPU and its vLLM attention backend apply to engine vllm only"
-        )
+        why = "a CUDA GPU and its vLLM attention backend apply to engine vllm only"
+        if device != DEFAULT_DEVICE:
+            raise spec_error("device", device, why)
+        raise spec_error("attention_backend", attention_backend, why)
     if engine == "tpu-inference":
         return tpu_inference_from_config(
             config,

@@ -61,6 +61,7 @@ from typing import Any
 
 from ..errors import spec_error
 from ..native import NativeCacheSpec, NativeLeaf
+from ..sharding import MAX_MESH_DEVICES
 from ..spec import DTYPE_SIZES, FullAttentionSpec, LayerSpec, MambaSpec, MLASpec
 from ..validate import is_int
 from .base import DEFAULT_NUM_BLOCKS, fmt_int
@@ -159,6 +160,9 @@ class TpuOptions:
     def __post_init__(self) -> None:
         for name in ("tp", "dp", "dcp", "max_num_seqs", "mla_kv_packing_size"):
             _pos_int(name, getattr(self, name))
+        devices = self.dp * self.tp * self.dcp
+        if devices > MAX_MESH_DEVICES:  # as kvlayout.sharding bounds a mesh
+            raise spec_error("dp * tp * dcp", devices, f"a mesh has at most {MAX_MESH_DEVICES:,} devices")
         if self.max_model_len is not None:
             _pos_int("max_model_len", self.max_model_len)
         if self.max_num_seqs > MAX_NUM_SEQS:
@@ -201,17 +205,17 @@ def default_page_size(mla: bool, max_model_len: int, max_num_seqs: int) -> int:
     return max(page, _next_pow2(-(-max_model_len // per_req)))
 
 
-def _padded_heads(kv_heads: int, shards: int) -> int:
-    """``get_padded_num_heads``: KV heads replicated up to ``shards`` when fewer."""
+def _padded_heads(kv_heads: int, shards: int, field: str) -> int:
+    """``get_padded_num_heads``: KV heads replicated up to ``shards`` (``field``: tp or tp * dcp)."""
     if kv_heads >= shards:
         if kv_heads % shards:
             raise spec_error(
-                "tp", shards, f"does not divide the {kv_heads} KV heads (tpu-inference asserts it)"
+                field, shards, f"does not divide the {kv_heads} KV heads (tpu-inference asserts it)"
             )
         return kv_heads
     if shards % kv_heads:
         raise spec_error(
-            "tp", shards, f"is not a multiple of the {kv_heads} KV heads (tpu-inference asserts it)"
+            field, shards, f"is not a multiple of the {kv_heads} KV heads (tpu-inference asserts it)"
         )
     return shards
 
@@ -220,7 +224,8 @@ def attention_array_page(
     kv_heads: int, head_size: int, dtype: str, o: TpuOptions, page_size: int, impl: str
 ) -> tuple[int, ...]:
     """One page of an attention array over the whole mesh (``get_kv_cache_shape_with_mesh``)."""
-    heads = _padded_heads(kv_heads, o.head_shards(impl))
+    shards = o.head_shards(impl)
+    heads = _padded_heads(kv_heads, shards, "tp" if shards == o.tp else "tp * dcp")
     head_dim = head_size if head_size == 64 else align(head_size, TPU_LANES)
     if heads % o.tp:
         raise spec_error(
