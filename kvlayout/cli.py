@@ -834,6 +834,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING, format="%(message)s"
     )
     try:
+        for name in ("spec", "table", "config"):  # an empty path read as "not given" (issue 25)
+            if getattr(args, name, None) == "":
+                raise UsageError(f"{name} = '': an empty path", field=name, value="")
         return int(args.func(args))
     except KVLayoutError as e:
         print(f"kvlayout {args.cmd}: error: {_one_line(str(e))}", file=sys.stderr)

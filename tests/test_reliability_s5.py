@@ -99,3 +99,17 @@ def test_shard_with_one_shard_reads_as_one(tmp_path: Path, capsys: pytest.Captur
     out = capsys.readouterr().out.splitlines()
     assert "block_sharded, buffer split over (dp) into 1 shard; 4 global blocks, 4 per shard" in out[0]
     assert out[2] == "  shard 0 (dp=0; bytes [0, 4096)): local ids [1]"
+
+
+def test_an_empty_path_is_refused_not_ignored(capsys: pytest.CaptureFixture[str]) -> None:
+    """``plan '' --preset llama-8b`` planned the preset and ``check --preset llama-8b --table ''``
+    checked it: an empty path read as "not given". Each is one line naming the field, exit 2."""
+    for argv, field in (
+        (["plan", "", "--preset", "llama-8b"], "spec"),
+        (["check", "--preset", "llama-8b", "--table", ""], "table"),
+        (["plan", "--preset", "llama-8b", "--config", "", "--tp", "2"], "config"),
+        (["plot", "--table", "", "--out", "x.png"], "table"),
+    ):
+        assert C.main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err == f"kvlayout {argv[0]}: error: {field} = '': an empty path\n", argv
