@@ -162,6 +162,9 @@ def read_attention(
             "hidden_size", f"the head size is hidden_size // num_attention_heads without {head_keys[0]}"
         )
         head_size = hidden // heads
+        if head_size < 1:  # no head size: hybrids divided by the 0-byte page (issue 25)
+            why = f"below num_attention_heads = {heads}: the head size hidden_size // heads is 0"
+            raise spec_error(cfg.field("hidden_size"), hidden, why)
     return Attention(heads, max(1, total // tp), head_size)
 
 
