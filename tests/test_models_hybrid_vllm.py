@@ -1,5 +1,6 @@
 """Hybrids by vLLM 0.33's own model construction (issue 23): GraniteMoeHybrid (IBM Granite 4.0-H),
-LFM2 and LFM2-MoE (Liquid; short-conv state), OLMo hybrid (gated delta net).
+LFM2 and LFM2-MoE (Liquid; short-conv state), OLMo hybrid (gated delta net), Zamba2 (shared attention
+blocks beside a Mamba2 mixer in every layer).
 
 For each small config (the shape of the published ones), at tp 1, 2 and 8, with a bf16 and an fp8
 cache, one subprocess (this file with ``--driver``) does what vLLM does on a GPU, on the CPU:
@@ -107,16 +108,48 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "linear_conv_kernel_dim": 4,
         "intermediate_size": 1024,
     },
+    # Zyphra/Zamba2-*: hybrid layers share num_mem_blocks attention blocks (each a KV cache of its own)
+    "zamba2": {
+        "architectures": ["Zamba2ForCausalLM"],
+        "model_type": "zamba2",
+        "hidden_size": 256,
+        "num_hidden_layers": 6,
+        "layers_block_type": ["mamba", "mamba", "hybrid", "mamba", "mamba", "hybrid"],
+        "hybrid_layer_ids": [2, 5],
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_ngroups": 1,
+        "n_mamba_heads": 8,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "attention_hidden_size": 512,
+        "attention_head_dim": 64,
+        "num_mem_blocks": 1,
+        "use_shared_attention_adapter": False,
+        "intermediate_size": 1024,
+    },
+}
+# Zamba2 with two shared attention blocks over three hybrid layers: block 0 takes hybrid layers 0 and 2
+# (model.attn.0, .1), block 1 layer 1, numbered from ceil(3 / 2) = 2 (model.attn.2)
+CONFIGS["zamba2_mem2"] = {
+    **CONFIGS["zamba2"],
+    "num_hidden_layers": 7,
+    "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "mamba", "hybrid", "mamba"],
+    "hybrid_layer_ids": [1, 3, 5],
+    "num_mem_blocks": 2,
 }
 TPS = (1, 2, 8)
 KV = ("auto", "fp8")
+#: name -> its tensor-parallel sizes where not TPS
+_TPS = {"zamba2_mem2": (1,)}
 
 
 def _cases() -> dict[str, dict[str, Any]]:
     return {
         f"{name}-tp{tp}-{kv}": {"config": {**_BASE, **cfg}, "tp": tp, "kv_cache_dtype": kv}
         for name, cfg in CONFIGS.items()
-        for tp in TPS
+        for tp in _TPS.get(name, TPS)
         for kv in KV
     }
 
@@ -179,6 +212,11 @@ def test_hybrid_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, 
     lfm = answers["lfm2-tp2-auto"]
     assert lfm["states"]["model.layers.0.short_conv"] == [[[2, 256]], ["torch.bfloat16"]]
     assert lfm["block_size"] == 16 and lfm["layers"]["model.layers.0.short_conv"][1:] == [1_024, 16_384]
+    # Zamba2: its shared attention is model.attn.{j}, the mixers {hybrid layers + i}.mixer; fp8 halves
+    # the attention page (8 heads * 64 * 2 * 1 B = 1,024 B a token) below the 19,648 B state: 32 tokens
+    z = answers["zamba2-tp1-fp8"]
+    assert list(z["layers"]) == ["model.attn.0", "model.attn.1", *(f"{2 + i}.mixer" for i in range(6))]
+    assert z["block_size"] == 32 and z["layers"]["2.mixer"][1:] == [19_648, 32_768]
 
 
 # --------------------------------------------------------------------------- the vLLM side

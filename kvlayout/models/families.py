@@ -43,6 +43,7 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "Lfm2ForCausalLM": "lfm2",
     "Lfm2MoeForCausalLM": "lfm2",
     "OlmoHybridForCausalLM": "olmo_hybrid",
+    "Zamba2ForCausalLM": "zamba2",
 }
 #: registry kind -> the generic family of an architecture of that kind vLLM's construction confirms
 GENERIC_BY_KIND: Mapping[str, str] = {
@@ -72,7 +73,8 @@ ATTENTION_FAMILIES = (
 )
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "generic_mla")
 HYBRID_FAMILIES = (
-    "jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5", "granitemoehybrid", "lfm2", "olmo_hybrid"
+    "jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5", "granitemoehybrid", "lfm2", "olmo_hybrid",
+    "zamba2",
 )
 
 #: A family's rule: the groups, the KV cache dtype and the (main) block size.

@@ -1,5 +1,5 @@
 """Mamba and linear-attention hybrids: Jamba, Nemotron-H, Falcon-H1, Qwen3-Next, Qwen3.5, Granite 4.0-H,
-LFM2, LFM2-MoE and OLMo hybrid (vLLM 0.33).
+LFM2, LFM2-MoE, OLMo hybrid and Zamba2 (vLLM 0.33).
 
 - Hybrid alignment (``Platform._align_hybrid_block_size``): with ``unit = max(16, block_size)``
   the attention block becomes ``unit * ceil(mamba_page / (unit * attention_bytes_per_token))``
@@ -28,7 +28,11 @@ LFM2, LFM2-MoE and OLMo hybrid (vLLM 0.33).
   num_attention_heads`` as head size (a written ``head_dim`` that differs is refused: vLLM's block
   alignment would read it). OLMo hybrid (``OlmoHybridForCausalLM``): Qwen3-Next's gated delta net
   state, mixers ``model.layers.{i}.linear_attn``, attention head size ``hidden_size //
-  num_attention_heads``. Shown by vLLM's own construction: tests/test_models_hybrid_vllm.py.
+  num_attention_heads``. Zamba2: a Mamba2 mixer in every layer (inner ``mamba_expand * hidden``,
+  ``n_mamba_heads``, ``mamba_ngroups``), named ``{H + i}.mixer`` with ``H`` the hybrid layers
+  (vLLM's own numbering), and one attention layer per hybrid layer, ``model.attn.{j}``, numbered by
+  shared block (``num_mem_blocks``), ``num_attention_heads`` KV heads of ``attention_head_dim``.
+  Shown by vLLM's own construction: tests/test_models_hybrid_vllm.py.
 - Mamba states take their page in every block and are never zeroed (GEOMETRY.md section 1).
 """
 
@@ -38,7 +42,7 @@ from collections.abc import Sequence
 
 from ..errors import spec_error
 from ..spec import DTYPE_SIZES, FullAttentionSpec, GroupSpec, LayerSpec, MambaSpec
-from .attention import Variation, read_attention, token_bytes
+from .attention import Attention, Variation, read_attention, token_bytes
 from .backends import HYBRID_BLOCK_UNIT
 from .base import Ctx
 from .config import MODEL_DTYPES, Config, per_rank, resolve_kv_dtype
@@ -47,11 +51,7 @@ from .grouping import vllm_groups
 
 def ssm_dtype(c: Ctx, config_keys: Sequence[str], default: str) -> str:
     """The ssm state dtype: the argument, else the first config key present, else ``default``."""
-    if c.mamba_ssm_cache_dtype not in (None, "auto"):
-        if c.mamba_ssm_cache_dtype not in MODEL_DTYPES:
-            raise spec_error(
-                "mamba_ssm_cache_dtype", c.mamba_ssm_cache_dtype, f"valid: auto, {', '.join(MODEL_DTYPES)}"
-            )
+    if c.mamba_ssm_cache_dtype not in (None, "auto"):  # one of MODEL_DTYPES: build() checks it
         return str(c.mamba_ssm_cache_dtype)
     for key in config_keys:
         if c.cfg.has(key):
@@ -158,6 +158,24 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
         dim = per_rank(cfg, key, cfg.req_int(key, "the short-conv channels"), tp)
         k = cfg.req_int("conv_L_cache", "the short-conv state keeps conv_L_cache - 1 steps")
         return [True] * n, is_attn, (k - 1) * dim * conv_size, "short_conv", "short_conv"
+    if c.family == "zamba2":  # a Mamba2 mixer in every layer; the shared attention blocks apart
+        inner = cfg.req_int(
+            "mamba_expand", "the Mamba inner size is mamba_expand * hidden_size"
+        ) * cfg.req_int("hidden_size", "the Mamba inner size is mamba_expand * hidden_size")
+        heads = cfg.req_int("n_mamba_heads", "the Mamba2 heads")
+        hdim = inner // heads  # Zamba2MambaDecoderLayer's head size
+        written = cfg.opt_int("mamba_headdim")
+        if written is not None and written != hdim:  # vLLM's block alignment reads mamba_headdim
+            raise spec_error(
+                cfg.field("mamba_headdim"),
+                written,
+                f"vLLM's Mamba layers use mamba_expand * hidden_size // n_mamba_heads = {hdim} and its "
+                "block alignment this field: they must agree",
+            )
+        state = _mamba2_state(
+            c, inner, heads, hdim, "mamba_ngroups", "mamba_d_state", "mamba_d_conv", "n_mamba_heads"
+        )
+        return [True] * n, [False] * n, state, "mamba", "mixer"
     # gated delta net: Qwen3-Next, Qwen3.5, OLMo hybrid
     if cfg.has("layer_types"):
         raw = cfg.req_list("layer_types", "", n, str, exact=True)
@@ -203,7 +221,14 @@ def _typed_layers(cfg: Config, n: int, valid: dict[str, bool]) -> list[bool]:
 
 
 def _mamba2_state(
-    c: Ctx, inner: int, heads: int, hdim: int, groups_key: str, state_key: str, conv_key: str
+    c: Ctx,
+    inner: int,
+    heads: int,
+    hdim: int,
+    groups_key: str,
+    state_key: str,
+    conv_key: str,
+    heads_key: str = "mamba_n_heads",
 ) -> int:
     """Bytes of one Mamba2 state per rank (``MambaStateShapeCalculator.mamba2_state_shape``): conv
     ``(k - 1, (inner + 2 * groups * state) / tp)`` in the model dtype, ssm ``(heads / tp, head_dim,
@@ -219,7 +244,60 @@ def _mamba2_state(
     conv_dim = per_rank(cfg, groups_key, inner + 2 * groups * d_state, tp)
     ssm = ssm_dtype(c, (), c.dtype)
     conv = (k - 1) * conv_dim * DTYPE_SIZES[c.dtype]
-    return conv + per_rank(cfg, "mamba_n_heads", heads, tp) * hdim * d_state * DTYPE_SIZES[ssm]
+    return conv + per_rank(cfg, heads_key, heads, tp) * hdim * d_state * DTYPE_SIZES[ssm]
+
+
+def _zamba2_attention(cfg: Config, tp: int) -> Attention:
+    """Zamba2's shared attention (``Zamba2Attention``): ``num_attention_heads`` heads of
+    ``attention_head_dim``, as many KV heads (``num_key_value_heads`` that differs is refused: vLLM's
+    block alignment would read it); ``attention_hidden_size`` must be their product (vLLM raises)."""
+    heads = cfg.req_int("num_attention_heads", "the attention heads (KV heads alike)")
+    hdim = cfg.req_int("attention_head_dim", "the attention head size")
+    size = cfg.req_int(
+        "attention_hidden_size", "the attention width, num_attention_heads * attention_head_dim"
+    )
+    if size != heads * hdim:
+        raise spec_error(cfg.field("attention_hidden_size"), size, f"must be {heads} * {hdim} (vLLM raises)")
+    kv = cfg.opt_int("num_key_value_heads")
+    if kv is not None and kv != heads:
+        raise spec_error(
+            cfg.field("num_key_value_heads"),
+            kv,
+            f"vLLM's attention layers take num_attention_heads = {heads} KV heads and its block "
+            "alignment this field: they must agree",
+        )
+    return Attention(heads, per_rank(cfg, "num_attention_heads", heads, tp), hdim)
+
+
+def _zamba2_attention_names(cfg: Config, n: int) -> list[str]:
+    """Zamba2's attention layers in vLLM's order: ``num_mem_blocks`` shared blocks, block ``b`` taking
+    the hybrid layers ``k`` with ``k % num_mem_blocks == b``, numbered from ``b * ceil(H / blocks)``
+    (``Zamba2Attention``); the hybrid layers are those ``layers_block_type`` marks ``hybrid``, and
+    ``hybrid_layer_ids`` must list them (vLLM maps one to the other)."""
+    types = cfg.req_list(
+        "layers_block_type", "one entry per layer: hybrid (attention + Mamba) or mamba", n, str, exact=True
+    )
+    for i, t in enumerate(types):
+        if t not in ("hybrid", "mamba", "linear_attention"):
+            raise spec_error(
+                f"{cfg.field('layers_block_type')}[{i}]", t, "valid: hybrid, mamba, linear_attention"
+            )
+    hybrid = [i for i, t in enumerate(types) if t == "hybrid"]
+    ids = cfg.req_list("hybrid_layer_ids", "the hybrid layers' indices", len(hybrid), int, exact=True)
+    if ids != hybrid:
+        raise spec_error(
+            cfg.field("hybrid_layer_ids"), ids, f"must list the hybrid layers of layers_block_type, {hybrid}"
+        )
+    blocks = cfg.req_int("num_mem_blocks", "the shared attention blocks")
+    h = len(hybrid)
+    names = []
+    for b in range(blocks):
+        j = b * (h + blocks - 1) // blocks
+        for k in range(h):
+            if k % blocks == b:
+                names.append(f"model.attn.{j}")
+                j += 1
+    return names
 
 
 def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
@@ -235,6 +313,8 @@ def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
                 f"vLLM's layers use hidden_size // num_attention_heads = {att.head_size} and its block "
                 "alignment this head_dim: they must agree",
             )
+    elif c.family == "zamba2":
+        att = _zamba2_attention(c.cfg, c.tp)
     else:
         att = read_attention(c.cfg, c.tp, head_keys=head_keys)
     keep, is_attn, state, mkind, mtail = mamba_layers(c, n)
@@ -258,6 +338,19 @@ def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         f"(+{page - state:,} B padding)"
     )
     bucket: dict[str, list[LayerSpec]] = {}
+    if c.family == "zamba2":  # vLLM's names: model.attn.{j} (shared blocks), then {H + i}.mixer
+        for name in _zamba2_attention_names(c.cfg, n):
+            layer = FullAttentionSpec(
+                name=name, block_size=bs, num_kv_heads=att.kv_heads, head_size=att.head_size, dtype=kv
+            )
+            c.add("full", layer, bucket)
+        hybrid = len(c.cfg.data["hybrid_layer_ids"])
+        for i in range(n):
+            mamba = MambaSpec(
+                name=f"{hybrid + i}.mixer", state_bytes=state, alignment=page if page != state else None
+            )
+            c.add(mkind, mamba, bucket)
+        return vllm_groups(list(bucket.items())), kv, bs
     tail = {"jamba": "attn", "nemotron_h": "mixer.attn"}.get(c.family, "self_attn.attn")
     # FalconH1's mixers are named after the attention layers: model.{n + i}.mixer (falcon_h1.py)
     parallel = c.family == "falcon_h1"
