@@ -2894,3 +2894,24 @@ def test_tpu_inference_mesh_is_bounded_and_head_errors_name_dcp() -> None:
             M.from_config(llama, tp=tp, dcp=dcp, **tpu)
         assert (e.value.field, e.value.value) == (field, value), (tp, dcp)
         assert str(e.value) == f"{field} = {value}: {why} (tpu-inference asserts it)"
+
+
+def test_mamba_ssm_cache_dtype_is_checked_for_every_model() -> None:
+    """vLLM 0.33's ``--mamba-ssm-cache-dtype`` is one of auto, float32, float16, bfloat16 for any model;
+    kvlayout checked it only where a family read it (Llama and DeepSeek took any value, of any type)."""
+    for family in ("llama", "deepseek_v3", "deepseek_v4", "jamba", "qwen3_next"):
+        for engine in ("vllm", "tpu-inference"):
+            if engine == "tpu-inference" and family == "deepseek_v4":
+                continue
+            for value in ("nope", "fp8", "int8", 5, ["float32"], b"float32", True):
+                with pytest.raises(SpecError) as e:
+                    M.from_config(_FIX / family / "config.json", engine=engine, mamba_ssm_cache_dtype=value)
+                assert (e.value.field, e.value.value) == ("mamba_ssm_cache_dtype", value), (family, value)
+                assert str(e.value).endswith("valid: auto, bfloat16, float16, float32")
+    plain = M.from_config(_FIX / "llama" / "config.json")
+    for value in (None, "auto", "float32", "float16", "bfloat16"):  # no Mamba state: no effect
+        assert M.from_config(_FIX / "llama" / "config.json", mamba_ssm_cache_dtype=value).spec == plain.spec
+    jamba = {x.name: x for _, x in M.from_config(_FIX / "jamba" / "config.json").spec.layers}
+    f32 = M.from_config(_FIX / "jamba" / "config.json", mamba_ssm_cache_dtype="float32")
+    states = [(x.state_bytes, jamba[x.name].state_bytes) for _, x in f32.spec.layers if x.kind == "mamba"]
+    assert states and all(mine > theirs for mine, theirs in states)  # the argument reaches the state

@@ -11,6 +11,7 @@ from ..spec import KVCacheSpec
 from .backends import check_device
 from .base import Ctx, ModelSpec
 from .config import (
+    MODEL_DTYPES,
     READERS,
     Config,
     check_kv_cache_dtype,
@@ -44,6 +45,9 @@ def build(
         device = check_device(device)
     if reader not in READERS:
         raise spec_error("reader", reader, f"valid: {', '.join(READERS)}")
+    ssm = mamba_ssm_cache_dtype
+    if ssm is not None and not (isinstance(ssm, str) and ssm in ("auto", *MODEL_DTYPES)):  # any model
+        raise spec_error("mamba_ssm_cache_dtype", ssm, f"valid: auto, {', '.join(MODEL_DTYPES)}")
     notes: list[str] = []
     written = load_config(config)
     data = through_transformers(written, notes) if reader == "transformers" else written
