@@ -52,6 +52,18 @@ def two_groups(num_blocks: int = 6) -> K.SegmentTable:
     return K.plan(K.KVCacheSpec(num_blocks, "BLHNC", groups))
 
 
+def spy_lock(z: Any) -> list[bool]:
+    """Record, per step, whether it ran under the process-wide TPU-interpret lock."""
+    step, seen = z._step, []
+
+    def spy(*args: Any) -> Any:
+        seen.append(Z._TPU_INTERPRET_LOCK.locked())
+        return step(*args)
+
+    z._step = spy
+    return seen
+
+
 def poisoned(z: Any, seed: int = 7) -> tuple[np.ndarray, jax.Array]:
     """Poisoned bytes of the zeroer's buffer plus 4 trailing guard rows, and the buffer."""
     rows = z.buffer_shape[0] + 4
@@ -103,7 +115,7 @@ def test_default_kernel_and_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_ids_in_range_every_dtype() -> None:
-    for dtype, vals, limit in (
+    cases = (
         (jnp.int32, [0, 5, 6, -1, I32, -(2**31)], 6),
         (jnp.int8, [1, -2, 100, 127, -128], 120),  # 120 fits int8; 200 would not: narrowed first
         (jnp.int8, [1, -2, 100, 127, -128], 200),
@@ -111,9 +123,10 @@ def test_ids_in_range_every_dtype() -> None:
         (jnp.uint8, [0, 255, 7], 300),
         (jnp.int16, [-1, 0, 32767, 300], 301),
         (jnp.uint32, [0, 2**32 - 1, 2**31 + 3, 3, 2**31 - 1], 4),
-    ):
-        ids = jnp.array(vals, dtype)
-        ids32, ok = Z.ids_in_range(ids, limit)
+    )
+    arrays = [jnp.array(vals, dtype) for dtype, vals, _ in cases]
+    results = jax.jit(lambda arrs: [Z.ids_in_range(a, c[2]) for a, c in zip(arrs, cases)])(arrays)
+    for (dtype, vals, limit), (ids32, ok) in zip(cases, results):
         exp_ok = np.array([0 <= v < limit for v in vals])
         assert ids32.dtype == jnp.int32 and ok.dtype == jnp.bool_, dtype
         assert np.array_equal(np.asarray(ok), exp_ok), (dtype, vals, limit)
@@ -140,6 +153,14 @@ def test_step_ids_host_paths() -> None:
         out = Z.step_ids(ids)
         assert out.dtype == jnp.int32 and out.shape == (len(exp),), ids
         assert np.asarray(out).tolist() == exp, ids
+    with jax.enable_x64(True):  # host ids narrow to int32 whatever JAX's default integer
+        for ids, exp in (
+            ([3, 2**40], [3, -1]),
+            ((np.int64(-(2**40)), 4), [-1, 4]),
+            (np.array([3, 2**40], np.int64), [3, -1]),
+        ):
+            out = Z.step_ids(ids)
+            assert out.dtype == jnp.int32 and np.asarray(out).tolist() == exp, ids
     for scalar, exp_v in ((np.int64(2**33), -1), (np.int64(5), 5), (np.uint64(2**32), -1)):
         out = Z.step_ids(scalar)
         assert out.shape == () and out.dtype == jnp.int32 and int(out) == exp_v
@@ -188,7 +209,13 @@ def test_bucket_ids() -> None:
         assert b.dtype == np.int32 and b.shape == (size,), n
         assert b[:n].tolist() == host.tolist() and (b[n:] == 5).all(), n  # padded with the first id
     assert Z.bucket_ids(np.array([0, I32], np.int64)).tolist() == [0, I32] + [0] * 6
-    for host, bad in (([-5, 3], -5), ([3, I32 + 1], I32 + 1), ([-5, 2**40], 2**40), ([-1], -1)):
+    for host, bad in (
+        ([-5, 3], -5),
+        ([3, I32 + 1], I32 + 1),
+        ([-5, 2**40], 2**40),
+        ([-1], -1),
+        ([-5, I32], -5),
+    ):
         e = raises(K.BlockIdError, Z.bucket_ids, np.array(host, np.int64))
         assert (
             str(e) == f"block_ids: id {bad} does not fit int32" and e.field == "block_ids" and e.value == bad
@@ -209,6 +236,7 @@ def test_bad_id_count() -> None:
     seen = []
 
     def fn(acc: jax.Array) -> tuple[str, jax.Array]:
+        assert acc.dtype == jnp.int32 and acc.shape == ()  # exact counts: never a float
         seen.append(int(acc))
         return "out", acc + 4
 
@@ -286,6 +314,8 @@ def test_constructor_attributes() -> None:
         False,
     )
     assert (z.dedup, z.vector, z.unit_major, z.evict_first) == (False, True, True, False)
+    y = Z.PallasZeroer(t)
+    assert (y.plan.tile_rows, y.ids_per_step, y.chunk_rows, y.num_warps, y.programs) == (128, 64, 16, 4, None)
     assert z.table is t and z.group is None and z.offset == 0 and z.vector_width == 1
     assert z.rows == z.plan.rows_needed == 6 and z.buffer_shape == (6, 128)
     assert z._buffer_ok is None and z._calls == {} and z._bad._err is None
@@ -358,6 +388,12 @@ def test_buffer_refusals() -> None:
             assert jax.eval_shape(y.apply, ok, ids)[0].shape == (rows - 1, 128)
         else:
             assert jax.eval_shape(y.apply, big, ids)[0].shape == (rows, 128)
+    y = Z.PallasZeroer(t, kernel="triton", interpret=True, chunk_rows=1024)
+    rows = I32 - 1024 + 1
+    e = raises(
+        K.LayoutBufferError, jax.eval_shape, y.apply, jax.ShapeDtypeStruct((rows, 128), jnp.int32), ids
+    )
+    assert e.value == rows and "at most 2147482623 rows with chunk_rows 1024" in str(e)
 
 
 def test_triton_refuses_tables_beyond_int32_lanes() -> None:
@@ -375,8 +411,10 @@ def test_tpu_kernel_steps_bytes_bad_ids_donation() -> None:
     z = Z.PallasZeroer(t, offset=GUARD + 8, kernel="tpu", ids_per_step=3)
     assert z.plan.period == 2 and not z.plan.aligned and z.serialised
     data, buf = poisoned(z)
+    locked = spy_lock(z)
     out = z(buf, [4, 1, 4])
     assert buf.is_deleted() and same(got(out), want(z, data, [1, 4]))  # donated
+    assert locked == [True]  # TPU interpret mode's simulator is process-wide: steps hold the lock
     assert z([out][0], []) is out and z(out, jnp.zeros((0,), jnp.int32)) is out  # nothing runs
     out = z(out, jnp.array([5, 6, -1, 5, 2**31 - 1, 1, 1, 1], jnp.int32))  # the host bucket's shape
     assert same(got(out), want(z, data, [1, 4, 5]))
@@ -407,13 +445,15 @@ def test_apply_inside_user_jit_wide_ids() -> None:
     assert int(bad) == 0 and bad.dtype == jnp.int32
 
 
-@pytest.mark.parametrize("kw", [{}, {"dedup": True, "programs": 3}, {"programs": 3}])
+@pytest.mark.parametrize("kw", [{}, {"dedup": True, "programs": 3}])
 def test_triton_kernel_steps(kw: dict[str, Any]) -> None:
     t = tiny(6, head_size=4)
     z = Z.PallasZeroer(t, offset=GUARD + 4, kernel="triton", interpret=True, chunk_rows=2, **kw)
     data, buf = poisoned(z)
+    locked = spy_lock(z)
     out = z(buf, [3, 0, 3])
     assert buf.is_deleted() and same(got(out), want(z, data, [0, 3]))
+    assert locked == [False]  # only the TPU interpreter is serialised
     out = z(out, jnp.array([5, 6, -1, 5, 2**31 - 1], jnp.int32))
     assert same(got(out), want(z, data, [0, 3, 5]))
     e = raises(K.BlockIdError, z.check)
@@ -445,9 +485,10 @@ def test_table_without_rows_counts_bad_ids() -> None:
         assert len(z.kernel_table) == 0
         data, buf = poisoned(z)
         out = z(buf, jnp.array([0, 9, 3, -2], jnp.int32))
+        out = z(out, jnp.array([4], jnp.int32))  # one id is a batch too
         assert same(got(out), data)
         e = raises(K.BlockIdError, z.check)
-        assert e.value == 2 and "outside [0, 4)" in str(e)
+        assert e.value == 3 and "outside [0, 4)" in str(e)
 
 
 def cuda_text(z: Any, n: int) -> str:
@@ -458,15 +499,31 @@ def cuda_text(z: Any, n: int) -> str:
 
 def test_lowering_donation_and_direct_launch() -> None:
     t = tiny()
-    z = Z.PallasZeroer(t, kernel="tpu", interpret=True)
-    text = z.lower(4).as_text()
+    z = Z.PallasZeroer(t, kernel="triton", interpret=True)
+    low = z.lower(4)
+    assert [(a.shape, a.donated) for a in low.args_info[0]] == [((6, 128), True), ((4,), False)]
+    text = low.as_text()
     assert re.search(r"tensor<6x128xi32> \{tf\.aliasing_output = \d", text) and "tensor<4xi32>" in text
-    assert "tf.aliasing_output" in z.lower(4, device=jax.devices()[0]).as_text()
+    assert "sdy.sharding" not in text
+    # on a given device (a TPU topology's, in CI): both operands placed there
+    on = z.lower(4, device=jax.devices()[0]).as_text()
+    assert re.search(r"tensor<6x128xi32> \{sdy\.sharding = [^\n]*, tf\.aliasing_output = \d", on)
+    assert re.search(r"tensor<4xi32> \{sdy\.sharding = ", on)
     direct = cuda_text(Z.PallasZeroer(t, kernel="triton", interpret=False), 8)
     assert direct.count("__gpu$xla.gpu.triton") == 1
     assert not re.search(r"stablehlo\.(sort|reduce|concatenate|select|compare)", direct)
-    sorted_ = cuda_text(Z.PallasZeroer(t, kernel="triton", interpret=False, dedup=True), 8)
+    sorted_ = cuda_text(Z.PallasZeroer(t, kernel="triton", interpret=False, dedup=True), 7)
     assert sorted_.count("__gpu$xla.gpu.triton") == 1 and "stablehlo.sort" in sorted_
+    # one GPU program per id slot: 7 ids stay 7 (no padding), every operand int32
+    assert "tensor<7xi32>" in sorted_ and not re.search(r"tensor<(8|64)xi32>|f32", sorted_)
+    # apply_masked: the per-slot grid takes the slots as they come; the persistent grid (programs)
+    # sorts the live slots first so that it walks only those
+    for programs, sorts in ((None, False), (3, True)):
+        y = Z.PallasZeroer(t, kernel="triton", interpret=False, programs=programs)
+        args = (jax.ShapeDtypeStruct(y.buffer_shape, jnp.int32), jax.ShapeDtypeStruct((8,), jnp.int32))
+        args += (jax.ShapeDtypeStruct((8,), jnp.bool_),)
+        text = str(jax.jit(y.apply_masked).trace(*args).lower(lowering_platforms=("cuda",)).as_text())
+        assert ("stablehlo.sort" in text) == sorts and text.count("__gpu$xla.gpu.triton") == 1
 
 
 def test_zero_blocks_one_shot() -> None:
@@ -516,21 +573,3 @@ def test_kernels_built_with_the_zeroer_options(monkeypatch: pytest.MonkeyPatch) 
             assert args[3].detect_races is True and args[3].uninitialized_memory == "nan"
         else:
             assert args[3] is False
-
-
-def test_tpu_interpret_steps_hold_the_process_lock() -> None:
-    """TPU interpret mode's simulator is process-wide: its steps run under the lock, others do not."""
-    t = tiny()
-    for kernel, locked in (("tpu", True), ("triton", False)):
-        z = Z.PallasZeroer(t, kernel=kernel, interpret=True)
-        step = z._step
-        seen = []
-
-        def spy(*args: Any, step: Any = step, seen: list[bool] = seen) -> Any:
-            seen.append(Z._TPU_INTERPRET_LOCK.locked())
-            return step(*args)
-
-        z._step = spy
-        data, buf = poisoned(z)
-        out = z(buf, [1])
-        assert seen == [locked] and same(got(out), want(z, data, [1]))
