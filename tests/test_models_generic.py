@@ -166,6 +166,7 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
     "Rnj1ForCausalLM": {"head_dim": 48, "query_pre_attn_scalar": 48, "hidden_activation": "gelu_pytorch_tanh",
                         "layer_types": ["full_attention", "full_attention"]},
     "TeleFLMForCausalLM": {"use_mup": False, "output_mult": 1.0, "mup_scale_factor": 1.0},
+    "TeleChat2ForCausalLM": {"n_layer": 2, "n_head": 8, "ffn_hidden_size": 512, "layer_norm_epsilon": 1e-5},
     **{
         a: {"routed_scaling_factor": 1.0, "norm_topk_prob": True, "num_routed_experts": 4,
             "num_shared_experts": 1}
@@ -524,6 +525,9 @@ def test_named_variations_as_vllm_builds_them() -> None:
         _rows("Cohere2ForCausalLM", "cohere2", sliding_window=128)
     # PhiMoE: the engine's one window (no per-layer window): mixed layer_types leave every layer full
     assert _rows("PhiMoEForCausalLM", "phimoe", **types) == [(2, 32, None)] * 2
+    # MiMo: the engine's one window, head_dim ignored (256 / 8)
+    assert _rows("MiMoForCausalLM", "mimo", head_dim=64, **types) == [(2, 32, None)] * 2
+    assert _rows("MiMoForCausalLM", "mimo", head_dim=64, sliding_window=128) == [(2, 32, 128)] * 2
     # GraniteMoE-Shared: per-layer windows, head_dim ignored
     assert _rows("GraniteMoeSharedForCausalLM", "granitemoeshared", head_dim=64, **types) == [
         (2, 32, 128),

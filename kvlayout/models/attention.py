@@ -29,8 +29,8 @@
   one with ``multi_query``, else the query heads; ChatGLM: ``multi_query_group_num`` with
   ``multi_query_attention``, else the query heads); ``head_dim`` ignored (head size
   ``hidden_size // num_attention_heads``: those and Falcon, Qwen2-MoE, OLMoE, StableLM,
-  GraniteMoE, InternLM2, Orion, MiniCPM); windows: none at all (Falcon), the engine's one
-  where the registry saw a per-layer one (Cohere, PhiMoE), per layer where it saw none
+  GraniteMoE, InternLM2, Orion, MiniCPM, MiMo); windows: none at all (Falcon), the engine's one
+  where the registry saw a per-layer one (Cohere, PhiMoE, MiMo), per layer where it saw none
   (GraniteMoE-Shared), only with ``use_sliding_window`` true (Qwen2-MoE), one larger (Cohere 2:
   ``sliding_window + 1``, a layer sees ``[pos - window, pos]``); ``layer_types`` required from a
   config read as written where the config class derives it (Cohere 2, AFMoE, EXAONE 4 and MoE,
@@ -100,6 +100,7 @@ VARIATIONS: Mapping[str, Variation] = {
     "ExaoneMoeForCausalLM": Variation(layer_types=True),
     "GraniteSWAForCausalLM": Variation(layer_types=True),
     "Llama4ForCausalLM": Variation(window="none", chunked=True),
+    "MiMoForCausalLM": Variation(head_dim=False, window="engine"),
 }
 NO_VARIATION = Variation()
 

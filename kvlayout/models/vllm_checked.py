@@ -44,6 +44,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'InternLM3ForCausalLM': ('model.layers', 'self_attn.attn'),
     'LLaMAForCausalLM': ('model.layers', 'self_attn.attn'),
     'Llama4ForCausalLM': ('model.layers', 'self_attn.attn'),
+    'MiMoForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiniCPMForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiniMaxM2ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ministral3ForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -59,6 +60,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'Qwen2MoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'SolarForCausalLM': ('model.layers', 'self_attn.attn'),
     'StableLmForCausalLM': ('model.layers', 'self_attn.attn'),
+    'TeleChat2ForCausalLM': ('model.layers', 'self_attn.attn'),
     'TeleChat3ForCausalLM': ('model.layers', 'self_attn.attn'),
     'TeleFLMForCausalLM': ('model.layers', 'self_attn.attn'),
 }
@@ -161,12 +163,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'LongcatFlashConfig' "
         "object has no attribute 'mla_scale_q_lora'"
     ),
-    'MiMoForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader transformers, tp 1): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
     'MiMoV2FlashForCausalLM': (
         "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
         "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 192, 128, None, 'torch.bfloat16'], "
@@ -229,9 +225,5 @@ NOT_GENERIC: Mapping[str, str] = {
     'Step5ForCausalLM': (
         "not built by the harness: vLLM's ModelConfig refuses the small config (ValidationError) after "
         "about 11 s"
-    ),
-    'TeleChat2ForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_telechat2forcausallm' object has no attribute 'n_layer'"
     ),
 }
