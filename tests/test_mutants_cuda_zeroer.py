@@ -110,7 +110,7 @@ def test_routed_batches_past_int32_offsets_are_refused(monkeypatch: pytest.Monke
     edge = huge[: 2**31 - 1]
     z._slots[0].routed = edge
     z.launch_routed(edge, 6, 18)
-    (grid, args, _), = route.calls
+    ((grid, args, _),) = route.calls
     assert grid == (2**21,) and args[4] == 2**31 - 1  # cdiv(2**31 - 1, 1024) programs, n
     assert units.calls[0][1][1].numel() == 2**31 - 1
     c.expect([])
@@ -368,7 +368,6 @@ def cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCuda]:
     with _Defer(fake):
         yield fake
     assert not fake.queue, "device work left queued: call finish()"
-
 
 
 def events(cuda: FakeCuda, kind: str) -> list[tuple[Any, ...]]:
@@ -702,3 +701,115 @@ def test_small_batch_geometry_at_its_edges() -> None:
         c.expect([2], "g")
     z.zero(torch.tensor([3, 4, 5, 7]), "h")
     c.expect([3, 4, 5, 7], "h")
+
+
+def huge_rows() -> K.SegmentTable:
+    """One block of 525,312 contiguous bytes: 32,832 units of 4 words, so 65,535 ids are past 2**31 items."""
+    big = K.FullAttentionSpec(name="big", block_size=16, num_kv_heads=16, head_size=512, dtype="bfloat16")
+    small = K.FullAttentionSpec(name="s", block_size=16, num_kv_heads=1, head_size=16, dtype="bfloat16")
+    return K.plan(K.KVCacheSpec(1, "BLHNC", (K.GroupSpec("g", (big, small)),)))
+
+
+def test_launch_grids_stay_within_cuda_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One program per work item on a (units, ids) grid while it fits CUDA (ids <= 65,535, units x ids
+    < 2**31: Triton skips a larger launch silently) and, for routed batches, max_programs; a capped
+    persistent grid otherwise. The user's store options and the plan's constants reach the kernel."""
+    units = Recorder()
+    monkeypatch.setattr(Z, "zero_units_kernel", units)
+
+    def grid(z: Any, n: int, **kw: Any) -> Any:
+        z._launch(torch.zeros(1, dtype=torch.int64).expand(n), **kw)
+        return units.calls[-1][0]
+
+    z = Case(tiny()).zeroer(max_programs=3)
+    assert grid(z, 3) == (1, 3) and grid(z, 4) == (1, 4)  # past max_programs: still one-shot
+    count = torch.ones(1, dtype=torch.int32)
+    assert grid(z, 3, count=count, routed=True) == (1, 3) and grid(z, 4, count=count, routed=True) == (3,)
+    assert grid(z, 65535) == (1, 65535) and grid(z, 65536) == (3,)
+    assert grid(Case(tiny()).zeroer(small_batch=False), 2) == (2,)
+    h = Case(huge_rows()).zeroer(chunk_words=4, sub_words=4, max_programs=7)
+    assert h.plan.units_per_block == 32832
+    assert grid(h, 65408) == (32832, 65408) and grid(h, 65409) == (7,)  # 2**31 - 1 items at most
+    _, args, kw = units.calls[-1]
+    assert args[7:] == (32832, 0, 1, 1, 65409 * 32832) and args[6] is h._no_count
+    assert kw == dict(
+        SUB=4,
+        ALIGNED=True,
+        CACHE="",
+        EVICT="evict_first",
+        COUNTED=False,
+        ONE_SHOT=False,
+        SINGLE=True,
+        num_warps=8,
+    )
+    o = Case(wide()).zeroer(
+        cache_modifier=".cs", eviction_policy="evict_last", num_warps=2, sub_words=512, max_programs=64
+    )
+    o._launch(torch.tensor([1]), count=count)
+    _, args, kw = units.calls[-1]
+    assert args[6] is count and args[7:] == (1, 0, 6, 6, 1)
+    assert kw == dict(
+        SUB=512,
+        ALIGNED=True,
+        CACHE=".cs",
+        EVICT="evict_last",
+        COUNTED=True,
+        ONE_SHOT=True,
+        SINGLE=False,
+        num_warps=2,
+    )
+    odd = Case(
+        K.plan(
+            K.KVCacheSpec(
+                2,
+                "BLHNC",
+                (
+                    K.GroupSpec(
+                        "g",
+                        (
+                            K.FullAttentionSpec(
+                                name="o", block_size=1, num_kv_heads=1, head_size=2, dtype="bfloat16"
+                            ),
+                        ),
+                    ),
+                ),
+            )
+        )
+    )
+    odd_z = odd.zeroer()
+    odd_z._launch(torch.tensor([1]))
+    assert units.calls[-1][2]["ALIGNED"] is False and odd_z.plan.aligned16 is False
+
+
+def test_a_launch_owns_ids_lo_to_lo_plus_num_blocks_and_flags_those_outside_its_limit() -> None:
+    c = Case(tiny())
+    z = c.zeroer()
+    z._launch(torch.tensor([8, 13, 18, 6, -1]), id_lo=6, id_limit=18)  # local 2 and 0; 13 another shard's
+    c.expect([0, 2])
+    with pytest.raises(K.BlockIdError, match=r"^device block_ids: 2 work items had an id outside \[0, 18\)"):
+        z.check()
+
+
+def test_group_plans_coalesce_and_list_batches_check_max_batch_first() -> None:
+    c = Case(tiny(groups=True))
+    for coalesce, rows in ((True, 1), (False, 2)):
+        z = c.zeroer(coalesce=coalesce, max_batch=3)
+        plan = z._plan_for("g")
+        assert len(plan.table) == rows and plan.plan.units_per_block == rows
+        assert z._plan_for("g") is plan and z._plan_for("g", 1024) is not plan
+        z.zero([1], "g")
+        c.expect([1], "g")
+        z.zero((2, 3, 4), "h")  # exactly max_batch ids: accepted
+        c.expect([2, 3, 4], "h")
+        for bad in ([0, 1, 2, 99], (0, 1, 2, 99), [-1] * 4):  # refused as too long, before the bad id
+            raises(
+                K.BlockIdError,
+                lambda bad=bad, z=z: z.zero(bad),
+                "block_ids",
+                4,
+                "block_ids: batch of 4 exceeds max_batch 3",
+            )
+        with pytest.raises(K.BlockIdError) as info:
+            z.zero([2**70])
+        assert str(info.value) == f"block_ids[0] = {2**70}: outside [0, 6)"
+    c.expect([])
