@@ -64,6 +64,9 @@ def test_coverage_and_stated_refusals() -> None:
         "Qwen3_5MoeForConditionalGeneration",
     }
     assert set(M.ARCHITECTURES) - set(TEXT_GENERATION) <= multimodal
+    # every hybrid refused has a reason of its own (what kvlayout would have to model), none stale
+    hybrids = {a for a, (_, kind, _) in TEXT_GENERATION.items() if kind == "hybrid" and a not in covered}
+    assert hybrids == set(families.HYBRID_REFUSALS)
     # every other one is refused with its kind and a reason
     for arch, (module, kind, _) in TEXT_GENERATION.items():
         if arch in covered:

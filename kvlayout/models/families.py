@@ -103,6 +103,29 @@ _NOT_YET = {
 }
 
 
+_MLA_HYBRID = (
+    "MLA attention beside {state} states: vLLM 0.33 aligns an MLA hybrid's block to a multiple of 128 "
+    "tokens on the MLA backend's page (Platform._align_hybrid_block_size); kvlayout's hybrid rules align "
+    "standard attention only"
+)
+#: hybrids vLLM serves that kvlayout refuses, each with what it would have to model (vLLM 0.33's code)
+HYBRID_REFUSALS: Mapping[str, str] = {
+    "NemotronHPuzzleForCausalLM": (
+        "its layers take per-layer configs (KV heads, windows, experts) from the remote-code config "
+        "class's get_nemotron_h_config_for_layer over block_configs, which config.json alone does not give"
+    ),
+    "Qwen4ExpForCausalLM": (
+        "several Mamba state layouts of different sizes (get_mamba_specs_from_config: vLLM aligns to the "
+        "largest); kvlayout's hybrids have one state per model"
+    ),
+    "AliceAIForCausalLM": "Kimi delta attention (KDA) states (kda_state_shape) are not modeled",
+    "KimiLinearForCausalLM": _MLA_HYBRID.format(state="Kimi delta attention (KDA)"),
+    "Glm5NextForCausalLM": _MLA_HYBRID.format(state="Kimi delta attention (KDA)"),
+    "BailingMoeV3ForCausalLM": _MLA_HYBRID.format(state="Kimi delta attention (KDA)"),
+    "BailingMoeV2_5ForCausalLM": _MLA_HYBRID.format(state="lightning linear-attention"),
+}
+
+
 def refusal(arch: str) -> str:
     """The stated reason kvlayout refuses ``arch``."""
     row = TEXT_GENERATION.get(arch)
@@ -115,7 +138,8 @@ def refusal(arch: str) -> str:
             f"vLLM {VLLM_VERSION} serves it ({kind}, module {module}); kvlayout refuses it: the generic "
             f"rules were not shown to hold by vLLM's model construction: {NOT_GENERIC[arch]}"
         )
-    return f"vLLM {VLLM_VERSION} serves it ({kind}, module {module}); kvlayout refuses it: {_NOT_YET[kind]}"
+    why = HYBRID_REFUSALS.get(arch, _NOT_YET[kind])
+    return f"vLLM {VLLM_VERSION} serves it ({kind}, module {module}); kvlayout refuses it: {why}"
 
 
 def vllm_coverage() -> tuple[tuple[str, ...], int]:
