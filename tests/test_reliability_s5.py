@@ -113,3 +113,19 @@ def test_an_empty_path_is_refused_not_ignored(capsys: pytest.CaptureFixture[str]
         assert C.main(argv) == 2, argv
         out, err = capsys.readouterr()
         assert out == "" and err == f"kvlayout {argv[0]}: error: {field} = '': an empty path\n", argv
+
+
+def test_vllm_step_ids_refuse_floats_and_bools() -> None:
+    """The plugin's per-step id check built ``torch.tensor(ids, dtype=int64)``, which truncates
+    ``[1.5, 2.7]`` to blocks 1 and 2 and takes ``True`` as 1: now a BlockIdError naming the first."""
+    pytest.importorskip("torch")
+    from kvlayout.integrations.vllm_plugin import checked_step_ids
+
+    for bad, i in (([1.5, 2.7], 0), ([3, 2.0], 1), ([0, True], 1), ([2, np.float64(1.0)], 1),
+                   ([np.bool_(False)], 0), ((1, 2, 0.5), 2)):
+        with pytest.raises(K.BlockIdError) as e:
+            checked_step_ids(bad, 8)  # type: ignore[arg-type]
+        assert (e.value.field, e.value.value) == (f"block_ids[{i}]", bad[i])
+        assert str(e.value).endswith("must be an integer (nothing was written)")
+    ok = [np.int64(3), np.int32(1), 7, 0]  # integers of any integer type stay ids
+    assert checked_step_ids(ok, 8).tolist() == [3, 1, 7, 0] and checked_step_ids([], 8).numel() == 0

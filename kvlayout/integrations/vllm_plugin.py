@@ -37,6 +37,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import FrameType, ModuleType
 from typing import Any
 
+import numpy as np
+
 from ..errors import BlockIdError, SpecError, TableError, bad_value
 from ..planner import Layout, plan_layout
 from ..table import SegmentTable
@@ -390,19 +392,29 @@ def verify_vllm_table(vt: SegmentTable, layout: Layout, ours: SegmentTable, base
     )
 
 
+#: Number types torch turns into an int64 id without a word: floats truncated, bools as 0 and 1.
+_NOT_IDS = (bool, float, np.bool_, np.floating)
+
+
 def checked_step_ids(block_ids: Sequence[int], num_blocks: int, pin_memory: bool = False) -> Any:
     """The host int64 tensor vLLM's step builds from the scheduler's list, its ids bounds-checked.
 
-    vLLM's ``async_tensor_h2d`` makes this tensor anyway (pinned where vLLM pins); the check is
-    one ``aminmax`` over it, so it costs a few microseconds whatever the batch. An id outside
-    ``[0, num_blocks)`` raises :class:`~kvlayout.errors.BlockIdError` naming the first such id,
-    before anything is copied to the device or launched.
+    vLLM's ``async_tensor_h2d`` makes this tensor anyway (pinned where vLLM pins); the checks are
+    one pass over the list's element types (a float or bool is no id: torch would truncate or
+    convert it) and one ``aminmax`` over the tensor. An id outside ``[0, num_blocks)`` raises
+    :class:`~kvlayout.errors.BlockIdError` naming the first such id, before anything is copied to
+    the device or launched.
     """
     import torch
 
     if not isinstance(block_ids, (list, tuple)):
         why = "must be the scheduler's list of block ids (nothing was written)"
         raise bad_value(BlockIdError, "block_ids", type(block_ids).__name__, why)
+    kinds = set(map(type, block_ids))  # one C pass: torch would truncate 2.7 to block 2, take True as 1
+    if not kinds <= {int} and any(issubclass(t, _NOT_IDS) for t in kinds):
+        i = next(i for i, x in enumerate(block_ids) if isinstance(x, _NOT_IDS))
+        why = "must be an integer (nothing was written)"
+        raise bad_value(BlockIdError, f"block_ids[{i}]", block_ids[i], why)
     try:  # the dtype is given, as vLLM's own step gives it (inferring it doubles the cost at 1,024 ids)
         ids = torch.tensor(block_ids, dtype=torch.int64, pin_memory=pin_memory, device="cpu")
     except (TypeError, ValueError, RuntimeError, OverflowError) as e:  # None, '1', 2**63
