@@ -117,6 +117,7 @@ def test_default_kernel_and_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_ids_in_range_every_dtype() -> None:
     cases = (
         (jnp.int32, [0, 5, 6, -1, I32, -(2**31)], 6),
+        (jnp.int32, [2**24 + 1, I32 - 1, I32], I32),  # exact: not through float32 (2**24 + 1 rounds)
         (jnp.int8, [1, -2, 100, 127, -128], 120),  # 120 fits int8; 200 would not: narrowed first
         (jnp.int8, [1, -2, 100, 127, -128], 200),
         (jnp.uint8, [0, 255, 199, 200], 200),
