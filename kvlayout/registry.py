@@ -89,9 +89,10 @@ def _missing(e: ImportError, target: str, mod_name: str, name: str, extra: str |
 
 def _import_target(target: str, name: str, extra: str | None) -> type[Backend]:
     mod_name, _, attr = target.partition(":")
-    if not mod_name or not attr:
+    if not mod_name or not attr or mod_name.startswith("."):  # a relative import raised TypeError (issue 25)
         raise BackendError(
-            f"backend target = {target!r}: must be 'module:attr'", field="backend", value=target
+            f"backend target = {target!r}: must be 'module:attr' (an absolute module)", field="backend",
+            value=target,
         )
     try:
         mod = importlib.import_module(mod_name)

@@ -3,6 +3,8 @@
 - A config whose ``hidden_size`` is below ``num_attention_heads`` (head size ``hidden // heads`` = 0)
   crashed every hybrid family (Jamba, Granite 4.0-H, LFM2, LFM2-MoE, OLMo hybrid) with a raw
   ``ZeroDivisionError`` in the block alignment (``state // (unit * 0)``), a traceback from the CLI.
+- A backend target naming a relative module (``--backend ..:x``, ``.x:y``) reached
+  ``importlib.import_module``, whose ``TypeError`` escaped as a traceback (zero and conformance).
 """
 
 from __future__ import annotations
@@ -41,3 +43,14 @@ def test_head_size_zero_is_a_spec_error_naming_hidden_size(tmp_path: Path, capsy
     assert main(["plan", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "config.hidden_size = 3" in err and "Traceback" not in err
+
+
+def test_relative_backend_target_is_a_backend_error(capsys: Any) -> None:
+    """``module:attr`` with a relative module: one line, exit 2 (was a raw TypeError)."""
+    for target in ("..:x", ".x:y", ".:Backend"):
+        with pytest.raises(K.BackendError, match=r"must be 'module:attr' \(an absolute module\)"):
+            K.registry.load(target)
+        assert main(["zero", "--preset", "dsv4-test", "--blocks", "0", "--backend", target]) == 2
+        assert main(["conformance", "--backend", target]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 2 and f"backend target = {target!r}" in err
