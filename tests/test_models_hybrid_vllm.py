@@ -288,7 +288,8 @@ def _driver() -> None:
                 par = ParallelConfig(tensor_parallel_size=tp, distributed_executor_backend="mp")
                 vc = VllmConfig(model_config=mc, cache_config=cache, parallel_config=par)
                 cache.block_size, cache.mamba_page_size_padded = 16, None  # what a GPU platform starts from
-                Platform._align_hybrid_block_size(vc, TritonAttentionBackend)
+                if mc.is_hybrid:
+                    Platform._align_hybrid_block_size(vc, TritonAttentionBackend)
                 if cache.mamba_block_size is None:
                     cache.mamba_block_size = cache.block_size
                 group = get_tp_group()

@@ -111,6 +111,29 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "intermediate_size": 2048,
         "intermediate_size_mlp": 2048,
     },
+    # Llama 4 Scout's multimodal shape: its text model (Llama4ForCausalLM) from text_config, named
+    # under language_model (vLLM's mllama4.py); no_rope_layers empty: one NoPE layer every interval
+    "llama4_mm": {
+        "architectures": ["Llama4ForConditionalGeneration"],
+        "model_type": "llama4",
+        "text_config": {
+            "model_type": "llama4_text",
+            "hidden_size": 1024,
+            "num_hidden_layers": 8,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "attention_chunk_size": 8192,
+            "no_rope_layers": [],
+            "no_rope_layer_interval": 4,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 1,
+            "intermediate_size": 2048,
+            "intermediate_size_mlp": 2048,
+            "vocab_size": 1024,
+        },
+        "vision_config": {"model_type": "llama4_vision_model"},
+    },
     # sliding window, per layer
     "gemma2": {
         "architectures": ["Gemma2ForCausalLM"],
@@ -187,7 +210,7 @@ CONFIGS.update(
         "deepseek_v4": _fixture("deepseek_v4", num_hidden_layers=4, compress_ratios=[0, 4, 4, 4]),
     }
 )
-_TPS = {"gemma2": (1, 2), "nemotron_h_g1": (1, 16)}
+_TPS = {"gemma2": (1, 2), "nemotron_h_g1": (1, 16), "llama4_mm": (1, 8)}
 
 #: (case id, family, from_config keyword arguments, device)
 CASES: list[tuple[str, str, dict[str, Any], str]] = [
@@ -300,8 +323,34 @@ def test_the_cases_move_what_they_should(truth: tuple[Path, dict[str, dict[str, 
     llama4 = answers["llama4-tp1-bf16-hopper"]
     assert llama4["groups"] == [[layers[i], layers[i + 4]] for i in range(4)]
     assert llama4["bytes_per_block"] == 2 * 16 * 8 * 128 * 2 * 2 == 131_072
+    # Scout's multimodal shape: the same groups under language_model.
+    mm = answers["llama4_mm-tp1-bf16-hopper"]
+    assert mm["groups"] == [[f"language_model.{x}" for x in g] for g in llama4["groups"]]
+    assert mm["bytes_per_block"] == llama4["bytes_per_block"]
     assert [len(g) for g in answers["deepseek_v4-tp1-bf16-hopper"]["groups"]] == [4, 6, 6]
     assert answers["deepseek_v4-tp1-bf16-hopper"]["bytes_per_block"] == 149_760
+
+
+def test_llama4_multimodal_builds_its_text_model_as_language_model() -> None:
+    """vLLM 0.33's Llama4ForConditionalGeneration builds Llama4ForCausalLM from text_config under
+    ``language_model`` (read from its source: the module needs torchvision, not installed), which is
+    what kvlayout's WRAPPERS says; the text model's layers are shown by construction
+    (tests/test_models_generic.py)."""
+    import importlib.util
+
+    from kvlayout.models.attention import WRAPPERS
+
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None and spec.submodule_search_locations
+    root = Path(next(iter(spec.submodule_search_locations)))
+    src = (root / "model_executor" / "models" / "mllama4.py").read_text()
+    body = " ".join(src.split())
+    assert (
+        "self.language_model = initialize_model( vllm_config=vllm_config.with_hf_config( "
+        'config.text_config, ["LlamaForCausalLM"] ), prefix=maybe_prefix(prefix, "language_model"), '
+        "model_class=Llama4ForCausalLM, )"
+    ) in body
+    assert WRAPPERS == {"Llama4ForConditionalGeneration": "Llama4ForCausalLM"}
 
 
 def test_backend_table_and_priority_lists_are_vllms(truth: tuple[Path, dict[str, dict[str, Any]]]) -> None:

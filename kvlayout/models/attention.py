@@ -41,7 +41,7 @@
   vLLM 0.33 (hybrid KV cache manager on by default,
   ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``) groups it apart from the full layers.
 - Layers are named ``model.layers.{i}.self_attn.attn`` (GPT-OSS: ``attn.attn``), under
-  ``language_model.`` for a ``...ForConditionalGeneration`` model.
+  ``language_model.`` for a ``...ForConditionalGeneration`` model (Llama 4's: :data:`WRAPPERS`).
 """
 
 from __future__ import annotations
@@ -103,6 +103,10 @@ VARIATIONS: Mapping[str, Variation] = {
     "MiMoForCausalLM": Variation(head_dim=False, window="engine"),
 }
 NO_VARIATION = Variation()
+#: a multimodal architecture -> the text architecture whose model it builds as ``language_model`` from
+#: its ``text_config`` (vLLM 0.33's mllama4.py: ``Llama4ForCausalLM`` under ``language_model``); its
+#: layers are that architecture's, named ``language_model.{name}``
+WRAPPERS: Mapping[str, str] = {"Llama4ForConditionalGeneration": "Llama4ForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -281,6 +285,7 @@ def _written_or_family_types(cfg: Config, family: str, n: int) -> list[str]:
 def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
     arch = c.top.data["architectures"][0]
+    arch = WRAPPERS.get(arch, arch)
     var = VARIATIONS.get(arch, NO_VARIATION) if c.family in GENERIC_FAMILIES else NO_VARIATION
     att = read_attention(c.cfg, c.tp, variation=var)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)

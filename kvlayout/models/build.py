@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import spec_error
 from ..spec import KVCacheSpec
+from .attention import WRAPPERS
 from .backends import check_device
 from .base import Ctx, ModelSpec
 from .config import (
@@ -57,7 +58,9 @@ def build(
     model_dtype = resolve_model_dtype(top, text, dtype, notes)
     prefix = "language_model.model.layers" if arch.endswith("ForConditionalGeneration") else "model.layers"
     if family in ("generic", "generic_sw", "generic_mla"):  # vLLM's names for it (models/vllm_checked.py)
-        prefix = GENERIC_ATTENTION[arch][0]
+        prefix = GENERIC_ATTENTION[WRAPPERS.get(arch, arch)][0]
+        if arch in WRAPPERS:  # the text model is built as the wrapper's language_model
+            prefix = f"language_model.{prefix}"
     if family == "deepseek_v3" and text.has("index_topk"):
         family = "deepseek_v32"
     c = Ctx(

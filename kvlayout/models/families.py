@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 
 from ..errors import spec_error
 from ..spec import GroupSpec
-from .attention import attention_family
+from .attention import WRAPPERS, attention_family
 from .base import Ctx
 from .config import Config
 from .deepseek_v4 import dsv4_family
@@ -56,6 +56,8 @@ GENERIC_BY_KIND: Mapping[str, str] = {
 FAMILIES: Mapping[str, str] = {
     **NAMED_FAMILIES,
     **{a: GENERIC_BY_KIND[TEXT_GENERATION[a][1]] for a in GENERIC_ATTENTION},
+    # a multimodal wrapper whose text model vLLM's construction confirms: that model's family
+    **{w: GENERIC_BY_KIND[TEXT_GENERATION[t][1]] for w, t in WRAPPERS.items() if t in GENERIC_ATTENTION},
 }
 ARCHITECTURES = tuple(FAMILIES)
 ATTENTION_FAMILIES = (
