@@ -1188,7 +1188,7 @@ def test_entry_points_refuse_what_does_not_apply() -> None:
 
 
 def test_refusal_reasons_and_coverage() -> None:
-    from kvlayout.models.families import ARCHITECTURES, family_rule, refusal
+    from kvlayout.models.families import ARCHITECTURES, HYBRID_REFUSALS, family_rule, refusal
     from kvlayout.models.registry_vllm import TEXT_GENERATION, VLLM_VERSION
     from kvlayout.models.vllm_checked import NOT_GENERIC
 
@@ -1207,8 +1207,11 @@ def test_refusal_reasons_and_coverage() -> None:
         if arch in NOT_GENERIC:
             assert why.endswith(NOT_GENERIC[arch]) and "not shown to hold" in why
     assert refusal("Nope").startswith("unknown architecture (not one of vLLM")
-    hybrid = next(a for a, row in TEXT_GENERATION.items() if row[1] == "hybrid" and a not in ARCHITECTURES)
-    assert refusal(hybrid).endswith("its Mamba / linear-attention states are not yet modeled")
+    for arch, why in HYBRID_REFUSALS.items():  # each refused hybrid says what it would take to model it
+        module, kind = TEXT_GENERATION[arch][:2]
+        assert kind == "hybrid" and arch not in ARCHITECTURES
+        head = f"vLLM {VLLM_VERSION} serves it (hybrid, module {module}); kvlayout refuses it: "
+        assert refusal(arch) == head + why
     free = next(a for a, row in TEXT_GENERATION.items() if row[1] == "attention-free")
     assert refusal(free).endswith("it has no KV cache (attention-free): nothing to plan")
     names = {
@@ -2747,6 +2750,7 @@ _FIX = __import__("pathlib").Path(__file__).resolve().parent / "fixtures" / "mod
 
 def test_layer_bound_is_inclusive_and_refusals_name_vllms_module() -> None:
     from kvlayout.models.base import MAX_LAYERS, Ctx
+    from kvlayout.models.families import refusal
 
     def ctx(n: int) -> Ctx:
         cfg = _cfg(num_hidden_layers=n)
@@ -2761,9 +2765,10 @@ def test_layer_bound_is_inclusive_and_refusals_name_vllms_module() -> None:
     with pytest.raises(SpecError) as e:
         M.from_config({"architectures": ["AliceAIForCausalLM"]})
     assert (e.value.field, e.value.value) == ("config.architectures[0]", "AliceAIForCausalLM")
-    assert str(e.value) == (
+    assert str(e.value) == f"config.architectures[0] = 'AliceAIForCausalLM': {refusal('AliceAIForCausalLM')}"
+    assert str(e.value).startswith(
         "config.architectures[0] = 'AliceAIForCausalLM': vLLM 0.33.0 serves it (hybrid, module alice_ai); "
-        "kvlayout refuses it: its Mamba / linear-attention states are not yet modeled"
+        "kvlayout refuses it: "
     )
 
 
