@@ -382,15 +382,16 @@ def verify_native(spec: NativeCacheSpec, group: str | None = None) -> dict[str, 
     report is shared between them (a model's per-layer arrays: 100,000 leaves verify once,
     not 100,000 times); an unsafe one is recomputed so its violations name the leaf.
     """
-    seen: dict[tuple[int, int, int, tuple[tuple[int, int, int], ...]], VerifyReport] = {}
+    if not isinstance(spec, NativeCacheSpec):
+        raise spec_error("spec", type(spec).__name__, "must be a kvlayout.native.NativeCacheSpec")
+    seen: dict[tuple[int, int, bool], VerifyReport] = {}  # (page bytes, pages, zeroed): the table's rows
     out: dict[str, VerifyReport] = {}
-    for name, t in native_tables(spec, group).items():
-        rows = tuple((s.base, s.stride, s.span) for s in t.segments)
-        key = (t.total_bytes, t.num_blocks, len(rows), rows)
+    for leaf, z in zip(spec.leaves, spec.zeroed_mask(group)):
+        key = (leaf.page_bytes, leaf.num_blocks, z)
         report = seen.get(key)
-        if report is None or not report.ok:
-            report = seen[key] = verify(t)
-        out[name] = report
+        if report is None or not report.ok:  # a table is built only to verify it
+            report = seen[key] = verify(leaf.table(zeroed=z))
+        out[leaf.name] = report
     return out
 
 
