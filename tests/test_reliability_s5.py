@@ -126,6 +126,6 @@ def test_vllm_step_ids_refuse_floats_and_bools() -> None:
         with pytest.raises(K.BlockIdError) as e:
             checked_step_ids(bad, 8)  # type: ignore[arg-type]
         assert (e.value.field, e.value.value) == (f"block_ids[{i}]", bad[i])
-        assert str(e.value).endswith("must be an integer (nothing was written)")
+        assert str(e.value) == f"block_ids[{i}] = {bad[i]!r}: must be an integer (nothing was written)"
     ok = [np.int64(3), np.int32(1), 7, 0]  # integers of any integer type stay ids
     assert checked_step_ids(ok, 8).tolist() == [3, 1, 7, 0] and checked_step_ids([], 8).numel() == 0
