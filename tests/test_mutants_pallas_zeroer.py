@@ -574,3 +574,35 @@ def test_kernels_built_with_the_zeroer_options(monkeypatch: pytest.MonkeyPatch) 
             assert args[3].detect_races is True and args[3].uninitialized_memory == "nan"
         else:
             assert args[3] is False
+
+
+def test_gpu_kernel_built_for_the_buffer_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU kernel is built for the rows of the buffer it gets (its row bound and chunking),
+    on every path, with int32 operands of the id batch's own length."""
+    seen: list[tuple[Any, ...]] = []
+
+    def build(table: Any, offset: int, total_rows: int, *args: Any, direct: bool = False, **kw: Any) -> Any:
+        def direct_call(ids: jax.Array, buf: jax.Array) -> tuple[jax.Array, jax.Array]:
+            seen.append(("direct", total_rows, ids.dtype, ids.shape))
+            return buf, jnp.zeros((1,), jnp.int32)
+
+        def sorted_call(s: jax.Array, take: jax.Array, count: jax.Array, buf: jax.Array) -> jax.Array:
+            seen.append(("sorted", total_rows, s.dtype, s.shape, take.dtype, take.shape, count.shape))
+            return buf
+
+        return direct_call if direct else sorted_call
+
+    monkeypatch.setattr(Z, "triton_zero_call", build)
+    t = tiny()
+    ids, valid = jax.ShapeDtypeStruct((7,), jnp.int32), jax.ShapeDtypeStruct((7,), jnp.bool_)
+    w = Z.PallasZeroer(t, kernel="triton", interpret=True)
+    jax.eval_shape(w.apply, jax.ShapeDtypeStruct((20, 128), jnp.int32), ids)
+    jax.eval_shape(w.apply_masked, jax.ShapeDtypeStruct((24, 128), jnp.int32), ids, valid)
+    v = Z.PallasZeroer(t, kernel="triton", interpret=True, dedup=True)
+    jax.eval_shape(v.apply_masked, jax.ShapeDtypeStruct((28, 128), jnp.int32), ids, valid)
+    i32 = jnp.dtype(jnp.int32)
+    assert seen == [
+        ("direct", 20, i32, (7,)),
+        ("direct", 24, i32, (7,)),
+        ("sorted", 28, i32, (7,), i32, (7,), (1,)),
+    ]
