@@ -5,6 +5,10 @@
   ``ZeroDivisionError`` in the block alignment (``state // (unit * 0)``), a traceback from the CLI.
 - A backend target naming a relative module (``--backend ..:x``, ``.x:y``) reached
   ``importlib.import_module``, whose ``TypeError`` escaped as a traceback (zero and conformance).
+- The cuda zeroer took a tensor off its device as host ids through ``.cpu().numpy()``: a bfloat16 or
+  float8 tensor raised ``TypeError`` (natively every CPU tensor goes this way), a meta tensor
+  ``NotImplementedError``; a sparse tensor on the device raised ``RuntimeError`` in ``.contiguous()``;
+  ``ShardedCudaZeroer`` the same. Now ``BlockIdError``, nothing written.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import kvlayout as K
@@ -54,3 +59,35 @@ def test_relative_backend_target_is_a_backend_error(capsys: Any) -> None:
         assert main(["conformance", "--backend", target]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 2 and f"backend target = {target!r}" in err
+
+
+def test_cuda_zeroer_refuses_tensors_numpy_cannot_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Meta, sparse and (native, CPU) bfloat16 / float8 id tensors: BlockIdError, nothing written."""
+    torch = pytest.importorskip("torch")
+    kc = pytest.importorskip("kvlayout.backends.cuda")
+    Z = pytest.importorskip("kvlayout.backends.cuda.zeroer")
+    if kc.MODE == "native":
+        pytest.skip("the interpreter's CPU tensors: natively covered by the monkeypatched case's logic")
+    table = K.plan(K.preset("dsv4-test").with_num_blocks(4))
+    data = K.poison_pattern(table.total_bytes)
+    buf = torch.from_numpy(data.copy())
+    z = kc.CudaZeroer(table, buf, graphs=False)
+    lay = K.shard_spec(K.preset("dsv4-test").with_num_blocks(4), {"dp": 2}, block_axes=("dp",))
+    bufs = [torch.from_numpy(K.poison_pattern(lay.shard_bytes)) for _ in range(2)]
+    before = [b.clone() for b in bufs]
+    sz = kc.ShardedCudaZeroer(lay, bufs, graphs=False)
+    bad = [torch.tensor([1], device="meta"), torch.tensor([1]).to_sparse()]
+    for zeroer in (z, sz):
+        for ids in bad:
+            with pytest.raises(K.BlockIdError, match=r"block_ids.*(meta|sparse)"):
+                zeroer.zero(ids)
+    # natively a CPU tensor is host ids: NumPy has no bfloat16 / float8 (was a raw TypeError)
+    monkeypatch.setattr(Z, "MODE", "native")
+    monkeypatch.setattr(Z, "DEVICE_TYPE", "cuda")
+    monkeypatch.setattr("kvlayout.backends.cuda.sharded.DEVICE_TYPE", "cuda")
+    for dtype in (torch.bfloat16, torch.float8_e4m3fn):
+        for zeroer in (z, sz):
+            with pytest.raises(K.BlockIdError, match=r"block_ids = torch\.(bfloat16|float8_e4m3fn) "):
+                zeroer.zero(torch.tensor([1.0]).to(dtype))
+    assert np.array_equal(buf.numpy(), data)
+    assert all(torch.equal(a, b) for a, b in zip(bufs, before))

@@ -29,7 +29,7 @@ from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
 from kvlayout.sharding import ShardedLayout
 
 from ._mode import DEVICE_TYPE, MODE
-from .zeroer import CudaZeroer, check_id_tensor
+from .zeroer import CudaZeroer, check_id_tensor, host_ids
 
 
 class ShardedCudaZeroer:
@@ -114,7 +114,7 @@ class ShardedCudaZeroer:
             self._zero_device(block_ids, group)
             return
         if isinstance(block_ids, torch.Tensor):
-            block_ids = block_ids.detach().numpy()
+            block_ids = host_ids(block_ids)
         ids = self.layout.validate_ids(block_ids)  # once, against the global pool
         for k, z in self.zeroers.items():
             z.zero_validated(self.layout._owned(k, ids), group)

@@ -147,6 +147,20 @@ def check_id_tensor(ids: torch.Tensor) -> None:
         raise BlockIdError(
             f"block_ids shape = {tuple(ids.shape)}: must be 1-D", field="block_ids", value=tuple(ids.shape)
         )
+    if ids.layout != torch.strided:  # a sparse tensor's .contiguous() raised RuntimeError (issue 25)
+        kind = str(ids.layout)
+        raise BlockIdError(f"block_ids layout = {kind}: must be dense", field="block_ids", value=kind)
+
+
+def host_ids(ids: torch.Tensor) -> np.ndarray:
+    """A host tensor's ids as NumPy (checked later as any host ids); a tensor NumPy cannot hold
+    (bfloat16, float8, meta, sparse) is a :class:`BlockIdError`, no raw torch error (issue 25)."""
+    try:
+        return ids.detach().cpu().numpy()
+    except (TypeError, RuntimeError, NotImplementedError):
+        kind = f"{ids.dtype} {ids.layout} tensor on {ids.device}"
+        msg = f"block_ids = {kind}: must be a dense integer tensor holding data"
+        raise BlockIdError(msg, field="block_ids", value=kind) from None
 
 
 @dataclass
@@ -601,7 +615,7 @@ class CudaZeroer:
             if block_ids.device.type == DEVICE_TYPE and (MODE == "native" or block_ids.device == self.device):
                 self._zero_device(block_ids, group)
                 return
-            block_ids = block_ids.detach().cpu().numpy()
+            block_ids = host_ids(block_ids)
         if self.graphs and not _capturing() and self._zero_replay(block_ids, group):
             return
         self._plan_for(group)  # a bad group raises before anything is staged
