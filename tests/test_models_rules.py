@@ -78,7 +78,7 @@ def test_configs_vllm_or_transformers_refuse() -> None:
     n = text["num_hidden_layers"]
     types = ["sliding_attention"] * (n + 1)  # one more than num_hidden_layers: transformers refuses
     bad[2] = ({**gemma, "text_config": {**text, "layer_types": types}}, "config.text_config.layer_types")
-    bad.append((config("llama", num_hidden_layers=100_001), "config.num_hidden_layers"))
+    bad.append((config("llama", num_hidden_layers=10_001), "config.num_hidden_layers"))
     bad.append((config("llama", num_hidden_layers=10**9), "config.num_hidden_layers"))
     for cfg, field in bad:
         with pytest.raises(SpecError) as e:

@@ -21,8 +21,9 @@ from ..errors import SpecError, spec_error
 from ..validate import is_int, read_json_file
 
 MODEL_DTYPES = ("bfloat16", "float16", "float32")
-#: A bound on ``num_hidden_layers`` (the largest published model has a few hundred).
-MAX_CONFIG_LAYERS = 100_000
+#: A bound on ``num_hidden_layers`` (the largest published model has a few hundred): planning a
+#: config is linear in its layers, 10,000 take about a second on a CPU core (100,000 took 6-17 s).
+MAX_CONFIG_LAYERS = 10_000
 KV_DTYPES: Mapping[str, str | None] = {
     "auto": None,
     "bfloat16": "bfloat16",
