@@ -16,8 +16,8 @@ from .ranges import INT32_MAX, MAX_BLOCKS, MAX_BYTES
 
 
 def is_int(v: object) -> bool:
-    """A real integer (bools are not)."""
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+    """A real integer (bools are not, nor NumPy timedeltas: a subclass of ``np.integer``)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_, np.timedelta64))
 
 
 def check_int(
@@ -54,7 +54,7 @@ def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
     NumPy), not by a Python loop, except to name the first bad element.
     """
     if isinstance(ids, np.ndarray):
-        if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
+        if ids.dtype.kind not in "iu":  # bool; timedelta64 is an np.integer subdtype (issue 25)
             raise bad_value(
                 BlockIdError,
                 "block_ids.dtype",
@@ -69,7 +69,8 @@ def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
             raise bad_value(BlockIdError, f"block_ids[{i}]", int(ids[i]), f"outside [0, {num_blocks})")
         arr = ids.astype(np.int64, copy=False)
     elif isinstance(ids, (list, tuple)):
-        if not all(t is int or issubclass(t, np.integer) for t in set(map(type, ids))):  # C-speed pass
+        types = set(map(type, ids))  # C-speed pass; timedelta64 is an np.integer subclass (issue 25)
+        if not all(t is int or (issubclass(t, np.integer) and t is not np.timedelta64) for t in types):
             i, v = next((i, v) for i, v in enumerate(ids) if not is_int(v))
             raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer (nothing was written)")
         try:

@@ -9,6 +9,9 @@
   float8 tensor raised ``TypeError`` (natively every CPU tensor goes this way), a meta tensor
   ``NotImplementedError``; a sparse tensor on the device raised ``RuntimeError`` in ``.contiguous()``;
   ``ShardedCudaZeroer`` the same. Now ``BlockIdError``, nothing written.
+- ``np.timedelta64`` is an ``np.integer`` subclass (its arrays an integer subdtype): a timedelta array
+  was taken as block ids, a list of timedeltas (and a spec field holding one) raised a raw
+  ``TypeError`` from ``int()``; the Pallas zeroers' traced ``apply`` likewise.
 """
 
 from __future__ import annotations
@@ -91,3 +94,21 @@ def test_cuda_zeroer_refuses_tensors_numpy_cannot_hold(monkeypatch: pytest.Monke
                 zeroer.zero(torch.tensor([1.0]).to(dtype))
     assert np.array_equal(buf.numpy(), data)
     assert all(torch.equal(a, b) for a, b in zip(bufs, before))
+
+
+def test_timedeltas_are_not_integers() -> None:
+    """Timedelta / datetime ids and fields are refused naming them (were taken, or a raw TypeError)."""
+    td = np.timedelta64(3, "s")
+    for ids in ([td], [1, td], np.array([3], "m8[s]"), np.array([3], "m8"), np.array([3], "M8[D]")):
+        with pytest.raises(K.BlockIdError, match=r"block_ids(\[\d\])?(\.dtype)? = .*(timedelta|datetime)"):
+            K.reference.normalize_block_ids(ids, 6)
+    with pytest.raises(K.SpecError, match=r"block_size = np\.timedelta64\(16,'s'\): must be an integer"):
+        K.FullAttentionSpec(
+            name="a", block_size=np.timedelta64(16, "s"), num_kv_heads=1, head_size=8, dtype="bfloat16"
+        )
+    jnp = pytest.importorskip("jax.numpy")
+    native = pytest.importorskip("kvlayout.backends.pallas.native")
+    z = native.CacheZeroer([jnp.ones((6, 4, 128), jnp.int32)], kernel="tpu", interpret=True)
+    for ids in ([td], np.array([3], "m8[s]"), np.array(["2020-01-01"], "M8[D]")):
+        with pytest.raises(K.BlockIdError, match=r"block_ids"):
+            z.apply([jnp.ones((6, 4, 128), jnp.int32)], ids)

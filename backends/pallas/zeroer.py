@@ -25,7 +25,7 @@ from kvlayout.hardware import jax_platform
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable, check_table
-from kvlayout.validate import check_option
+from kvlayout.validate import check_option, is_int
 from kvlayout.verify import require_safe
 
 from .kernels import (
@@ -87,14 +87,14 @@ def step_ids(block_ids: Any) -> Any:
     if isinstance(block_ids, (list, tuple)):
         if not block_ids:
             return jnp.zeros((0,), jnp.int32)
-        if all(type(v) is int or isinstance(v, np.integer) for v in block_ids):  # no bools, no tracers
+        if all(type(v) is int or is_int(v) for v in block_ids):  # no bools, no tracers, no timedeltas
             fit = [int(v) if INT32_MIN <= v <= INT32_MAX else -1 for v in block_ids]
             return jnp.asarray(np.array(fit, np.int32))
     elif isinstance(block_ids, (np.ndarray, np.generic)):
         arr = np.asarray(block_ids)
-        if arr.dtype.kind == "O":
-            why = "must be an integer array, got dtype object"
-            raise bad_value(BlockIdError, "block_ids.dtype", "object", why, shown="object")
+        if arr.dtype.kind in "OmM":  # object, timedelta64 (an np.integer subdtype), datetime64 (issue 25)
+            why = f"must be an integer array, got dtype {arr.dtype}"
+            raise bad_value(BlockIdError, "block_ids.dtype", str(arr.dtype), why, shown=str(arr.dtype))
         if arr.dtype.kind in "iu" and np.iinfo(arr.dtype).max > INT32_MAX:
             fits = arr <= INT32_MAX if arr.dtype.kind == "u" else (arr >= INT32_MIN) & (arr <= INT32_MAX)
             return jnp.asarray(np.where(fits, arr, -1).astype(np.int32))
