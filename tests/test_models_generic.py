@@ -528,6 +528,11 @@ def test_named_variations_as_vllm_builds_them() -> None:
     # MiMo: the engine's one window, head_dim ignored (256 / 8)
     assert _rows("MiMoForCausalLM", "mimo", head_dim=64, **types) == [(2, 32, None)] * 2
     assert _rows("MiMoForCausalLM", "mimo", head_dim=64, sliding_window=128) == [(2, 32, 128)] * 2
+    # GraniteMoE-SWA: per-layer windows, head_dim ignored; read as written it must name its layer_types
+    swa = _rows("GraniteMoeSWAForCausalLM", "granitemoe_swa", head_dim=64, **types)
+    assert swa == [(2, 32, 128), (2, 32, None)]
+    with pytest.raises(SpecError, match="layer_types"):
+        _rows("GraniteMoeSWAForCausalLM", "granitemoe_swa", sliding_window=128)
     # GraniteMoE-Shared: per-layer windows, head_dim ignored
     assert _rows("GraniteMoeSharedForCausalLM", "granitemoeshared", head_dim=64, **types) == [
         (2, 32, 128),

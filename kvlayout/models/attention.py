@@ -31,11 +31,12 @@
   ``hidden_size // num_attention_heads``: those and Falcon, Qwen2-MoE, OLMoE, StableLM,
   GraniteMoE, InternLM2, Orion, MiniCPM, MiMo); windows: none at all (Falcon), the engine's one
   where the registry saw a per-layer one (Cohere, PhiMoE, MiMo), per layer where it saw none
-  (GraniteMoE-Shared), only with ``use_sliding_window`` true (Qwen2-MoE), one larger (Cohere 2:
-  ``sliding_window + 1``, a layer sees ``[pos - window, pos]``); ``layer_types`` required from a
-  config read as written where the config class derives it (Cohere 2, AFMoE, EXAONE 4 and MoE,
-  Granite-SWA); chunked local attention (Llama 4: a layer with RoPE, ``no_rope_layers[i] != 0``,
-  attends within ``attention_chunk_size`` chunks, vLLM's ``ChunkedLocalAttentionSpec``; no window).
+  (GraniteMoE-Shared, GraniteMoE-SWA), only with ``use_sliding_window`` true (Qwen2-MoE), one
+  larger (Cohere 2: ``sliding_window + 1``, a layer sees ``[pos - window, pos]``); ``layer_types``
+  required from a config read as written where the config class derives it (Cohere 2, AFMoE,
+  EXAONE 4 and MoE, Granite-SWA, GraniteMoE-SWA); chunked local attention (Llama 4: a layer with
+  RoPE, ``no_rope_layers[i] != 0``, attends within ``attention_chunk_size`` chunks, vLLM's
+  ``ChunkedLocalAttentionSpec``; no window).
   kvlayout's spec has no chunked kind: such a layer's page is full attention's (vLLM's
   ``AttentionSpec.page_size_bytes``), so it is a ``FullAttentionSpec`` labelled ``chunked``, and
   vLLM 0.33 (hybrid KV cache manager on by default,
@@ -99,6 +100,7 @@ VARIATIONS: Mapping[str, Variation] = {
     "ExaoneMoEForCausalLM": Variation(layer_types=True),
     "ExaoneMoeForCausalLM": Variation(layer_types=True),
     "GraniteSWAForCausalLM": Variation(layer_types=True),
+    "GraniteMoeSWAForCausalLM": Variation(head_dim=False, window="layer", layer_types=True),
     "Llama4ForCausalLM": Variation(window="none", chunked=True),
     "MiMoForCausalLM": Variation(head_dim=False, window="engine"),
 }

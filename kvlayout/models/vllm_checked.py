@@ -35,6 +35,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'Glm4MoeLiteForCausalLM': ('model.layers', 'self_attn.attn'),
     'GraniteForCausalLM': ('model.layers', 'self_attn.attn'),
     'GraniteMoeForCausalLM': ('model.layers', 'self_attn.attn'),
+    'GraniteMoeSWAForCausalLM': ('model.layers', 'self_attn.attn'),
     'GraniteMoeSharedForCausalLM': ('model.layers', 'self_attn.attn'),
     'GraniteSWAForCausalLM': ('model.layers', 'self_attn.attn'),
     'HYV3ForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -111,12 +112,6 @@ NOT_GENERIC: Mapping[str, str] = {
     'GlmMoeDsaForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: NotImplementedError: Sparse Attention "
         "is not supported on CPU."
-    ),
-    'GraniteMoeSWAForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
-        "['model.layers.1.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 128, 'torch.bfloat16'], generic "
-        "['model.layers.1.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
     ),
     'HCXVisionV2ForCausalLM': (
         "not built by the harness: vLLM's ModelConfig refuses the small config (ValidationError), about 18 "
