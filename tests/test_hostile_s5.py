@@ -12,6 +12,8 @@
 - ``np.timedelta64`` is an ``np.integer`` subclass (its arrays an integer subdtype): a timedelta array
   was taken as block ids, a list of timedeltas (and a spec field holding one) raised a raw
   ``TypeError`` from ``int()``; the Pallas zeroers' traced ``apply`` likewise.
+- Zamba2's attention names looped over every one of ``num_mem_blocks`` shared blocks times every
+  hybrid layer: ``num_mem_blocks`` 10**7 took 6.6 s, 10**12 ran without end (exit only by a kill).
 """
 
 from __future__ import annotations
@@ -112,3 +114,21 @@ def test_timedeltas_are_not_integers() -> None:
     for ids in ([td], np.array([3], "m8[s]"), np.array(["2020-01-01"], "M8[D]")):
         with pytest.raises(K.BlockIdError, match=r"block_ids"):
             z.apply([jnp.ones((6, 4, 128), jnp.int32)], ids)
+
+
+def test_zamba2_num_mem_blocks_is_bounded_work() -> None:
+    """Shared blocks past the hybrid layers take none: the names are O(layers) for any num_mem_blocks."""
+    import time
+
+    from .test_models_hybrid_vllm import _BASE
+
+    cfg = {**_BASE, **HYBRIDS["zamba2"]}
+    names = list(M.from_config(cfg).kinds)
+    t0 = time.perf_counter()
+    ms = M.from_config({**cfg, "num_mem_blocks": 10**15})
+    assert time.perf_counter() - t0 < 5  # was an endless loop
+    # one block per hybrid layer: layer k is block k, numbered from k * ceil(H / blocks) = k
+    assert [n for n in ms.kinds if n.startswith("model.attn.")] == ["model.attn.0", "model.attn.1"]
+    assert [n for n in ms.kinds if not n.startswith("model.attn.")] == [
+        n for n in names if not n.startswith("model.attn.")
+    ]

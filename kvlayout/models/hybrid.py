@@ -291,12 +291,10 @@ def _zamba2_attention_names(cfg: Config, n: int) -> list[str]:
     blocks = cfg.req_int("num_mem_blocks", "the shared attention blocks")
     h = len(hybrid)
     names = []
-    for b in range(blocks):
-        j = b * (h + blocks - 1) // blocks
-        for k in range(h):
-            if k % blocks == b:
-                names.append(f"model.attn.{j}")
-                j += 1
+    for b in range(min(blocks, h)):  # blocks past the hybrid layers take none: O(h), any num_mem_blocks
+        first = b * (h + blocks - 1) // blocks
+        taken = len(range(b, h, blocks))  # the hybrid layers k % blocks == b (10**12 blocks hung: issue 25)
+        names += [f"model.attn.{j}" for j in range(first, first + taken)]
     return names
 
 
