@@ -166,6 +166,10 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
     "Rnj1ForCausalLM": {"head_dim": 48, "query_pre_attn_scalar": 48, "hidden_activation": "gelu_pytorch_tanh",
                         "layer_types": ["full_attention", "full_attention"]},
     "TeleFLMForCausalLM": {"use_mup": False, "output_mult": 1.0, "mup_scale_factor": 1.0},
+    # DBRX: its published attn_config and ffn_config (transformers' DbrxAttentionConfig takes rope_theta)
+    "DbrxForCausalLM": {"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": None},
+                        "ffn_config": {"moe_num_experts": 4, "moe_top_k": 2, "ffn_hidden_size": 128},
+                        "d_model": 256, "n_heads": 8, "n_layers": 2, "max_seq_len": 4096},
     "TeleChat2ForCausalLM": {"n_layer": 2, "n_head": 8, "ffn_hidden_size": 512, "layer_norm_epsilon": 1e-5},
     **{
         a: {"routed_scaling_factor": 1.0, "norm_topk_prob": True, "num_routed_experts": 4,
@@ -528,6 +532,11 @@ def test_named_variations_as_vllm_builds_them() -> None:
     # MiMo: the engine's one window, head_dim ignored (256 / 8)
     assert _rows("MiMoForCausalLM", "mimo", head_dim=64, **types) == [(2, 32, None)] * 2
     assert _rows("MiMoForCausalLM", "mimo", head_dim=64, sliding_window=128) == [(2, 32, 128)] * 2
+    # DBRX: the KV heads are attn_config.kv_n_heads (num_key_value_heads 2 ignored), head_dim ignored
+    assert _rows("DbrxForCausalLM", "dbrx", head_dim=64, attn_config={"kv_n_heads": 4}) == [(4, 32, None)] * 2
+    assert _rows("DbrxForCausalLM", "dbrx", tp=8, attn_config={"kv_n_heads": 4}) == [(1, 32, None)] * 2
+    with pytest.raises(SpecError, match=r"config\.attn_config\.kv_n_heads = None: missing"):
+        _rows("DbrxForCausalLM", "dbrx", attn_config={})
     # GraniteMoE-SWA: per-layer windows, head_dim ignored; read as written it must name its layer_types
     swa = _rows("GraniteMoeSWAForCausalLM", "granitemoe_swa", head_dim=64, **types)
     assert swa == [(2, 32, 128), (2, 32, None)]

@@ -27,9 +27,10 @@
   the same construction): KV heads from another source (Bloom, OPT, GPT-2, GPT-J: the query heads,
   ``num_key_value_heads`` ignored; Falcon: ``num_kv_heads`` with ``new_decoder_architecture``, else
   one with ``multi_query``, else the query heads; ChatGLM: ``multi_query_group_num`` with
-  ``multi_query_attention``, else the query heads); ``head_dim`` ignored (head size
+  ``multi_query_attention``, else the query heads; DBRX: ``attn_config.kv_n_heads``); ``head_dim``
+  ignored (head size
   ``hidden_size // num_attention_heads``: those and Falcon, Qwen2-MoE, OLMoE, StableLM,
-  GraniteMoE, InternLM2, Orion, MiniCPM, MiMo); windows: none at all (Falcon), the engine's one
+  GraniteMoE, InternLM2, Orion, MiniCPM, MiMo, DBRX); windows: none at all (Falcon), the engine's one
   where the registry saw a per-layer one (Cohere, PhiMoE, MiMo), per layer where it saw none
   (GraniteMoE-Shared, GraniteMoE-SWA), only with ``use_sliding_window`` true (Qwen2-MoE), one
   larger (Cohere 2: ``sliding_window + 1``, a layer sees ``[pos - window, pos]``); ``layer_types``
@@ -103,6 +104,7 @@ VARIATIONS: Mapping[str, Variation] = {
     "GraniteMoeSWAForCausalLM": Variation(head_dim=False, window="layer", layer_types=True),
     "Llama4ForCausalLM": Variation(window="none", chunked=True),
     "MiMoForCausalLM": Variation(head_dim=False, window="engine"),
+    "DbrxForCausalLM": Variation(kv_heads="dbrx", head_dim=False),
 }
 NO_VARIATION = Variation()
 #: a multimodal architecture -> the text architecture whose model it builds as ``language_model`` from
@@ -132,6 +134,12 @@ def _kv_total(cfg: Config, heads: int, how: str) -> tuple[int, str]:
                 "multi_query_group_num"
             )
         return heads, "num_attention_heads"
+    if how == "dbrx":  # vLLM's DbrxAttention and ModelConfig: attn_config.kv_n_heads
+        attn = cfg.data.get("attn_config")
+        if not isinstance(attn, Mapping):
+            raise spec_error(cfg.field("attn_config"), attn, "must be an object holding kv_n_heads")
+        sub = Config(attn, cfg.field("attn_config"), completed=cfg.completed)
+        return sub.req_int("kv_n_heads", "DBRX's KV heads"), "attn_config.kv_n_heads"
     if how == "falcon":  # vLLM's FalconAttention
         if cfg.req_bool("new_decoder_architecture", "Falcon's KV heads depend on it"):
             return cfg.req_int("num_kv_heads", "the KV heads of the new decoder architecture"), "num_kv_heads"

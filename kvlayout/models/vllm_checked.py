@@ -20,6 +20,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'Cohere2ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Cohere2MoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'CohereForCausalLM': ('model.layers', 'self_attn.attn'),
+    'DbrxForCausalLM': ('transformer.blocks', 'norm_attn_norm.attn.attn'),
     'Ernie4_5ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ernie4_5_MoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'Exaone4ForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -72,10 +73,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 4096, 'torch.bfloat16'], generic"
         " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 128, 128, 512, 'torch.bfloat16'] (name,"
         " kind, KV heads, head size, V, window, dtype)"
-    ),
-    'DbrxForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'DbrxAttentionConfig' "
-        "object has no attribute 'rope_theta'"
     ),
     'DeciLMForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
