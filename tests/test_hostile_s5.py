@@ -14,6 +14,8 @@
   ``TypeError`` from ``int()``; the Pallas zeroers' traced ``apply`` likewise.
 - Zamba2's attention names looped over every one of ``num_mem_blocks`` shared blocks times every
   hybrid layer: ``num_mem_blocks`` 10**7 took 6.6 s, 10**12 ran without end (exit only by a kill).
+- The vLLM plugin's verify step (``checked_step_ids``) took tensors inside the scheduler's list as ids:
+  ``[torch.tensor(True)]`` zeroed block 1, ``[torch.tensor([3])]`` block 3.
 """
 
 from __future__ import annotations
@@ -132,3 +134,15 @@ def test_zamba2_num_mem_blocks_is_bounded_work() -> None:
     assert [n for n in ms.kinds if not n.startswith("model.attn.")] == [
         n for n in names if not n.startswith("model.attn.")
     ]
+
+
+def test_vllm_step_ids_refuse_tensor_elements() -> None:
+    """Tensors in the step's id list are no ids (a bool tensor was block 1), named by index."""
+    torch = pytest.importorskip("torch")
+    from kvlayout.integrations.vllm_plugin import checked_step_ids
+
+    for bad, i in (([torch.tensor(True)], 0), ([1, torch.tensor([3])], 1), ([2, torch.tensor(5)], 1)):
+        with pytest.raises(K.BlockIdError) as e:
+            checked_step_ids(bad, 8)
+        assert str(e.value) == f"block_ids[{i}] = {bad[i]!r}: must be an integer (nothing was written)"
+    assert checked_step_ids([np.int64(3), 1], 8).tolist() == [3, 1]

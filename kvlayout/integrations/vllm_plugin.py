@@ -411,8 +411,9 @@ def checked_step_ids(block_ids: Sequence[int], num_blocks: int, pin_memory: bool
         why = "must be the scheduler's list of block ids (nothing was written)"
         raise bad_value(BlockIdError, "block_ids", type(block_ids).__name__, why)
     kinds = set(map(type, block_ids))  # one C pass: torch would truncate 2.7 to block 2, take True as 1
-    if not kinds <= {int} and any(issubclass(t, _NOT_IDS) for t in kinds):
-        i = next(i for i, x in enumerate(block_ids) if isinstance(x, _NOT_IDS))
+    not_ids = (*_NOT_IDS, torch.Tensor)  # tensor(True) was block 1, tensor([3]) block 3 (issue 25)
+    if not kinds <= {int} and any(issubclass(t, not_ids) for t in kinds):
+        i = next(i for i, x in enumerate(block_ids) if isinstance(x, not_ids))
         why = "must be an integer (nothing was written)"
         raise bad_value(BlockIdError, f"block_ids[{i}]", block_ids[i], why)
     try:  # the dtype is given, as vLLM's own step gives it (inferring it doubles the cost at 1,024 ids)
