@@ -207,6 +207,12 @@ class _Defer(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if name == "to" and not self.cuda.running:  # a move to the device: host memory is copied
+            out = func(*args, **kwargs)
+            where = kwargs.get("device", args[1] if len(args) > 1 else None)
+            if isinstance(where, (str, torch.device)) and self.cuda.is_host(out):
+                out = out.clone()
+            return out
         if self.cuda.running or not (name.endswith("_") and not name.startswith("_")):
             return func(*args, **kwargs)
         if name == "copy_":
@@ -225,6 +231,8 @@ class _Kernel:
         def launch(*args: Any, **kwargs: Any) -> None:
             if self.cuda.graph is not None and not self.cuda.launch_capturable:
                 raise RuntimeError("kernel launch not capturable (test double)")
+            if any(isinstance(a, torch.Tensor) and self.cuda.is_host(a) for a in args):
+                raise RuntimeError("a kernel given host memory (test double: an illegal address natively)")
             self.cuda.log.append(("launch", self.name, repr(self.cuda.current), grid))
             self.cuda.enqueue(("run", lambda: self.real[grid](*args, **kwargs)))
 
@@ -245,6 +253,10 @@ class FakeCuda:
       calls it logs instead.
     - An event is complete once every record of it has run (a never-recorded event is complete).
     - ``synchronize()`` runs everything queued. ``is_current_stream_capturing()`` is True mid-capture.
+    - Tensors made without a device (``torch.zeros``/``empty``/``from_numpy``) are host memory: a kernel
+      given one fails (an illegal address natively) until ``.to(device)`` copies it to the device.
+      The device itself is the CPU: the zeroer's buffer and the test's id tensors live "on the device".
+    - ``get_device_properties(None)`` describes the current device, here not the buffer's (3 SMs, not 5).
     - Pinned memory (``torch.empty(..., pin_memory=True)``) is ordinary CPU memory, remembered as pinned;
       a copy inside a capture must be ``non_blocking`` (a blocking copy synchronises), and may be refused
       (``copy_capturable=False``: a torch that cannot capture it), as may a graph's own event record
@@ -259,6 +271,8 @@ class FakeCuda:
         self.hold = False
         self.running = False
         self.pinned: set[int] = set()
+        self.host: list[torch.Tensor] = []
+        self.host_ptrs: set[int] = set()
         self.copy_capturable = self.signal_capturable = self.external_events = self.launch_capturable = True
         self.default = FakeStream(self, "default")
         self.current = self.default
@@ -297,7 +311,18 @@ class FakeCuda:
         return self.graph is not None
 
     def get_device_properties(self, device: Any) -> Any:
-        return SimpleNamespace(multi_processor_count=5)
+        # None is the current device: here another GPU than the buffer's, with fewer SMs
+        return SimpleNamespace(multi_processor_count=3 if device is None else 5)
+
+    def host_memory(self, t: torch.Tensor) -> torch.Tensor:
+        """Mark ``t`` as host memory (kept alive: its address is never reused meanwhile)."""
+        if t.untyped_storage().data_ptr():
+            self.host.append(t)
+            self.host_ptrs.add(t.untyped_storage().data_ptr())
+        return t
+
+    def is_host(self, t: torch.Tensor) -> bool:
+        return t.untyped_storage().data_ptr() in self.host_ptrs
 
     # the device timeline
     def record(self, event: FakeEvent, stream: Any) -> None:
@@ -341,8 +366,8 @@ class FakeCuda:
 
 
 class _TorchWithFakeCuda:
-    """The ``torch`` module as backends/cuda/zeroer.py sees it: ``cuda`` is the double, pinned
-    ``empty`` is remembered, everything else is torch itself."""
+    """The ``torch`` module as backends/cuda/zeroer.py sees it: ``cuda`` is the double, tensors made
+    without a device (pinned or not, or from NumPy) are host memory, everything else is torch itself."""
 
     def __init__(self, cuda: FakeCuda) -> None:
         self.cuda = cuda
@@ -354,7 +379,14 @@ class _TorchWithFakeCuda:
         t = torch.empty(*args, **kwargs)
         if pin_memory:
             self.cuda.pinned.add(t.untyped_storage().data_ptr())
-        return t
+        return self.cuda.host_memory(t) if kwargs.get("device") is None else t
+
+    def zeros(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        t = torch.zeros(*args, **kwargs)
+        return self.cuda.host_memory(t) if kwargs.get("device") is None else t
+
+    def from_numpy(self, array: np.ndarray) -> torch.Tensor:
+        return self.cuda.host_memory(torch.from_numpy(array))
 
 
 @pytest.fixture
@@ -813,3 +845,62 @@ def test_group_plans_coalesce_and_list_batches_check_max_batch_first() -> None:
             z.zero([2**70])
         assert str(info.value) == f"block_ids[0] = {2**70}: outside [0, 6)"
     c.expect([])
+
+
+def test_every_option_is_checked_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each option's refusal names it and its value (nothing is allocated or written); edges pass."""
+    c = Case(tiny())
+    cases = [
+        ("sub_words", 3, "a positive power of two, at most 65536"),
+        ("sub_words", 1 << 17, "a positive power of two, at most 65536"),
+        ("num_warps", 64, "a positive power of two, at most 32"),
+        ("num_warps", 6, "a positive power of two, at most 32"),
+        ("max_programs", 0, f"a positive integer, at most {2**31 - 1}"),
+        ("max_programs", 2**31, f"a positive integer, at most {2**31 - 1}"),
+    ]
+    for name, value, rule in cases:
+        raises(
+            K.BackendError,
+            lambda n=name, v=value: c.zeroer(**{n: v}),
+            name,
+            value,
+            f"{name} = {value!r}: must be {rule}",
+        )
+    raises(
+        K.BlockIdError,
+        lambda: c.zeroer(max_batch=2**31),
+        "max_batch",
+        2**31,
+        f"max_batch = {2**31}: must be a positive integer, at most {2**31 - 1}",
+    )
+    z = c.zeroer(sub_words=1 << 16, num_warps=32, max_programs=3, max_batch=1, chunk_words=1 << 17)
+    assert (z.sub_words, z.num_warps, z.max_programs, z.max_batch) == (1 << 16, 32, 3, 1)
+    assert z._plans[(None, 1 << 17)].sub == 1 << 16  # a chunk wider than the vector keeps the vector
+    monkeypatch.setattr(Z.CudaZeroer, "_new_slot", lambda self: None)  # no 16 GiB ids buffer
+    assert c.zeroer(max_batch=2**31 - 1).max_batch == 2**31 - 1
+    c.expect([])
+
+
+def test_device_plans_and_defaults(cuda: FakeCuda) -> None:
+    """The defaults: coalesced rows, replay graphs natively, programs per SM of the buffer's device; plans
+    hold their tensors on the device, vectors no wider than a power-of-two chunk."""
+    c = Case(tiny(groups=True))
+    z = kc.CudaZeroer(c.table, c.buf, offset=GUARD, max_batch=2)
+    assert z.graphs and z._captured == {None} and len(z._replays) == Z.GRAPH_RING and z.mode == "native"
+    assert z.kernel_table == c.table.coalesced() and len(z.kernel_table) == 1 < len(c.table)
+    assert z.plan is z._plans[(None, 2048)].plan and z.buffer is c.buf and z.device == c.buf.device
+    assert z.max_programs == 5 * Z.DEFAULT_PROGRAMS_PER_SM and z.offset == GUARD and z._next_replay == 0
+    assert z._err.dtype == torch.int64 and z._err.tolist() == [0, 0]
+    assert z._no_count.dtype == torch.int32 and z._no_count.shape == (1,)
+    assert z.graph_copy is True
+    for chunk, sub_words, sub in ((1024, 4096, 1024), (12, 8, 8), (2048, 1024, 1024), (24, 64, 64)):
+        dp = Z._device_plan(c.table, True, chunk, sub_words, c.buf.device)
+        assert dp.sub == sub and dp.table == c.table.coalesced(), (chunk, sub_words)
+        assert dp.single == (int(dp.plan.words.max()) <= sub)
+        assert not any(cuda.is_host(t) for t in (dp.base, dp.stride, dp.words))
+        assert dp.base.tolist() == dp.plan.base_words.tolist() and dp.words.tolist() == dp.plan.words.tolist()
+        assert dp.stride.tolist() == dp.plan.stride_words.tolist()
+    edge = Z._device_plan(c.table, False, 128, 128, c.buf.device)  # units of exactly one vector: single
+    assert edge.single and edge.table == c.table and edge.plan.units_per_block == 3
+    z.zero([1, 2], "h")
+    c.expect([1, 2], "h")
