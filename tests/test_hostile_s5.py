@@ -16,6 +16,8 @@
   hybrid layer: ``num_mem_blocks`` 10**7 took 6.6 s, 10**12 ran without end (exit only by a kill).
 - The vLLM plugin's verify step (``checked_step_ids``) took tensors inside the scheduler's list as ids:
   ``[torch.tensor(True)]`` zeroed block 1, ``[torch.tensor([3])]`` block 3.
+- ``KVBlockZeroer.zero_block_ids`` of a group without rows (Mamba state) bounds-checked CPU tensors
+  through ``.numpy()``: bfloat16 and sparse tensors raised a raw ``TypeError``.
 """
 
 from __future__ import annotations
@@ -146,3 +148,25 @@ def test_vllm_step_ids_refuse_tensor_elements() -> None:
             checked_step_ids(bad, 8)
         assert str(e.value) == f"block_ids[{i}] = {bad[i]!r}: must be an integer (nothing was written)"
     assert checked_step_ids([np.int64(3), 1], 8).tolist() == [3, 1]
+
+
+def test_vllm_rowless_group_refuses_tensors_numpy_cannot_hold() -> None:
+    """A Mamba group's host-id check: bfloat16 / sparse CPU tensors are BlockIdError (were TypeError)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("kvlayout.backends.cuda")
+    from kvlayout.integrations.vllm import KVBlockZeroer
+
+    full = K.FullAttentionSpec(name="a", block_size=16, num_kv_heads=2, head_size=8, dtype="bfloat16")
+    groups = (K.GroupSpec("g", (full,)), K.GroupSpec("m", (K.MambaSpec(name="c", state_bytes=1024),)))
+    table = K.plan(K.KVCacheSpec(8, "packed", groups))
+    data = K.poison_pattern(table.total_bytes)
+    buf = torch.from_numpy(data.copy())
+    z = KVBlockZeroer._from_table(table, buf, graphs=False)
+    z.group_names = ("g", "m")  # as built from vLLM's KVCacheConfig: the Mamba group has no rows
+    for ids in (torch.tensor([1.5], dtype=torch.bfloat16), torch.tensor([1]).to_sparse()):
+        for group in ("m", 1):
+            with pytest.raises(K.BlockIdError, match=r"^block_ids = torch\.\w+ torch\.\w+ tensor on cpu"):
+                z.zero_block_ids(ids, group)
+    with pytest.raises(K.BlockIdError, match=r"block_ids\[0\] = 9: outside \[0, 8\)"):
+        z.zero_block_ids(torch.tensor([9]), "m")
+    assert np.array_equal(buf.numpy(), data)

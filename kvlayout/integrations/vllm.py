@@ -751,7 +751,11 @@ class KVBlockZeroer:
         name = self.group_name(group)
         if name is not None and name in self.group_names and name not in self._row_groups:
             if not hasattr(block_ids, "device") or str(block_ids.device) == "cpu":
-                ids = block_ids.numpy() if hasattr(block_ids, "numpy") else block_ids
+                ids = block_ids
+                if hasattr(block_ids, "numpy"):  # a CPU tensor; bfloat16 / sparse raised TypeError (issue 25)
+                    from kvlayout.backends.cuda.zeroer import host_ids
+
+                    ids = host_ids(block_ids)
                 normalize_block_ids(ids, self.num_blocks)
             return
         self._zeroer.zero(block_ids, name)
