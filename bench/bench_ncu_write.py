@@ -13,8 +13,8 @@ Methods, on the same pool and table as ``bench_write_ceiling.py``: torch ``zero_
 16-byte stores over the step's bytes as one contiguous run; kvlayout's kernel on random ids,
 the same ids sorted, and consecutive blocks; vLLM 0.33's kernel on the random ids.
 
-Writes ``ncu.json`` and ``ncu.md`` (and the report ``ncu.ncu-rep``) under ``--out``; prints the
-table last.
+Writes ``ncu.json``, ``ncu.md``, the raw counters ``ncu_raw.csv`` and the report ``ncu.ncu-rep``
+under ``--out``; prints the table last.
 
     python bench/bench_ncu_write.py --out DIR [--presets dsv4-test] [--batches 4096,16384]
 """
@@ -141,15 +141,38 @@ def profile(
     return subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
 
 
-def read_report(ncu: str, rep: Path) -> list[dict[str, str]]:
-    """The raw page of the report as one dict per profiled kernel (metric name -> value)."""
+#: ncu's unit names (SI multiples) -> the base unit the table uses (ns, bytes)
+SCALE = {
+    "nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
+    "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
+}
+
+
+def parse_raw(text: str) -> list[dict[str, str]]:
+    """ncu's raw CSV page (a header row, a units row, one row per kernel) as one dict per kernel,
+    every value in the table's base units (ncu scales times and bytes to ms, GB, ... as it likes)."""
+    rows = list(csv.reader(io.StringIO(text)))
+    start = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+    head, units = rows[start], rows[start + 1]
+    out = []
+    for r in rows[start + 2 :]:
+        if len(r) != len(head):
+            continue
+        k = dict(zip(head, r))
+        for name, unit in zip(head, units):
+            if unit in SCALE and name in k:
+                k[name] = repr(num(k[name]) * SCALE[unit])
+        out.append(k)
+    return out
+
+
+def read_report(ncu: str, rep: Path, out: Path) -> list[dict[str, str]]:
+    """The raw page of the report (kept as ``ncu_raw.csv``), one dict per profiled kernel."""
     text = subprocess.run(
         [ncu, "--import", str(rep), "--csv", "--page", "raw"], capture_output=True, text=True, check=True
     ).stdout
-    rows = list(csv.reader(io.StringIO(text)))
-    start = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
-    head = rows[start]
-    return [dict(zip(head, r)) for r in rows[start + 2 :] if len(r) == len(head)]  # skip the units row
+    (out / "ncu_raw.csv").write_text(text)
+    return parse_raw(text)
 
 
 #: methods that may run as several kernels of the same name in a row (summed)
@@ -239,9 +262,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         lines.append(
             f"| {r['preset']} | {r['batch']} | {r['method']}{'' if r['name_ok'] else ' (name?)'} "
-            f"| {r['us']:.1f} | {r['x_contiguous']:.3f} | {r['dram_write_x_bytes']:.4f} "
+            f"| {r['us']:.1f} | {r['x_contiguous']:.3f} | {r['dram_write_x_bytes']:.3f} "
             f"| {r['dram_read_bytes'] / 1e6:.2f} | {r['dram_write_gb_s']:.0f} | {r['dram_pct_peak']:.1f} "
-            f"| {r['l2_write_sectors_x']:.4f} | {r['warps_active_pct']:.1f} | {r['inst'] / 1e6:.2f} "
+            f"| {r['l2_write_sectors_x']:.3f} | {r['warps_active_pct']:.1f} | {r['inst'] / 1e6:.2f} "
             f"| {r['grid']:.0f} x {r['block']:.0f} | {r['regs']:.0f} |"
         )
     return "\n".join(lines)
@@ -276,7 +299,7 @@ def main() -> int:
     if proc.returncode != 0:
         return proc.returncode
     order = json.loads((out / "order.json").read_text())
-    rows = summarise(order, read_report(ncu, out / "ncu.ncu-rep"))
+    rows = summarise(order, read_report(ncu, out / "ncu.ncu-rep", out))
     meta = {"ncu": ncu, "metrics": list(metrics), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     (out / "ncu.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     table = format_table(rows)
