@@ -161,8 +161,8 @@ class FakeEvent:
 class FakeStream:
     """``torch.cuda.Stream``: a name; ``wait_stream`` is logged (one device timeline: see FakeCuda)."""
 
-    def __init__(self, cuda: FakeCuda, name: str) -> None:
-        self.cuda, self.name = cuda, name
+    def __init__(self, cuda: FakeCuda, name: str, mine: bool = True) -> None:
+        self.cuda, self.name, self.mine = cuda, name, mine  # mine: a stream of the buffer's device
 
     def wait_stream(self, other: FakeStream) -> None:
         self.cuda.log.append(("wait", self.name, other.name))
@@ -216,7 +216,7 @@ class _Defer(torch.overrides.TorchFunctionMode):
         if self.cuda.running or not (name.endswith("_") and not name.startswith("_")):
             return func(*args, **kwargs)
         if name == "copy_":
-            self.cuda.copied(args[1], bool(kwargs.get("non_blocking", False)))
+            self.cuda.copied(args[0], args[1], bool(kwargs.get("non_blocking", False)))
         self.cuda.enqueue(("run", lambda: func(*args, **kwargs)))
         return args[0]
 
@@ -233,6 +233,19 @@ class _Kernel:
                 raise RuntimeError("kernel launch not capturable (test double)")
             if any(isinstance(a, torch.Tensor) and self.cuda.is_host(a) for a in args):
                 raise RuntimeError("a kernel given host memory (test double: an illegal address natively)")
+            if not self.cuda.current.mine:
+                raise RuntimeError("a launch on another device's stream (test double)")
+            # Triton compiles a variant per constexprs, dtypes and 16-byte pointer alignment at its first
+            # launch, loading a module: not permitted while a stream captures
+            variant = (
+                self.name,
+                tuple(sorted(kwargs.items())),
+                tuple((a.dtype, a.data_ptr() % 16 == 0) for a in args if isinstance(a, torch.Tensor)),
+            )
+            if variant not in self.cuda.compiled:
+                if self.cuda.graph is not None:
+                    raise RuntimeError("kernel compiled during capture (test double)")
+                self.cuda.compiled.add(variant)
             self.cuda.log.append(("launch", self.name, repr(self.cuda.current), grid))
             self.cuda.enqueue(("run", lambda: self.real[grid](*args, **kwargs)))
 
@@ -248,6 +261,11 @@ class FakeCuda:
       (:class:`FakeGraph`), and while ``hold`` is set it waits in one queue until :meth:`finish` (the
       device lagging behind the host). Host writes (NumPy views of pinned memory) happen at once: a
       staging buffer rewritten before the copy out of it ran shows as wrong bytes.
+    - A kernel variant (constexprs, dtypes, 16-byte pointer alignment) launched for the first time
+      during a capture fails (Triton compiles and loads it then); ``current_stream(None)``,
+      ``Stream(None)``: the current device's, not the buffer's (a launch there fails);
+      ``synchronize(None)`` is logged as the current device's. A copy of mismatched shapes fails when
+      it is enqueued.
     - Every stream shares that one queue, so the double cannot show a race between two streams: the
       zeroer's stream bookkeeping (the slot a stream may reuse, ``wait_stream``) is checked through the
       calls it logs instead.
@@ -275,6 +293,8 @@ class FakeCuda:
         self.host_ptrs: set[int] = set()
         self.copy_capturable = self.signal_capturable = self.external_events = self.launch_capturable = True
         self.default = FakeStream(self, "default")
+        self.elsewhere = FakeStream(self, "current device's", mine=False)
+        self.compiled: set[Any] = set()
         self.current = self.default
         self.streams = 0
 
@@ -286,16 +306,19 @@ class FakeCuda:
 
     def Stream(self, device: Any = None) -> FakeStream:  # noqa: N802
         self.streams += 1
-        return FakeStream(self, f"side{self.streams}")
+        return FakeStream(self, f"side{self.streams}", mine=device is not None)
 
     def CUDAGraph(self) -> FakeGraph:  # noqa: N802
         return FakeGraph(self)
 
     def current_stream(self, device: Any = None) -> FakeStream:
-        return self.current
+        return self.current if device is not None else self.elsewhere
 
     @contextmanager
-    def stream(self, s: FakeStream) -> Iterator[None]:
+    def stream(self, s: FakeStream | None) -> Iterator[None]:
+        if s is None:  # as torch: no stream, no change
+            yield
+            return
         before, self.current = self.current, s
         self.log.append(("stream", s.name))
         try:
@@ -304,7 +327,7 @@ class FakeCuda:
             self.current = before
 
     def synchronize(self, device: Any = None) -> None:
-        self.log.append(("synchronize",))
+        self.log.append(("synchronize",) if device is not None else ("synchronize", "current device"))
         self.finish()
 
     def is_current_stream_capturing(self) -> bool:
@@ -331,9 +354,11 @@ class FakeCuda:
         self.log.append(("record", id(event), repr(stream or self.current)))
         self.enqueue(("record", event))
 
-    def copied(self, src: torch.Tensor, non_blocking: bool) -> None:
+    def copied(self, dst: torch.Tensor, src: torch.Tensor, non_blocking: bool) -> None:
         pinned = src.untyped_storage().data_ptr() in self.pinned
         self.log.append(("copy", pinned, non_blocking))
+        if torch.broadcast_shapes(dst.shape, src.shape) != dst.shape:  # checked when enqueued, as torch
+            raise RuntimeError(f"copy_ of {tuple(src.shape)} into {tuple(dst.shape)} (test double)")
         if self.graph is not None and (not non_blocking or (pinned and not self.copy_capturable)):
             raise RuntimeError("copy not capturable (test double)")
 
@@ -565,7 +590,7 @@ def test_eager_staging_reuses_buffers_only_when_the_device_is_done(cuda: FakeCud
     assert events(cuda, "copy") == [("copy", True, True)] * 2
     slot = z._slots[0]
     assert slot.stream is cuda.default and not slot.done.query() and not slot.busy
-    side = cuda.Stream()
+    side = cuda.Stream(c.buf.device)
     with cuda.stream(side):
         z.zero([4])  # another stream: slot 0 may still be read by the default stream's launch
         assert len(z._slots) == 2 and z._slots[1].stream is side
@@ -591,6 +616,8 @@ def test_a_graph_the_caller_captures_owns_the_call_buffers(cuda: FakeCuda) -> No
     staging buffer that no later call reuses (no event is queried or recorded mid-capture)."""
     c = Case(tiny(8))
     z = c.zeroer(graphs=True, max_batch=2)
+    z.zero(torch.tensor([3, 6]))  # warm-up: the variant the capture launches, compiled outside it
+    z.zero(torch.tensor([1]))
     slots, staging = list(z._slots), list(z._staging)
     g = cuda.CUDAGraph()
     n = len(cuda.log)
@@ -600,7 +627,9 @@ def test_a_graph_the_caller_captures_owns_the_call_buffers(cuda: FakeCuda) -> No
     g.capture_end()
     assert z._slots == slots and z._staging == staging
     assert [e[0] for e in cuda.log[n:]] == ["capture_begin", "copy", "launch", "launch", "capture_end"]
-    c.expect([])  # captured, not run
+    c.expect([1, 3, 6])  # the warm-up's
+    c.buf.copy_(torch.from_numpy(c.data))  # poisoned again: the capture ran nothing
+    c.done.clear()
     g.replay()
     c.expect([1, 3, 6])
     g2 = cuda.CUDAGraph()
@@ -675,7 +704,7 @@ def test_native_routed_batches_use_per_stream_slots(cuda: FakeCuda) -> None:
     assert not done.query() and cuda.queue[-1] == ("record", done)
     z.launch_routed(torch.tensor([10]), 8, 16)  # same stream: the same slot (stream order)
     assert z._slots == [slot] and slot.done is done and slot.routed.shape == (4,)
-    side = cuda.Stream()
+    side = cuda.Stream(c.buf.device)
     with cuda.stream(side):
         z.launch_routed(torch.tensor([12]), 8, 16)
     assert len(z._slots) == 2 and z._slots[1].stream is side and z._slots[1].routed.shape == (2,)
@@ -904,3 +933,170 @@ def test_device_plans_and_defaults(cuda: FakeCuda) -> None:
     assert edge.single and edge.table == c.table and edge.plan.units_per_block == 3
     z.zero([1, 2], "h")
     c.expect([1, 2], "h")
+
+
+class _Reentrant(list):  # type: ignore[type-arg]
+    """Host ids whose first read runs ``hook`` (another thread's call, made while this one stages)."""
+
+    def __init__(self, ids: list[int], hook: Callable[[], None]) -> None:
+        super().__init__(ids)
+        self.hook: Callable[[], None] | None = hook
+
+    def __iter__(self) -> Any:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return super().__iter__()
+
+
+def test_buffers_a_call_owns_are_not_taken_by_a_call_made_meanwhile(cuda: FakeCuda) -> None:
+    """A call owns its replay entry, or its slot and staging buffer, until its work is enqueued: a call
+    made while it reads its ids (another thread) takes others; with the device lagging, each batch's
+    copy then reads its own ids."""
+    for graphs in (True, False):
+        c = Case(tiny(8), seed=7)
+        z = c.zeroer(graphs=graphs, max_batch=4)
+        cuda.hold = True
+        n = len(events(cuda, "replay"))
+        z.zero(_Reentrant([1, 2], lambda z=z: z.zero([5])))
+        assert len(events(cuda, "replay")) == n + (2 if graphs else 0)
+        z.launch_routed(torch.tensor([3]), 0, 8)  # a device batch: a slot while another call's is out
+        cuda.finish()
+        cuda.hold = False
+        c.expect([1, 2, 3, 5])
+        if graphs:
+            assert z._next_replay == 2
+        else:
+            assert len(z._staging) == 2 and len(z._slots) == 2
+
+
+def test_without_graph_signals_the_host_records_each_replay(cuda: FakeCuda) -> None:
+    """Graphs without their signal: the host records the entry's event after each replay, so an entry
+    still in flight is not refilled; a batch that fails or is empty enqueues nothing at all."""
+    cuda.signal_capturable = False
+    c = Case(tiny(8))
+    z = c.zeroer(graphs=True, max_batch=2)
+    cuda.hold = True
+    for ids in ([1], [2], [3], [4], [5, 6]):
+        z.zero(ids)
+    assert len(events(cuda, "replay")) == 4 and len(z._staging) == 1  # the fifth: eager
+    cuda.finish()
+    cuda.hold = False
+    c.expect([1, 2, 3, 4, 5, 6])
+    n = len(cuda.log)
+    with pytest.raises(K.BlockIdError):
+        z.zero([0, 9])
+    z.zero([])
+    assert cuda.log[n:] == [] and not any(r.busy for r in z._replays)
+    off = c.zeroer(max_batch=2)  # eager: a bad group raises before anything; no copy, no launch
+    with pytest.raises(K.TableError):
+        off.zero([0], "nope")
+    assert cuda.log[n:] == []
+    with pytest.raises(K.BlockIdError):
+        off.zero([9])
+    off.zero([])
+    assert {e[0] for e in cuda.log[n:]} == {"record"}  # the slot's release only
+    c.expect([])
+
+
+def test_graphs_when_neither_the_copy_nor_the_signal_can_be_captured(cuda: FakeCuda) -> None:
+    cuda.signal_capturable = cuda.copy_capturable = False
+    c = Case(tiny())
+    z = c.zeroer(graphs=True, max_batch=2)
+    assert z.graph_copy is False and all(r.signal is None for r in z._replays)
+    assert all(len(g.nodes) == 1 for r in z._replays for g in r.graphs.values())  # the launch alone
+    z.zero([4, 1])
+    c.expect([1, 4])
+
+
+def test_host_tensors_natively_are_host_ids(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Natively a CPU tensor holds host ids: staged and replayed like a list, validated first; in
+    zero_into, checked on the host and copied to the device. Buffers elsewhere are refused by name."""
+    c = Case(tiny(8, groups=True))
+    z = c.zeroer(graphs=True, max_batch=4)
+    monkeypatch.setattr(Z, "DEVICE_TYPE", "cuda")  # the zeroer's device is "cuda", the CPU is the host
+    n = len(events(cuda, "replay"))
+    z.zero(cuda.host_memory(torch.tensor([2, 5])))
+    assert len(events(cuda, "replay")) == n + 1
+    c.expect([2, 5])
+    with pytest.raises(K.BlockIdError, match=r"^block_ids\[1\] = 8"):
+        z.zero(torch.tensor([1, 8]))
+    raises(
+        K.LayoutBufferError,
+        lambda: kc.CudaZeroer(c.table, c.buf, offset=GUARD),
+        "buffer.device",
+        "cpu",
+        "buffer device = cpu: must be on a CUDA device",
+    )
+    z.check()
+    c.expect([])
+
+
+def test_groups_natively(cuda: FakeCuda) -> None:
+    """Each native path zeroes only the named group's rows; group h's own bucket plans differ from the
+    whole table's (1 unit a block against 2), so replays look their graphs up by the group's plan."""
+    layer = [
+        K.FullAttentionSpec(name=n, block_size=16, num_kv_heads=1, head_size=128, dtype="bfloat16")
+        for n in "abc"
+    ]
+    t = K.plan(
+        K.KVCacheSpec(4, "BLHNC", (K.GroupSpec("g", (layer[0], layer[2])), K.GroupSpec("h", (layer[1],))))
+    )
+    c = Case(t)
+    z = c.zeroer(graphs=True, max_batch=2, max_programs=8)
+    assert z.plan_for_batch(2).plan.chunk_words == 2048 and z.plan_for_batch(2, "h").plan.chunk_words == 1024
+    z.capture("h")
+    z.zero([1, 3], "h")
+    assert cuda.log[-1][0] == "replay"
+    c.expect([1, 3], "h")
+    z.launch_routed(torch.tensor([6, 9]), 4, 8, "h")
+    c.expect([2], "h")
+    copy = torch.from_numpy(c.data.copy())
+    z.zero_into(copy, torch.tensor([0]), "h")
+    want = c.data.copy()
+    K.zero_blocks_numpy(want[GUARD : GUARD + t.total_bytes], t, [0], group="h")
+    assert np.array_equal(copy.numpy(), want)
+    z.zero(torch.tensor([0]), "g")
+    c.expect([0], "g")
+    with pytest.raises(K.BlockIdError, match="outside"):
+        z.check()  # 9 is outside [0, 8)
+
+
+def test_routed_buffers_are_kept_and_large_routed_batches_use_a_capped_grid(cuda: FakeCuda) -> None:
+    c = Case(tiny(8))
+    z = c.zeroer(max_batch=2, max_programs=3)
+    z.launch_routed(torch.tensor([1, 2, 3, 4]), 0, 8)
+    routed = z._slots[0].routed
+    assert events(cuda, "launch")[-1][3] == (3,)  # 4 items > max_programs: the persistent grid
+    z.launch_routed(torch.tensor([5, 6, 7, 0]), 0, 8)  # as many ids as the buffer holds: kept
+    assert z._slots[0].routed is routed and events(cuda, "launch")[-1][3] == (3,)
+    z.launch_routed(torch.tensor([6, 7]), 0, 8)
+    assert events(cuda, "launch")[-1][3] == (1, 2)
+    c.expect(list(range(8)))
+
+
+def test_cpu_tensors_under_the_interpreter_and_typed_buffers() -> None:
+    """Under the interpreter a CPU tensor is the device batch (checked as device ids, then bounded on the
+    host): any length, int32/int64 only; a meta tensor holds no ids. Buffers of any dtype hold the bytes."""
+    c = Case(tiny(8))
+    z = c.zeroer(max_batch=2)
+    z.zero(torch.tensor([1, 2, 3]))  # more than max_batch: device ids have no batch limit
+    c.expect([1, 2, 3])
+    raises(
+        K.BlockIdError,
+        lambda: z.zero(torch.tensor([1.0])),
+        "block_ids.dtype",
+        "torch.float32",
+        "block_ids dtype = torch.float32: must be int32 or int64",
+    )
+    with pytest.raises(K.BlockIdError, match="must be a dense integer tensor holding data"):
+        z.zero(torch.zeros(2, dtype=torch.int64, device="meta"))
+    t = tiny(3)
+    data = K.poison_pattern(t.total_bytes)
+    for dtype in (torch.float32, torch.int16):
+        buf = torch.from_numpy(data.copy()).view(dtype)  # exactly the layout's bytes
+        kc.CudaZeroer(t, buf, graphs=False).zero([2])
+        want = data.copy()
+        K.zero_blocks_numpy(want, t, [2])
+        assert np.array_equal(buf.view(torch.uint8).numpy(), want)
+    c.expect([])
