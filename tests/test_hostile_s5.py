@@ -18,6 +18,8 @@
   ``[torch.tensor(True)]`` zeroed block 1, ``[torch.tensor([3])]`` block 3.
 - ``KVBlockZeroer.zero_block_ids`` of a group without rows (Mamba state) bounds-checked CPU tensors
   through ``.numpy()``: bfloat16 and sparse tensors raised a raw ``TypeError``.
+- The Pallas zeroers' ``lower(num_ids)`` passed any value to JAX: -1 and 2.5 raised ``TypeError``,
+  2**40 ``OverflowError``; ``True`` lowered a 1-id step.
 """
 
 from __future__ import annotations
@@ -170,3 +172,19 @@ def test_vllm_rowless_group_refuses_tensors_numpy_cannot_hold() -> None:
     with pytest.raises(K.BlockIdError, match=r"block_ids\[0\] = 9: outside \[0, 8\)"):
         z.zero_block_ids(torch.tensor([9]), "m")
     assert np.array_equal(buf.numpy(), data)
+
+
+def test_pallas_lower_checks_num_ids() -> None:
+    """lower(num_ids): an integer in [0, 2**31 - 1], else BlockIdError naming num_ids."""
+    jnp = pytest.importorskip("jax.numpy")
+    native = pytest.importorskip("kvlayout.backends.pallas.native")
+    zeroer = pytest.importorskip("kvlayout.backends.pallas.zeroer")
+    zs = (
+        native.CacheZeroer([jnp.ones((6, 4, 128), jnp.int32)], kernel="tpu", interpret=True),
+        zeroer.PallasZeroer(K.plan(K.preset("dsv4-test").with_num_blocks(4)), kernel="tpu", interpret=True),
+    )
+    for z in zs:
+        for n, why in ((-1, "must be at least 0"), (2.5, "must be an integer"), (True, "must be an integer"),
+                       (2**40, "must be at most 2\\*\\*31 - 1")):
+            with pytest.raises(K.BlockIdError, match=rf"^num_ids = .*: {why}"):
+                z.lower(n)

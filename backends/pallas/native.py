@@ -50,6 +50,7 @@ from .zeroer import (
     BadIdCount,
     bucket_ids,
     check_id_array,
+    check_num_ids,
     default_kernel,
     ids_in_range,
     interpret_params,
@@ -456,6 +457,7 @@ class CacheZeroer:
     def lower(self, num_ids: int, device: Any = None, group: str | None = None) -> Any:
         """Lower the jitted donated step for ``num_ids`` ids (e.g. on a TPU topology device or
         mesh): ``lower(...).compile()`` runs the real compiler without running anything."""
+        num_ids = check_num_ids(num_ids)
         if self.mesh is not None:
             sh: Any = NamedSharding(self.mesh, P())
         else:

@@ -33,6 +33,7 @@ from .zeroer import (
     PallasZeroer,
     check_id_array,
     check_int32_array,
+    check_num_ids,
     ids_in_range,
     run_step,
     step_ids,
@@ -239,6 +240,7 @@ class ShardedPallasZeroer:
         ``lower(n).compile()`` runs the real backend compiler on the whole SPMD program
         without running anything: how the sharded TPU kernel is compiled in CI without a TPU.
         """
+        num_ids = check_num_ids(num_ids)
         buf = jax.ShapeDtypeStruct(self.buffer_shape, jnp.int32, sharding=self.sharding)
         ids = jax.ShapeDtypeStruct((num_ids,), jnp.int32, sharding=self.ids_sharding)
         return self._jitted.lower(buf, ids)

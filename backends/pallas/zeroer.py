@@ -25,7 +25,7 @@ from kvlayout.hardware import jax_platform
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable, check_table
-from kvlayout.validate import check_option, is_int
+from kvlayout.validate import check_int, check_option, is_int
 from kvlayout.verify import require_safe
 
 from .kernels import (
@@ -104,6 +104,12 @@ def step_ids(block_ids: Any) -> Any:
     except (OverflowError, TypeError, ValueError):  # strings, None, dicts, too-large Python ints
         why = "must be a 1-D integer array of block ids (nothing was written)"
         raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
+
+
+def check_num_ids(num_ids: Any) -> int:
+    """``lower``'s batch size: an integer in ``[0, 2**31 - 1]`` (a negative, float or huge value
+    raised JAX's TypeError / OverflowError; issue 25)."""
+    return check_int(BlockIdError, "num_ids", num_ids, lo=0, hi=INT32_MAX)
 
 
 def check_id_array(ids: Any) -> None:
@@ -436,6 +442,7 @@ class PallasZeroer:
         ``lower(...).compile()`` runs the real backend compiler (Mosaic for TPUs) without
         running anything, which is how the TPU kernel is compiled in CI without a TPU.
         """
+        num_ids = check_num_ids(num_ids)
         sharding = jax.sharding.SingleDeviceSharding(device) if device is not None else None
         buf = jax.ShapeDtypeStruct(self.buffer_shape, jnp.int32, sharding=sharding)
         ids = jax.ShapeDtypeStruct((num_ids,), jnp.int32, sharding=sharding)
