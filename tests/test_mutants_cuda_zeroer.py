@@ -1089,8 +1089,22 @@ def test_cpu_tensors_under_the_interpreter_and_typed_buffers() -> None:
         "torch.float32",
         "block_ids dtype = torch.float32: must be int32 or int64",
     )
-    with pytest.raises(K.BlockIdError, match="must be a dense integer tensor holding data"):
-        z.zero(torch.zeros(2, dtype=torch.int64, device="meta"))
+    kind = "torch.int64 torch.strided tensor on meta"
+    raises(
+        K.BlockIdError,
+        lambda: z.zero(torch.zeros(2, dtype=torch.int64, device="meta")),
+        "block_ids",
+        kind,
+        f"block_ids = {kind}: must be a dense integer tensor holding data",
+    )
+    raises(
+        K.BlockIdError,
+        lambda: z.zero(torch.tensor([1]).to_sparse()),
+        "block_ids",
+        "torch.sparse_coo",
+        "block_ids layout = torch.sparse_coo: must be dense",
+    )
+    Z.check_id_tensor(torch.tensor([1], dtype=torch.int32))
     t = tiny(3)
     data = K.poison_pattern(t.total_bytes)
     for dtype in (torch.float32, torch.int16):
