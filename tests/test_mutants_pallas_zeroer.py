@@ -395,6 +395,13 @@ def test_buffer_refusals() -> None:
         K.LayoutBufferError, jax.eval_shape, y.apply, jax.ShapeDtypeStruct((rows, 128), jnp.int32), ids
     )
     assert e.value == rows and "at most 2147482623 rows with chunk_rows 1024" in str(e)
+    # checked up front on every buffer, also for a table without rows (no kernel is built for it)
+    m = K.plan(K.KVCacheSpec(4, "packed", (K.GroupSpec("m", (K.MambaSpec("m0", state_bytes=1024),)),)))
+    y = Z.PallasZeroer(m, kernel="triton", interpret=True, chunk_rows=1024)
+    e = raises(
+        K.LayoutBufferError, jax.eval_shape, y.apply, jax.ShapeDtypeStruct((rows, 128), jnp.int32), ids
+    )
+    assert e.value == rows and "at most 2147482623 rows with chunk_rows 1024" in str(e)
 
 
 def test_triton_refuses_tables_beyond_int32_lanes() -> None:
