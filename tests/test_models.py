@@ -10,6 +10,7 @@ in one driver process (this file with ``--vllm-driver``).
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -1133,3 +1134,26 @@ def _vllm_driver() -> None:
 
 if __name__ == "__main__" and "--vllm-driver" in __import__("sys").argv:
     _vllm_driver()
+
+
+def test_qwen2_ignores_a_written_head_dim_as_vllm_does() -> None:
+    """vLLM 0.33's Qwen2Attention takes ``hidden_size // num_attention_heads`` and never reads
+    ``head_dim`` (MiMo, built on it, shows it by construction in tests/test_models_generic.py); a Qwen2
+    config that writes another head_dim was planned with it: a page of the wrong size. Qwen3 and Llama
+    read it."""
+    q2 = config("qwen2")
+    want = q2["hidden_size"] // q2["num_attention_heads"]
+    for hd in (None, want // 2, want * 2):
+        c = dict(q2) if hd is None else {**q2, "head_dim": hd}
+        sizes = {layer.head_size for g in M.from_config(c).spec.groups for layer in g.layers}
+        assert sizes == {want}, hd
+    for fam in ("llama", "qwen3"):
+        c = config(fam)
+        hd = c["hidden_size"] // c["num_attention_heads"] * 2
+        spec = M.from_config({**c, "head_dim": hd}).spec
+        assert {layer.head_size for g in spec.groups for layer in g.layers} == {hd}, fam
+    found = importlib.util.find_spec("vllm")  # the source, without importing vLLM
+    if found is None or found.origin is None:
+        pytest.skip("vllm is not installed")
+    text = (Path(found.origin).parent / "model_executor" / "models" / "qwen2.py").read_text()
+    assert "self.head_dim = hidden_size // self.total_num_heads" in text and "config.head_dim" not in text

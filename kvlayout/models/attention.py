@@ -28,9 +28,9 @@
   ``num_key_value_heads`` ignored; Falcon: ``num_kv_heads`` with ``new_decoder_architecture``, else
   one with ``multi_query``, else the query heads; ChatGLM: ``multi_query_group_num`` with
   ``multi_query_attention``, else the query heads; DBRX: ``attn_config.kv_n_heads``); ``head_dim``
-  ignored (head size
-  ``hidden_size // num_attention_heads``: those and Falcon, Qwen2-MoE, OLMoE, StableLM,
-  GraniteMoE, InternLM2, Orion, MiniCPM, MiMo, DBRX); windows: none at all (Falcon), the engine's one
+  ignored (head size ``hidden_size // num_attention_heads``: those and Falcon, Qwen2-MoE, OLMoE,
+  StableLM, GraniteMoE, InternLM2, Orion, MiniCPM, MiMo, DBRX, and the named Qwen2);
+  windows: none at all (Falcon), the engine's one
   where the registry saw a per-layer one (Cohere, PhiMoE, MiMo), per layer where it saw none
   (GraniteMoE-Shared, GraniteMoE-SWA), only with ``use_sliding_window`` true (Qwen2-MoE), one
   larger (Cohere 2: ``sliding_window + 1``, a layer sees ``[pos - window, pos]``); ``layer_types``
@@ -107,6 +107,9 @@ VARIATIONS: Mapping[str, Variation] = {
     "DbrxForCausalLM": Variation(kv_heads="dbrx", head_dim=False),
 }
 NO_VARIATION = Variation()
+#: a named family -> its variation: vLLM 0.33's Qwen2Attention takes hidden_size // num_attention_heads
+#: and never reads head_dim (MiMo, built on it, shows the same by construction in the generic harness)
+NAMED_VARIATIONS: Mapping[str, Variation] = {"qwen2": Variation(head_dim=False)}
 #: a multimodal architecture -> the text architecture whose model it builds as ``language_model`` from
 #: its ``text_config`` (vLLM 0.33's mllama4.py: ``Llama4ForCausalLM`` under ``language_model``); its
 #: layers are that architecture's, named ``language_model.{name}``
@@ -296,7 +299,10 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
     arch = c.top.data["architectures"][0]
     arch = WRAPPERS.get(arch, arch)
-    var = VARIATIONS.get(arch, NO_VARIATION) if c.family in GENERIC_FAMILIES else NO_VARIATION
+    if c.family in GENERIC_FAMILIES:
+        var = VARIATIONS.get(arch, NO_VARIATION)
+    else:
+        var = NAMED_VARIATIONS.get(c.family, NO_VARIATION)
     att = read_attention(c.cfg, c.tp, variation=var)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     bs = c.block(c.backend(mla=False).block_size)
