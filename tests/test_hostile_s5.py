@@ -20,6 +20,9 @@
   through ``.numpy()``: bfloat16 and sparse tensors raised a raw ``TypeError``.
 - The Pallas zeroers' ``lower(num_ids)`` passed any value to JAX: -1 and 2.5 raised ``TypeError``,
   2**40 ``OverflowError``; ``True`` lowered a 1-id step.
+- Granite 4.0-H read as written planned a Mamba2 state whose ``mamba_d_head * mamba_n_heads`` is not
+  ``mamba_expand * hidden_size`` (``auto`` with heads not dividing it, or a written head size), a
+  config transformers' ``GraniteMoeHybridConfig`` (hence vLLM) refuses: bytes vLLM never allocates.
 """
 
 from __future__ import annotations
@@ -188,3 +191,18 @@ def test_pallas_lower_checks_num_ids() -> None:
                        (2**40, "must be at most 2\\*\\*31 - 1")):
             with pytest.raises(K.BlockIdError, match=rf"^num_ids = .*: {why}"):
                 z.lower(n)
+
+
+def test_granite_mamba_head_size_must_cover_the_inner_size() -> None:
+    """mamba_d_head * mamba_n_heads != mamba_expand * hidden_size: refused as transformers refuses it."""
+    cfg = _hybrid_configs()["granitemoehybrid"]  # inner 2 * 512 = 1024, 16 heads of 64
+    M.from_config(cfg)
+    M.from_config({**cfg, "mamba_d_head": "auto"})  # 1024 // 16 = 64
+    for extra, shown in (
+        ({"mamba_d_head": 32}, "32 \\* 16"),
+        ({"mamba_d_head": "auto", "mamba_n_heads": 24}, "42 \\* 24"),
+        ({"mamba_d_head": "auto", "mamba_n_heads": 3000}, "0 \\* 3000"),
+    ):
+        want = rf"^config\.mamba_d_head = .*: mamba_d_head \* mamba_n_heads = {shown}: must be"
+        with pytest.raises(K.SpecError, match=want):
+            M.from_config({**cfg, **extra})

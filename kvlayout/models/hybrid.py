@@ -149,6 +149,10 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
             hdim = inner // heads
         else:
             hdim = cfg.req_int("mamba_d_head", "the Mamba2 head size")
+        if hdim * heads != inner:  # GraniteMoeHybridConfig.validate_architecture refuses it (issue 25)
+            why = f"mamba_d_head * mamba_n_heads = {hdim} * {heads}: must be mamba_expand * hidden_size"
+            why += f" = {inner}"
+            raise spec_error(cfg.field("mamba_d_head"), cfg.data.get("mamba_d_head"), why)
         state = _mamba2_state(c, inner, heads, hdim, "mamba_n_groups", "mamba_d_state", "mamba_d_conv")
         return [True] * n, is_attn, state, "mamba", "mixer"
     if c.family == "lfm2":  # LFM2 / LFM2-MoE: short-conv layers, attention where layer_types says
