@@ -1005,10 +1005,11 @@ def test_without_graph_signals_the_host_records_each_replay(cuda: FakeCuda) -> N
 def test_graphs_when_neither_the_copy_nor_the_signal_can_be_captured(cuda: FakeCuda) -> None:
     cuda.signal_capturable = cuda.copy_capturable = False
     c = Case(tiny())
-    z = c.zeroer(graphs=True, max_batch=2)
+    z = c.zeroer(graphs=True, max_batch=4)
     assert z.graph_copy is False and all(r.signal is None for r in z._replays)
     assert all(len(g.nodes) == 1 for r in z._replays for g in r.graphs.values())  # the launch alone
-    z.zero([4, 1])
+    z.zero([4, 1])  # the host copies [count, ids] (3 of 5 words) before the replay
+    assert events(cuda, "copy")[-1] == ("copy", True, True) and z._replays[0].dev[:3].tolist() == [2, 4, 1]
     c.expect([1, 4])
 
 
