@@ -242,6 +242,15 @@ def test_validation() -> None:
         kp.CacheZeroer(caches, kernel="cuda")
     with pytest.raises(K.BackendError, match="power of two"):
         kp.CacheZeroer(caches, box_elements=1000)
+    # each launch option within what the hardware can take (num_warps=2**40 was accepted)
+    for name, lo, hi in (("tile_bytes", 1024, 1 << 26), ("max_inflight", 1, 1 << 16),
+                         ("box_elements", 1, 1 << 20), ("num_warps", 1, 32)):
+        for v in (lo - 1, 2 * hi, 2**40, True, 4.0):
+            with pytest.raises(K.BackendError) as e:
+                kp.CacheZeroer(caches, **{name: v})
+            assert (e.value.field, e.value.value) == (name, v)
+            assert str(e.value).endswith(f"must be an integer from {lo} to {hi:,}")
+        assert getattr(kp.CacheZeroer(caches, **{name: hi}), name) == hi
     with pytest.raises(K.LayoutBufferError, match="needs a mesh"):
         kp.CacheZeroer(caches, partition_specs=[None, None])
     assert not any(c.is_deleted() for c in caches)

@@ -124,10 +124,13 @@ class CacheZeroer:
             raise bad_value(BackendError, "kernel", kernel, f"valid kernels: {', '.join(KERNELS)}")
         if interpret is not None and not isinstance(interpret, bool):
             raise bad_value(BackendError, "interpret", interpret, "must be True, False or None")
-        for name, v, lo in (("tile_bytes", tile_bytes, 1024), ("max_inflight", max_inflight, 1),
-                            ("box_elements", box_elements, 1), ("num_warps", num_warps, 1)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise bad_value(BackendError, name, v, f"must be an integer >= {lo}")
+        # upper bounds: a TPU core's VMEM (tile), a DMA semaphore array (inflight), a Triton block
+        # (box), a CUDA block of 1,024 threads (warps)
+        bounds = (("tile_bytes", tile_bytes, 1024, 1 << 26), ("max_inflight", max_inflight, 1, 1 << 16),
+                  ("box_elements", box_elements, 1, 1 << 20), ("num_warps", num_warps, 1, 32))
+        for name, v, lo, hi in bounds:
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise bad_value(BackendError, name, v, f"must be an integer from {lo} to {hi:,}")
         for name, v in (("box_elements", box_elements), ("num_warps", num_warps)):
             if v & (v - 1):
                 raise bad_value(BackendError, name, v, "must be a power of two")
