@@ -212,3 +212,76 @@ def test_spec_from_arrays_refuses_non_lists_per_array() -> None:
     _err(lambda: N.spec_from_arrays(a, names="kv"), "names", "kv", why)
     _err(lambda: N.spec_from_arrays(a, names=5), "names", 5, why)  # type: ignore[arg-type]
     assert N.spec_from_arrays(a, names=np.array(["k", "v"])).names == ("k", "v")
+
+
+def test_leaf_checks_run_once_per_distinct_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo of checked leaf fields (issue 25: checking 100,000 leaves one by one took 3 s): a
+    leaf whose (shape, dtype, group, zeroed) of exact built-in types was checked before is not checked
+    again; a leaf differing in any field, or typed otherwise, is checked in full."""
+    monkeypatch.setattr(N, "_CHECKED_FIELDS", set())
+    calls: list[str] = []
+    real = N.check_int
+    monkeypatch.setattr(N, "check_int", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    cases: list[dict[str, Any]] = [
+        {}, {"group": "g"}, {"group": ("a", "b")}, {"group": ("c",)}, {"zeroed": False},
+        {"dtype": "bfloat16"}, {"shape": (4, 2, 8)}, {"shape": (4, 8), "group": "g", "zeroed": False},
+    ]
+    keys = []
+    for kw in cases:
+        x = leaf(**kw)
+        keys.append((x.shape, x.dtype, x.group, x.zeroed))
+        assert calls == [f"{X}.shape[{i}]" for i in range(len(x.shape))], (kw, calls)
+        calls.clear()
+        for name in ("y", "z"):  # the same fields again: no check runs
+            assert leaf(name=name, **kw) == NativeLeaf(name, x.shape, x.dtype, x.group, x.zeroed)
+            assert calls == [], (kw, calls)
+    assert set(keys) == N._CHECKED_FIELDS and len(keys) == len(cases)
+    # fields equal to checked ones but of other types are not memo keys: checked every time
+    for _ in range(2):
+        leaf(shape=(np.int64(4), 8))
+        assert calls == [f"{X}.shape[0]", f"{X}.shape[1]"]
+        calls.clear()
+    assert set(keys) == N._CHECKED_FIELDS
+    # hostile groups: refused by name (not a raw TypeError from reading them as a memo key)
+    for g in (5, {"a"}, frozenset({"a"})):
+        _err(lambda g=g: leaf(group=g), f"{X}.group", g, "must be a string")
+
+
+def test_leaf_check_memo_is_capped_at_4096_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo holds at most 4,096 keys: adding to a full memo empties it first."""
+    pad = {("pad", i) for i in range(4095)}
+    monkeypatch.setattr(N, "_CHECKED_FIELDS", set(pad))
+    leaf(shape=(4, 12))
+    assert pad | {((4, 12), "float32", "", True)} == N._CHECKED_FIELDS  # 4,096: not yet over
+    leaf(shape=(4, 16))
+    assert {((4, 16), "float32", "", True)} == N._CHECKED_FIELDS
+
+
+def test_native_tables_builds_one_table_per_distinct_leaf_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leaves of equal page bytes, pages, groups and zeroing share one built table (renamed per leaf)."""
+    spec = NativeCacheSpec((
+        leaf(name="a", group="g"), leaf(name="b", group="g"), leaf(name="c", shape=(4, 2, 8), group="g"),
+        leaf(name="d", group="h"), leaf(name="e", group="g", zeroed=False), leaf(name="f", group="g"),
+    ))
+    calls: list[str] = []
+    real = NativeLeaf.table
+    monkeypatch.setattr(NativeLeaf, "table",
+                        lambda self, zeroed=None: calls.append(self.name) or real(self, zeroed))
+    tables = N.native_tables(spec)
+    assert calls == ["a", "c", "d", "e"]
+    rows = {n: [(s.base, s.stride, s.span, s.group, s.layer, s.part) for s in t.segments]
+            for n, t in tables.items()}
+    assert rows == {
+        "a": [(0, 32, 32, "g", "a", "page")], "b": [(0, 32, 32, "g", "b", "page")],
+        "c": [(0, 64, 64, "g", "c", "page")], "d": [(0, 32, 32, "h", "d", "page")], "e": [],
+        "f": [(0, 32, 32, "g", "f", "page")],
+    }
+    assert {n: (t.total_bytes, t.num_blocks) for n, t in tables.items()} == {
+        n: (128 if n != "c" else 256, 4) for n in "abcdef"}
+
+
+def test_verify_native_refuses_what_is_not_a_native_spec() -> None:
+    _err(lambda: N.verify_native("spec"), "spec", "str",  # type: ignore[arg-type]
+         "must be a kvlayout.native.NativeCacheSpec")
+    _err(lambda: N.verify_native(None), "spec", "NoneType",  # type: ignore[arg-type]
+         "must be a kvlayout.native.NativeCacheSpec")
