@@ -194,3 +194,15 @@ def test_mesh_errors() -> None:
         z([a], [0])  # one device, not the mesh
     with pytest.raises(K.BlockIdError):
         z([jax.device_put(a, z.shardings[0])], [N])  # type: ignore[index]
+
+
+def test_leaves_on_several_devices_without_a_mesh_name_them() -> None:
+    """JAX's own refusal (a raw ValueError) becomes a LayoutBufferError naming the devices; nothing ran."""
+    a = jax.device_put(jnp.ones((N, 256), jnp.bfloat16), DEVS[0])
+    b = jax.device_put(jnp.ones((N, 256), jnp.bfloat16), DEVS[1])
+    z = kp.CacheZeroer([a, b])
+    with pytest.raises(K.LayoutBufferError) as e:
+        z([a, b], [1])
+    assert e.value.field == "caches" and "leaf '0' on" in str(e.value) and "leaf '1' on" in str(e.value)
+    assert not a.is_deleted() and not b.is_deleted()
+    assert float(a.astype(jnp.float32).sum()) == float(b.astype(jnp.float32).sum()) == N * 256

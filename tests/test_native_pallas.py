@@ -460,3 +460,17 @@ def test_host_batches_pad_with_nothing_to_write() -> None:
     g = kp.CacheZeroer(abstract, kernel="triton", interpret=False)
     traced = g._host_step.trace(list(g.abstract_caches()), jax.ShapeDtypeStruct((8,), jnp.int32))
     assert len(jax.tree.leaves(traced.out_info)) == len(names)
+
+
+def test_donated_caches_passed_again_name_the_leaf() -> None:
+    """Calling with caches an earlier call donated raised JAX's raw RuntimeError: now a
+    LayoutBufferError naming the first deleted leaf."""
+    host = host_cache(["attn_bf16", "rank2_f32"])
+    caches = [jnp.asarray(a) for a in host]
+    z = kp.CacheZeroer(caches)
+    new = z(caches, [1])
+    for ids in ([2], jnp.array([2], jnp.int32)):
+        with pytest.raises(K.LayoutBufferError) as e:
+            z(caches, ids)
+        assert e.value.field == "leaf '0'" and "pass the caches that call returned" in str(e.value)
+    assert all(not x.is_deleted() for x in new)

@@ -435,12 +435,37 @@ class CacheZeroer:
                 ids = jax.device_put(ids, self._ids_sharding)
         if ids.shape[0] == 0:
             return caches
-        if not isinstance(block_ids, jax.Array):
-            return run_step(self.serialised, functools.partial(self._host_step, group=group), caches, ids)
-        step = self._step if group is None else functools.partial(self._step, group=group)
-        return self._bad.step(lambda acc: run_step(self.serialised, step, caches, ids, acc))
+        try:
+            if not isinstance(block_ids, jax.Array):
+                return run_step(self.serialised, functools.partial(self._host_step, group=group), caches, ids)
+            step = self._step if group is None else functools.partial(self._step, group=group)
+            return self._bad.step(lambda acc: run_step(self.serialised, step, caches, ids, acc))
+        except (ValueError, RuntimeError) as e:  # JAX's own refusal: name the leaf if it is one of these
+            self._diagnose(caches, e)
+            raise
 
     zero_blocks = __call__
+
+    def _diagnose(self, caches: Any, err: Exception) -> None:
+        """After JAX refused a call: raise a :class:`LayoutBufferError` naming the leaf when the
+        cause is the caller's caches (a leaf donated by an earlier call, leaves on several
+        devices without a mesh); otherwise return and let JAX's error stand. Nothing ran."""
+        leaves = jax.tree_util.tree_leaves(caches)
+        names = self.spec.names
+        for name, leaf in zip(names, leaves):
+            if isinstance(leaf, jax.Array) and leaf.is_deleted():
+                why = "was donated to an earlier call: pass the caches that call returned"
+                raise bad_value(LayoutBufferError, f"leaf {name!r}", "deleted", why) from err
+        if self.mesh is None:
+            first: dict[Any, str] = {}  # device -> the first leaf on it
+            for name, leaf in zip(names, leaves):
+                if isinstance(leaf, jax.Array):
+                    for d in leaf.devices():
+                        first.setdefault(d, name)
+            if len(first) > 1:
+                where = ", ".join(f"leaf {n!r} on {d}" for d, n in list(first.items())[:3])
+                why = f"leaves are on several devices ({where}); give a mesh to zero a sharded cache"
+                raise bad_value(LayoutBufferError, "caches", "several devices", why) from err
 
     def check(self) -> None:
         """Raise if any device id so far was outside ``[0, num_blocks)`` (synchronises; resets)."""
