@@ -679,6 +679,11 @@ def test_a_group_without_rows_checks_host_ids_only() -> None:
     for bad in ([n], np.array([-1]), torch.tensor([n])):
         with pytest.raises(BlockIdError, match=r"block_ids\[0\]"):
             z.zero_block_ids(bad, gi)
+    # CPU tensors NumPy cannot hold: BlockIdError naming block_ids and the tensor's kind (issue 25)
+    for bad, kind in ((torch.tensor([1.5], dtype=torch.bfloat16), "torch.bfloat16 torch.strided"),
+                      (torch.tensor([1]).to_sparse(), "torch.int64 torch.sparse_coo")):
+        refused(BlockIdError, lambda bad=bad: z.zero_block_ids(bad, gi), "block_ids", f"{kind} tensor on cpu",
+                f"block_ids = {kind} tensor on cpu: must be a dense integer tensor holding data")
     assert np.array_equal(built.buffer.numpy(), before)
 
 
