@@ -123,3 +123,21 @@ def test_device_bad_ids_small() -> None:
         z.check()
     torch.cuda.synchronize()
     assert torch.equal(buf, ref)
+
+
+def test_zero_into_a_copy_with_host_ids_small() -> None:
+    """``zero_into`` (the custom op's body) on a same-layout copy with CPU id tensors: the ids go to
+    the device first (no CPU test can tell, since there everything is on the CPU), the copy is zeroed
+    exactly, and the zeroer's own buffer is untouched."""
+    table = K.plan(K.preset("dsv4-test"))
+    buf = device_poison(GUARD + table.total_bytes + GUARD, "cuda")
+    own = buf.clone()
+    copy = buf.clone()
+    ref = buf.clone()
+    z = kc.CudaZeroer(table, buf, offset=GUARD)
+    for ids in (torch.tensor([5, 0, 99]), torch.tensor([7], dtype=torch.int32)):
+        z.zero_into(copy, ids)
+        torch_reference_zero(ref[GUARD : GUARD + table.total_bytes].view(torch.int32), table, ids.cuda())
+    torch.cuda.synchronize()
+    z.check()
+    assert torch.equal(copy, ref) and torch.equal(buf, own)
