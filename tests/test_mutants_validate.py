@@ -1,0 +1,55 @@
+"""kvlayout.validate's rules that the mutation run of issue 25 found untested: JSON integer
+literals past Python's conversion limit, invalid JSON, and names with separators that are not
+control characters."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlayout import validate as V
+from kvlayout.errors import BlockIdError, SpecError
+
+
+def test_json_integer_literals_at_and_past_the_digit_limit() -> None:
+    cap = V.MAX_JSON_INT_DIGITS
+    for sign in ("", "-"):
+        ok = sign + "7" * cap
+        assert V.parse_json(SpecError, "spec", '{"a": ' + ok + "}") == {"a": int(ok)}  # the cap itself
+        for n in (cap + 1, cap + 700):
+            lit = sign + "7" * n
+            with pytest.raises(SpecError) as e:
+                V.parse_json(SpecError, "spec", f'{{"a": [1, {lit}]}}')
+            shown = f"{lit[:20]}...({n} digits)"
+            assert (e.value.field, e.value.value) == ("spec", shown)
+            why = f"an integer literal of {n} digits: at most {cap} allowed"
+            assert str(e.value) == f"spec = {shown!r}: {why}"
+    # another error class and what: both taken as given (the table reader, the mesh flag)
+    with pytest.raises(BlockIdError) as e2:
+        V.parse_json(BlockIdError, "table", "9" * (cap + 1))
+    assert e2.value.field == "table" and type(e2.value) is BlockIdError
+
+
+def test_json_int_hook_keeps_small_literals_exact() -> None:
+    for lit in ("0", "-0", "12", "-4096", "9" * 50):
+        assert V._json_int(lit) == int(lit) and type(V._json_int(lit)) is int
+    lit = "-" + "1" * (V.MAX_JSON_INT_DIGITS + 1)
+    with pytest.raises(V._LongInt) as e:
+        V._json_int(lit)
+    assert e.value.digits == V.MAX_JSON_INT_DIGITS + 1 and e.value.args == (lit,)
+
+
+def test_invalid_json_names_the_field_json() -> None:
+    with pytest.raises(SpecError) as e:
+        V.parse_json(SpecError, "spec", "{nope")
+    assert (e.value.field, e.value.value) == ("json", None)
+    assert str(e.value).startswith("spec is not valid JSON: ")
+
+
+def test_names_refuse_control_characters_only() -> None:
+    # U+2028 / U+2029 are separators (Zl, Zp), not printable yet not control characters: accepted
+    for name in ("a\u2028b", "x\u2029", "layer 0", "\u00e9t\u00e9"):
+        assert V.check_name(SpecError, "name", name) == name
+    for name in ("a\nb", "\x1b[31m", "a\u200eb"):  # Cc, Cc, Cf
+        with pytest.raises(SpecError) as e:
+            V.check_name(SpecError, "name", name)
+        assert str(e.value).endswith("must not contain control characters") and e.value.value == name
