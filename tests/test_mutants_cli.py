@@ -375,6 +375,25 @@ def test_plan_and_check_a_native_spec(tmp_path: Path, capsys: pytest.CaptureFixt
     assert rep["arrays"]["a"]["ok"] is True and rep["arrays"]["s"]["total_bytes"] == 128
 
 
+def test_check_native_renders_a_shared_report_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Arrays of one table share one report (verify_native): ``check`` renders each report once,
+    as text and as JSON (a model's 100,000 per-layer arrays render one report, not 100,000)."""
+    from kvlayout.verify import VerifyReport
+
+    native = write(tmp_path, "n.json", NATIVE)
+    rendered: list[int] = []
+    for attr in ("format", "to_dict"):
+        real = getattr(VerifyReport, attr)
+        monkeypatch.setattr(VerifyReport, attr,
+                            lambda self, _real=real: rendered.append(id(self)) or _real(self))
+    for extra in ((), ("--json",)):
+        rc, out, _ = cli(capsys, "check", native, *extra)
+        # a and b (2,048 B pages) share a report; c (128 B) and s (not zeroed) have their own
+        assert rc == 0 and len(rendered) == len(set(rendered)) == 3, (extra, rendered)
+        rendered.clear()
+
+
 def test_check_native_unsafe_is_exit_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     """An array whose table breaks an invariant makes the verdict UNSAFE (exit 1), named per array."""
