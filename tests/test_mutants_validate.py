@@ -53,3 +53,19 @@ def test_names_refuse_control_characters_only() -> None:
         with pytest.raises(SpecError) as e:
             V.check_name(SpecError, "name", name)
         assert str(e.value).endswith("must not contain control characters") and e.value.value == name
+
+
+def test_json_int_under_a_lower_interpreter_limit() -> None:
+    """A process that lowered Python's own limit (sys.set_int_max_str_digits): the literal is
+    refused by kvlayout's message, naming it, instead of Python's ValueError."""
+    import sys
+
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        lit = "8" * 1000
+        with pytest.raises(SpecError) as e:
+            V.parse_json(SpecError, "spec", lit)
+        assert e.value.value == f"{lit[:20]}...(1000 digits)"
+    finally:
+        sys.set_int_max_str_digits(old)
