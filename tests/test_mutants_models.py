@@ -2926,3 +2926,92 @@ def test_mamba_ssm_cache_dtype_is_checked_for_every_model() -> None:
     f32 = M.from_config(_FIX / "jamba" / "config.json", mamba_ssm_cache_dtype="float32")
     states = [(x.state_bytes, jamba[x.name].state_bytes) for _, x in f32.spec.layers if x.kind == "mamba"]
     assert states and all(mine > theirs for mine, theirs in states)  # the argument reaches the state
+
+
+# ---- this session's rules (issue 23): Llama 4's chunked layers, Zamba2's shared attention -------------
+_L4: dict[str, Any] = {
+    "architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text", "hidden_size": 1024,
+    "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+    "attention_chunk_size": 8192, "no_rope_layers": [1, 1, 1, 0, 1, 1, 1, 0], "torch_dtype": "bfloat16",
+}
+
+
+def _kinds(cfg: dict[str, Any], **kw: Any) -> list[str]:
+    return list(M.from_config(cfg, **kw).kinds.values())
+
+
+def test_llama4_rope_layers_are_chunked_nope_layers_full() -> None:
+    """vLLM's Llama4Attention: a layer with RoPE (no_rope_layers[i] != 0) attends within
+    attention_chunk_size chunks; NoPE layers and a null chunk size are full attention."""
+    marks = [1, 0, 2, 0, 0, 1, 1, 0]
+    m = M.from_config({**_L4, "no_rope_layers": marks})
+    assert list(m.kinds) == [f"model.layers.{i}.self_attn.attn" for i in range(8)]
+    assert list(m.kinds.values()) == ["chunked" if x != 0 else "full" for x in marks]
+    assert m.notes[0].startswith("chunked local attention (8,192-token chunks) on 4 of 8 layers")
+    page = 2 * 8 * 128 * 2 * m.block_size  # chunked pages are full attention's
+    assert {layer.page for g in m.spec.groups for layer in g.layers} == {page}
+    assert _kinds({**_L4, "attention_chunk_size": None}) == ["full"] * 8
+    # an empty list: transformers' default, a NoPE layer every no_rope_layer_interval layers
+    for every in (1, 2, 3, 4):
+        want = ["chunked" if (i + 1) % every != 0 else "full" for i in range(8)]
+        assert _kinds({**_L4, "no_rope_layers": [], "no_rope_layer_interval": every}) == want, every
+        cfg = {k: v for k, v in _L4.items() if k != "no_rope_layers"}
+        assert _kinds({**cfg, "no_rope_layer_interval": every}) == want, every
+    for bad, field in (
+        ({k: v for k, v in _L4.items() if k != "attention_chunk_size"}, "config.attention_chunk_size"),
+        ({**_L4, "no_rope_layers": [1, 0]}, "config.no_rope_layers"),
+        ({**_L4, "no_rope_layers": [], "no_rope_layer_interval": None}, "config.no_rope_layer_interval"),
+    ):
+        with pytest.raises(SpecError) as e:
+            M.from_config(bad)
+        assert e.value.field == field, field
+    with pytest.raises(SpecError) as e:
+        M.from_config({k: v for k, v in _L4.items() if k != "attention_chunk_size"})
+    assert "Llama 4's RoPE layers attend within chunks of it" in str(e.value)
+
+
+_Z2: dict[str, Any] = {
+    "architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2", "hidden_size": 256,
+    "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_ngroups": 1, "n_mamba_heads": 8,
+    "num_attention_heads": 8, "num_key_value_heads": 8, "attention_hidden_size": 512,
+    "attention_head_dim": 64, "torch_dtype": "bfloat16",
+}
+
+
+def test_zamba2_shared_attention_names_and_heads() -> None:
+    """vLLM's Zamba2 (zamba2.py): hybrid layer k runs shared block k % num_mem_blocks, and every
+    (block, layer) pair is a KV cache of its own, block b's numbered model.attn.{j} from
+    j = b * (H + num_mem_blocks - 1) // num_mem_blocks (numbers may be skipped); the Mamba2 mixers
+    follow as {H + i}.mixer (H hybrid layers); the attention has num_attention_heads heads of
+    attention_head_dim, split over tp."""
+    for types in (["hybrid"], ["mamba", "hybrid", "mamba", "hybrid"], ["hybrid"] * 3 + ["mamba"] * 2):
+        hyb = [i for i, t in enumerate(types) if t == "hybrid"]
+        h = len(hyb)
+        for blocks in (1, 2, 3, 7):
+            cfg = {**_Z2, "num_hidden_layers": len(types), "layers_block_type": types,
+                   "hybrid_layer_ids": hyb, "num_mem_blocks": blocks}
+            for tp in (1, 2, 8):
+                m = M.from_config(cfg, tp=tp)
+                names = list(m.kinds)
+                want = []
+                for b in range(blocks):
+                    j = b * (h + blocks - 1) // blocks
+                    for k in range(h):
+                        if k % blocks == b:
+                            want.append(f"model.attn.{j}")
+                            j += 1
+                assert names == want + [f"{h + i}.mixer" for i in range(len(types))], (types, blocks)
+                attn = [layer for g in m.spec.groups for layer in g.layers if layer.name.startswith("model.")]
+                assert {(a.num_kv_heads, a.head_size) for a in attn} == {(8 // tp, 64)}, (types, blocks, tp)
+    base = {**_Z2, "num_hidden_layers": 2, "layers_block_type": ["mamba", "hybrid"], "num_mem_blocks": 1}
+    for bad, field in (
+        ({**base, "hybrid_layer_ids": [0]}, "config.hybrid_layer_ids"),
+        ({**base, "hybrid_layer_ids": [1, 2]}, "config.hybrid_layer_ids"),
+        ({k: v for k, v in {**base, "hybrid_layer_ids": [1]}.items() if k != "num_mem_blocks"},
+         "config.num_mem_blocks"),
+        ({**base, "hybrid_layer_ids": [1], "attention_hidden_size": 500}, "config.attention_hidden_size"),
+        ({**base, "hybrid_layer_ids": [1], "num_key_value_heads": 4}, "config.num_key_value_heads"),
+    ):
+        with pytest.raises(SpecError) as e:
+            M.from_config(bad)
+        assert e.value.field == field, field
