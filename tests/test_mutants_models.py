@@ -3015,3 +3015,26 @@ def test_zamba2_shared_attention_names_and_heads() -> None:
         with pytest.raises(SpecError) as e:
             M.from_config(bad)
         assert e.value.field == field, field
+
+
+def test_dbrx_kv_heads_from_attn_config() -> None:
+    """vLLM's DbrxAttention: the KV heads are attn_config.kv_n_heads (split over tp, one at least),
+    the head size hidden_size // num_attention_heads whatever head_dim says."""
+    var = VARIATIONS["DbrxForCausalLM"]
+    for kv, tp in ((4, 1), (4, 2), (4, 8), (2, 2), (16, 4)):
+        cfg = Config({"num_attention_heads": 32, "hidden_size": 2048, "head_dim": 100,
+                      "attn_config": {"kv_n_heads": kv}}, "config")
+        att = read_attention(cfg, tp, variation=var)
+        assert (att.heads, att.kv_heads, att.head_size) == (32, max(1, kv // tp), 2048 // 32), (kv, tp)
+    for attn, field, value in (
+        (None, "config.attn_config", None), ([4], "config.attn_config", [4]),
+        ("x", "config.attn_config", "x"), ({}, "config.attn_config.kv_n_heads", None),
+    ):
+        cfg = Config({"num_attention_heads": 32, "hidden_size": 2048, "attn_config": attn}, "config")
+        with pytest.raises(SpecError) as e:
+            read_attention(cfg, 1, variation=var)
+        assert (e.value.field, e.value.value) == (field, value), attn
+        if field == "config.attn_config":
+            assert str(e.value).endswith("must be an object holding kv_n_heads")
+        else:
+            assert "DBRX's KV heads" in str(e.value)
