@@ -168,6 +168,9 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
         ) * cfg.req_int("hidden_size", "the Mamba inner size is mamba_expand * hidden_size")
         heads = cfg.req_int("n_mamba_heads", "the Mamba2 heads")
         hdim = inner // heads  # Zamba2MambaDecoderLayer's head size
+        if hdim < 1:  # Zamba2Config's mamba_headdim would be 0: heads of no channels (issue 25)
+            why = f"more than the Mamba inner size mamba_expand * hidden_size = {inner}"
+            raise spec_error(cfg.field("n_mamba_heads"), heads, why)
         written = cfg.opt_int("mamba_headdim")
         if written is not None and written != hdim:  # vLLM's block alignment reads mamba_headdim
             raise spec_error(
