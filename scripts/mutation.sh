@@ -63,7 +63,7 @@ declare -A TESTS=(
   [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py"
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py"
   [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py"
-  [models]="tests/test_mutants_models.py"
+  [models]="tests/test_mutants_models.py tests/test_mutants_models_hybrid.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
