@@ -42,10 +42,11 @@ declare -A TARGETS=(
   [cli]=kvlayout/cli.py
   [cuda-zeroer]=kvlayout/backends/cuda/zeroer.py
   [pallas-zeroer]=kvlayout/backends/pallas/zeroer.py
+  [pallas-native]=kvlayout/backends/pallas/native.py
   [models]="kvlayout/models/attention.py kvlayout/models/backends.py kvlayout/models/base.py kvlayout/models/build.py kvlayout/models/config.py kvlayout/models/deepseek_v4.py kvlayout/models/entry.py kvlayout/models/families.py kvlayout/models/grouping.py kvlayout/models/hybrid.py kvlayout/models/mla.py kvlayout/models/summary.py kvlayout/models/tpu_inference.py"
 )
 ORDER=(ranges spec planner table validate reference cuda-plan pallas-plan verify
-       native sharding vllm cli cuda-zeroer pallas-zeroer models)
+       native sharding vllm cli cuda-zeroer pallas-zeroer pallas-native models)
 # per module, the fast tests that exercise it (mutmut runs, per mutant, those that reach the function)
 declare -A TESTS=(
   [ranges]="tests/test_ranges.py tests/test_table.py"
@@ -63,6 +64,8 @@ declare -A TESTS=(
   [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py"
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py"
   [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py"
+  # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)
+  [pallas-native]="tests/test_mutants_pallas_native.py"
   [models]="tests/test_mutants_models.py tests/test_mutants_models_hybrid.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
@@ -100,7 +103,7 @@ stage_tests() {  # one module's tests and mutmut config into its work folder
     echo 'use_git_change_detection = false'
     # JAX: a child forked after the parent ran JAX deadlocks in its first computation (XLA's
     # thread pools are not forked), so the parent must stay clean: stats in a child too
-    [ "$n" != pallas-zeroer ] || echo 'process_isolation = "forkserver"'
+    case $n in pallas-zeroer|pallas-native) echo 'process_isolation = "forkserver"' ;; esac
     echo '[tool.pytest.ini_options]'
     echo 'testpaths = ["tests"]'
   } > "$w/pyproject.toml"
@@ -192,9 +195,10 @@ targets = {"spec": "kvlayout.spec", "planner": "kvlayout.planner", "table": "kvl
            "pallas-plan": "kvlayout.backends.pallas.plan", "native": "kvlayout.native",
            "sharding": "kvlayout.sharding", "vllm": "kvlayout.integrations.vllm", "cli": "kvlayout.cli",
            "cuda-zeroer": "kvlayout.backends.cuda.zeroer", "pallas-zeroer": "kvlayout.backends.pallas.zeroer",
-           "models": "kvlayout.models"}
+           "pallas-native": "kvlayout.backends.pallas.native", "models": "kvlayout.models"}
 KEYS = ["ranges", "spec", "planner", "table", "validate", "reference", "cuda-plan", "pallas-plan", "verify",
-        "native", "sharding", "vllm", "cli", "cuda-zeroer", "pallas-zeroer", "models"]
+        "native", "sharding", "vllm", "cli", "cuda-zeroer", "pallas-zeroer", "pallas-native",
+        "models"]
 
 def in_target(key, mod):
     """A target is one module, or a package (models: every hand-written module in it)."""
