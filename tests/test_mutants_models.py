@@ -3038,3 +3038,187 @@ def test_dbrx_kv_heads_from_attn_config() -> None:
             assert str(e.value).endswith("must be an object holding kv_n_heads")
         else:
             assert "DBRX's KV heads" in str(e.value)
+
+
+_HINT = "; reader='transformers' fills the config class's defaults, as vLLM does"
+_DBRX: dict[str, Any] = {
+    "architectures": ["DbrxForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 32,
+    "hidden_size": 2048, "head_dim": 100, "attn_config": {"kv_n_heads": 8}, "torch_dtype": "bfloat16",
+}
+
+
+def _error(fn: Any, *args: Any, **kw: Any) -> SpecError:
+    with pytest.raises(SpecError) as e:
+        fn(*args, **kw)
+    return e.value
+
+
+def _attention_layers(m: Any) -> list[FullAttentionSpec]:
+    assert isinstance(m, M.ModelSpec)
+    layers = [x for _, x in m.spec.layers]
+    assert all(isinstance(x, FullAttentionSpec) for x in layers)
+    return layers  # type: ignore[return-value]
+
+
+def test_dbrx_attn_config_messages_name_the_field_and_value() -> None:
+    """vLLM's DbrxAttention and ModelConfig read the KV heads from attn_config.kv_n_heads: the layers
+    (transformer.blocks.{i}.norm_attn_norm.attn.attn) take kv_n_heads // tp of hidden_size // heads;
+    a refusal names config.attn_config(.kv_n_heads), its value and why, whole."""
+    for kv, tp in ((8, 1), (8, 2), (8, 8), (2, 8), (16, 4)):
+        m = M.from_config({**_DBRX, "attn_config": {"kv_n_heads": kv}}, tp=tp)
+        assert list(m.kinds) == [f"transformer.blocks.{i}.norm_attn_norm.attn.attn" for i in range(2)]
+        layers = _attention_layers(m)
+        assert {(x.num_kv_heads, x.head_size) for x in layers} == {(max(1, kv // tp), 2048 // 32)}, (kv, tp)
+    # the field the KV heads came from names a count tp does not split
+    e = _error(M.from_config, {**_DBRX, "attn_config": {"kv_n_heads": 3}}, tp=2)
+    assert (e.field, e.value) == ("config.attn_config.kv_n_heads", 3)
+    assert str(e) == "config.attn_config.kv_n_heads = 3: not divisible by tp = 2"
+    e = _error(M.from_config, {**_DBRX, "attn_config": {"kv_n_heads": 3}}, tp=4)
+    assert str(e) == (
+        "config.attn_config.kv_n_heads = 3: tp = 4 is not a multiple of it (KV heads are replicated)"
+    )
+    # attn_config not an object
+    for attn in ([8], "kv_n_heads", 8, None):
+        e = _error(M.from_config, {**_DBRX, "attn_config": attn})
+        assert (e.field, e.value) == ("config.attn_config", attn)
+        assert str(e) == f"config.attn_config = {attn!r}: must be an object holding kv_n_heads"
+    no_attn = {k: v for k, v in _DBRX.items() if k != "attn_config"}
+    e = _error(M.from_config, no_attn)
+    assert str(e) == "config.attn_config = None: must be an object holding kv_n_heads"
+    # kv_n_heads missing or mistyped: named under attn_config; the reader hint only when read as written
+    for sub, value, why in (
+        ({}, None, "missing; DBRX's KV heads" + _HINT),
+        ({"kv_n_heads": None}, None, "missing; DBRX's KV heads" + _HINT),
+        ({"KV_N_HEADS": 8}, None, "missing; DBRX's KV heads" + _HINT),
+        ({"kv_n_heads": "8"}, "8", "must be an integer"),
+        ({"kv_n_heads": 0}, 0, "must be at least 1"),
+    ):
+        e = _error(M.from_config, {**_DBRX, "attn_config": sub})
+        assert (e.field, e.value) == ("config.attn_config.kv_n_heads", value), sub
+        assert str(e) == f"config.attn_config.kv_n_heads = {value!r}: {why}", sub
+    var = VARIATIONS["DbrxForCausalLM"]
+    data = {"num_attention_heads": 32, "hidden_size": 2048, "attn_config": {}}
+    for completed, hint in ((False, _HINT), (True, "")):
+        e = _error(read_attention, Config(data, "config", completed=completed), 1, variation=var)
+        assert str(e) == f"config.attn_config.kv_n_heads = None: missing; DBRX's KV heads{hint}", completed
+        # the path of the config it sits in (a text_config's)
+        e = _error(read_attention, Config(data, "config.text_config", completed=completed), 1, variation=var)
+        assert str(e) == f"config.text_config.attn_config.kv_n_heads = None: missing; DBRX's KV heads{hint}"
+
+
+def test_head_size_from_hidden_size_is_at_least_one() -> None:
+    """vLLM's head size without head_dim is hidden_size // num_attention_heads: 1 is a head size (hidden
+    equal to the heads), 0 (hidden below the heads) is refused naming hidden_size, its value and why."""
+    for heads, hidden in ((8, 8), (8, 15), (16, 16), (16, 31), (16, 32)):
+        att = read_attention(_cfg(num_attention_heads=heads, num_key_value_heads=2, hidden_size=hidden), 1)
+        assert att.head_size == hidden // heads, (heads, hidden)
+    # a variation that ignores head_dim takes the same floor
+    cfg = _cfg(num_attention_heads=8, num_key_value_heads=8, hidden_size=8, head_dim=128)
+    assert read_attention(cfg, 1, variation=Variation(head_dim=False)).head_size == 1
+    for heads, hidden, tp in ((8, 7, 1), (16, 1, 1), (16, 15, 2), (32, 31, 4)):
+        cfg = _cfg(num_attention_heads=heads, num_key_value_heads=8, hidden_size=hidden)
+        e = _error(read_attention, cfg, tp)
+        assert (e.field, e.value) == ("config.hidden_size", hidden)
+        assert str(e) == (
+            f"config.hidden_size = {hidden}: below num_attention_heads = {heads}: the head size "
+            "hidden_size // heads is 0"
+        )
+    e = _error(M.from_config, {**_DBRX, "hidden_size": 31})  # DBRX ignores head_dim = 100
+    assert str(e) == (
+        "config.hidden_size = 31: below num_attention_heads = 32: the head size hidden_size // heads is 0"
+    )
+
+
+def test_llama4_missing_fields_are_named_with_the_rule() -> None:
+    """vLLM's Llama4Attention: attention_chunk_size is required as written; a written non-empty
+    no_rope_layers wins over no_rope_layer_interval (transformers' default only for an empty or absent
+    list); each missing field is named with its rule, whole."""
+    no_chunk = {k: v for k, v in _L4.items() if k != "attention_chunk_size"}
+    e = _error(M.from_config, no_chunk)
+    assert (e.field, e.value) == ("config.attention_chunk_size", None)
+    assert str(e) == (
+        "config.attention_chunk_size = None: missing; Llama 4's RoPE layers attend within chunks of it"
+        + _HINT
+    )
+    # written marks with an interval too: the marks (layer i chunked iff no_rope_layers[i] != 0)
+    marks = [1, 0, 2, 0, 0, 1, 1, 0]
+    for every in (1, 2, 3, 4):
+        want = ["chunked" if x != 0 else "full" for x in marks]
+        assert _kinds({**_L4, "no_rope_layers": marks, "no_rope_layer_interval": every}) == want, every
+    # neither: no_rope_layers is missing (an interval written null does not stand in for it)
+    bare = {k: v for k, v in _L4.items() if k != "no_rope_layers"}
+    for cfg in (bare, {**bare, "no_rope_layer_interval": None}):
+        e = _error(M.from_config, cfg)
+        assert (e.field, e.value) == ("config.no_rope_layers", None)
+        assert str(e) == (
+            "config.no_rope_layers = None: missing; 0 marks a NoPE (full attention) layer" + _HINT
+        )
+    # an empty list without an interval: the interval is missing
+    for cfg in ({**_L4, "no_rope_layers": []}, {**_L4, "no_rope_layers": [], "no_rope_layer_interval": None}):
+        e = _error(M.from_config, cfg)
+        assert (e.field, e.value) == ("config.no_rope_layer_interval", None)
+        assert str(e) == (
+            "config.no_rope_layer_interval = None: missing; layer i has RoPE unless "
+            "(i + 1) % no_rope_layer_interval == 0" + _HINT
+        )
+    # read through a config class (completed): no reader hint
+    read = Config({k: v for k, v in bare.items() if k != "architectures"}, "config", completed=True)
+    e = _error(layer_types, read, "generic_sw", 8, VARIATIONS["Llama4ForCausalLM"])
+    assert str(e) == "config.no_rope_layers = None: missing; 0 marks a NoPE (full attention) layer"
+
+
+def test_llama4_multimodal_wrapper_takes_its_text_models_names_and_rules() -> None:
+    """vLLM's mllama4.py builds Llama4ForCausalLM from text_config as language_model: the wrapper's layers
+    are Llama 4's (chunked where no_rope_layers[i] != 0, full attention's pages), named
+    language_model.model.layers.{i}.self_attn.attn, its KV heads text_config's."""
+    text = {k: v for k, v in _L4.items() if k not in ("architectures", "torch_dtype")}
+    marks = [1, 0, 2, 0, 0, 1, 1, 0]
+    wrapper = {
+        "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+        "torch_dtype": "bfloat16", "text_config": {**text, "no_rope_layers": marks},
+    }
+    for tp in (1, 2, 8):
+        m = M.from_config(wrapper, tp=tp)
+        assert (m.architecture, m.family) == ("Llama4ForConditionalGeneration", "generic_sw")
+        assert list(m.kinds) == [f"language_model.model.layers.{i}.self_attn.attn" for i in range(8)]
+        assert list(m.kinds.values()) == ["chunked" if x != 0 else "full" for x in marks]
+        assert m.notes[0] == (
+            "chunked local attention (8,192-token chunks) on 4 of 8 layers: full attention's pages, "
+            "in groups of their own"
+        )
+        layers = _attention_layers(m)
+        assert {(x.num_kv_heads, x.head_size) for x in layers} == {(8 // tp, 128)}
+        assert {x.page for x in layers} == {2 * (8 // tp) * 128 * 2 * m.block_size}
+    # the same text model unwrapped: the same cache under model.layers
+    plain = M.from_config({**_L4, "no_rope_layers": marks})
+    assert [x.removeprefix("language_model.") for x in M.from_config(wrapper).kinds] == list(plain.kinds)
+    assert list(M.from_config(wrapper).kinds.values()) == list(plain.kinds.values())
+
+
+def test_qwen2_named_family_ignores_head_dim() -> None:
+    """vLLM 0.33's Qwen2Attention takes hidden_size // num_attention_heads and never reads head_dim
+    (the named family's variation, applied by attention_family)."""
+    qwen2 = {
+        "architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 28,
+        "num_key_value_heads": 4, "hidden_size": 3584, "head_dim": 64, "use_sliding_window": False,
+        "torch_dtype": "bfloat16",
+    }
+    for tp in (1, 2, 4):
+        m = M.from_config(qwen2, tp=tp)
+        assert m.family == "qwen2"
+        layers = _attention_layers(m)
+        assert [x.name for x in layers] == ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
+        assert {(x.num_kv_heads, x.head_size) for x in layers} == {(4 // tp, 3584 // 28)}, tp
+
+
+def test_engine_flags_for_vllm_only_are_refused_whole() -> None:
+    """device and attention_backend choose vLLM's CUDA backend: another engine refuses the one given,
+    naming it with its value."""
+    why = "a CUDA GPU and its vLLM attention backend apply to engine vllm only"
+    for backend in ("FLASHINFER", "FLASH_ATTN"):
+        e = _error(M.from_config, _DBRX, engine="tpu-inference", attention_backend=backend)
+        assert (e.field, e.value) == ("attention_backend", backend)
+        assert str(e) == f"attention_backend = {backend!r}: {why}"
+    e = _error(M.from_config, _DBRX, engine="tpu-inference", device="ampere", attention_backend="FLASHINFER")
+    assert (e.field, e.value) == ("device", "ampere")
+    assert str(e) == f"device = 'ampere': {why}"
