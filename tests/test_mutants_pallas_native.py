@@ -11,6 +11,7 @@ other groups being the guard bands.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -519,11 +520,14 @@ def test_shard_body_routes_ids_to_page_shards(monkeypatch: pytest.MonkeyPatch) -
     calls: list[tuple[int, ...]] = []
 
     def fake_local(leaves: list[Any], sel: tuple[int, ...], ids: Any, valid: Any) -> list[Any]:
+        """zero_local's contract: int32 local ids, valid ones inside the shard (else NaN)."""
+        assert ids.dtype == jnp.int32 and valid.dtype == jnp.bool_
         calls.append(sel)
         out = []
         for leaf in leaves:
             hit = (jnp.arange(leaf.shape[0])[:, None] == ids[None, :]) & valid[None, :]
-            out.append(jnp.where(hit.any(axis=1)[:, None], 0.0, leaf))
+            outside = jnp.any(valid & ((ids < 0) | (ids >= leaf.shape[0])))
+            out.append(jnp.where(hit.any(axis=1)[:, None], 0.0, leaf) + jnp.where(outside, jnp.nan, 0.0))
         return out
 
     monkeypatch.setattr(z, "zero_local", fake_local)
@@ -542,7 +546,10 @@ def test_shard_body_routes_ids_to_page_shards(monkeypatch: pytest.MonkeyPatch) -
 
     inner = jax.vmap(shard, axis_name="tp")
     outer = jax.jit(jax.vmap(inner, axis_name="dp"))
-    ones = [jnp.ones((dp, tp) + s) for s in z.local_shapes]
+    ones = [jnp.ones((dp, tp) + s, jnp.float32) for s in z.local_shapes]
+    with jax.enable_x64(True):  # the shard's first page stays int32 (no float, no int64)
+        outer(*ones)
+    calls.clear()
     out = outer(*ones)
     assert sorted(calls) == [(0, 3), (1,), (2,)]  # grouped by page axes, in the order of sel
     for k, (spec, o) in enumerate(zip(specs, out)):
@@ -635,3 +642,145 @@ def test_sharding_check_on_calls(monkeypatch: pytest.MonkeyPatch) -> None:
         assert e.field == f"leaf '{k}'.sharding"
     y = Z(abstract(A, B), kernel="triton", interpret=True)
     assert y.check_caches([Fake(*A, None), Fake(*B, None)], shardings=True)[0].sharding is None
+
+
+def test_mesh_leaf_shardings_shown_as_they_are() -> None:
+    """Without partition_specs every leaf needs a NamedSharding: a leaf with none (a NumPy
+    array) or another kind is refused showing that sharding."""
+    m = mesh1("dp")
+    e = raises(K.LayoutBufferError, Z, [np.zeros(A[0], np.float32)], mesh=m)
+    assert e.field == "leaf '0'.sharding" and e.value == "None"
+    single = jnp.zeros(A[0], jnp.float32)
+    e = raises(K.LayoutBufferError, Z, [single], mesh=m)
+    assert e.field == "leaf '0'.sharding" and e.value == str(single.sharding) != "None"
+    assert str(e).startswith(f"leaf '0'.sharding = {str(single.sharding)!r}: must be a NamedSharding")
+
+
+def test_interpret_mesh_looks_for_the_cpu_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device checked is the first local device of the cpu backend (not the default one)."""
+    cpu0 = jax.local_devices(backend="cpu")[0]
+    other = object()
+    monkeypatch.setattr(N.jax, "local_devices", lambda backend=None: [cpu0] if backend == "cpu" else [other])
+
+    class FakeMesh:
+        devices = np.array([other, cpu0], dtype=object)
+
+    z = Z(abstract(A), kernel="tpu", interpret=True)
+    e = raises(K.BackendError, z._check_interpret_mesh, FakeMesh())
+    assert e.value == str(cpu0)
+
+
+def test_plan_names_the_leaf_and_takes_tile_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TPU plan is made with the zeroer's tile budget and the leaves' own names (its
+    refusals name the leaf, not its position in the call)."""
+    odd = jnp.zeros((PAGES, 256), jnp.bfloat16)
+    caches = {"a": jnp.zeros(A[0], jnp.float32), "odd": odd}
+    z = Z(caches, kernel="tpu", interpret=True)
+    e = raises(K.LayoutBufferError, z, caches, [1])
+    assert e.field == "leaf 'odd'.shape" and not odd.is_deleted()
+    plans: list[Any] = []
+    monkeypatch.setattr(N, "tpu_native_call", lambda plan, *a: plans.append(plan) or "f")
+    big = ((PAGES, 16, 8, 128), "float32")  # 64 KiB pages: chunked under a 1 KiB tile budget
+    y = Z(abstract(big), kernel="tpu", interpret=True, tile_bytes=1024)
+    y._call_for((0,), 1)
+    want_plan = N.plan_tpu([big], tile_bytes=1024, names=["0"])
+    assert plans == [want_plan] and want_plan != N.plan_tpu([big], names=["0"])
+
+
+def test_zero_local_ids_stay_int32_with_x64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """x64 on: the sorted ids and their padding stay int32 (the kernel's operand type)."""
+    seen: list[Any] = []
+
+    def fake(sel: tuple[int, ...], n: int) -> tuple[Any, int]:
+        return (lambda s, take, count, *leaves: seen.append(s) or leaves), n + 3
+
+    with jax.enable_x64(True):
+        z = Z(abstract(A), kernel="tpu", interpret=True)
+        monkeypatch.setattr(z, "_call_for", fake)
+        leaves = dev(host_leaves(A))
+        z.zero_local(leaves, (0,), jnp.array([3, 1], jnp.int64), jnp.array([True, True]))
+        assert seen[0].dtype == jnp.int32 and seen[0].tolist() == [1, 3, PAGES, PAGES, PAGES]
+
+
+def test_apply_paths_and_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a mesh the GPU kernel takes int32 device ids as they are (one launch, it counts
+    the bad ones); the TPU kernel, wider ids and a mesh take the range-checked path (bad slots
+    -1 for the GPU call); with a mesh the ids go through shard_map with each leaf's spec.
+    apply and lower take the group (an unknown one is refused)."""
+    host = host_leaves(A, B)
+    for kernel, x64, direct in (("triton", False, True), ("tpu", False, False), ("triton", True, False)):
+        with jax.enable_x64(x64):
+            z = Z(dev(host), kernel=kernel, interpret=True)
+            seen: list[list[int]] = []
+            real = z._direct_call
+
+            def spy(sel: tuple[int, ...], real: Any = real, seen: list[list[int]] = seen) -> Any:
+                f = real(sel)
+                return lambda i, *lv: (seen.append(np.asarray(i).tolist()), f(i, *lv))[1]
+
+            monkeypatch.setattr(z, "_direct_call", spy)
+            ids = jnp.array([2, 9, 0], jnp.int64 if x64 else jnp.int32)
+            out, bad = z.apply(dev(host), ids)
+            assert int(bad) == 1 and all(same(o, w) for o, w in zip(out, want(z, host, [0, 2])))
+            exp = [[2, 9, 0]] if direct else [[2, -1, 0]] if kernel == "triton" else []
+            assert seen == exp, (kernel, x64)
+    g = Z(dev(host), ["x", "y"], kernel="triton", interpret=True)
+    out, bad = g.apply(dev(host), jnp.array([1], jnp.int32), group="y")
+    assert same(out[0], host[0]) and all(same(o, w) for o, w in zip(out, want(g, host, [1], group="y")))
+    for fn, args in ((g.apply, (dev(host), [1])), (g.lower, (3,))):
+        e = raises(K.SpecError, fn, *args, group="nope")
+        assert "no such group" in str(e)
+    assert "no such group" in str(raises(K.SpecError, g, dev(host), [], group="nope"))
+    assert "no such group" in str(raises(K.SpecError, g, dev(host), np.zeros((0,), np.int64), group="nope"))
+    m = mesh1("dp")
+    y = Z(abstract(A, B), mesh=m, partition_specs=[P("dp"), P()], kernel="triton", interpret=True)
+    bodies: list[Any] = []
+    real_body = y._shard_body
+    monkeypatch.setattr(y, "_shard_body", lambda *a: bodies.append(a[0]) or real_body(*a))
+    jaxpr = jax.make_jaxpr(y.apply)(abstract(A, B), jax.ShapeDtypeStruct((3,), jnp.int32))
+    (eqn,) = [e for e in jaxpr.eqns if e.primitive.name == "shard_map"]
+    assert eqn.params["in_specs"] == (P("dp"), P(), P(), P()) and eqn.params["check_vma"] is False
+    assert bodies == [(0, 1)]
+
+
+def test_host_ids_placed_for_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host ids go to the step as the padded NumPy bucket (its call transfers them), or
+    with a mesh replicated over it (NamedSharding(mesh, P()))."""
+    seen: list[Any] = []
+    real = N.run_step
+    monkeypatch.setattr(N, "run_step", lambda s, fn, c, ids, *a: seen.append(ids) or real(s, fn, c, ids, *a))
+    host = host_leaves(A)
+    z = Z(dev(host), kernel="triton", interpret=True)
+    z(dev(host), [3])
+    assert isinstance(seen[0], np.ndarray) and seen[0].tolist() == [3] + [-1] * 7
+    m = mesh1("dp")
+    placed = [jax.device_put(host[0], NamedSharding(m, P("dp")))]
+    y = Z(placed, mesh=m, kernel="triton", interpret=True)
+    out = y(placed, [4, 1])
+    assert isinstance(seen[1], jax.Array) and seen[1].sharding == NamedSharding(m, P())
+    assert seen[1].tolist() == [1, 4] + [-1] * 6 and same(out[0], want(y, host, [1, 4])[0])
+
+
+def test_lower_places_the_ids() -> None:
+    """lower's ids operand: on the given device, replicated over the mesh, or unplaced."""
+    z = Z(abstract(A), kernel="triton", interpret=True)
+    assert not re.search(r"tensor<5xi32> \{sdy", z.lower(5).as_text())
+    assert re.search(r"tensor<5xi32> \{sdy\.sharding", z.lower(5, device=jax.devices()[0]).as_text())
+    m = mesh1("dp")
+    y = Z(abstract(A), mesh=m, partition_specs=[P("dp")], kernel="triton", interpret=True)
+    assert re.search(r"tensor<5xi32> \{sdy\.sharding", y.lower(5).as_text())
+
+
+def test_leaf_backend_defaults_and_group() -> None:
+    leaf = NativeLeaf("k", (PAGES, 4, 64), "int32", group="g")
+    cls = N.leaf_backend(leaf, kernel="triton", interpret=True)
+    t = leaf.table()
+    data = K.poison_pattern(leaf.total_bytes, seed=2).copy()
+    b = cls(t, data)
+    assert b.offset == 0
+    e = raises(K.SpecError, b.zero, [1], group="nope")
+    assert "no such group" in str(e)
+    b.zero([3], group="g")
+    exp = data.copy()
+    K.zero_blocks_numpy(exp, t, [3])
+    assert np.array_equal(b.to_host(), exp)
