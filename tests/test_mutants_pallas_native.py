@@ -200,7 +200,9 @@ def test_calls_bytes_bad_ids_donation(kernel: str, compiled_steps: Any) -> None:
     e = raises(K.BlockIdError, z.check)
     assert str(e) == "device block_ids: 3 ids outside [0, 6); they wrote nothing" and e.value == 3
     z.check()
-    out = z(out, jnp.array([0], jnp.int32))
+    old, dev_ids = out, jnp.array([0], jnp.int32)
+    out = z(out, dev_ids)
+    assert all(c.is_deleted() for c in old) and not dev_ids.is_deleted()  # the caches donated, not the ids
     z.check()
     for bad in ([PAGES], [-1], [0, 2**32], [True]):
         e = raises(K.BlockIdError, z, out, bad)
@@ -642,6 +644,18 @@ def test_sharding_check_on_calls(monkeypatch: pytest.MonkeyPatch) -> None:
         assert e.field == f"leaf '{k}'.sharding"
     y = Z(abstract(A, B), kernel="triton", interpret=True)
     assert y.check_caches([Fake(*A, None), Fake(*B, None)], shardings=True)[0].sharding is None
+    host = [np.zeros(A[0], np.float32), np.zeros(B[0], jnp.bfloat16)]  # no sharding attribute at all
+    assert z.check_caches(host, shardings=True) == host
+    ndims: list[Any] = []
+
+    class Sharding:
+        def is_equivalent_to(self, other: Any, ndim: Any) -> bool:
+            ndims.append(ndim)
+            return True
+
+    monkeypatch.setattr(N.jax.sharding, "Sharding", Sharding)
+    z.check_caches([Fake(*A, Sharding()), Fake(*B, Sharding())], shardings=True)
+    assert ndims == [3, 3]  # compared at the leaf's rank
 
 
 def test_mesh_leaf_shardings_shown_as_they_are() -> None:
