@@ -54,6 +54,8 @@ def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
     NumPy), not by a Python loop, except to name the first bad element.
     """
     if isinstance(ids, np.ndarray):
+        if type(ids) is not np.ndarray:  # a masked array's checks skip masked ids its data still holds
+            ids = np.asarray(ids)
         if ids.dtype.kind not in "iu":  # bool; timedelta64 is an np.integer subdtype (issue 25)
             raise bad_value(
                 BlockIdError,
@@ -71,8 +73,11 @@ def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
     elif isinstance(ids, (list, tuple)):
         types = set(map(type, ids))  # C-speed pass; timedelta64 is an np.integer subclass (issue 25)
         if not all(t is int or (issubclass(t, np.integer) and t is not np.timedelta64) for t in types):
-            i, v = next((i, v) for i, v in enumerate(ids) if not is_int(v))
-            raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer (nothing was written)")
+            odd = next(((i, v) for i, v in enumerate(ids) if not is_int(v)), None)
+            if odd is not None:  # else int subclasses (IntEnum): integers, taken by value
+                raise bad_value(
+                    BlockIdError, f"block_ids[{odd[0]}]", odd[1], "must be an integer (nothing was written)"
+                )
         try:
             arr = np.array(ids, dtype=np.int64) if ids else np.zeros(0, np.int64)
         except OverflowError:
