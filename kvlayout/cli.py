@@ -19,7 +19,7 @@ import numpy as np
 
 from . import registry
 from .conformance import GUARD_BYTES, run_case
-from .errors import KVLayoutError, SpecError, TableError
+from .errors import KVLayoutError, SpecError, TableError, bad_value
 from .planner import Layout, plan_layout
 from .presets import PRESETS, preset
 from .reference import normalize_block_ids, poison_pattern, range_count_bound
@@ -366,6 +366,34 @@ def _run_zero_with(
     }
 
 
+def _zero_unzeroed_group(
+    args: argparse.Namespace, spec: KVCacheSpec, table: SegmentTable, ids: np.ndarray
+) -> int:
+    """``--group`` naming a group of the spec whose layers are never zeroed (Mamba state): nothing to
+    clear, as vLLM's own zeroer does for it (exit 0). A name that is no group of the spec is exit 2
+    listing every group, those that zero nothing marked."""
+    names = [g.name for g in spec.groups]
+    if args.group not in names:
+        why = "unknown group; valid groups: " + ", ".join(repr(n) for n in table.groups)
+        empty = [repr(n) for n in names if n not in table.groups]
+        why += "; groups that zero nothing: " + ", ".join(empty) if empty else ""
+        raise bad_value(TableError, "group", args.group, why)
+    name, _ = registry.resolve(args.backend)
+    rep = {
+        "version": 1, "backend": name, "mode": "none", "total_bytes": table.total_bytes,
+        "block_ids": [int(i) for i in ids], "matches_contract": True, "zeroed": [], "zeroed_bytes": 0,
+        "group": args.group,
+    }
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        print(
+            f"group {args.group!r} holds no zeroed layer (its state is never zeroed, docs/GEOMETRY.md "
+            f"section 7): {len(ids)} block ids, 0 B zeroed of a {table.total_bytes} B buffer"
+        )
+    return 0
+
+
 def cmd_zero(args: argparse.Namespace) -> int:
     spec = _load_spec(args)
     if args.blocks is None:
@@ -374,7 +402,8 @@ def cmd_zero(args: argparse.Namespace) -> int:
         return _zero_native(args)
     table = plan_layout(spec).table()
     ids = parse_blocks(args.blocks, table.num_blocks)
-    table.for_group(args.group)  # exit 2 naming the valid groups
+    if args.group is not None and args.group not in table.groups:
+        return _zero_unzeroed_group(args, spec, table, ids)
     _host_sized(table.total_bytes, "total_bytes")
     _report_sized(range_count_bound(table, ids, args.group))
     rep = run_zero(table, ids, args.backend, args.group)

@@ -47,7 +47,22 @@ def spec_error(field: str, value: Any, why: str) -> SpecError:
 
 def bad_value(cls: type[E], field: str, value: Any, why: str, *, shown: str | None = None) -> E:
     """The one message form for bad input: ``field = value: why`` (value shown with repr, shortened)."""
-    shown = repr(value) if shown is None else shown
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
+    shown = short(value) if shown is None else _cut(shown)
     return cls(f"{field} = {shown}: {why}", field=field, value=value)
+
+
+def _short_int(v: int) -> str:
+    """An integer's repr, or its size when the repr would pass the interpreter's 4,300-digit limit
+    (a product of hostile config values; ``repr`` would raise ``ValueError``)."""
+    if v.bit_length() <= 256:
+        return repr(v)
+    return f"<an integer of {v.bit_length():,} bits>"
+
+
+def short(value: Any) -> str:
+    """``repr(value)`` cut to 80 characters: a user's 50,000-character name is not echoed whole."""
+    return _cut(_short_int(value) if isinstance(value, int) else repr(value))
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

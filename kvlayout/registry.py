@@ -16,7 +16,7 @@ from typing import Any
 
 from . import hardware
 from .backend import Backend
-from .errors import BackendError
+from .errors import BackendError, short
 
 ENV_VAR = "KVLAYOUT_BACKEND"
 ENTRY_POINT_GROUP = "kvlayout.backends"
@@ -79,19 +79,22 @@ def _missing(e: ImportError, target: str, mod_name: str, name: str, extra: str |
                 hint_extra = ex
     if hint_extra and (missing.split(".")[0] in EXTRA_MODULES.get(hint_extra, ()) or missing == mod_name):
         return BackendError(
-            f"backend {name!r} needs the {hint_extra!r} extra (missing module {missing!r}): "
+            f"backend {short(name)} needs the {hint_extra!r} extra (missing module {short(missing)}): "
             f"pip install 'kvlayout[{hint_extra}]'",
             field="backend",
             value=name,
         )
-    return BackendError(f"backend {name!r}: cannot import {target!r}: {e}", field="backend", value=name)
+    why = short(str(e))[1:-1]  # the import error names the module: cut like the rest
+    return BackendError(
+        f"backend {short(name)}: cannot import {short(target)}: {why}", field="backend", value=name
+    )
 
 
 def _import_target(target: str, name: str, extra: str | None) -> type[Backend]:
     mod_name, _, attr = target.partition(":")
     if not mod_name or not attr or mod_name.startswith("."):  # a relative import raised TypeError (issue 25)
         raise BackendError(
-            f"backend target = {target!r}: must be 'module:attr' (an absolute module)", field="backend",
+            f"backend target = {short(target)}: must be 'module:attr' (an absolute module)", field="backend",
             value=target,
         )
     try:
@@ -101,11 +104,15 @@ def _import_target(target: str, name: str, extra: str | None) -> type[Backend]:
         raise _missing(e, target, mod_name, name, extra) from None
     except AttributeError:
         raise BackendError(
-            f"backend {name!r}: module {mod_name!r} has no attribute {attr!r}", field="backend", value=name
+            f"backend {short(name)}: module {short(mod_name)} has no attribute {short(attr)}",
+            field="backend",
+            value=name,
         ) from None
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise BackendError(
-            f"backend {name!r}: {target!r} is not a kvlayout.Backend subclass", field="backend", value=name
+            f"backend {short(name)}: {short(target)} is not a kvlayout.Backend subclass",
+            field="backend",
+            value=name,
         )
     return cls
 
@@ -138,7 +145,7 @@ def resolve(name: str | None = None) -> tuple[str, str]:
         return req, source
     where = f" for {ENV_VAR}" if source == ENV_VAR else ""
     raise BackendError(
-        f"Invalid value {req!r}{where}. Valid options: {valid_options()}", field="backend", value=req
+        f"Invalid value {short(req)}{where}. Valid options: {valid_options()}", field="backend", value=req
     )
 
 

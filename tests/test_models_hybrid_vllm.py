@@ -139,10 +139,13 @@ CONFIGS["zamba2_mem2"] = {
     "hybrid_layer_ids": [1, 3, 5],
     "num_mem_blocks": 2,
 }
+#: no attention layer at all (issue 25's hostile pass: planned, never compared): vLLM still pads the
+#: Mamba page to the attention page its config would have (Platform._align_hybrid_block_size)
+CONFIGS["granite_all_mamba"] = {**CONFIGS["granitemoehybrid"], "layer_types": ["mamba"] * 8}
 TPS = (1, 2, 8)
 KV = ("auto", "fp8")
 #: name -> its tensor-parallel sizes where not TPS
-_TPS = {"zamba2_mem2": (1,)}
+_TPS = {"zamba2_mem2": (1,), "granite_all_mamba": (1,)}
 
 
 def _cases() -> dict[str, dict[str, Any]]:
@@ -214,6 +217,11 @@ def test_hybrid_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, 
     assert lfm["block_size"] == 16 and lfm["layers"]["model.layers.0.short_conv"][1:] == [1_024, 16_384]
     # Zamba2: its shared attention is model.attn.{j}, the mixers {hybrid layers + i}.mixer; fp8 halves
     # the attention page (8 heads * 64 * 2 * 1 B = 1,024 B a token) below the 19,648 B state: 32 tokens
+    # no attention layer: the same 144-token blocks and 294,912 B padded pages as with attention
+    a = answers["granite_all_mamba-tp1-auto"]
+    assert a["block_size"] == 144
+    assert a["layers"]["model.layers.3.mixer"] == ["MambaSpec", 269_824, 294_912]
+    assert a["bytes_per_block"] == 8 * 294_912 and len(a["groups"]) == 1  # one group of 8 Mamba layers
     z = answers["zamba2-tp1-fp8"]
     assert list(z["layers"]) == ["model.attn.0", "model.attn.1", *(f"{2 + i}.mixer" for i in range(6))]
     assert z["block_size"] == 32 and z["layers"]["2.mixer"][1:] == [19_648, 32_768]

@@ -1631,7 +1631,7 @@ def test_refusal_messages_name_the_field_the_value_and_why() -> None:
             ),
             ("tpu_impl", "model_impl = 'x': valid: auto, flax_nnx, vllm"),
             ("tpu_bool", "batched_rpa = 1: must be True or False"),
-            ("tpu_pos", "tp = 0: must be a positive integer"),
+            ("tpu_pos", "tp = 0: must be a positive integer, at most 2**53"),
             ("tpu_heads", "tp = 8: is not a multiple of the 3 KV heads (tpu-inference asserts it)"),
             ("tpu_heads2", "tp = 8: does not divide the 12 KV heads (tpu-inference asserts it)"),
         ]
@@ -2309,9 +2309,9 @@ def test_more_refusal_messages() -> None:
                 "config.architectures = None: missing; it names the model class the engine builds",
             ),
             ("arch_bad", "config.architectures = []: must be a non-empty list of class names"),
-            ("block", "block_size = 0: must be a positive integer"),
+            ("block", "block_size = 0: must be a positive integer, at most 2**53"),
             ("layers", "config.num_hidden_layers = 10001: must be at most 10,000"),
-            ("tp", "tp = 0: must be a positive integer"),
+            ("tp", "tp = 0: must be a positive integer, at most 2**53"),
             ("kvd", "kv_cache_dtype = 'int8': valid: auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2"),
             ("dtype", "dtype = 'int8': valid: auto, bfloat16, float16, float32"),
             ("engine", "engine = 'x': valid: vllm, tpu-inference"),
@@ -2882,7 +2882,7 @@ def test_tpu_inference_mesh_is_bounded_and_head_errors_name_dcp() -> None:
     tpu = {"engine": "tpu-inference", "num_blocks": 0}
     for dp, tp, dcp in ((2**16, 1, 1), (2**13, 8, 1), (2**10, 8, 8)):
         assert isinstance(M.from_config(llama, dp=dp, tp=tp, dcp=dcp, **tpu), M.NativeModelSpec)
-    for dp, tp, dcp in ((2**16 + 1, 1, 1), (2**13, 8, 2), (10**19, 1, 1), (1, 8, 2**13 + 1)):
+    for dp, tp, dcp in ((2**16 + 1, 1, 1), (2**13, 8, 2), (2**53, 1, 1), (1, 8, 2**13 + 1)):
         with pytest.raises(SpecError) as e:
             M.from_config(llama, dp=dp, tp=tp, dcp=dcp, **tpu)
         assert (e.value.field, e.value.value) == ("dp * tp * dcp", dp * tp * dcp)

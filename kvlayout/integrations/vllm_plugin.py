@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BlockIdError, SpecError, TableError, bad_value
+from ..errors import BlockIdError, SpecError, TableError, bad_value, short
 from ..planner import Layout, plan_layout
 from ..table import SegmentTable
 from ..verify import verify
@@ -80,7 +80,7 @@ def mode_from_env(environ: Mapping[str, str] | None = None) -> str:
     mode = raw.strip().lower() or MODES[0]
     if mode not in MODES:
         raise PluginConfigError(
-            f"Invalid value {raw!r} for {ENV_VAR}. Valid options: {', '.join(MODES)}",
+            f"Invalid value {short(raw)} for {ENV_VAR}. Valid options: {', '.join(MODES)}",
             field=ENV_VAR,
             value=raw,
         )

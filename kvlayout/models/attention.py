@@ -224,12 +224,11 @@ def chunk_size(cfg: Config) -> int | None:
 def _chunked_types(cfg: Config, n: int) -> list[str]:
     """Llama 4 (vLLM's ``Llama4Attention``): layer i is chunked local attention when
     ``no_rope_layers[i]`` is not 0 and ``attention_chunk_size`` is set, else full; no sliding window.
-    An empty or absent ``no_rope_layers`` is transformers' default, a NoPE layer every
+    An empty, null or absent ``no_rope_layers`` is transformers' default, a NoPE layer every
     ``no_rope_layer_interval`` layers (``Llama4TextConfig``)."""
     chunk = chunk_size(cfg)
-    if isinstance(cfg.data.get("no_rope_layers"), list) and not cfg.data["no_rope_layers"] or (
-        "no_rope_layers" not in cfg.data and cfg.has("no_rope_layer_interval")
-    ):
+    marks = cfg.data.get("no_rope_layers")  # null, [] or absent: transformers' default by the interval
+    if isinstance(marks, list) and not marks or (marks is None and cfg.has("no_rope_layer_interval")):
         every = cfg.req_int(
             "no_rope_layer_interval", "layer i has RoPE unless (i + 1) % no_rope_layer_interval == 0"
         )

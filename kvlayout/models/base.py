@@ -11,7 +11,7 @@ from ..planner import Layout, plan_layout
 from ..spec import KVCacheSpec, LayerSpec
 from ..validate import is_int
 from .backends import BACKENDS, DEFAULT_DEVICE, VLLM_BLOCK_SIZE, Resolved, resolve
-from .config import MAX_CONFIG_LAYERS, Config
+from .config import MAX_CONFIG_INT, MAX_CONFIG_LAYERS, Config
 
 ENGINES = ("vllm", "tpu-inference")
 #: Blocks in a spec made from a config unless ``num_blocks`` says otherwise: small enough
@@ -106,8 +106,8 @@ class Ctx:
     def block(self, default: int) -> int:
         if self.block_size is None:
             return default
-        if not is_int(self.block_size) or self.block_size < 1:
-            raise spec_error("block_size", self.block_size, "must be a positive integer")
+        if not is_int(self.block_size) or not 1 <= self.block_size <= MAX_CONFIG_INT:
+            raise spec_error("block_size", self.block_size, "must be a positive integer, at most 2**53")
         return int(self.block_size)
 
     def add(self, kind: str, layer: LayerSpec, bucket: dict[str, list[LayerSpec]]) -> None:

@@ -51,8 +51,12 @@ def build(
         raise spec_error("mamba_ssm_cache_dtype", ssm, f"valid: auto, {', '.join(MODEL_DTYPES)}")
     notes: list[str] = []
     written = load_config(config)
-    data = through_transformers(written, notes) if reader == "transformers" else written
-    top = Config(data, "config", completed=data is not written)
+    if reader == "transformers":  # refuse an unknown architecture before importing transformers (seconds)
+        architecture(Config(written, "config"))
+        data = through_transformers(written, notes)
+    else:
+        data = written
+    top = Config(data, "config", completed=reader == "transformers")  # no hint to use it again
     arch, family = architecture(top)
     text = text_config(top)
     model_dtype = resolve_model_dtype(top, text, dtype, notes)

@@ -24,6 +24,10 @@ MODEL_DTYPES = ("bfloat16", "float16", "float32")
 #: A bound on ``num_hidden_layers`` (the largest published model has a few hundred): planning a
 #: config is linear in its layers, 10,000 take about a second on a CPU core (100,000 took 6-17 s).
 MAX_CONFIG_LAYERS = 10_000
+#: A bound on every integer read from a config (and on tp and block_size): 2**53, the largest
+#: integer a JSON number holds exactly. Products of bounded fields stay far from the interpreter's
+#: 4,300-digit limit on printing an integer (a 2,200-digit conv_dim crashed a note's f-string).
+MAX_CONFIG_INT = 2**53
 KV_DTYPES: Mapping[str, str | None] = {
     "auto": None,
     "bfloat16": "bfloat16",
@@ -68,6 +72,8 @@ class Config:
             raise spec_error(self.field(key), v, "must be an integer")
         if v < lo:
             raise spec_error(self.field(key), v, f"must be at least {lo}")
+        if v > MAX_CONFIG_INT:
+            raise spec_error(self.field(key), v, "must be at most 2**53")
         return int(v)
 
     def req_str(self, key: str, why: str) -> str:
@@ -125,20 +131,23 @@ def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[s
     and the class's ``attribute_map`` aliases (``num_attention_heads`` for GPT-2's ``n_head``)
     written. Needs the ``models`` extra (transformers, the version vLLM 0.33 pins); a model type
     transformers does not know is read as written, with a note."""
+    model_type = data.get("model_type")
+    for cfg, where in ((data, "config"), (data.get("text_config"), "config.text_config")):
+        n = cfg.get("num_hidden_layers") if isinstance(cfg, Mapping) else None
+        if is_int(n) and not 0 <= int(n) <= MAX_CONFIG_LAYERS:  # type: ignore[arg-type]  # per-layer lists
+            raise spec_error(f"{where}.num_hidden_layers", n, f"must be between 0 and {MAX_CONFIG_LAYERS:,}")
+    if not isinstance(model_type, str):  # no class to look up: transformers is not imported (seconds)
+        notes.append(f"model_type {model_type!r} is not a transformers config class: read as written")
+        return data
     try:
         from transformers import CONFIG_MAPPING
     except ImportError as e:
         raise spec_error(
             "reader", "transformers", "transformers is not installed: pip install 'kvlayout[models]'"
         ) from e
-    model_type = data.get("model_type")
-    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+    if model_type not in CONFIG_MAPPING:
         notes.append(f"model_type {model_type!r} is not a transformers config class: read as written")
         return data
-    for cfg, where in ((data, "config"), (data.get("text_config"), "config.text_config")):
-        n = cfg.get("num_hidden_layers") if isinstance(cfg, Mapping) else None
-        if is_int(n) and not 0 <= int(n) <= MAX_CONFIG_LAYERS:  # type: ignore[arg-type]  # per-layer lists
-            raise spec_error(f"{where}.num_hidden_layers", n, f"must be between 0 and {MAX_CONFIG_LAYERS:,}")
     cls = CONFIG_MAPPING[model_type]
     try:
         out = cls.from_dict(dict(data)).to_dict()
@@ -223,8 +232,8 @@ def check_kv_cache_dtype(kv_cache_dtype: object, family: str) -> str | None:
 
 
 def check_tp(tp: object) -> int:
-    if not is_int(tp) or int(tp) < 1:  # type: ignore[call-overload]
-        raise spec_error("tp", tp, "must be a positive integer")
+    if not is_int(tp) or not 1 <= int(tp) <= MAX_CONFIG_INT:  # type: ignore[call-overload]
+        raise spec_error("tp", tp, "must be a positive integer, at most 2**53")
     return int(tp)  # type: ignore[call-overload]
 
 

@@ -125,9 +125,11 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
                 raise spec_error(
                     cfg.field("mamba_expand"), factor, "must be a number in (0, 1024] (or give mamba_d_ssm)"
                 )
-            d_ssm = int(
-                factor * cfg.req_int("hidden_size", "the Mamba inner size is mamba_expand * hidden_size")
-            )
+            hidden = cfg.req_int("hidden_size", "the Mamba inner size is mamba_expand * hidden_size")
+            d_ssm = int(factor * hidden)
+            if d_ssm < 1:  # FalconH1Config would build a mixer of no channels (issue 25)
+                why = f"mamba_expand * hidden_size = {factor!r} * {hidden} is under 1 channel"
+                raise spec_error(cfg.field("mamba_expand"), factor, why)
         if groups % tp and groups != 1:  # MambaMixer2 asserts n_groups % tp == 0 or n_groups == 1
             raise spec_error(
                 cfg.field("mamba_n_groups"), groups, f"vLLM needs it divisible by tp = {tp} (or 1)"

@@ -66,6 +66,7 @@ from ..spec import DTYPE_SIZES, FullAttentionSpec, LayerSpec, MambaSpec, MLASpec
 from ..validate import is_int
 from .base import DEFAULT_NUM_BLOCKS, fmt_int
 from .build import build
+from .config import MAX_CONFIG_INT
 
 #: tpu-inference pads the head size of its attention and MLA arrays to the TPU lane width.
 TPU_LANES = 128
@@ -132,8 +133,8 @@ def _next_pow2(x: int) -> int:
 
 
 def _pos_int(field: str, v: object) -> int:
-    if not is_int(v) or int(v) < 1:  # type: ignore[call-overload]
-        raise spec_error(field, v, "must be a positive integer")
+    if not is_int(v) or not 1 <= int(v) <= MAX_CONFIG_INT:  # type: ignore[call-overload]
+        raise spec_error(field, v, "must be a positive integer, at most 2**53")
     return int(v)  # type: ignore[call-overload]
 
 
