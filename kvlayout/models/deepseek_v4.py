@@ -39,8 +39,17 @@ DSV4_STATE_BLOCK_SIZE = {4: 4, 128: 8}
 DSV4_ALIGN = 576
 
 
+#: DeepSeek-V4's layers hold up to five caches each (window, compressed, state, indexer, its state):
+#: its bound on layers is the general one over four, so that planning stays within about a second
+#: (10,000 layers, 38,178 caches, took 2.9-4.3 s to plan and prove; issue 25).
+DSV4_MAX_LAYERS = 2_500
+
+
 def dsv4_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
+    if n > DSV4_MAX_LAYERS:
+        why = f"must be at most {DSV4_MAX_LAYERS:,} for DeepSeek-V4 (up to five caches a layer)"
+        raise spec_error(c.cfg.field("num_hidden_layers"), n, why)
     heads = c.cfg.req_int("num_attention_heads", "the query heads")
     if heads % c.tp:
         raise spec_error(c.cfg.field("num_attention_heads"), heads, f"not divisible by tp = {c.tp}")
