@@ -3222,3 +3222,54 @@ def test_engine_flags_for_vllm_only_are_refused_whole() -> None:
     e = _error(M.from_config, _DBRX, engine="tpu-inference", device="ampere", attention_backend="FLASHINFER")
     assert (e.field, e.value) == ("device", "ampere")
     assert str(e) == f"device = 'ampere': {why}"
+
+
+def test_minicpm3_heads_are_its_decompressed_latent_heads() -> None:
+    """vLLM's MiniCPM3Attention: KV heads = the query heads (split over tp), each qk_nope_head_dim +
+    qk_rope_head_dim wide (V padded to it); head_dim and num_key_value_heads are not read."""
+    var = VARIATIONS["MiniCPM3ForCausalLM"]
+    assert var == Variation(kv_heads="heads", head_size="qk")
+    for tp in (1, 2, 8):
+        cfg = Config({"num_attention_heads": 40, "num_key_value_heads": 2, "hidden_size": 2560,
+                      "head_dim": 100, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32}, "config")
+        att = read_attention(cfg, tp, variation=var)
+        assert (att.heads, att.kv_heads, att.head_size) == (40, 40 // tp, 96), tp
+    base = {"architectures": ["MiniCPM3ForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "hidden_size": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
+            "torch_dtype": "bfloat16"}
+    ms = M.from_config(base, tp=2)
+    assert isinstance(ms, M.ModelSpec)
+    assert [(x.name, x.num_kv_heads, x.head_size) for _, x in ms.spec.layers] == [  # type: ignore[attr-defined]
+        (f"model.layers.{i}.self_attn.attn", 4, 96) for i in range(2)
+    ]
+    assert ms.bytes_per_block == 2 * 16 * 2 * 4 * 96 * 2  # layers * tokens * (K, V) * heads * size * bf16
+    for key in ("qk_nope_head_dim", "qk_rope_head_dim"):
+        with pytest.raises(SpecError) as e:
+            M.from_config({k: v for k, v in base.items() if k != key})
+        why = "MiniCPM3's head size is qk_nope_head_dim + qk_rope_head_dim"
+        assert str(e.value) == f"config.{key} = None: missing; {why}" + _HINT
+
+
+def test_laguna_slides_only_where_layer_types_says() -> None:
+    """vLLM's LagunaAttention: a layer slides iff layer_types names it sliding_attention; without
+    layer_types no layer slides, whatever sliding_window says (the engine's window is cleared)."""
+    assert VARIATIONS["LagunaForCausalLM"] == Variation(window="types")
+    base = {"architectures": ["LagunaForCausalLM"], "num_hidden_layers": 3, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "hidden_size": 256, "head_dim": 64, "torch_dtype": "bfloat16",
+            "sliding_window": 128}
+
+    def windows(**kw: Any) -> list[int | None]:
+        ms = M.from_config({**base, **kw})
+        assert isinstance(ms, M.ModelSpec)
+        return [getattr(x, "window", None) for _, x in sorted(ms.spec.layers, key=lambda p: p[1].name)]
+
+    assert windows() == [None] * 3
+    types = ["sliding_attention", "full_attention", "sliding_attention"]
+    assert windows(layer_types=types) == [128, None, 128]
+    var = VARIATIONS["LagunaForCausalLM"]
+    cfg = Config({**base, "layer_types": types}, "config")
+    assert layer_types(cfg, "generic_sw", 3, var) == ["sliding", "full", "sliding"]
+    assert layer_types(Config(base, "config"), "generic_sw", 3, var) == ["full"] * 3
+    with pytest.raises(SpecError) as e:
+        M.from_config({**base, "layer_types": ["sliding_attention", "x", "full_attention"]})
+    assert str(e.value) == "config.layer_types[1] = 'x': valid: sliding_attention, full_attention"

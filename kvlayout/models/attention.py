@@ -37,7 +37,9 @@
   required from a config read as written where the config class derives it (Cohere 2, AFMoE,
   EXAONE 4 and MoE, Granite-SWA, GraniteMoE-SWA); chunked local attention (Llama 4: a layer with
   RoPE, ``no_rope_layers[i] != 0``, attends within ``attention_chunk_size`` chunks, vLLM's
-  ``ChunkedLocalAttentionSpec``; no window).
+  ``ChunkedLocalAttentionSpec``; no window); windows only where ``layer_types`` says
+  ``sliding_attention``, none without it (Laguna); KV heads the query heads and head size
+  ``qk_nope_head_dim + qk_rope_head_dim`` (MiniCPM3: its decompressed latent heads, V padded to K).
   kvlayout's spec has no chunked kind: such a layer's page is full attention's (vLLM's
   ``AttentionSpec.page_size_bytes``), so it is a ``FullAttentionSpec`` labelled ``chunked``, and
   vLLM 0.33 (hybrid KV cache manager on by default,
@@ -68,11 +70,13 @@ class Variation:
     kv_heads: str = ""  # "": the generic fields; "heads": the query heads (KV fields ignored); "falcon",
     # "chatglm": their attention classes' rules
     head_dim: bool = True  # False: a written head_dim is ignored (hidden_size // num_attention_heads)
-    window: str = ""  # "": the registry kind's; "engine": the engine's one; "layer": per layer; "none"
+    window: str = ""  # "": the registry kind's; "engine": the engine's one; "layer": per layer; "none";
+    # "types": only the sliding layers of layer_types (none without it)
     window_flag: str = ""  # a window counts only when this field is true (the config class drops it)
     window_offset: int = 0  # added to sliding_window
     layer_types: bool = False  # True: a config read as written must name its layer_types
     chunked: bool = False  # True: layers with RoPE attend within chunks (Llama 4's ChunkedLocalAttention)
+    head_size: str = ""  # "qk": qk_nope_head_dim + qk_rope_head_dim (MiniCPM3's decompressed MLA heads)
 
 
 #: architecture -> its variation of the generic rules (tests/test_models_generic.py shows each one)
@@ -105,6 +109,8 @@ VARIATIONS: Mapping[str, Variation] = {
     "Llama4ForCausalLM": Variation(window="none", chunked=True),
     "MiMoForCausalLM": Variation(head_dim=False, window="engine"),
     "DbrxForCausalLM": Variation(kv_heads="dbrx", head_dim=False),
+    "LagunaForCausalLM": Variation(window="types"),
+    "MiniCPM3ForCausalLM": Variation(kv_heads="heads", head_size="qk"),
 }
 NO_VARIATION = Variation()
 #: a named family -> its variation: vLLM 0.33's Qwen2Attention takes hidden_size // num_attention_heads
@@ -171,7 +177,10 @@ def read_attention(
             cfg.field(kv_key), total, f"tp = {tp} is not a multiple of it (KV heads are replicated)"
         )
     head_size = None
-    for key in head_keys if variation.head_dim else ():
+    if variation.head_size == "qk":  # MiniCPM3Attention: K and V of nope + rope channels, V padded to it
+        why = "MiniCPM3's head size is qk_nope_head_dim + qk_rope_head_dim"
+        head_size = cfg.req_int("qk_nope_head_dim", why) + cfg.req_int("qk_rope_head_dim", why)
+    for key in head_keys if variation.head_dim and head_size is None else ():
         if cfg.has(key):
             head_size = cfg.req_int(key, "")
             break
@@ -198,6 +207,8 @@ def layer_types(cfg: Config, family: str, n: int, variation: Variation = NO_VARI
             return _chunked_types(cfg, n)
         if variation.window == "none":
             return ["full"] * n
+        if variation.window == "types":  # only layer_types' sliding layers slide (LagunaAttention)
+            return _written_or_family_types(cfg, family, n) if cfg.has("layer_types") else ["full"] * n
         family = {"engine": "generic", "layer": "generic_sw"}.get(variation.window, family)
         if variation.layer_types and not cfg.has("layer_types"):
             raise cfg.missing("layer_types", "this model's config class derives which layers slide")

@@ -45,8 +45,10 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'InternLM2ForCausalLM': ('model.layers', 'attention.attn'),
     'InternLM3ForCausalLM': ('model.layers', 'self_attn.attn'),
     'LLaMAForCausalLM': ('model.layers', 'self_attn.attn'),
+    'LagunaForCausalLM': ('model.layers', 'self_attn.attn'),
     'Llama4ForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiMoForCausalLM': ('model.layers', 'self_attn.attn'),
+    'MiniCPM3ForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiniCPMForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiniMaxM2ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ministral3ForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -141,12 +143,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
         "'StandIn_kvlayout_stand_in_k2horizonforcausallm' object has no attribute 'decoder_sparse_step'"
     ),
-    'LagunaForCausalLM': (
-        "vLLM's layers differ from the generic rules (window, reader json, tp 1): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 128, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
     'LongcatFlashForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'LongcatFlashConfig' "
         "object has no attribute 'mla_scale_q_lora'"
@@ -165,12 +161,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "vLLM's layers differ from the generic rules (layer_types, reader transformers, tp 1): vLLM "
         "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'], generic"
         " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 128, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
-    'MiniCPM3ForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 8, 96, 96, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'] (name, "
         "kind, KV heads, head size, V, window, dtype)"
     ),
     'MiniMaxM3SparseForCausalLM': (
