@@ -69,3 +69,28 @@ def test_json_int_under_a_lower_interpreter_limit() -> None:
         assert e.value.value == f"{lit[:20]}...(1000 digits)"
     finally:
         sys.set_int_max_str_digits(old)
+
+
+def test_block_ids_of_odd_kinds_masked_int_subclasses_timedeltas() -> None:
+    """A masked array is checked on its data (a masked -5 is refused, not skipped); int subclasses
+    (IntEnum) in a list are integers taken by value; a timedelta64 in a list is not an id."""
+    import enum
+
+    import numpy as np
+
+    ok = V.block_ids(np.ma.array([1, 2], mask=[False, True]), 4)
+    assert type(ok) is np.ndarray and ok.dtype == np.int64 and ok.tolist() == [1, 2]
+    with pytest.raises(BlockIdError) as e:
+        V.block_ids(np.ma.array([1, -5], mask=[False, True]), 4)
+    assert (e.value.field, e.value.value) == ("block_ids[1]", -5)
+
+    class E(enum.IntEnum):
+        A = 3
+
+    got = V.block_ids([E.A, 1], 4)
+    assert got.tolist() == [3, 1] and got.dtype == np.int64
+    with pytest.raises(BlockIdError) as e:
+        V.block_ids([1, np.timedelta64(2)], 4)
+    assert e.value.field == "block_ids[1]"
+    assert str(e.value).endswith("must be an integer (nothing was written)")
+    assert V.block_ids([np.int32(2), np.uint8(1)], 4).tolist() == [2, 1]
