@@ -1211,3 +1211,39 @@ def test_a_table_takes_no_model_beside_it(tmp_path: Path, capsys: pytest.Capture
             assert (e.field, e.value) == (flag, None)
     C._refuse_model_flags(C.build_parser().parse_args(["check", "--table", table]))
     assert not Path(png).exists()
+
+
+def test_zero_a_group_of_never_zeroed_layers(capsys: pytest.CaptureFixture[str]) -> None:
+    """``zero --group`` naming a group whose layers are never zeroed (Jamba's Mamba groups): nothing to
+    clear, exit 0, the report says so; another name: exit 2 listing both kinds of group; the ids and
+    the backend are still checked."""
+    jamba = str(FIXTURES / "jamba" / "config.json")
+    rc, out, err = cli(capsys, "zero", "--config", jamba, "--blocks", "1,3,3", "--group", "mamba.2", "--json")
+    assert (rc, err) == (0, "")
+    assert json.loads(out) == {
+        "version": 1, "backend": "reference", "mode": "none", "total_bytes": 20_971_520,
+        "block_ids": [1, 3, 3], "matches_contract": True, "zeroed": [], "zeroed_bytes": 0, "group": "mamba.2",
+    }
+    rc, out, err = cli(capsys, "zero", "--config", jamba, "--blocks", "0", "--group", "mamba.0")
+    assert (rc, err) == (0, "")
+    assert out == (
+        "group 'mamba.0' holds no zeroed layer (its state is never zeroed, docs/GEOMETRY.md section 7): "
+        "1 block ids, 0 B zeroed of a 20971520 B buffer\n"
+    )
+    rc, out, _ = cli(capsys, "zero", "--config", jamba, "--blocks", "0", "--group", "mamba.0",
+                     "--backend", "cuda", "--json")
+    assert rc == 0 and json.loads(out)["backend"] == "cuda"
+    mamba = ", ".join(f"'mamba.{i}'" for i in range(7))
+    assert bad(capsys, "zero", "--config", jamba, "--blocks", "0", "--group", "Mamba.0") == (
+        f"group = 'Mamba.0': unknown group; valid groups: 'full'; groups that zero nothing: {mamba}"
+    )
+    assert bad(capsys, "zero", "--config", jamba, "--blocks", "16", "--group", "mamba.0") == (
+        "--blocks item '16': block 16 outside [0, 16)"
+    )
+    assert bad(capsys, "zero", "--config", jamba, "--blocks", "1", "--group", "mamba.0", "--backend", "nope"
+               ).startswith("Invalid value 'nope'. Valid options: ")
+    assert bad(capsys, "zero", "--preset", "dsv4-test", "--blocks", "1", "--group", "x") == (
+        "group = 'x': unknown group; valid groups: 'mla'"
+    )
+    rc, out, _ = cli(capsys, "zero", "--config", jamba, "--blocks", "1", "--group", "full", "--json")
+    assert rc == 0 and json.loads(out)["zeroed_bytes"] == 4 * 327_680 and json.loads(out)["group"] == "full"
