@@ -3273,3 +3273,49 @@ def test_laguna_slides_only_where_layer_types_says() -> None:
     with pytest.raises(SpecError) as e:
         M.from_config({**base, "layer_types": ["sliding_attention", "x", "full_attention"]})
     assert str(e.value) == "config.layer_types[1] = 'x': valid: sliding_attention, full_attention"
+
+
+def test_config_integers_tp_and_block_size_are_capped_at_2_53() -> None:
+    """Every config integer, tp and block_size: 2**53 is taken, 2**53 + 1 refused by name (a
+    2,200-digit conv_dim crashed a note's f-string: issue 25)."""
+    from kvlayout.models.base import Ctx
+    from kvlayout.models.config import MAX_CONFIG_INT, check_tp
+
+    assert MAX_CONFIG_INT == 2**53
+    cfg = Config({"a": 2**53, "b": 2**53 + 1}, "config")
+    assert cfg.req_int("a", "") == 2**53 and cfg.opt_int("a") == 2**53
+    with pytest.raises(SpecError) as e:
+        cfg.req_int("b", "")
+    assert (e.value.field, e.value.value, str(e.value)) == (
+        "config.b", 2**53 + 1, f"config.b = {2**53 + 1}: must be at most 2**53"
+    )
+    assert check_tp(2**53) == 2**53
+    ctx = Ctx(top=cfg, cfg=cfg, family="generic", tp=1, dtype="bfloat16", kv_cache_dtype=None,
+              block_size=2**53, mamba_ssm_cache_dtype=None, prefix="model.layers", notes=[], kinds={})
+    assert ctx.block(16) == 2**53
+
+
+def test_deepseek_v4_layer_bound() -> None:
+    """2,500 DeepSeek-V4 layers plan; 2,501 are refused by name (10,000 took seconds: issue 25)."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parent / "fixtures" / "models" / "deepseek_v4" / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg["compress_ratios"] = (cfg["compress_ratios"] * 60)[:2501]
+    assert len(M.from_config({**cfg, "num_hidden_layers": 2500}).spec.layers) == 9546  # type: ignore[union-attr]
+    with pytest.raises(SpecError) as e:
+        M.from_config({**cfg, "num_hidden_layers": 2501})
+    assert (e.value.field, e.value.value, str(e.value)) == (
+        "config.num_hidden_layers", 2501,
+        "config.num_hidden_layers = 2501: must be at most 2,500 for DeepSeek-V4 (up to five caches a layer)",
+    )
+
+
+def test_reader_transformers_names_a_missing_architecture_first() -> None:
+    """Read through transformers, a config without architectures is refused before transformers is
+    imported, under the field's own path and without the hint to use that reader."""
+    with pytest.raises(SpecError) as e:
+        M.from_config({}, reader="transformers")
+    assert e.value.field == "config.architectures"
+    assert str(e.value) == "config.architectures = None: missing; it names the model class the engine builds"

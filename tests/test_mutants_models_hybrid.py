@@ -327,3 +327,24 @@ def test_hybrid_pages_kinds_and_alignment() -> None:
         ]
         mixer = _layers(m)["2.mixer"]
         assert (mixer.state_bytes, mixer.alignment) == (state, page if aligned else None), dtype
+
+
+def test_falcon_h1_inner_size_from_a_float_expand() -> None:
+    """FalconH1: without mamba_d_ssm the inner size is int(mamba_expand * hidden_size); one channel is
+    taken, under one refused by name (1e-300 gave an inner size of 0: issue 25)."""
+    falcon = {
+        "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "torch_dtype": "bfloat16",
+        "num_hidden_layers": 2, "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 64, "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_n_groups": 1, "mamba_d_state": 16,
+        "mamba_d_conv": 3, "mamba_expand": 1 / 1024,
+    }
+    ms = M.from_config(falcon)
+    states = {x.real_page for _, x in ms.spec.layers if isinstance(x, MambaSpec)}
+    assert states == {(3 - 1) * (1 + 2 * 16) * 2 + 8 * 64 * 16 * 2}  # conv (2, 33) + ssm (8, 64, 16), bf16
+    with pytest.raises(SpecError) as e:
+        M.from_config({**falcon, "mamba_expand": 0.5 / 1024})
+    assert (e.value.field, e.value.value, str(e.value)) == (
+        "config.mamba_expand", 0.5 / 1024,
+        f"config.mamba_expand = {0.5 / 1024!r}: mamba_expand * hidden_size = {0.5 / 1024!r} * 1024 is "
+        "under 1 channel",
+    )
