@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from .errors import spec_error
 from .ranges import MAX_BYTES, round_up
 from .spec import KVCacheSpec, LayerSpec
-from .table import Segment, SegmentTable
+from .table import MAX_TABLE_ROWS, Segment, SegmentTable
 
 #: Orders whose outermost axis is the block (one block row holds every layer).
 BLOCK_OUTER = ("BLHNC", "BLNHC", "BHLNC")
@@ -351,9 +351,29 @@ def _plan_layer_outer(spec: KVCacheSpec, order: str) -> Layout:
 def plan_layout(spec: KVCacheSpec) -> Layout:
     """Lay out every layer of ``spec`` in one flat buffer."""
     order = spec.order
+    _check_row_count(spec, order)
     if order in BLOCK_OUTER:
         return _plan_block_outer(spec, order)
     return _plan_layer_outer(spec, order)
+
+
+def _check_row_count(spec: KVCacheSpec, order: str) -> None:
+    """Refuse, before any row exists, a spec whose table would pass MAX_TABLE_ROWS: a row per head slot
+    (LHBNC, BHLNC) and per virtual sub-block (2**30 heads, or blocks of 2**30 tokens split into
+    1-token kernel blocks, ran out of memory; issue 25)."""
+    per_head = order in ("LHBNC", "BHLNC")
+    n = 0
+    for g in spec.groups:
+        for layer in g.layers:
+            parts = layer.heads if per_head else 2 if layer.split_kv else 1
+            ratio = g.split_ratio(layer) if layer.zeroed else 1  # as build_table splits them
+            n += parts * ratio
+            if n > MAX_TABLE_ROWS:
+                why = (
+                    f"its table would pass {MAX_TABLE_ROWS:,} rows at {layer.where} ({parts} rows a block, "
+                    f"{ratio} virtual sub-blocks each; GEOMETRY.md section 8)"
+                )
+                raise spec_error("spec", f"{n} rows or more", why)
 
 
 def _bounded(total_bytes: int, spec: KVCacheSpec) -> int:

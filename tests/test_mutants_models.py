@@ -3239,9 +3239,8 @@ def test_minicpm3_heads_are_its_decompressed_latent_heads() -> None:
             "torch_dtype": "bfloat16"}
     ms = M.from_config(base, tp=2)
     assert isinstance(ms, M.ModelSpec)
-    assert [(x.name, x.num_kv_heads, x.head_size) for _, x in ms.spec.layers] == [  # type: ignore[attr-defined]
-        (f"model.layers.{i}.self_attn.attn", 4, 96) for i in range(2)
-    ]
+    got = [(x.name, x.num_kv_heads, x.head_size) for _, x in ms.spec.layers]  # type: ignore[attr-defined]
+    assert got == [(f"model.layers.{i}.self_attn.attn", 4, 96) for i in range(2)]
     assert ms.bytes_per_block == 2 * 16 * 2 * 4 * 96 * 2  # layers * tokens * (K, V) * heads * size * bf16
     for key in ("qk_nope_head_dim", "qk_rope_head_dim"):
         with pytest.raises(SpecError) as e:
@@ -3303,7 +3302,8 @@ def test_deepseek_v4_layer_bound() -> None:
     path = Path(__file__).parent / "fixtures" / "models" / "deepseek_v4" / "config.json"
     cfg = json.loads(path.read_text())
     cfg["compress_ratios"] = (cfg["compress_ratios"] * 60)[:2501]
-    assert len(M.from_config({**cfg, "num_hidden_layers": 2500}).spec.layers) == 9546  # type: ignore[union-attr]
+    ms = M.from_config({**cfg, "num_hidden_layers": 2500})
+    assert len(ms.spec.layers) == 9546  # type: ignore[union-attr]
     with pytest.raises(SpecError) as e:
         M.from_config({**cfg, "num_hidden_layers": 2501})
     assert (e.value.field, e.value.value, str(e.value)) == (
