@@ -784,6 +784,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
         other = variant(spec, changes)
         plan_layout(other)  # a variant that cannot be planned is exit 2 here, before matplotlib
     _plot_sized(table, [x for x in (spec, other) if x is not None] if kind == "map" else [])
+    for what, nb in (("num_blocks", table.num_blocks if kind in ("diff", "steps") else 1),
+                     ("num_blocks" if table.num_blocks == 0 else "--compare num_blocks",
+                      1 if other is None else other.num_blocks)):
+        if nb == 0:  # a drawing that zeroes ids needs one: said so, not as an id of the user's
+            why = f"{what} = 0: --kind {kind} draws block ids, and this pool has none"
+            raise UsageError(why, field="num_blocks", value=0)
     blocks = parse_blocks(args.blocks, table.num_blocks).tolist() if args.blocks else None
     if kind == "diff":
         _host_sized(table.total_bytes, "total_bytes")

@@ -55,6 +55,10 @@ _LEAF_KEYS = ("name", "shape", "dtype", "group", "zeroed")
 #: (``kvlayout.models.config.MAX_CONFIG_LAYERS``), one array per layer at most.
 MAX_NATIVE_LEAVES = 100_000
 
+#: Highest rank of a leaf (NumPy's limit on dimensions): a 60,000-dimension shape took 9 s to multiply
+#: out before its size was refused (issue 25).
+MAX_LEAF_RANK = 32
+
 #: Fields (shape, dtype, group, zeroed) of leaves already checked, of exact built-in types: a
 #: model's arrays repeat a few of them, and checking 100,000 leaves one by one took 3 s (issue 25).
 _CHECKED_FIELDS: set[tuple[Any, ...]] = set()
@@ -115,8 +119,8 @@ class NativeLeaf:
             return
         if not isinstance(self.shape, tuple):
             raise spec_error(f"{where}.shape", self.shape, "must be a list or tuple of integers")
-        if len(self.shape) < 2:
-            why = "needs rank >= 2: the page axis first, then the page"
+        if not 2 <= len(self.shape) <= MAX_LEAF_RANK:
+            why = f"needs rank 2 to {MAX_LEAF_RANK}: the page axis first, then the page"
             raise spec_error(f"{where}.shape", self.shape, why)
         for i, d in enumerate(self.shape):
             if not is_int(d):

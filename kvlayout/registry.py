@@ -9,6 +9,7 @@ backend is asked for, so ``import kvlayout`` stays free of torch and JAX.
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import os
 from importlib import metadata
@@ -63,9 +64,9 @@ def requested_name(name: str | None = None) -> tuple[str, str]:
     """The backend asked for and where from: the argument, else ``KVLAYOUT_BACKEND``, else auto."""
     if name is not None:
         return name, "argument"
-    env = os.environ.get(ENV_VAR)
-    if env is not None:
-        return env.strip(), ENV_VAR
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:  # set but empty is unset, as KVLAYOUT_VLLM_MODE and vLLM's own variables read it
+        return env, ENV_VAR
     return "auto", "default"
 
 
@@ -111,6 +112,13 @@ def _import_target(target: str, name: str, extra: str | None) -> type[Backend]:
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise BackendError(
             f"backend {short(name)}: {short(target)} is not a kvlayout.Backend subclass",
+            field="backend",
+            value=name,
+        )
+    if inspect.isabstract(cls):  # kvlayout.backend:Backend itself: from_host returned None (issue 25)
+        missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
+        raise BackendError(
+            f"backend {short(name)}: {short(target)} is abstract (it does not implement {missing})",
             field="backend",
             value=name,
         )

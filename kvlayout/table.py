@@ -18,7 +18,6 @@ import numpy as np
 
 from .errors import TableError, bad_value
 from .ranges import MAX_BLOCKS, MAX_BYTES, extent
-
 from .validate import check_int, check_name, parse_json
 
 TABLE_VERSION = 1

@@ -6,6 +6,9 @@ Every rule raises a :class:`~kvlayout.errors.KVLayoutError` subclass whose messa
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import unicodedata
 from typing import Any
 
@@ -173,11 +176,25 @@ def _json_int(literal: str) -> int:
         raise _LongInt(literal) from None
 
 
+def _read_capped(path: str) -> bytes:
+    """At most ``MAX_JSON_BYTES + 1`` bytes of ``path``. Opened without blocking, then read blocking:
+    a FIFO nobody writes to reads as empty instead of hanging in ``open`` forever (issue 25), and a
+    pipe with a writer (``<(cat spec.json)``) is read whole."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        os.set_blocking(fd, True)
+        with open(fd, "rb", closefd=False) as f:
+            return f.read(MAX_JSON_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
 def read_json_file(cls: type[KVLayoutError], what: str, path: str) -> Any:
     """Read and parse a JSON file of at most :data:`MAX_JSON_BYTES` (``/dev/zero`` is refused, not read)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_JSON_BYTES + 1)
+        data = _read_capped(path)
     except OSError as e:
         raise bad_value(cls, what, path, e.strerror or str(e)) from None
     if len(data) > MAX_JSON_BYTES:

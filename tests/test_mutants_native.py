@@ -67,7 +67,13 @@ def test_leaf_normalises_shape_and_group_lists_to_python_ints() -> None:
 
 def test_leaf_rules_name_field_value_and_why() -> None:
     _err(lambda: leaf(shape=5), f"{X}.shape", 5, "must be a list or tuple of integers")
-    _err(lambda: leaf(shape=(4,)), f"{X}.shape", (4,), "needs rank >= 2: the page axis first, then the page")
+    rank = "needs rank 2 to 32: the page axis first, then the page"
+    _err(lambda: leaf(shape=(4,)), f"{X}.shape", (4,), rank)
+    assert leaf(shape=(4,) + (1,) * 30 + (4,)).page_bytes == 16  # rank 32
+    with pytest.raises(SpecError) as e:  # rank 33; the value is shown cut to 80 characters
+        leaf(shape=(4,) + (1,) * 31 + (4,))
+    assert (e.value.field, e.value.value) == (f"{X}.shape", (4,) + (1,) * 31 + (4,))
+    assert str(e.value).endswith(f"...: {rank}")
     _err(lambda: leaf(shape=(4, "8")), f"{X}.shape[1]", "8", "must be an integer")
     _err(lambda: leaf(dtype="complex64"), f"{X}.dtype", "complex64", f"unknown dtype; valid: {ALL_DTYPES}")
     _err(lambda: leaf(group=()), f"{X}.group", (), "a tuple of groups must not be empty")

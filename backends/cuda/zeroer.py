@@ -28,7 +28,7 @@ import torch
 import triton
 
 from kvlayout.backend import check_offset_and_size
-from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, TableError
+from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, TableError, short
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable, check_table
@@ -399,12 +399,12 @@ class CudaZeroer:
     def _plan_for(self, group: str | None, chunk_words: int | None = None) -> _DevicePlan:
         """The work units of ``group`` (GEOMETRY.md section 7): its rows only, coalesced on their own."""
         chunk = self._chunk_words if chunk_words is None else chunk_words
+        if group is not None and not isinstance(group, str):  # before the lookup: a list is unhashable
+            msg = f"group = {short(group)}: must be a group name (str) or None"
+            raise TableError(msg, field="group", value=repr(group))
         found = self._plans.get((group, chunk))
         if found is not None:
             return found
-        if group is not None and not isinstance(group, str):
-            msg = f"group = {group!r}: must be a group name (str) or None"
-            raise TableError(msg, field="group", value=repr(group))
         rows = self.table if group is None else self.table.for_group(group)
         made = _device_plan(rows, self._coalesce, chunk, self.sub_words, self.device)
         with self._lock:
@@ -522,8 +522,11 @@ class CudaZeroer:
             if k <= 4096:
                 # one C pass: NumPy infers int64 only if every element is an integer (or a bool);
                 # bools equal 0 or 1, so a batch whose smallest id is at least 2 cannot hold one
-                arr = np.array(ids)
-                ok = arr.dtype == np.int64 and arr.ndim == 1
+                try:  # a ragged list (an id that is a list) raises ValueError: the slow path names it
+                    arr = np.array(ids)
+                    ok = arr.dtype == np.int64 and arr.ndim == 1
+                except (ValueError, TypeError, OverflowError):
+                    ok = False
                 floor = 2
             else:  # longer lists: NumPy's inference slows down (H200 host: 2x at 16,384 ids)
                 ok = operator.countOf(map(type, ids), int) == k
@@ -616,6 +619,8 @@ class CudaZeroer:
                 self._zero_device(block_ids, group)
                 return
             block_ids = host_ids(block_ids)
+        if group is not None and not isinstance(group, str):
+            self._plan_for(group)  # raises TableError naming it, before a graph is looked up by it
         if self.graphs and not _capturing() and self._zero_replay(block_ids, group):
             return
         self._plan_for(group)  # a bad group raises before anything is staged

@@ -120,6 +120,14 @@ class CacheZeroer:
             self.spec = self._check_spec(spec, groups)
         for t in native_tables(self.spec).values():
             require_safe(t)  # one row per leaf: proven like any table (section 9)
+        for name, leaf in zip(self.spec.names, self.spec.leaves):
+            zero = np.array([0], np.float32).astype(jnp.dtype(leaf.dtype))  # float8_e8m0fnu: 0 is NaN
+            if leaf.zeroed and zero.view(np.uint8).any():
+                why = (
+                    "has no zero: the kernels write the value 0, which this dtype rounds to 0xff (NaN), not "
+                    "zero bytes; zero a uint8 view of the array"
+                )
+                raise bad_value(LayoutBufferError, f"leaf {name!r}.dtype", leaf.dtype, why)
         if kernel is not None and kernel not in KERNELS:
             raise bad_value(BackendError, "kernel", kernel, f"valid kernels: {', '.join(KERNELS)}")
         if interpret is not None and not isinstance(interpret, bool):

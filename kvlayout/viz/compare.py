@@ -139,7 +139,11 @@ def variant(spec: KVCacheSpec, changes: Sequence[tuple[str, str]] | Mapping[str,
     if "preset" in ch:
         spec = preset(str(ch["preset"]))
     if "spec" in ch:
-        spec = KVCacheSpec.from_dict(read_json_file(SpecError, "--compare spec", str(ch["spec"])))
+        data = read_json_file(SpecError, "--compare spec", str(ch["spec"]))
+        if isinstance(data, Mapping) and data.get("layout") == "native":  # GEOMETRY.md section 9
+            why = "is a native spec (layout 'native'): plot compares flat specs' byte maps only"
+            raise spec_error("--compare spec", str(ch["spec"]), why)
+        spec = KVCacheSpec.from_dict(data)
     if "layout" in ch:
         spec = with_layout(spec, str(ch["layout"]))
     if "dtype" in ch:
