@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SpecError, spec_error
+from .errors import LayoutBufferError, SpecError, bad_value, spec_error
 from .ranges import MAX_BLOCKS, MAX_BYTES
 from .reference import expected_zeroed, normalize_block_ids, zero_blocks_numpy
 from .spec import DTYPE_SIZES, SPEC_VERSION
@@ -361,6 +361,24 @@ def _renamed(t: SegmentTable, name: str) -> SegmentTable:
     return out
 
 
+#: Native dtypes whose value 0 is not zero bytes: ``float8_e8m0fnu`` (a power-of-two scale) has no zero
+#: and rounds 0 to 0xff, NaN. The contract clears bytes to 0x00 (the reference does); a kernel that
+#: writes the value 0 cannot, so the kernel zeroers refuse such a zeroed leaf (issue 25).
+NO_ZERO_DTYPES = frozenset({"float8_e8m0fnu"})
+
+
+def refuse_dtypes_without_zero(spec: NativeCacheSpec) -> None:
+    """Raise :class:`LayoutBufferError` naming the first zeroed leaf of a dtype in :data:`NO_ZERO_DTYPES`
+    (for zeroers whose kernels write the value 0, as the Pallas ``CacheZeroer`` does)."""
+    for name, leaf in zip(spec.names, spec.leaves):
+        if leaf.zeroed and leaf.dtype in NO_ZERO_DTYPES:
+            why = (
+                "has no zero: the kernels write the value 0, which this dtype rounds to 0xff (NaN), not zero "
+                "bytes; zero a uint8 view of the array"
+            )
+            raise bad_value(LayoutBufferError, f"leaf {name!r}.dtype", leaf.dtype, why)
+
+
 def native_tables(spec: NativeCacheSpec, group: str | None = None) -> dict[str, SegmentTable]:
     """One table per leaf, by name: a single row (base 0, stride = span = page bytes) for
     every leaf zeroing clears (of ``group``, when given), no rows for the others."""
@@ -497,11 +515,13 @@ def spec_from_arrays(
 __all__ = [
     "NATIVE_DTYPE_SIZES",
     "NATIVE_LAYOUT",
+    "NO_ZERO_DTYPES",
     "NativeCacheSpec",
     "NativeLeaf",
     "dtype_name",
     "expected_zeroed_native",
     "native_tables",
+    "refuse_dtypes_without_zero",
     "spec_from_arrays",
     "verify_native",
     "zero_native_numpy",

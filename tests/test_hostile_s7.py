@@ -24,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import kvlayout as K
@@ -47,6 +48,12 @@ def test_cache_zeroer_refuses_a_dtype_without_zero() -> None:
         native.CacheZeroer(caches)
     assert (e.value.field, e.value.value) == ("leaf 'k'.dtype", "float8_e8m0fnu")
     assert "has no zero" in str(e.value) and "0xff (NaN)" in str(e.value)
+    # the set the kernel zeroers refuse is every native dtype whose 0 is not zero bytes
+    from kvlayout.native import NATIVE_DTYPE_SIZES, NO_ZERO_DTYPES
+
+    zero_not_0 = {d for d in NATIVE_DTYPE_SIZES
+                  if np.array([0], np.float32).astype(jnp.dtype(d)).view(np.uint8).any()}
+    assert zero_not_0 == NO_ZERO_DTYPES
     leaf = NativeLeaf("k", (4, 2, 8), "float8_e8m0fnu")
     with pytest.raises(LayoutBufferError):
         run_case(native.leaf_backend(leaf), leaf.table(), [1])

@@ -291,3 +291,22 @@ def test_verify_native_refuses_what_is_not_a_native_spec() -> None:
          "must be a kvlayout.native.NativeCacheSpec")
     _err(lambda: N.verify_native(None), "spec", "NoneType",  # type: ignore[arg-type]
          "must be a kvlayout.native.NativeCacheSpec")
+
+
+def test_dtypes_without_zero_are_refused_for_kernel_zeroers() -> None:
+    """float8_e8m0fnu has no zero (0 rounds to 0xff): a zeroed leaf of it is refused by name, the
+    first such leaf; a leaf zeroing never touches may be of it (issue 25)."""
+    from kvlayout.errors import LayoutBufferError
+
+    assert frozenset({"float8_e8m0fnu"}) == N.NO_ZERO_DTYPES
+    ok = NativeCacheSpec((leaf(name="s", dtype="float8_e8m0fnu", zeroed=False), leaf(name="v")))
+    N.refuse_dtypes_without_zero(ok)  # nothing raised
+    bad = NativeCacheSpec((leaf(name="v"), leaf(name="k", dtype="float8_e8m0fnu", shape=(4, 8)),
+                           leaf(name="k2", dtype="float8_e8m0fnu", shape=(4, 8))))
+    with pytest.raises(LayoutBufferError) as e:
+        N.refuse_dtypes_without_zero(bad)
+    assert (e.value.field, e.value.value) == ("leaf 'k'.dtype", "float8_e8m0fnu")
+    assert str(e.value) == (
+        "leaf 'k'.dtype = 'float8_e8m0fnu': has no zero: the kernels write the value 0, which this dtype "
+        "rounds to 0xff (NaN), not zero bytes; zero a uint8 view of the array"
+    )

@@ -30,7 +30,13 @@ from jax.sharding import PartitionSpec as P
 
 from kvlayout.backend import Backend, validate_host_buffer
 from kvlayout.errors import BackendError, LayoutBufferError, bad_value
-from kvlayout.native import NativeCacheSpec, NativeLeaf, native_tables, spec_from_arrays
+from kvlayout.native import (
+    NativeCacheSpec,
+    NativeLeaf,
+    native_tables,
+    refuse_dtypes_without_zero,
+    spec_from_arrays,
+)
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
@@ -120,14 +126,7 @@ class CacheZeroer:
             self.spec = self._check_spec(spec, groups)
         for t in native_tables(self.spec).values():
             require_safe(t)  # one row per leaf: proven like any table (section 9)
-        for name, leaf in zip(self.spec.names, self.spec.leaves):
-            zero = np.array([0], np.float32).astype(jnp.dtype(leaf.dtype))  # float8_e8m0fnu: 0 is NaN
-            if leaf.zeroed and zero.view(np.uint8).any():
-                why = (
-                    "has no zero: the kernels write the value 0, which this dtype rounds to 0xff (NaN), not "
-                    "zero bytes; zero a uint8 view of the array"
-                )
-                raise bad_value(LayoutBufferError, f"leaf {name!r}.dtype", leaf.dtype, why)
+        refuse_dtypes_without_zero(self.spec)  # the kernels write the value 0 (float8_e8m0fnu: NaN)
         if kernel is not None and kernel not in KERNELS:
             raise bad_value(BackendError, "kernel", kernel, f"valid kernels: {', '.join(KERNELS)}")
         if interpret is not None and not isinstance(interpret, bool):
