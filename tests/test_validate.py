@@ -528,7 +528,7 @@ def test_read_json_file_os_error_without_strerror(monkeypatch: pytest.MonkeyPatc
     def refuse(*a: object, **k: object) -> None:
         raise OSError("no such device")  # an OSError with no errno/strerror
 
-    monkeypatch.setattr(V, "open", refuse, raising=False)
+    monkeypatch.setattr(V, "_read_capped", refuse)
     _raises(
         SpecError,
         "spec = 'x.json': no such device",
