@@ -366,7 +366,7 @@ def _check_row_count(spec: KVCacheSpec, order: str) -> None:
     for g in spec.groups:
         for layer in g.layers:
             parts = layer.heads if per_head else 2 if layer.split_kv else 1
-            ratio = g.split_ratio(layer) if layer.zeroed else 1  # as build_table splits them
+            ratio = g.split_ratio(layer)  # as build_table splits them (1 for Mamba state: no tokens)
             n += parts * ratio
             if n > MAX_TABLE_ROWS:
                 why = (

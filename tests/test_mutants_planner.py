@@ -363,3 +363,38 @@ def test_plan_coalesces_when_asked() -> None:
     got = K.plan(spec, coalesce=True)
     want = K.plan(spec).coalesced()
     assert got == want and len(got) < len(K.plan(spec))
+
+
+def test_row_count_is_bounded_before_any_row_exists() -> None:
+    """A table holds at most 100,000 rows (issue 25): counted per layer before planning, a row per head
+    slot under LHBNC/BHLNC, two per split K/V page, each times the group's virtual sub-blocks (Mamba
+    state has no tokens: never split)."""
+    from kvlayout.planner import plan_layout
+    from kvlayout.table import MAX_TABLE_ROWS
+
+    def refused(spec: K.KVCacheSpec) -> str:
+        with pytest.raises(SpecError) as e:
+            plan_layout(spec)
+        assert e.value.field == "spec"
+        return str(e.value)
+
+    # 50,000 heads in each of 2 layers: exactly the bound under BHLNC and LHBNC; one more head is over
+    for order in ("BHLNC", "LHBNC"):
+        ok = _spec(order, tuple(_full(x, num_kv_heads=50_000, head_size=2, block_size=1) for x in "ab"), n=1)
+        assert sum(len(p.parts) for p in plan_layout(ok).placements) == MAX_TABLE_ROWS
+        over = _spec(order, (_full("a", num_kv_heads=50_000, head_size=2, block_size=1),
+                             _full("b", num_kv_heads=50_001, head_size=2, block_size=1)), n=1)
+        assert refused(over) == (
+            "spec = '100001 rows or more': its table would pass 100,000 rows at layer 'b' (50001 rows a "
+            "block, 1 virtual sub-blocks each; GEOMETRY.md section 8)"
+        )
+    # other layouts: one row a page (heads do not count), two with kv_split; times the sub-blocks
+    assert len(plan_layout(_spec("packed", (_full("a", num_kv_heads=200_000),), n=1)).placements) == 1
+    split = _spec("layer_major", (_full("a", kv_split=True, block_size=50_000, head_size=4),), n=1, kbs=1)
+    assert len(plan_layout(split).table()) == MAX_TABLE_ROWS
+    over = _spec("layer_major", (_full("a", kv_split=True, block_size=50_001, head_size=4),), n=1, kbs=1)
+    assert refused(over).endswith("(2 rows a block, 50001 virtual sub-blocks each; GEOMETRY.md section 8)")
+    # a Mamba layer is not split (it has no block size) and its one part counts once
+    mamba = K.MambaSpec(name="m", state_bytes=64)
+    mixed = _spec("packed", (_full("a", block_size=16), mamba), n=1, kbs=8)
+    assert len(plan_layout(mixed).table()) == 2

@@ -275,3 +275,32 @@ def test_table_json_text_forms() -> None:
     with pytest.raises(TableError, match=r"^table is not valid JSON") as ei:
         K.SegmentTable.from_json("{nope")
     assert ei.value.field == "json"
+
+
+def test_row_bound_and_check_table() -> None:
+    """A table holds at most MAX_TABLE_ROWS rows, made or read (issue 25); check_table takes a
+    SegmentTable and refuses anything else by its type."""
+    from kvlayout.table import MAX_TABLE_ROWS, Segment, SegmentTable, check_table
+
+    assert MAX_TABLE_ROWS == 100_000
+    row = K.Segment(0, 4, 4)
+    assert len(SegmentTable(4, 1, (row,) * MAX_TABLE_ROWS)) == MAX_TABLE_ROWS
+    for make in (
+        lambda: SegmentTable(4, 1, [row] * (MAX_TABLE_ROWS + 1)),
+        lambda: SegmentTable.from_dict(
+            {"total_bytes": 4, "num_blocks": 1, "segments": [{"base": 0, "stride": 4, "span": 4}] * 100_001}
+        ),
+    ):
+        with pytest.raises(TableError) as e:
+            make()
+        assert (e.value.field, e.value.value) == ("table.segments", "100001 rows")
+        assert str(e.value) == "table.segments = '100001 rows': at most 100,000 rows (GEOMETRY.md section 8)"
+    big = {"total_bytes": 4, "num_blocks": 1, "segments": [{"base": 0, "stride": 4, "span": 4}] * 100_000}
+    assert len(SegmentTable.from_dict(big)) == MAX_TABLE_ROWS
+    t = SegmentTable(4, 1, (Segment(0, 4, 4),))
+    assert check_table(t) is t
+    for bad, kind in (([1, 2], "list"), (None, "NoneType")):
+        with pytest.raises(TableError) as e:
+            check_table(bad)
+        assert (e.value.field, e.value.value) == ("table", kind)
+        assert str(e.value) == f"table type = {kind}: must be a kvlayout.SegmentTable"
