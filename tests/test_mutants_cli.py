@@ -1247,3 +1247,18 @@ def test_zero_a_group_of_never_zeroed_layers(capsys: pytest.CaptureFixture[str])
     )
     rc, out, _ = cli(capsys, "zero", "--config", jamba, "--blocks", "1", "--group", "full", "--json")
     assert rc == 0 and json.loads(out)["zeroed_bytes"] == 4 * 327_680 and json.loads(out)["group"] == "full"
+
+
+def test_plot_of_a_pool_without_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A drawing that zeroes block ids needs a block: a pool of 0 blocks (or a --compare variant of 0)
+    is refused by name, before matplotlib (issue 25: it named an id the user never gave)."""
+    out = str(tmp_path / "x.png")
+    none = "draws block ids, and this pool has none"
+    for extra, msg in (
+        (["--num-blocks", "0", "--kind", "diff"], f"num_blocks = 0: --kind diff {none}"),
+        (["--num-blocks", "0", "--kind", "steps"], f"num_blocks = 0: --kind steps {none}"),
+        (["--compare", "num_blocks=0"], f"--compare num_blocks = 0: --kind map {none}"),
+        (["--num-blocks", "0", "--compare", "layout=BHLNC"], f"num_blocks = 0: --kind map {none}"),
+    ):
+        assert bad(capsys, "plot", "--preset", "dsv4-test", "--out", out, *extra) == msg
+    assert not Path(out).exists()

@@ -1146,3 +1146,21 @@ def test_nested_calls_and_a_ring_with_one_free_entry(cuda: FakeCuda) -> None:
     cuda.hold = False
     c.expect([3, 4, 6])
     assert r.graph_copy is True and c.zeroer().graph_copy is None  # decided by a capture only
+
+
+def test_ragged_lists_and_group_types_are_refused_by_name(cuda: FakeCuda) -> None:
+    """A 65-4,096-id list holding a list (NumPy's inference raises ValueError) goes to the checked path,
+    which names the element; a group that is not a str is refused before any lookup (a list is
+    unhashable), graphs or not; nothing is written (issue 25)."""
+    c = Case(tiny(num_blocks=80, groups=True))
+    for graphs in (False, True):
+        z = c.zeroer(graphs=graphs, max_batch=128)
+        raises(K.BlockIdError, lambda z=z: z.zero(list(range(2, 70)) + [[5]]), "block_ids[68]", [5],
+               "block_ids[68] = [5]: must be an integer (nothing was written)")
+        for group, shown in ((["g"], "['g']"), (3, "3"), (("g",), "('g',)")):
+            raises(K.TableError, lambda z=z, g=group: z.zero([1], g), "group", shown,
+                   f"group = {shown}: must be a group name (str) or None")
+        c.expect([])
+    z = c.zeroer(max_batch=128)
+    z.zero(list(range(2, 70)))  # the fast path itself still takes a plain list
+    c.expect(list(range(2, 70)))
