@@ -334,6 +334,18 @@ def _report_sized(ranges: int) -> None:
         )
 
 
+def _shard_ranges(local: SegmentTable, routes: Sequence[np.ndarray]) -> int:
+    """An upper bound on the gathered contract's byte ranges: each shard's :func:`range_count_bound`,
+    which is ``dense * runs + sparse * ids``; the two coefficients read off one and two ids."""
+    if not any(r.size for r in routes):
+        return 0
+    one = range_count_bound(local, [0])
+    sparse = range_count_bound(local, [0, 1]) - one if local.num_blocks > 1 else 0
+    dense = one - sparse
+    runs = sum(1 + int(np.count_nonzero(np.diff(np.unique(r)) != 1)) for r in routes if r.size)
+    return dense * runs + sparse * sum(int(np.unique(r).size) for r in routes)
+
+
 def run_zero(
     table: SegmentTable,
     block_ids: Sequence[int] | np.ndarray,
@@ -472,6 +484,11 @@ def _zero_native(args: argparse.Namespace) -> int:
             field="leaves",
             value=len(distinct),
         )
+    first: dict[Any, SegmentTable] = {}
+    for t in tables.values():
+        first.setdefault(_table_key(t), t)
+    per_key = {k: range_count_bound(t, ids) for k, t in first.items()}  # each array's report lists its own
+    _report_sized(sum(per_key[_table_key(t)] for t in tables.values()))
     backend, _ = registry.resolve(args.backend)  # once: the lookup scans installed entry points
     cls = registry.load(backend)
     runs: dict[Any, dict[str, Any]] = {}  # arrays of one page size and group mask: one poisoned run
@@ -575,6 +592,7 @@ def cmd_shard(args: argparse.Namespace) -> int:
                 field="blocks",
                 value=routed,
             )
+        _report_sized(_shard_ranges(lay.local_table, routes))
         out["block_ids"] = ids.tolist()
         if args.json:
             out["local_ids"] = [r.tolist() for r in routes]

@@ -443,6 +443,12 @@ def _padding(layout: Layout) -> tuple[Segment, ...]:
         for g0, g1, name in gaps:
             pieces = _minus(g0, g1, starts, ends)
             out.extend(Segment(a, stride, b - a, "", name, "padding", 0) for a, b in pieces)
+            if len(out) > MAX_TABLE_ROWS:  # overlaid groups cut each padded gap into many pieces
+                why = (
+                    f"its padding would pass {MAX_TABLE_ROWS:,} ranges (a gap of {name or 'the block row'} "
+                    "is cut by the layers of groups overlaid on it; GEOMETRY.md section 8)"
+                )
+                raise spec_error("spec", f"{len(out)} padding ranges or more", why)
     return tuple(out)
 
 

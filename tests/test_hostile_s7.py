@@ -172,3 +172,18 @@ def test_plot_of_a_pool_without_blocks_and_of_a_native_compare(
         "is a native spec (layout 'native'): plot compares flat specs' byte maps only"
     )
     assert not Path(out).exists()
+
+
+# --------------------------------------------------------------------- the second fresh pass
+def test_pallas_backend_refuses_a_group_that_is_not_a_name() -> None:
+    """``zero(ids, group=['mla'])`` raised a raw TypeError (a list is unhashable) in the backend's
+    per-group lookup; now the TableError the other backends give; nothing written."""
+    pytest.importorskip("jax")
+    t = K.plan(K.preset("dsv4-test").with_num_blocks(8))
+    buf = K.poison_pattern(t.total_bytes)
+    be = registry.load("pallas").from_host(t, buf)
+    for group in (["mla"], {"mla": 1}):
+        with pytest.raises(K.TableError) as e:
+            be.zero([1, 2], group=group)  # type: ignore[arg-type]
+        assert str(e.value).endswith("must be a group name (str) or None")
+    assert np.array_equal(be.to_host(), K.poison_pattern(t.total_bytes))

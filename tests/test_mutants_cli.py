@@ -1262,3 +1262,31 @@ def test_plot_of_a_pool_without_blocks(tmp_path: Path, capsys: pytest.CaptureFix
     ):
         assert bad(capsys, "plot", "--preset", "dsv4-test", "--out", out, *extra) == msg
     assert not Path(out).exists()
+
+
+def test_native_zero_and_shard_bound_the_ranges_they_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``zero`` of a native spec lists each array's ranges and ``shard --blocks`` the gathered
+    contract: both are refused past 1,000,000 ranges, before anything runs (issue 25: 4,000 arrays
+    printed 629 MB of JSON; 4,000 layers over 64 shards took 8 s and 1.4 GB)."""
+    native = tmp_path / "n.json"
+    leaves = [{"name": f"l{i}", "shape": [42, 1], "dtype": "float32", "group": "g"} for i in range(50_001)]
+    native.write_text(json.dumps({"version": 1, "layout": "native", "leaves": leaves}))
+    even = ",".join(map(str, range(0, 42, 2)))  # 21 runs in each of 50,001 arrays
+    assert bad(capsys, "zero", str(native), "--backend", "reference", "--blocks", even) == (
+        "--blocks: the contract for these ids may hold up to 1050021 separate byte ranges; a zero report "
+        "lists at most 1000000 (give fewer or consecutive ids)"
+    )
+    layers = [{"name": f"l{i}", "kind": "full", "block_size": 1, "num_kv_heads": 64, "head_size": 2,
+               "dtype": "float16"} for i in range(1000)]
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps({"version": 1, "num_blocks": 64, "layout": "layer_major",
+                                "groups": [{"name": "g", "layers": layers}]}))
+    ids = ",".join(map(str, range(0, 64, 2)))
+    assert bad(capsys, "shard", str(spec), "--mesh", "tp=64", "--head-axes", "tp", "--blocks", ids) == (
+        "--blocks: the contract for these ids may hold up to 2048000 separate byte ranges; a zero report "
+        "lists at most 1000000 (give fewer or consecutive ids)"
+    )
+    rc, out, _ = cli(capsys, "shard", str(spec), "--mesh", "tp=64", "--head-axes", "tp", "--blocks", "0-15")
+    assert rc == 0 and "matches the contract" in out

@@ -1164,3 +1164,15 @@ def test_ragged_lists_and_group_types_are_refused_by_name(cuda: FakeCuda) -> Non
     z = c.zeroer(max_batch=128)
     z.zero(list(range(2, 70)))  # the fast path itself still takes a plain list
     c.expect(list(range(2, 70)))
+
+
+def test_an_empty_pool_from_a_zero_length_host_buffer() -> None:
+    """A 0-byte table on a 0-length buffer (an empty NumPy array has stride 0): an empty word view, not
+    torch's refusal to view its bytes as int32; zeroing nothing works (issue 25)."""
+    t = K.SegmentTable.from_dict({"total_bytes": 0, "num_blocks": 0,
+                                  "segments": [{"base": 0, "stride": 256, "span": 64}]})
+    words = Z._as_words(torch.from_numpy(np.zeros(0, np.uint8)), t, 0)
+    assert words.dtype == torch.int32 and words.numel() == 0
+    b = kc.CudaBackend.from_host(t, np.zeros(0, np.uint8))
+    b.zero([])
+    assert b.to_host().size == 0

@@ -398,3 +398,28 @@ def test_row_count_is_bounded_before_any_row_exists() -> None:
     mamba = K.MambaSpec(name="m", state_bytes=64)
     mixed = _spec("packed", (_full("a", block_size=16), mamba), n=1, kbs=8)
     assert len(plan_layout(mixed).table()) == 2
+
+
+def test_padding_ranges_are_bounded() -> None:
+    """Groups overlaid on one padded page cut its gap into a piece per real range of the other groups:
+    k such groups over n layers made k * n padding ranges (3,000 x 3,000 ran 49 s, 1.45 GB; issue 25).
+    Past 100,000 ranges the spec is refused, as soon as they pass the bound."""
+    from kvlayout.planner import plan_layout
+
+    def spec(k: int, n: int) -> K.KVCacheSpec:
+        one = {"num_kv_heads": 1, "head_size": 2, "block_size": 1}
+        small = tuple(_full(f"b{i}", padded_page=16, **one) for i in range(n))
+        wide = [(_full(f"a{j}", padded_page=16 * n, **one),) for j in range(k)]
+        return _spec("packed", small, *wide, n=4)
+
+    # each small page's gap is one range; each wide page's gap [8, 16 n) is cut by the small layers'
+    # real ranges [16 i, 16 i + 8) into n pieces: n + k n ranges, exactly the bound at k = 99, n = 1,000
+    assert len(plan_layout(spec(2, 1000)).table().padding) == 1000 + 2 * 1000
+    assert len(plan_layout(spec(99, 1000)).table().padding) == 100_000
+    with pytest.raises(SpecError) as e:
+        plan_layout(spec(100, 1000)).table()
+    assert (e.value.field, e.value.value) == ("spec", "101000 padding ranges or more")
+    assert str(e.value).endswith(
+        "its padding would pass 100,000 ranges (a gap of a99 is cut by the layers of groups overlaid on "
+        "it; GEOMETRY.md section 8)"
+    )

@@ -97,6 +97,8 @@ def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
         )
     nbytes = buffer.numel() * buffer.element_size()
     check_offset_and_size(offset, nbytes, table)
+    if table.total_bytes == 0:  # an empty pool: nothing to view (an empty NumPy array's stride is 0)
+        return torch.empty(0, dtype=torch.int32, device=buffer.device)
     flat = buffer.reshape(-1).view(torch.uint8)
     return flat[offset : offset + table.total_bytes].view(torch.int32)
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kvlayout.backend import Backend
-from kvlayout.errors import LayoutBufferError
+from kvlayout.errors import LayoutBufferError, TableError, short
 from kvlayout.table import SegmentTable
 
 from .plan import LANES, ROW_BYTES
@@ -43,6 +43,9 @@ class PallasBackend(Backend):
         return self.zeroer.mode
 
     def _zeroer_for(self, group: str | None) -> PallasZeroer:
+        if group is not None and not isinstance(group, str):  # before the lookup: a list is unhashable
+            msg = f"group = {short(group)}: must be a group name (str) or None"
+            raise TableError(msg, field="group", value=repr(group))
         found = self._by_group.get(group)
         if found is None:
             found = PallasZeroer(self.table, group=group, **self._kwargs)
