@@ -390,6 +390,8 @@ def test_row_count_is_bounded_before_any_row_exists() -> None:
         )
     # other layouts: one row a page (heads do not count), two with kv_split; times the sub-blocks
     assert len(plan_layout(_spec("packed", (_full("a", num_kv_heads=200_000),), n=1)).placements) == 1
+    whole = _spec("packed", (_full("a", block_size=60_000, head_size=4),), n=1, kbs=1)  # 60,000 rows
+    assert len(plan_layout(whole).placements) == 1
     split = _spec("layer_major", (_full("a", kv_split=True, block_size=50_000, head_size=4),), n=1, kbs=1)
     assert len(plan_layout(split).table()) == MAX_TABLE_ROWS
     over = _spec("layer_major", (_full("a", kv_split=True, block_size=50_001, head_size=4),), n=1, kbs=1)

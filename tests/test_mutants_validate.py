@@ -4,6 +4,8 @@ control characters."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kvlayout import validate as V
@@ -94,3 +96,41 @@ def test_block_ids_of_odd_kinds_masked_int_subclasses_timedeltas() -> None:
     assert e.value.field == "block_ids[1]"
     assert str(e.value).endswith("must be an integer (nothing was written)")
     assert V.block_ids([np.int32(2), np.uint8(1)], 4).tolist() == [2, 1]
+
+
+def test_files_are_opened_without_blocking_and_read_blocking(tmp_path: Any) -> None:
+    """A FIFO nobody writes to reads as empty at once (``open`` had blocked forever); a pipe whose writer
+    is slow is read whole; a directory is named as one (issue 25)."""
+    import os
+    import threading
+    import time
+
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    got: list[Any] = []
+
+    def read() -> None:
+        try:
+            V.read_json_file(SpecError, "spec file", fifo)
+        except SpecError as e:
+            got.append(str(e))
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(20)
+    assert got == [f"spec file {fifo!r} is not valid JSON: Expecting value: line 1 column 1 (char 0)"]
+    r, w = os.pipe()
+
+    def write() -> None:
+        time.sleep(0.3)
+        os.write(w, b'{"a": [1, 2]}')
+        os.close(w)
+
+    threading.Thread(target=write, daemon=True).start()
+    try:
+        assert V.read_json_file(SpecError, "spec file", f"/dev/fd/{r}") == {"a": [1, 2]}
+    finally:
+        os.close(r)
+    with pytest.raises(SpecError) as e:
+        V.read_json_file(SpecError, "spec file", str(tmp_path))
+    assert (e.value.field, str(e.value)) == ("spec file", f"spec file = {str(tmp_path)!r}: Is a directory")
