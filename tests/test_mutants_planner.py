@@ -8,6 +8,7 @@ rows, padding, offsets and totals, or that planning must fail.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -425,3 +426,11 @@ def test_padding_ranges_are_bounded() -> None:
         "its padding would pass 100,000 ranges (a gap of a99 is cut by the layers of groups overlaid on "
         "it; GEOMETRY.md section 8)"
     )
+    # the block row's aligned tail, one more range after exactly 100,000: named as the block row
+    tail = spec(99, 1000)
+    first = replace(tail.groups[1].layers[0], block_stride_alignment=16_384)
+    tail = K.KVCacheSpec(4, "packed", (tail.groups[0], K.GroupSpec("g1", (first,)), *tail.groups[2:]))
+    with pytest.raises(SpecError) as e:
+        plan_layout(tail).table()
+    assert e.value.value == "100001 padding ranges or more"
+    assert "(a gap of the block row is cut by" in str(e.value)
