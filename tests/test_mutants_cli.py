@@ -831,6 +831,8 @@ def test_plot_draws_each_kind(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 
     f = plot(spec)
     assert (f.kind, f.args, f.kw) == ("byte_map", (ks, None), {"title": "small.json"})
+    f = plot(spec, "--num-blocks", "0")  # a map of a pool without blocks draws the layout
+    assert (f.kind, f.args[0]) == ("byte_map", ks.with_num_blocks(0))
     f = plot(spec, "--kind", "map", "--blocks", "7,0-1")
     assert (f.kind, f.args, f.kw) == ("byte_map", (ks, [7, 0, 1]), {"title": "small.json"})
     f = plot("--preset", "dsv4-test")
@@ -1261,6 +1263,9 @@ def test_plot_of_a_pool_without_blocks(tmp_path: Path, capsys: pytest.CaptureFix
         (["--num-blocks", "0", "--compare", "layout=BHLNC"], f"num_blocks = 0: --kind map {none}"),
     ):
         assert bad(capsys, "plot", "--preset", "dsv4-test", "--out", out, *extra) == msg
+        argv = ["plot", "--preset", "dsv4-test", "--out", out, *extra]
+        e = usage(C.cmd_plot, C.build_parser().parse_args(argv))
+        assert (e.field, e.value) == ("num_blocks", 0)
     assert not Path(out).exists()
 
 
@@ -1290,3 +1295,18 @@ def test_native_zero_and_shard_bound_the_ranges_they_list(
     )
     rc, out, _ = cli(capsys, "shard", str(spec), "--mesh", "tp=64", "--head-axes", "tp", "--blocks", "0-15")
     assert rc == 0 and "matches the contract" in out
+
+
+def test_shard_range_bound_is_dense_runs_plus_sparse_ids() -> None:
+    """``_shard_ranges``: each shard's range_count_bound (dense rows once per run of consecutive ids,
+    sparse rows once per id), its two coefficients read off ids [0] and [0, 1] (one id only in a pool
+    of one block)."""
+    seg = K.Segment
+    t4 = K.SegmentTable(288, 4, (seg(0, 64, 64), seg(256, 8, 4)))  # one dense row, one sparse
+    routes = [np.array([0, 1, 3]), np.array([2]), np.array([], np.int64)]
+    assert C._shard_ranges(t4, routes) == 1 * (2 + 1) + 1 * (3 + 1)
+    assert C._shard_ranges(t4, [np.array([], np.int64)] * 3) == 0
+    t2 = K.SegmentTable(272, 2, (seg(0, 64, 64), seg(256, 8, 4)))
+    assert C._shard_ranges(t2, [np.array([0, 1])]) == 1 * 1 + 1 * 2
+    t1 = K.SegmentTable(272, 1, (seg(0, 64, 64), seg(256, 8, 4)))
+    assert C._shard_ranges(t1, [np.array([0]), np.array([0])]) == 2 * 2
