@@ -798,3 +798,16 @@ def test_leaf_backend_defaults_and_group() -> None:
     exp = data.copy()
     K.zero_blocks_numpy(exp, t, [3])
     assert np.array_equal(b.to_host(), exp)
+
+
+def test_a_zeroed_leaf_of_a_dtype_without_zero_is_refused() -> None:
+    """float8_e8m0fnu has no zero: the kernels' value 0 rounds to 0xff (NaN), so a zeroed leaf of it
+    is refused before anything runs; a leaf zeroing never touches may be of it (issue 25)."""
+    from kvlayout.errors import LayoutBufferError
+    from kvlayout.native import NativeCacheSpec, NativeLeaf
+
+    with pytest.raises(LayoutBufferError) as e:
+        N.CacheZeroer({"k": jnp.zeros((4, 8), "float8_e8m0fnu")})
+    assert (e.value.field, e.value.value) == ("leaf 'k'.dtype", "float8_e8m0fnu")
+    spec = NativeCacheSpec((NativeLeaf("s", (4, 8), "float8_e8m0fnu", zeroed=False),))
+    assert N.CacheZeroer([jnp.zeros((4, 8), "float8_e8m0fnu")], spec=spec).spec == spec
