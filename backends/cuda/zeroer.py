@@ -98,7 +98,7 @@ def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
     nbytes = buffer.numel() * buffer.element_size()
     check_offset_and_size(offset, nbytes, table)
     if table.total_bytes == 0:  # an empty pool: nothing to view (an empty NumPy array's stride is 0)
-        return torch.empty(0, dtype=torch.int32, device=buffer.device)
+        return buffer.new_empty((0,), dtype=torch.int32)
     flat = buffer.reshape(-1).view(torch.uint8)
     return flat[offset : offset + table.total_bytes].view(torch.int32)
 
@@ -621,8 +621,6 @@ class CudaZeroer:
                 self._zero_device(block_ids, group)
                 return
             block_ids = host_ids(block_ids)
-        if group is not None and not isinstance(group, str):
-            self._plan_for(group)  # raises TableError naming it, before a graph is looked up by it
         if self.graphs and not _capturing() and self._zero_replay(block_ids, group):
             return
         self._plan_for(group)  # a bad group raises before anything is staged
