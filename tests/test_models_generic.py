@@ -149,8 +149,6 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
     "HYV3ForCausalLM": {"first_k_dense_replace": 1, "expert_hidden_dim": 128, "num_shared_experts": 1,
                         "route_norm": True},
     "MiniMaxM2ForCausalLM": {"rotary_dim": 16, "scoring_func": "sigmoid"},
-    "MiMoV2FlashForCausalLM": {"hybrid_layer_pattern": [0, 0], "layernorm_epsilon": 1e-6},
-    "MiMoV2ForCausalLM": {"hybrid_layer_pattern": [0, 0], "head_dim": 48, "layernorm_epsilon": 1e-6},
     "MiMoForCausalLM": {"max_window_layers": 2, "use_sliding_window": False},
     "MiniCPMForCausalLM": {"dim_model_base": 256, "scale_emb": 1.0, "scale_depth": 1.0},
     "DomynEdgeForCausalLM": {"position_layers": ["rope", "rope"], "head_dim": 48},

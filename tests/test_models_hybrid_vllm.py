@@ -1,6 +1,7 @@
 """Hybrids by vLLM 0.33's own model construction (issue 23): GraniteMoeHybrid (IBM Granite 4.0-H),
 LFM2 and LFM2-MoE (Liquid; short-conv state), OLMo hybrid (gated delta net), Zamba2 (shared attention
-blocks beside a Mamba2 mixer in every layer).
+blocks beside a Mamba2 mixer in every layer), and MiMo-V2 (Xiaomi: full and sliding-window layers of
+different heads and V head sizes, pages unified by vLLM).
 
 For each small config (the shape of the published ones), at tp 1, 2 and 8, with a bf16 and an fp8
 cache, one subprocess (this file with ``--driver``) does what vLLM does on a GPU, on the CPU:
@@ -9,13 +10,15 @@ registry constructed under ``set_current_vllm_config`` as rank 0 of tp N (the tp
 ``world_size`` set, asserted through ``get_tensor_model_parallel_world_size``; construction runs no
 collective), ``Platform._align_hybrid_block_size`` (the hybrid block size and the padded Mamba
 page), every layer's own ``get_kv_cache_spec`` (names as vLLM's KV cache config keys them, the state
-shapes and dtypes the layers compute per rank), then ``get_kv_cache_groups`` and
-``_pool_bytes_per_block`` (block-outermost, the hybrid KV cache manager on). Two stubs: the CPU platform's
+shapes and dtypes the layers compute per rank), the layout ``resolve_kv_cache_layout`` picks for the
+layers' backends, then ``get_kv_cache_groups`` and ``_pool_bytes_per_block`` (the hybrid KV cache
+manager on); each layer is read back as its group holds it (unified pages). Two stubs: the CPU platform's
 float32 ssm states for its own kernels turned off (its AVX-512 BF16 check answers no), and
 ``Platform._find_non_ssm_backends`` answers CUDA's standard attention backend (Triton, smallest
 kernel block 16, as FlashAttention's), not the CPU backend the layers were built with. kvlayout's
-plan of the same config must give the same layer names and kinds, state bytes, block size, groups
-(members and order), pages (real and padded) and bytes per block.
+plan of the same config must give the same layer names and kinds, state bytes, block sizes (the
+main one and each attention layer's), windows, groups (members and order), pages (real and padded)
+and bytes per block.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 import pytest
 
 import kvlayout.models as M
-from kvlayout.spec import MambaSpec
+from kvlayout.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 _ENV = {"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
@@ -139,6 +142,37 @@ CONFIGS["zamba2_mem2"] = {
     "hybrid_layer_ids": [1, 3, 5],
     "num_mem_blocks": 2,
 }
+# XiaomiMiMo/MiMo-V2-Flash's shape (48 layers: full at 0 and every 6th, 4 KV heads of 192 + 128; sliding
+# 8 KV heads, window 128), smaller: the sliding page is twice the full one, so full layers take 32-token
+# blocks; pattern as published (hybrid_layer_pattern), layer_types absent (vLLM does not read it)
+CONFIGS["mimo_v2_flash"] = {
+    "architectures": ["MiMoV2FlashForCausalLM"],
+    "model_type": "mimo_v2_flash",
+    "hidden_size": 512,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 192,
+    "v_head_dim": 128,
+    "swa_num_attention_heads": 8,
+    "swa_num_key_value_heads": 4,
+    "swa_head_dim": 192,
+    "swa_v_head_dim": 128,
+    "sliding_window_size": 128,
+    "hybrid_layer_pattern": [0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0],
+    "layernorm_epsilon": 1e-5,
+    "intermediate_size": 1024,
+    "attention_chunk_size": 128,
+}
+# pages that do not divide (sliding V heads of 64): the smaller page is padded to the larger, which is
+# the sliding one at tp 1 and 2 (4 KV heads of 256 against 2 of 320) and the full one at tp 8 (one each);
+# the first layer slides (the sliding groups come first). V heads of K's size run on the standard backend,
+# which the CPU construction would replace by its own: the generic harness covers that path.
+CONFIGS["mimo_v2_padded"] = {
+    **CONFIGS["mimo_v2_flash"],
+    "swa_v_head_dim": 64,
+    "hybrid_layer_pattern": [1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 0],
+}
 #: no attention layer at all (issue 25's hostile pass: planned, never compared): vLLM still pads the
 #: Mamba page to the attention page its config would have (Platform._align_hybrid_block_size)
 CONFIGS["granite_all_mamba"] = {**CONFIGS["granitemoehybrid"], "layer_types": ["mamba"] * 8}
@@ -162,13 +196,19 @@ def _kvlayout(case: dict[str, Any]) -> dict[str, Any]:
     kv = None if case["kv_cache_dtype"] == "auto" else case["kv_cache_dtype"]
     ms = M.from_config(case["config"], tp=case["tp"], kv_cache_dtype=kv)
     assert isinstance(ms, M.ModelSpec)
-    layers = {}
+    layers, blocks, windows = {}, {}, {}
     for _, x in ms.spec.layers:
         kind = "MambaSpec" if isinstance(x, MambaSpec) else type(x).__name__
         layers[x.name] = [kind, x.real_page, x.page]
+        if isinstance(x, FullAttentionSpec):
+            blocks[x.name] = x.block_size
+        if isinstance(x, SlidingWindowSpec):
+            windows[x.name] = x.window
     return {
         "block_size": ms.block_size,
         "layers": layers,
+        "blocks": blocks,
+        "windows": windows,
         "groups": [[x.name for x in g.layers] for g in ms.spec.groups],
         "bytes_per_block": ms.bytes_per_block,
     }
@@ -222,6 +262,17 @@ def test_hybrid_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, 
     assert a["block_size"] == 144
     assert a["layers"]["model.layers.3.mixer"] == ["MambaSpec", 269_824, 294_912]
     assert a["bytes_per_block"] == 8 * 294_912 and len(a["groups"]) == 1  # one group of 8 Mamba layers
+    # MiMo-V2: full 2 KV heads of 192 + 128 bf16 = 1,280 B a token, sliding 4 heads 2,560 B: vLLM resolves
+    # LBNHC (not block-outermost) and doubles the full layers' block to 32 tokens (40,960 B pages)
+    m = answers["mimo_v2_flash-tp1-auto"]
+    assert m["layout"] == "LBNHC" and m["block_size"] == 16
+    blocks = m["blocks"]
+    assert blocks["model.layers.0.self_attn.attn"] == 32 and blocks["model.layers.1.self_attn.attn"] == 16
+    assert m["layers"]["model.layers.0.self_attn.attn"] == ["FullAttentionSpec", 40_960, 40_960]
+    assert m["windows"]["model.layers.1.self_attn.attn"] == 128 and m["bytes_per_block"] == 3 * 40_960
+    # padded: the full page (20,480 B real) padded to the sliding 4 * (192 + 64) * 2 * 16 = 32,768 B
+    p = answers["mimo_v2_padded-tp1-auto"]
+    assert p["layers"]["model.layers.2.self_attn.attn"] == ["FullAttentionSpec", 20_480, 32_768]
     z = answers["zamba2-tp1-fp8"]
     assert list(z["layers"]) == ["model.attn.0", "model.attn.1", *(f"{2 + i}.mixer" for i in range(6))]
     assert z["block_size"] == 32 and z["layers"]["2.mixer"][1:] == [19_648, 32_768]
@@ -254,7 +305,9 @@ def _driver() -> None:
     from vllm.model_executor.models.registry import ModelRegistry
     from vllm.platforms.interface import Platform
     from vllm.v1 import kv_cache_interface as I
+    from vllm.v1.attention.backends.flash_attn_diffkv import FlashAttentionDiffKVBackend
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
     from vllm.v1.core import kv_cache_planning as P
 
     with set_current_vllm_config(VllmConfig()):
@@ -272,13 +325,12 @@ def _driver() -> None:
     # registered class in a subprocess without it): the same classes, registered directly
     for arch in sorted({c["config"]["architectures"][0] for c in cases.values()}):
         ModelRegistry.register_model(arch, ModelRegistry.models[arch].load_model_cls())
-    layout = next(m for m in I.KVCacheLayout if m.is_block_outermost)
     planning = NS(
         cache_config=NS(
             num_gpu_blocks_override=4,
             prefix_cache_retention_interval=None,
-            kv_cache_layout=layout.name,
-            get_resolved_kv_cache_layout=lambda: layout,
+            kv_cache_layout=None,
+            get_resolved_kv_cache_layout=None,  # set per case: the layout vLLM resolves for its layers
         ),
         attention_config=NS(hisparse_config=None),
         scheduler_config=NS(disable_hybrid_kv_cache_manager=False),
@@ -312,16 +364,41 @@ def _driver() -> None:
                         specs = {name: mod.get_kv_cache_spec(vc) for name, mod in layers_of.items()}
                 finally:
                     group.world_size = 1
-            layers = {}
-            for name, s in specs.items():
+            # the layout vLLM's engine core resolves from the layers' backends (resolve_kv_cache_layout)
+            backends = {mod.attn_backend for mod in layers_of.values() if hasattr(mod, "attn_backend")}
+            for b in backends:  # built on the CPU: Triton's V-of-another-size backend, where a Hopper GPU
+                # runs FlashAttention's; both declare the same layouts (none: vLLM's default preference)
+                if b.get_name().endswith("_DIFFKV"):
+                    fa = FlashAttentionDiffKVBackend.supported_kv_cache_layouts()
+                    assert b.supported_kv_cache_layouts() == fa, (b.get_name(), fa)
+            names = [x.name for x in get_supported_kv_cache_layouts(backends)]
+            cache.kv_cache_layout = None
+            layout = resolve_kv_cache_layout(vc, [names], specs.values())
+            planning.cache_config.get_resolved_kv_cache_layout = lambda layout=layout: layout
+            groups = P.get_kv_cache_groups(planning, dict(specs))
+            # each layer as its group holds it (pages unified: a block made larger, or a page padded)
+            held = {}
+            for g in groups:
+                gs = g.kv_cache_spec
+                for name in g.layer_names:
+                    held[name] = gs.kv_cache_specs[name] if hasattr(gs, "kv_cache_specs") else gs
+            layers, blocks, windows = {}, {}, {}
+            for name in specs:
+                s = held[name]
                 real = s.real_page_size_bytes if hasattr(s, "real_page_size_bytes") else s.page_size_bytes
                 if isinstance(s, I.MambaSpec):
                     real = I.MambaSpec(shapes=s.shapes, dtypes=s.dtypes, block_size=-1).page_size_bytes
+                else:
+                    blocks[name] = s.block_size
+                if isinstance(s, I.SlidingWindowSpec):
+                    windows[name] = s.sliding_window
                 layers[name] = [type(s).__name__, real, s.page_size_bytes]
-            groups = P.get_kv_cache_groups(planning, dict(specs))
             out[case_id] = {
                 "block_size": cache.block_size,
+                "layout": layout.name,
                 "layers": layers,
+                "blocks": blocks,
+                "windows": windows,
                 "states": {
                     n: [[list(x) for x in s.shapes], [str(t) for t in s.dtypes]]
                     for n, s in specs.items()

@@ -56,7 +56,7 @@ def test_coverage_and_stated_refusals() -> None:
     assert total == len(TEXT_GENERATION) == 124
     # 24 by named rules, 58 by the generic rules (54 attention, with their named variations, and 4 MLA)
     # vLLM's model construction confirms (vllm_checked.py, tests/test_models_generic.py)
-    assert len(covered) == 82 and set(covered) <= set(M.ARCHITECTURES)
+    assert len(covered) == 84 and set(covered) <= set(M.ARCHITECTURES)
     # every architecture kvlayout reads is one vLLM serves (text generation, or the two multimodal ones)
     multimodal = {
         "Gemma3ForConditionalGeneration",

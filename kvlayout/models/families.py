@@ -11,6 +11,7 @@ from .base import Ctx
 from .config import Config
 from .deepseek_v4 import dsv4_family
 from .hybrid import hybrid_family
+from .mimo_v2 import mimo_v2_family
 from .mla import mla_family
 from .registry_vllm import TEXT_GENERATION, VLLM_VERSION
 from .vllm_checked import GENERIC_ATTENTION, NOT_GENERIC
@@ -44,6 +45,8 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "Lfm2MoeForCausalLM": "lfm2",
     "OlmoHybridForCausalLM": "olmo_hybrid",
     "Zamba2ForCausalLM": "zamba2",
+    "MiMoV2FlashForCausalLM": "mimo_v2",
+    "MiMoV2ForCausalLM": "mimo_v2",
 }
 #: registry kind -> the generic family of an architecture of that kind vLLM's construction confirms
 GENERIC_BY_KIND: Mapping[str, str] = {
@@ -157,4 +160,6 @@ def family_rule(family: str) -> FamilyRule:
         return mla_family
     if family == "deepseek_v4":
         return dsv4_family
+    if family == "mimo_v2":
+        return mimo_v2_family
     return hybrid_family

@@ -151,18 +151,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'LongcatFlashConfig' "
         "object has no attribute 'mla_scale_q_lora'"
     ),
-    'MiMoV2FlashForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 192, 128, None, 'torch.bfloat16'], "
-        "generic ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 192, 192, None, "
-        "'torch.bfloat16'] (name, kind, KV heads, head size, V, window, dtype)"
-    ),
-    'MiMoV2ForCausalLM': (
-        "vLLM's layers differ from the generic rules (layer_types, reader transformers, tp 1): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 128, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
     'MiniMaxM3SparseForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: ValidationError: 1 validation error for"
         " ModelConfig"
