@@ -31,8 +31,10 @@ from .verify import verify
 
 #: Largest layout ``zero``/``shard``/``plot --kind diff`` run on a host buffer (they need a few copies).
 MAX_HOST_BYTES = 2**30
-#: Most block ids ``--blocks`` may name.
-MAX_CLI_IDS = 10_000_000
+#: Most block ids ``--blocks`` may name (10,000,000 took 39 s and 1 GB on the host; issue 25).
+MAX_CLI_IDS = 100_000
+#: Most shards ``shard`` lists one line each (``--json`` lists every one).
+MAX_SHARDS_SHOWN = 64
 #: Most byte ranges a zero report may list (rows x id runs, bounded before anything runs).
 MAX_REPORT_RANGES = 1_000_000
 
@@ -312,11 +314,12 @@ def parse_blocks(text: str, num_blocks: int) -> np.ndarray:
     return np.concatenate([np.arange(a, e, dtype=np.int64) for a, e in spans])
 
 
-def _host_sized(nbytes: int, what: str) -> None:
-    """Refuse host buffers above :data:`MAX_HOST_BYTES` before allocating them."""
-    if nbytes > MAX_HOST_BYTES:
+def _host_sized(nbytes: int, what: str, quarter: bool = False) -> None:
+    """Refuse host buffers above :data:`MAX_HOST_BYTES` (a quarter of it) before allocating them."""
+    limit = MAX_HOST_BYTES // 4 if quarter else MAX_HOST_BYTES
+    if nbytes > limit:
         raise UsageError(
-            f"{what} = {nbytes} B: above the {MAX_HOST_BYTES} B this command checks on the host; "
+            f"{what} = {nbytes} B: above the {limit} B this command checks on the host; "
             "use --num-blocks N to check the same layout with a smaller pool",
             field="total_bytes",
             value=nbytes,
@@ -342,8 +345,14 @@ def _shard_ranges(local: SegmentTable, routes: Sequence[np.ndarray]) -> int:
     one = range_count_bound(local, [0])
     sparse = range_count_bound(local, [0, 1]) - one if local.num_blocks > 1 else 0
     dense = one - sparse
-    runs = sum(1 + int(np.count_nonzero(np.diff(np.unique(r)) != 1)) for r in routes if r.size)
-    return dense * runs + sparse * sum(int(np.unique(r).size) for r in routes)
+    runs = ids = 0
+    seen: dict[int, tuple[int, int]] = {}  # routes share one array where shards zero the same ids
+    for r in routes:
+        if id(r) not in seen:  # once per distinct array: 65,536 shards of one array took 52 s (issue 25)
+            u = np.unique(r)
+            seen[id(r)] = (1 + int(np.count_nonzero(np.diff(u) != 1)) if u.size else 0, int(u.size))
+        runs, ids = runs + seen[id(r)][0], ids + seen[id(r)][1]
+    return dense * runs + sparse * ids
 
 
 def run_zero(
@@ -609,7 +618,7 @@ def cmd_shard(args: argparse.Namespace) -> int:
     else:
         print(lay.describe())
         print(f"local table: {report.format().splitlines()[0]}")
-        for k, r in enumerate(routes):
+        for k, r in enumerate(routes[:MAX_SHARDS_SHOWN]):
             coords = ", ".join(f"{a}={i}" for a, i in lay.shard_coords(k).items())
             coords += "; " if coords else ""  # no shard axes: one shard, no coordinates
             shown = ", ".join(map(str, r[:8].tolist())) + (f", ... ({len(r)} ids)" if len(r) > 8 else "")
@@ -617,6 +626,8 @@ def cmd_shard(args: argparse.Namespace) -> int:
                 f"  shard {k} ({coords}bytes [{k * lay.shard_bytes}, {(k + 1) * lay.shard_bytes})): "
                 f"local ids [{shown}]"
             )
+        if len(routes) > MAX_SHARDS_SHOWN:
+            print(f"  ... {len(routes) - MAX_SHARDS_SHOWN} more shards (--json lists every one)")
         if check is not None:
             print(f"reference on the gathered buffer: {check.zeroed_bytes} B zeroed, {check.describe()}")
     return 0 if report.ok and (check is None or check.matches) else 1
@@ -809,8 +820,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
             why = f"{what} = 0: --kind {kind} draws block ids, and this pool has none"
             raise UsageError(why, field="num_blocks", value=0)
     blocks = parse_blocks(args.blocks, table.num_blocks).tolist() if args.blocks else None
-    if kind == "diff":
-        _host_sized(table.total_bytes, "total_bytes")
+    if kind == "diff":  # a drawing: a quarter of zero's bound (it holds about six masks of the pool)
+        _host_sized(table.total_bytes, "total_bytes", quarter=True)
     try:  # only once the input is known good: importing matplotlib takes seconds
         import matplotlib
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, TypeVar
 
 E = TypeVar("E", bound="KVLayoutError")
@@ -59,9 +60,31 @@ def _short_int(v: int) -> str:
     return f"<an integer of {v.bit_length():,} bits>"
 
 
+class _Repr(reprlib.Repr):
+    """``reprlib``'s bounded repr (nesting, items, strings), integers by :func:`_short_int`."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        return _short_int(x)
+
+
+_REPR = _Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 4, 80, 80
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = _REPR.maxfrozenset = 24
+
+
 def short(value: Any) -> str:
-    """``repr(value)`` cut to 80 characters: a user's 50,000-character name is not echoed whole."""
-    return _cut(_short_int(value) if isinstance(value, int) else repr(value))
+    """``repr(value)`` cut to 80 characters: a user's 50,000-character name is not echoed whole, and
+    a list nested 100,000 deep is shown to four levels (its full repr raised RecursionError; issue 25)."""
+    if isinstance(value, int):
+        return _cut(_short_int(value))
+    if isinstance(value, str):
+        return _cut(repr(value[:100]))
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        return _cut(_REPR.repr(value))
+    try:
+        return _cut(repr(value))
+    except Exception:  # noqa: BLE001  # a repr that recurses or fails: the type is enough to name it
+        return f"<{type(value).__name__}>"
 
 
 def _cut(text: str, limit: int = 80) -> str:

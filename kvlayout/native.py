@@ -442,6 +442,10 @@ def zero_native_numpy(
             got = getattr(a, "nbytes", type(a).__name__)
             why = f"must be a NumPy array of {leaf.total_bytes} B ({leaf.name!r})"
             raise spec_error(f"arrays[{i}]", got, why)
+        if not (a.flags.c_contiguous and a.flags.writeable):  # every array before any write (issue 25)
+            got = "read-only" if a.flags.c_contiguous else "non-contiguous"
+            why = f"must be C-contiguous and writeable ({leaf.name!r}); nothing was written"
+            raise bad_value(LayoutBufferError, f"arrays[{i}]", got, why)
     for a, t in zip(arrays, native_tables(spec, group).values()):
         if len(t):
             zero_blocks_numpy(a, t, ids)

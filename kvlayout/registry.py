@@ -109,6 +109,13 @@ def _import_target(target: str, name: str, extra: str | None) -> type[Backend]:
             field="backend",
             value=name,
         ) from None
+    except Exception as e:  # noqa: BLE001  # a module failing as it runs: SyntaxError, RuntimeError
+        raise BackendError(
+            f"backend {short(name)}: importing module {short(mod_name)} failed: {type(e).__name__}: "
+            f"{short(str(e))}",
+            field="backend",
+            value=name,
+        ) from None
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise BackendError(
             f"backend {short(name)}: {short(target)} is not a kvlayout.Backend subclass",

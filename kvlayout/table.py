@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import TableError, bad_value
 from .ranges import MAX_BLOCKS, MAX_BYTES, extent
-from .validate import check_int, check_name, parse_json
+from .validate import MAX_NAME_CHARS, check_int, check_name, parse_json
 
 TABLE_VERSION = 1
 #: Most rows a table holds (GEOMETRY.md section 8): the verifier answers 100,000 rows within about a
@@ -274,4 +274,21 @@ def _provenance(row: Segment, sources: Iterable[Segment]) -> Segment:
     layers = list(dict.fromkeys(s.layer for s in src))
     groups = list(dict.fromkeys(s.group for s in src))
     parts = list(dict.fromkeys(s.part for s in src))
-    return Segment(row.base, row.stride, row.span, "+".join(groups), "+".join(layers), "+".join(parts), 0)
+    return Segment(row.base, row.stride, row.span, _label(groups), _label(layers), _label(parts), 0)
+
+
+def _label(names: list[str]) -> str:
+    """``names`` joined by ``+``, cut to a name's :data:`~kvlayout.validate.MAX_NAME_CHARS`: a coalesced
+    140-layer table's label passed it, and its own JSON was refused (issue 25)."""
+    text = "+".join(names)
+    if len(text) <= MAX_NAME_CHARS:
+        return text
+    tail = f"...({len(names)} in all)"
+    kept: list[str] = []
+    size = len(tail)
+    for n in names:
+        if size + len(n) + 1 > MAX_NAME_CHARS:
+            break
+        kept.append(n)
+        size += len(n) + 1
+    return "".join(f"{n}+" for n in kept) + tail

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BackendError, BlockIdError, KVLayoutError, LayoutBufferError, bad_value
+from .errors import BackendError, BlockIdError, KVLayoutError, LayoutBufferError, bad_value, short
 from .ranges import INT32_MAX, MAX_BLOCKS, MAX_BYTES
 
 
@@ -38,14 +38,21 @@ def check_int(
     return x
 
 
+#: Longest name (a layer, group, part or backend) a spec or table may hold.
+MAX_NAME_CHARS = 4096
+#: Characters a name may not hold: controls, format, surrogates, private use, unassigned (``C*``), and
+#: the line and paragraph separators, which ``str.splitlines`` breaks on (a forged row; issue 25).
+_UNPRINTED = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
 def check_name(cls: type[KVLayoutError], field: str, v: object, *, empty: bool = False) -> str:
     """A printable string (no control characters: names end up in terminal output)."""
     if not isinstance(v, str) or (not v and not empty):
         raise bad_value(cls, field, v, "must be a non-empty string" if not empty else "must be a string")
-    if len(v) > 4096:
-        raise bad_value(cls, field, v, "must be at most 4096 characters")
-    if not v.isprintable() and any(unicodedata.category(c)[0] == "C" for c in v):  # fast path first
-        raise bad_value(cls, field, v, "must not contain control characters")
+    if len(v) > MAX_NAME_CHARS:
+        raise bad_value(cls, field, v, f"must be at most {MAX_NAME_CHARS} characters")
+    if not v.isprintable() and any(unicodedata.category(c) in _UNPRINTED for c in v):  # fast path first
+        raise bad_value(cls, field, v, "must not contain control characters or line separators")
     return v
 
 
@@ -130,12 +137,28 @@ def host_buffer(buf: Any, total_bytes: int, offset: Any) -> np.ndarray:
 
 #: Largest JSON file the command line reads (a 100,000-row table is about 12 MB).
 MAX_JSON_BYTES = 64 * 2**20
+#: Most arrays and objects, and most values (commas), a JSON input may hold: a 100,000-row table has
+#: 100,000 objects and about 800,000 values; kept to about 100 MB of Python objects.
+MAX_JSON_CONTAINERS = 1_000_000
+MAX_JSON_VALUES = 2_000_000
 
 
 def parse_json(cls: type[KVLayoutError], what: str, text: str | bytes) -> Any:
     """``json.loads`` with every failure as ``cls``: bad syntax, bad UTF-8, nesting too deep."""
     import json
 
+    # an upper bound on the values before any is built (and before decoding): 64 MB of "{}," made 22
+    # million dicts, 1.7 GB (issue 25); brackets and commas inside strings count too (errs to refusing)
+    if isinstance(text, bytes):
+        containers, commas = text.count(b"{") + text.count(b"["), text.count(b",")
+    else:
+        containers, commas = text.count("{") + text.count("["), text.count(",")
+    if containers > MAX_JSON_CONTAINERS or commas > MAX_JSON_VALUES:
+        why = (
+            f"holds up to {containers:,} arrays/objects and {commas + 1:,} values: at most "
+            f"{MAX_JSON_CONTAINERS:,} and {MAX_JSON_VALUES:,} are read"
+        )
+        raise bad_value(cls, what, "too many values", why)
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -209,5 +232,6 @@ def check_option(name: str, value: Any, *, power_of_two: bool = False, limit: in
         ok = value & (value - 1) == 0
     if not ok:
         what = "a positive power of two" if power_of_two else "a positive integer"
-        raise BackendError(f"{name} = {value!r}: must be {what}, at most {limit}", field=name, value=value)
+        why = f"{name} = {short(value)}: must be {what}, at most {limit}"
+        raise BackendError(why, field=name, value=value)
     return int(value)

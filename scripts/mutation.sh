@@ -44,29 +44,31 @@ declare -A TARGETS=(
   [pallas-zeroer]=kvlayout/backends/pallas/zeroer.py
   [pallas-native]=kvlayout/backends/pallas/native.py
   [models]="kvlayout/models/attention.py kvlayout/models/backends.py kvlayout/models/base.py kvlayout/models/build.py kvlayout/models/config.py kvlayout/models/deepseek_v4.py kvlayout/models/entry.py kvlayout/models/families.py kvlayout/models/grouping.py kvlayout/models/hybrid.py kvlayout/models/mla.py kvlayout/models/summary.py kvlayout/models/tpu_inference.py"
+  [models-mimo]=kvlayout/models/mimo_v2.py
 )
 ORDER=(ranges spec planner table validate reference cuda-plan pallas-plan verify
-       native sharding vllm cli cuda-zeroer pallas-zeroer pallas-native models)
+       native sharding vllm cli cuda-zeroer pallas-zeroer pallas-native models models-mimo)
 # per module, the fast tests that exercise it (mutmut runs, per mutant, those that reach the function)
 declare -A TESTS=(
   [ranges]="tests/test_ranges.py tests/test_table.py"
   [spec]="tests/test_mutants_spec.py tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py tests/test_layouts.py tests/test_hostile.py"
   [planner]="tests/test_mutants_planner.py tests/test_oracles.py tests/test_planner.py tests/test_regressions_19.py tests/test_layouts.py"
-  [table]="tests/test_table.py tests/test_regressions_19.py"
-  [validate]="tests/test_validate.py tests/test_reference.py tests/test_mutants_validate.py"
+  [table]="tests/test_table.py tests/test_regressions_19.py tests/test_hostile_s8.py"
+  [validate]="tests/test_validate.py tests/test_reference.py tests/test_mutants_validate.py tests/test_hostile_s8.py"
   [reference]="tests/test_reference.py tests/test_mutants_reference.py"
   [cuda-plan]="tests/test_host_plans.py"
   [pallas-plan]="tests/test_host_plans.py"
   [verify]="tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py tests/test_mutants_verify.py"
-  [native]="tests/test_native.py tests/test_mutants_native.py tests/test_reliability_s5.py"
-  [sharding]="tests/test_sharding.py tests/test_mutants_sharding.py tests/test_reliability_s5.py"
+  [native]="tests/test_native.py tests/test_mutants_native.py tests/test_reliability_s5.py tests/test_hostile_s8.py"
+  [sharding]="tests/test_sharding.py tests/test_mutants_sharding.py tests/test_reliability_s5.py tests/test_hostile_s8.py"
   [vllm]="tests/test_vllm_ground_truth.py tests/test_vllm_hostile.py tests/test_mutants_vllm.py tests/test_reliability_s5.py"
-  [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py"
+  [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py tests/test_hostile_s8.py"
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py"
-  [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py"
+  [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_hostile_s8.py"
   # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)
   [pallas-native]="tests/test_mutants_pallas_native.py"
   [models]="tests/test_mutants_models.py tests/test_mutants_models_hybrid.py"
+  [models-mimo]="tests/test_models_mimo_v2.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
@@ -195,15 +197,16 @@ targets = {"spec": "kvlayout.spec", "planner": "kvlayout.planner", "table": "kvl
            "pallas-plan": "kvlayout.backends.pallas.plan", "native": "kvlayout.native",
            "sharding": "kvlayout.sharding", "vllm": "kvlayout.integrations.vllm", "cli": "kvlayout.cli",
            "cuda-zeroer": "kvlayout.backends.cuda.zeroer", "pallas-zeroer": "kvlayout.backends.pallas.zeroer",
-           "pallas-native": "kvlayout.backends.pallas.native", "models": "kvlayout.models"}
+           "pallas-native": "kvlayout.backends.pallas.native", "models": "kvlayout.models",
+           "models-mimo": "kvlayout.models.mimo_v2"}
 KEYS = ["ranges", "spec", "planner", "table", "validate", "reference", "cuda-plan", "pallas-plan", "verify",
         "native", "sharding", "vllm", "cli", "cuda-zeroer", "pallas-zeroer", "pallas-native",
-        "models"]
+        "models", "models-mimo"]
 
 def in_target(key, mod):
     """A target is one module, or a package (models: every hand-written module in it)."""
     t = targets[key]
-    return mod == t or (key == "models" and mod.startswith(t + "."))
+    return mod == t or (key == "models" and mod.startswith(t + ".") and mod != targets["models-mimo"])
 
 equiv = []  # (module, function, mutated line, reason)
 # one file per group of targets (scripts/mutation_equivalent*.txt), so parallel work edits its own

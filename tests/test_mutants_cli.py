@@ -938,12 +938,12 @@ def test_plot_refusals(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: 
     assert cli(capsys, "plot", three, "--kind", "table", "--out", png)[0] == 0
     assert bad(capsys, "plot", write(tmp_path, "n.json", NATIVE), "--out", png).endswith(
         "plot takes a flat-buffer spec")
-    # diff runs the reference on a host copy: bounded (the other kinds are not)
-    monkeypatch.setattr(C, "MAX_HOST_BYTES", 8 * 2048 - 1)
+    # diff runs the reference on a host copy: bounded by a quarter of zero's bound (the others are not)
+    monkeypatch.setattr(C, "MAX_HOST_BYTES", 4 * 8 * 2048 - 1)
     msg = bad(capsys, "plot", spec, "--kind", "diff", "--out", png)
-    assert msg.startswith("total_bytes = 16384 B: above")
+    assert msg.startswith("total_bytes = 16384 B: above the 16383 B")
     assert cli(capsys, "plot", spec, "--kind", "table", "--out", png)[0] == 0
-    monkeypatch.setattr(C, "MAX_HOST_BYTES", 8 * 2048)
+    monkeypatch.setattr(C, "MAX_HOST_BYTES", 4 * 8 * 2048)
     assert cli(capsys, "plot", spec, "--kind", "diff", "--out", png)[0] == 0
     assert not Path(png).exists()
 

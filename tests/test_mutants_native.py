@@ -74,7 +74,7 @@ def test_leaf_rules_name_field_value_and_why() -> None:
     with pytest.raises(SpecError) as e:  # rank 33; the value is shown cut to 80 characters
         leaf(shape=(4,) + (1,) * 31 + (4,))
     assert (e.value.field, e.value.value) == (f"{X}.shape", (4,) + (1,) * 31 + (4,))
-    assert str(e.value).endswith(f"...: {rank}")
+    assert str(e.value).endswith(f", ...): {rank}")  # 24 items shown (errors.short)
     _err(lambda: leaf(shape=(4, "8")), f"{X}.shape[1]", "8", "must be an integer")
     _err(lambda: leaf(dtype="complex64"), f"{X}.dtype", "complex64", f"unknown dtype; valid: {ALL_DTYPES}")
     _err(lambda: leaf(group=()), f"{X}.group", (), "a tuple of groups must not be empty")

@@ -162,15 +162,19 @@ def test_step_ids_host_paths() -> None:
         ):
             out = Z.step_ids(ids)
             assert out.dtype == jnp.int32 and np.asarray(out).tolist() == exp, ids
-    for scalar, exp_v in ((np.int64(2**33), -1), (np.int64(5), 5), (np.uint64(2**32), -1)):
-        out = Z.step_ids(scalar)
-        assert out.shape == () and out.dtype == jnp.int32 and int(out) == exp_v
+    for scalar in (np.int64(2**33), np.int64(5), np.uint64(2**32), np.int32(1), np.zeros((2, 2), np.int64)):
+        e = raises(K.BlockIdError, Z.step_ids, scalar)  # not 1-D: named by the dtype given (issue 25)
+        assert (e.field, e.value) == ("block_ids", str(scalar.dtype))
+        assert str(e) == f"block_ids: must be a 1-D integer array, got {scalar.dtype}{scalar.shape}"
     # narrow dtypes pass as they are (checked in the traced code)
     for dtype in (np.int8, np.int16, np.uint16, np.int32):
         out = Z.step_ids(np.array([1, 2], dtype))
         assert out.dtype == jnp.dtype(dtype) and np.asarray(out).tolist() == [1, 2]
-    assert Z.step_ids([True, 2]).dtype == jnp.int32  # bool is an int subclass: not "all ints" here
-    assert Z.step_ids([True]).dtype == jnp.bool_  # refused later by check_id_array
+    for ids, at in (([True, 2], 0), ([2, np.False_], 1), ([True], 0), ([3, jnp.array(True)], 1)):
+        e = raises(K.BlockIdError, Z.step_ids, ids)  # a bool beside ints became block 0 or 1 (issue 25)
+        assert e.field == f"block_ids[{at}]" and str(e).endswith(": must be an integer block id, not a bool")
+    assert Z.step_ids([2, jnp.array(3)]).tolist() == [2, 3]  # a device scalar beside ints: not a bool
+    assert Z.step_ids(np.array([True])).dtype == jnp.bool_  # a bool array: refused later by check_id_array
     assert Z.step_ids(np.array([1.5])).dtype == jnp.float32  # refused later by check_id_array
     e = raises(K.BlockIdError, Z.step_ids, np.array([1, None], dtype=object))
     assert str(e) == "block_ids.dtype = object: must be an integer array, got dtype object"

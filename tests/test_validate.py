@@ -117,7 +117,7 @@ def test_check_name() -> None:
     for bad in ("a\x00", "\tb", "a\u200bb", "x\x7f"):  # Cc and Cf categories
         _raises(
             TableError,
-            f"n = {bad!r}: must not contain control characters",
+            f"n = {bad!r}: must not contain control characters or line separators",
             "n",
             bad,
             V.check_name,

@@ -90,11 +90,22 @@ def step_ids(block_ids: Any) -> Any:
         if all(type(v) is int or is_int(v) for v in block_ids):  # no bools, no tracers, no timedeltas
             fit = [int(v) if INT32_MIN <= v <= INT32_MAX else -1 for v in block_ids]
             return jnp.asarray(np.array(fit, np.int32))
+        for i, v in enumerate(block_ids):  # a bool beside ints would become block 0 or 1 (issue 25)
+            dt = getattr(v, "dtype", None)
+            if isinstance(v, (bool, np.bool_)) or isinstance(dt, np.dtype) and dt.kind == "b":
+                raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer block id, not a bool")
     elif isinstance(block_ids, (np.ndarray, np.generic)):
         arr = np.asarray(block_ids)
-        if arr.dtype.kind in "OmM":  # object, timedelta64 (an np.integer subdtype), datetime64 (issue 25)
+        if arr.dtype.kind not in "iufb":  # object, timedelta64 (an np.integer subdtype), datetime64,
+            # strings, bytes, records, complex (issue 25): floats and bools fail check_id_array's dtype
             why = f"must be an integer array, got dtype {arr.dtype}"
             raise bad_value(BlockIdError, "block_ids.dtype", str(arr.dtype), why, shown=str(arr.dtype))
+        if arr.ndim != 1:  # before narrowing, so the message shows the dtype given
+            raise BlockIdError(
+                f"block_ids: must be a 1-D integer array, got {arr.dtype}{tuple(arr.shape)}",
+                field="block_ids",
+                value=str(arr.dtype),
+            )
         if arr.dtype.kind in "iu" and np.iinfo(arr.dtype).max > INT32_MAX:
             fits = arr <= INT32_MAX if arr.dtype.kind == "u" else (arr >= INT32_MIN) & (arr <= INT32_MAX)
             return jnp.asarray(np.where(fits, arr, -1).astype(np.int32))

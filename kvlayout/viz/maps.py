@@ -802,7 +802,7 @@ def zero_diff(
     for k, (_, after) in enumerate(afters.items()):
         a = np.asarray(after).reshape(-1).view(np.uint8)[origin + lo : origin + hi]
         changed = a != b0[origin + lo : origin + hi]
-        state = np.full(changed.shape, 0)
+        state = np.zeros(changed.shape, np.int8)  # a byte per byte (int64 made the pool's 8x; issue 25)
         state[changed & exp] = 1
         state[changed & ~exp] = 2
         state[~changed & exp] = 3
