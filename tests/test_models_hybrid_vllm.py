@@ -34,6 +34,7 @@ import pytest
 
 import kvlayout.models as M
 from kvlayout.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+from tests.test_models_mimo_v2 import MIMO_V2_FLASH
 
 ROOT = Path(__file__).resolve().parents[1]
 _ENV = {"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
@@ -142,28 +143,8 @@ CONFIGS["zamba2_mem2"] = {
     "hybrid_layer_ids": [1, 3, 5],
     "num_mem_blocks": 2,
 }
-# XiaomiMiMo/MiMo-V2-Flash's shape (48 layers: full at 0 and every 6th, 4 KV heads of 192 + 128; sliding
-# 8 KV heads, window 128), smaller: the sliding page is twice the full one, so full layers take 32-token
-# blocks; pattern as published (hybrid_layer_pattern), layer_types absent (vLLM does not read it)
-CONFIGS["mimo_v2_flash"] = {
-    "architectures": ["MiMoV2FlashForCausalLM"],
-    "model_type": "mimo_v2_flash",
-    "hidden_size": 512,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "head_dim": 192,
-    "v_head_dim": 128,
-    "swa_num_attention_heads": 8,
-    "swa_num_key_value_heads": 4,
-    "swa_head_dim": 192,
-    "swa_v_head_dim": 128,
-    "sliding_window_size": 128,
-    "hybrid_layer_pattern": [0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0],
-    "layernorm_epsilon": 1e-5,
-    "intermediate_size": 1024,
-    "attention_chunk_size": 128,
-}
+# XiaomiMiMo/MiMo-V2-Flash's shape, smaller (tests/test_models_mimo_v2.py)
+CONFIGS["mimo_v2_flash"] = MIMO_V2_FLASH
 # pages that do not divide (sliding V heads of 64): the smaller page is padded to the larger, which is
 # the sliding one at tp 1 and 2 (4 KV heads of 256 against 2 of 320) and the full one at tp 8 (one each);
 # the first layer slides (the sliding groups come first). V heads of K's size run on the standard backend,

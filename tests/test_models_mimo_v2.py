@@ -1,5 +1,5 @@
 """MiMo-V2's rules (kvlayout/models/mimo_v2.py) on the host; vLLM's own construction of the same configs
-is tests/test_models_hybrid_vllm.py (mimo_v2_*)."""
+is tests/test_models_hybrid_vllm.py (mimo_v2_*, built from :data:`MIMO_V2_FLASH`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,32 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.spec import SlidingWindowSpec
-from tests.test_models_hybrid_vllm import _BASE, CONFIGS
 
-FLASH: dict[str, Any] = {**_BASE, **CONFIGS["mimo_v2_flash"]}
+#: what the harness adds to every config (tests/test_models_hybrid_vllm.py's _BASE)
+_BASE: dict[str, Any] = {"torch_dtype": "bfloat16", "vocab_size": 1024, "max_position_embeddings": 4096}
+# XiaomiMiMo/MiMo-V2-Flash's shape (48 layers: full at 0 and every 6th, 4 KV heads of 192 + 128; sliding
+# 8 KV heads, window 128), smaller: the sliding page is twice the full one, so full layers take 32-token
+# blocks; pattern as published (hybrid_layer_pattern), layer_types absent (vLLM does not read it)
+MIMO_V2_FLASH: dict[str, Any] = {
+    "architectures": ["MiMoV2FlashForCausalLM"],
+    "model_type": "mimo_v2_flash",
+    "hidden_size": 512,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 192,
+    "v_head_dim": 128,
+    "swa_num_attention_heads": 8,
+    "swa_num_key_value_heads": 4,
+    "swa_head_dim": 192,
+    "swa_v_head_dim": 128,
+    "sliding_window_size": 128,
+    "hybrid_layer_pattern": [0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0],
+    "layernorm_epsilon": 1e-5,
+    "intermediate_size": 1024,
+    "attention_chunk_size": 128,
+}
+FLASH: dict[str, Any] = {**_BASE, **MIMO_V2_FLASH}
 
 
 def _plan(cfg: dict[str, Any], **kw: Any) -> M.ModelSpec:

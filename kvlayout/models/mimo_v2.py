@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 from ..errors import spec_error
@@ -102,30 +103,16 @@ def mimo_v2_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     layers: list[FullAttentionSpec] = []
     for i, slide in enumerate(slides):
         att, v = kinds[slide]
-        name, hv = c.name(i, "self_attn.attn"), None if v == att.head_size else v
-        if slide:
-            layers.append(
-                SlidingWindowSpec(
-                    name=name,
-                    block_size=bs,
-                    num_kv_heads=att.kv_heads,
-                    head_size=att.head_size,
-                    dtype=kv,
-                    head_size_v=hv,
-                    window=window,
-                )
-            )
-        else:
-            layers.append(
-                FullAttentionSpec(
-                    name=name,
-                    block_size=bs,
-                    num_kv_heads=att.kv_heads,
-                    head_size=att.head_size,
-                    dtype=kv,
-                    head_size_v=hv,
-                )
-            )
+        full = FullAttentionSpec(
+            name=c.name(i, "self_attn.attn"),
+            block_size=bs,
+            num_kv_heads=att.kv_heads,
+            head_size=att.head_size,
+            dtype=kv,
+            head_size_v=None if v == att.head_size else v,
+        )
+        fields = {f.name: getattr(full, f.name) for f in dataclasses.fields(full)}
+        layers.append(SlidingWindowSpec(**fields, window=window) if slide else full)
     bucket: dict[str, list[LayerSpec]] = {}
     for layer, slide in zip(_unify(layers, c.notes), slides, strict=True):
         c.add("sliding" if slide else "full", layer, bucket)
