@@ -333,3 +333,48 @@ def test_the_reported_commands_exit_within_bounds(tmp_path: Path) -> None:
         [sys.executable, "-m", "kvlayout", "plan", str(p)], capture_output=True, text=True, timeout=60
     )
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "too many values" in res.stderr
+
+
+def test_label_cut_boundaries() -> None:
+    from kvlayout.table import _label
+    from kvlayout.validate import MAX_NAME_CHARS
+
+    assert MAX_NAME_CHARS == 4096
+    whole = ["a" * 2047, "b" * 2048]  # joined: exactly 4,096 characters, kept whole
+    assert _label(whole) == "+".join(whole)
+    # 2,000 + 1 + 2,081 + 1 + len("...(3 in all)") = 4,096: both fit exactly, the third does not
+    names = ["a" * 2000, "b" * 2081, "c" * 100]
+    assert _label(names) == f"{names[0]}+{names[1]}+...(3 in all)" and len(_label(names)) == 4096
+    assert _label(["a" * 2000, "b" * 2082, "c" * 100]) == f"{'a' * 2000}+...(3 in all)"  # one more: b is cut
+    assert _label(["x" * 4096, "y"]) == "...(2 in all)"
+
+
+def test_zero_native_numpy_refusal_message() -> None:
+    from kvlayout.native import NativeCacheSpec, NativeLeaf, zero_native_numpy
+
+    spec = NativeCacheSpec((NativeLeaf("a", (4, 8), "float32", "g"), NativeLeaf("b", (4, 8), "float32", "g")))
+    b = np.ones((4, 8), np.float32)
+    b.setflags(write=False)
+    with pytest.raises(LayoutBufferError) as e:
+        zero_native_numpy([np.ones((4, 8), np.float32), b], spec, [1])
+    why = "must be C-contiguous and writeable ('b'); nothing was written"
+    assert str(e.value) == f"arrays[1] = 'read-only': {why}"
+
+
+def test_json_value_caps_count_each_bracket_and_comma_in_text_and_bytes() -> None:
+    from kvlayout.validate import MAX_JSON_CONTAINERS, MAX_JSON_VALUES, parse_json
+
+    lists = "[" + ",".join(["[]"] * MAX_JSON_CONTAINERS) + "]"  # one more array than allowed
+    for text in (lists, lists.encode()):
+        with pytest.raises(SpecError) as e:
+            parse_json(SpecError, "spec 's.json'", text)
+        assert str(e.value) == (
+            f"spec 's.json' = 'too many values': holds up to {MAX_JSON_CONTAINERS + 1:,} arrays/objects and "
+            f"{MAX_JSON_CONTAINERS:,} values: at most 1,000,000 and 2,000,000 are read"
+        )
+        assert (e.value.field, e.value.value) == ("spec 's.json'", "too many values")
+    exact = "[" + ",".join(["[]"] * (MAX_JSON_CONTAINERS - 1)) + "]"  # exactly the bound: read
+    assert len(parse_json(SpecError, "spec", exact)) == MAX_JSON_CONTAINERS - 1
+    zeros = "[" + ",".join(["0"] * (MAX_JSON_VALUES + 2)) + "]"
+    with pytest.raises(SpecError, match="too many values"):
+        parse_json(SpecError, "spec", zeros)

@@ -101,3 +101,118 @@ def test_the_attention_backend_is_refused_where_v_differs() -> None:
     assert e.value.field == "attention_backend" and "DIFFKV" in str(e.value)
     same = {**FLASH, "v_head_dim": 192, "swa_v_head_dim": None, "swa_num_key_value_heads": 2}
     assert _plan(same, attention_backend="FLASH_ATTN").attention_backend == "FLASH_ATTN"
+
+
+_HINT = "; reader='transformers' fills the config class's defaults, as vLLM does"
+
+
+@pytest.mark.parametrize(
+    ("change", "tp", "message"),
+    [
+        (
+            {"hybrid_layer_pattern": [0, 2] + [0] * 10},
+            1,
+            "config.hybrid_layer_pattern[1] = 2: must be 0 (full) or 1 (sliding)",
+        ),
+        (
+            {"hybrid_layer_pattern": None},
+            1,
+            "config.hybrid_layer_pattern = None: missing; 1 marks a sliding-window layer, 0 a full one"
+            + _HINT,
+        ),
+        (
+            {"sliding_window_size": None},
+            1,
+            "config.sliding_window_size = None: missing; the sliding layers' window" + _HINT,
+        ),
+        (
+            {"v_head_dim": None},
+            1,
+            "config.v_head_dim = None: missing; a full-attention layer's V head size "
+            "(MiMoV2FlashConfig's default is 128)" + _HINT,
+        ),
+        ({"swa_num_key_value_heads": 3}, 2, "config.swa_num_key_value_heads = 3: not divisible by tp = 2"),
+        (
+            {"swa_num_key_value_heads": 3},
+            8,
+            "config.swa_num_key_value_heads = 3: tp = 8 is not a multiple of it",
+        ),
+        ({"swa_num_attention_heads": 6}, 4, "config.swa_num_attention_heads = 6: not divisible by tp = 4"),
+        (
+            {"swa_num_attention_heads": None},
+            1,
+            "config.swa_num_attention_heads = None: missing; a sliding-window layer's query heads" + _HINT,
+        ),
+        (
+            {"num_attention_heads": None},
+            1,
+            "config.num_attention_heads = None: missing; a full-attention layer's query heads" + _HINT,
+        ),
+        (
+            {"swa_num_key_value_heads": None},
+            1,
+            "config.swa_num_key_value_heads = None: missing; a sliding-window layer's KV heads" + _HINT,
+        ),
+        (
+            {"num_key_value_heads": None},
+            1,
+            "config.num_key_value_heads = None: missing; a full-attention layer's KV heads" + _HINT,
+        ),
+        (
+            {"swa_head_dim": None},
+            1,
+            "config.swa_head_dim = None: missing; a sliding-window layer's K head size" + _HINT,
+        ),
+        (
+            {"head_dim": None},
+            1,
+            "config.head_dim = None: missing; a full-attention layer's K head size" + _HINT,
+        ),
+    ],
+)
+def test_refusal_messages(change: dict[str, Any], tp: int, message: str) -> None:
+    with pytest.raises(SpecError) as e:
+        _plan({**FLASH, **change}, tp=tp)
+    assert str(e.value) == message
+
+
+def test_backend_refusal_message_and_notes() -> None:
+    with pytest.raises(SpecError) as e:
+        _plan(FLASH, attention_backend="FLASHINFER")
+    assert (
+        str(e.value)
+        == (
+            "attention_backend = 'FLASHINFER': MiMo-V2's layers with V heads of another size run on vLLM's "
+            "*_DIFFKV backends, not modeled"
+        )
+        and e.value.value == "FLASHINFER"
+    )
+    diffkv = (
+        "V heads of another size than K: vLLM runs FLASH_ATTN_DIFFKV (TRITON_ATTN_DIFFKV without FA3), "
+        "blocks as FlashAttention's"
+    )
+    unify = "vLLM 0.33 gives them 32-token blocks (unify_kv_cache_spec_page_size)"
+    # one note per kind of page, however many layers share it (3 full layers here)
+    assert _plan(FLASH).notes == (
+        diffkv,
+        f"full-attention pages of 20,480 B under the largest (40,960 B): {unify}",
+    )
+    # the sliding page the smaller one: 1 KV head of 320 against 2
+    ms = _plan({**FLASH, "swa_num_key_value_heads": 1})
+    assert ms.notes == (diffkv, f"sliding-attention pages of 10,240 B under the largest (20,480 B): {unify}")
+
+
+def test_tp_replicates_kv_heads_and_the_cache_dtype_is_read() -> None:
+    """tp 8: 2 full and 4 sliding KV heads each replicated to one a rank (vLLM's max(1, total // tp)):
+    one page for both, 10,240 B bf16; an fp8 cache halves it."""
+    ms = _plan(FLASH, tp=8)
+    assert {(x.num_kv_heads, x.block_size, x.page) for _, x in ms.spec.layers} == {(1, 16, 10_240)}
+    assert len(ms.notes) == 1  # the pages are one size: nothing unified
+    fp8 = _plan(FLASH, tp=8, kv_cache_dtype="fp8")
+    assert fp8.kv_cache_dtype == "float8_e4m3fn" and {x.page for _, x in fp8.spec.layers} == {5_120}
+
+
+def test_v_heads_of_k_size_are_not_written() -> None:
+    same = {**FLASH, "v_head_dim": 192, "swa_v_head_dim": None, "swa_num_key_value_heads": 2}
+    ms = _plan(same)
+    assert {x.head_size_v for _, x in ms.spec.layers} == {None} and ms.notes == ()
