@@ -378,3 +378,35 @@ def test_json_value_caps_count_each_bracket_and_comma_in_text_and_bytes() -> Non
     zeros = "[" + ",".join(["0"] * (MAX_JSON_VALUES + 2)) + "]"
     with pytest.raises(SpecError, match="too many values"):
         parse_json(SpecError, "spec", zeros)
+
+
+def test_shard_range_bound_per_distinct_route_and_the_listing_boundary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvlayout.cli import _shard_ranges
+    from kvlayout.reference import range_count_bound
+
+    local = K.plan(K.preset("dsv4-test"))
+    shared = np.array([0, 1, 2])
+    routes = [np.array([0, 2]), np.array([5]), shared, shared, np.array([], np.int64)]
+    assert _shard_ranges(local, routes) == sum(range_count_bound(local, r) for r in routes)
+    p = tmp_path / "s.json"
+    p.write_text(
+        json.dumps(
+            {
+                **_SMALL,
+                "num_blocks": 4,
+                "groups": [
+                    {
+                        "name": "g",
+                        "layers": [
+                            {"name": "l0", "kind": "mla", "block_size": 1, "head_size": 2, "dtype": "float32"}
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    assert main(["shard", str(p), "--mesh", "tp=64", "--head-axes", "tp", "--blocks", "0-3"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("  shard ") == 64 and "more shards" not in out
