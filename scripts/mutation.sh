@@ -6,8 +6,6 @@
 #   KVLAYOUT_MUTATION_REPORT_ONLY=1 scripts/mutation.sh spec   # only rebuild the table
 #   KVLAYOUT_MUTATION_RERUN=1 scripts/mutation.sh spec   # rerun the last run's survivors, current tests
 #   KVLAYOUT_MUTATION_RERUN=1 KVLAYOUT_MUTATION_RERUN_TESTS=tests/test_mutants_verify.py scripts/mutation.sh verify
-#   KVLAYOUT_MUTATION_ONLY='*.x_step_ids__mutmut_*' KVLAYOUT_MUTATION_WORK=/tmp/kvm-one \
-#     KVLAYOUT_MUTATION_OUT=/tmp/kvm-one-out scripts/mutation.sh pallas-zeroer   # one function's mutants
 #
 # mutmut goes into its own venv (.venv-mutation); the test venv (.venv, made by
 # scripts/test.sh) lends it numpy, hypothesis, torch and triton through a .pth line, without
@@ -141,12 +139,8 @@ run_one() {  # stage the sources and one module's tests, run mutmut, keep its re
   stage_tests "$n"
   find "$w" -name __pycache__ -prune -exec rm -rf {} +
   local start=$SECONDS
-  # KVLAYOUT_MUTATION_ONLY: mutant name patterns (fnmatch) to run, e.g. '*.x_step_ids__mutmut_*' after
-  # one function changed (use its own KVLAYOUT_MUTATION_WORK and _OUT: the table would count the rest
-  # as not run)
-  # shellcheck disable=SC2086
-  (cd "$w" && "$ROOT/$VENV/bin/mutmut" run --max-children "$JOBS" ${KVLAYOUT_MUTATION_ONLY:-} \
-    > mutmut-run.log 2>&1) || { tail -40 "$w/mutmut-run.log"; return 1; }
+  (cd "$w" && "$ROOT/$VENV/bin/mutmut" run --max-children "$JOBS" > mutmut-run.log 2>&1) \
+    || { tail -40 "$w/mutmut-run.log"; return 1; }
   echo "$(( SECONDS - start ))" > "$w/seconds.txt"
   keep_results "$n"
 }
