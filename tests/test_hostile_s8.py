@@ -56,6 +56,17 @@ _SMALL = {
     ],
 }
 
+#: one MLA layer of 8 B a block: a spec every head-split shard replicates
+_MLA = {
+    **_SMALL,
+    "groups": [
+        {
+            "name": "g",
+            "layers": [{"name": "l0", "kind": "mla", "block_size": 1, "head_size": 2, "dtype": "float32"}],
+        }
+    ],
+}
+
 
 def _deep(n: int = 100_000) -> list[Any]:
     deep: list[Any] = []
@@ -173,20 +184,7 @@ def test_sharded_contract_is_made_once_and_shifted() -> None:
     from kvlayout.reference import union_of_rows
     from kvlayout.sharding import shard_spec
 
-    spec = K.KVCacheSpec.from_dict(
-        {
-            **_SMALL,
-            "num_blocks": 2048,
-            "groups": [
-                {
-                    "name": "g",
-                    "layers": [
-                        {"name": "l0", "kind": "mla", "block_size": 1, "head_size": 2, "dtype": "float32"}
-                    ],
-                }
-            ],
-        }
-    )
+    spec = K.KVCacheSpec.from_dict({**_MLA, "num_blocks": 2048})
     lay = shard_spec(spec, {"tp": 65536}, head_axes=["tp"])
     tracemalloc.start()
     try:  # 65,536 shards x 2,048 ids expanded first: two int64 arrays of 134 million points, 2 GB
@@ -230,22 +228,7 @@ def test_sharded_contract_is_made_once_and_shifted() -> None:
 
 def test_shard_lists_at_most_64_shards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = tmp_path / "s.json"
-    p.write_text(
-        json.dumps(
-            {
-                **_SMALL,
-                "num_blocks": 4,
-                "groups": [
-                    {
-                        "name": "g",
-                        "layers": [
-                            {"name": "l0", "kind": "mla", "block_size": 1, "head_size": 2, "dtype": "float32"}
-                        ],
-                    }
-                ],
-            }
-        )
-    )
+    p.write_text(json.dumps({**_MLA, "num_blocks": 4}))
     assert main(["shard", str(p), "--mesh", "tp=100", "--head-axes", "tp", "--blocks", "0-3"]) == 0
     out = capsys.readouterr().out
     assert out.count("  shard ") == 64 and "... 36 more shards" in out
@@ -391,22 +374,7 @@ def test_shard_range_bound_per_distinct_route_and_the_listing_boundary(
     routes = [np.array([0, 2]), np.array([5]), shared, shared, np.array([], np.int64)]
     assert _shard_ranges(local, routes) == sum(range_count_bound(local, r) for r in routes)
     p = tmp_path / "s.json"
-    p.write_text(
-        json.dumps(
-            {
-                **_SMALL,
-                "num_blocks": 4,
-                "groups": [
-                    {
-                        "name": "g",
-                        "layers": [
-                            {"name": "l0", "kind": "mla", "block_size": 1, "head_size": 2, "dtype": "float32"}
-                        ],
-                    }
-                ],
-            }
-        )
-    )
+    p.write_text(json.dumps({**_MLA, "num_blocks": 4}))
     assert main(["shard", str(p), "--mesh", "tp=64", "--head-axes", "tp", "--blocks", "0-3"]) == 0
     out = capsys.readouterr().out
     assert out.count("  shard ") == 64 and "more shards" not in out
