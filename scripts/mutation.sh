@@ -45,9 +45,10 @@ declare -A TARGETS=(
   [pallas-native]=kvlayout/backends/pallas/native.py
   [models]="kvlayout/models/attention.py kvlayout/models/backends.py kvlayout/models/base.py kvlayout/models/build.py kvlayout/models/config.py kvlayout/models/deepseek_v4.py kvlayout/models/entry.py kvlayout/models/families.py kvlayout/models/grouping.py kvlayout/models/hybrid.py kvlayout/models/mla.py kvlayout/models/summary.py kvlayout/models/tpu_inference.py"
   [models-mimo]=kvlayout/models/mimo_v2.py
+  [models-gemma4]=kvlayout/models/gemma4.py
 )
 ORDER=(ranges spec planner table validate reference cuda-plan pallas-plan verify
-       native sharding vllm cli cuda-zeroer pallas-zeroer pallas-native models models-mimo)
+       native sharding vllm cli cuda-zeroer pallas-zeroer pallas-native models models-mimo models-gemma4)
 # per module, the fast tests that exercise it (mutmut runs, per mutant, those that reach the function)
 declare -A TESTS=(
   [ranges]="tests/test_ranges.py tests/test_table.py"
@@ -69,6 +70,7 @@ declare -A TESTS=(
   [pallas-native]="tests/test_mutants_pallas_native.py"
   [models]="tests/test_mutants_models.py tests/test_mutants_models_hybrid.py"
   [models-mimo]="tests/test_models_mimo_v2.py"
+  [models-gemma4]="tests/test_models_gemma4.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
@@ -198,15 +200,16 @@ targets = {"spec": "kvlayout.spec", "planner": "kvlayout.planner", "table": "kvl
            "sharding": "kvlayout.sharding", "vllm": "kvlayout.integrations.vllm", "cli": "kvlayout.cli",
            "cuda-zeroer": "kvlayout.backends.cuda.zeroer", "pallas-zeroer": "kvlayout.backends.pallas.zeroer",
            "pallas-native": "kvlayout.backends.pallas.native", "models": "kvlayout.models",
-           "models-mimo": "kvlayout.models.mimo_v2"}
+           "models-mimo": "kvlayout.models.mimo_v2", "models-gemma4": "kvlayout.models.gemma4"}
 KEYS = ["ranges", "spec", "planner", "table", "validate", "reference", "cuda-plan", "pallas-plan", "verify",
         "native", "sharding", "vllm", "cli", "cuda-zeroer", "pallas-zeroer", "pallas-native",
-        "models", "models-mimo"]
+        "models", "models-mimo", "models-gemma4"]
 
 def in_target(key, mod):
     """A target is one module, or a package (models: every hand-written module in it)."""
     t = targets[key]
-    return mod == t or (key == "models" and mod.startswith(t + ".") and mod != targets["models-mimo"])
+    own = (targets["models-mimo"], targets["models-gemma4"])  # targets of their own
+    return mod == t or (key == "models" and mod.startswith(t + ".") and mod not in own)
 
 equiv = []  # (module, function, mutated line, reason)
 # one file per group of targets (scripts/mutation_equivalent*.txt), so parallel work edits its own

@@ -1,7 +1,8 @@
 """Hybrids by vLLM 0.33's own model construction (issue 23): GraniteMoeHybrid (IBM Granite 4.0-H),
 LFM2 and LFM2-MoE (Liquid; short-conv state), OLMo hybrid (gated delta net), Zamba2 (shared attention
-blocks beside a Mamba2 mixer in every layer), and MiMo-V2 (Xiaomi: full and sliding-window layers of
-different heads and V head sizes, pages unified by vLLM).
+blocks beside a Mamba2 mixer in every layer), MiMo-V2 (Xiaomi: full and sliding-window layers of
+different heads and V head sizes, pages unified by vLLM) and Gemma 4 (Google: sliding and full layers of
+different head sizes, pages unified; layers reading earlier layers' caches).
 
 For each small config (the shape of the published ones), at tp 1, 2 and 8, with a bf16 and an fp8
 cache, one subprocess (this file with ``--driver``) does what vLLM does on a GPU, on the CPU:
@@ -15,7 +16,9 @@ layers' backends, then ``get_kv_cache_groups`` and ``_pool_bytes_per_block`` (th
 manager on); each layer is read back as its group holds it (unified pages). Two stubs: the CPU platform's
 float32 ssm states for its own kernels turned off (its AVX-512 BF16 check answers no), and
 ``Platform._find_non_ssm_backends`` answers CUDA's standard attention backend (Triton, smallest
-kernel block 16, as FlashAttention's), not the CPU backend the layers were built with. kvlayout's
+kernel block 16, as FlashAttention's), not the CPU backend the layers were built with; for Gemma 4
+the layers' backend is set to the one vLLM picks on a GPU (:func:`_as_gpu_gemma4`), and layers that
+read another layer's cache are left out, as vLLM's model runner leaves them. kvlayout's
 plan of the same config must give the same layer names and kinds, state bytes, block sizes (the
 main one and each attention layer's), windows, groups (members and order), pages (real and padded)
 and bytes per block.
@@ -34,6 +37,7 @@ import pytest
 
 import kvlayout.models as M
 from kvlayout.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+from tests.test_models_gemma4 import GEMMA4, GEMMA4_SHARED
 from tests.test_models_mimo_v2 import MIMO_V2_FLASH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,13 +158,20 @@ CONFIGS["mimo_v2_padded"] = {
     "swa_v_head_dim": 64,
     "hybrid_layer_pattern": [1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 0],
 }
+# Gemma 4 (tests/test_models_gemma4.py): sliding and full layers of different head sizes (the full
+# page doubles its block); the small models' layers that read earlier caches (no cache of their own);
+# pages that do not divide (sliding 2 KV heads of 96: the full page padded); the bidirectional window
+CONFIGS["gemma4"] = GEMMA4
+CONFIGS["gemma4_shared"] = GEMMA4_SHARED
+CONFIGS["gemma4_padded"] = {**GEMMA4, "num_key_value_heads": 2, "head_dim": 96}
+CONFIGS["gemma4_bidi"] = {**GEMMA4, "use_bidirectional_attention": "all"}
 #: no attention layer at all (issue 25's hostile pass: planned, never compared): vLLM still pads the
 #: Mamba page to the attention page its config would have (Platform._align_hybrid_block_size)
 CONFIGS["granite_all_mamba"] = {**CONFIGS["granitemoehybrid"], "layer_types": ["mamba"] * 8}
 TPS = (1, 2, 8)
 KV = ("auto", "fp8")
 #: name -> its tensor-parallel sizes where not TPS
-_TPS = {"zamba2_mem2": (1,), "granite_all_mamba": (1,)}
+_TPS = {"zamba2_mem2": (1,), "granite_all_mamba": (1,), "gemma4_padded": (1,), "gemma4_bidi": (1,)}
 
 
 def _cases() -> dict[str, dict[str, Any]]:
@@ -254,12 +265,42 @@ def test_hybrid_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, 
     # padded: the full page (20,480 B real) padded to the sliding 4 * (192 + 64) * 2 * 16 = 32,768 B
     p = answers["mimo_v2_padded-tp1-auto"]
     assert p["layers"]["model.layers.2.self_attn.attn"] == ["FullAttentionSpec", 20_480, 32_768]
+    # Gemma 4: sliding 4 KV heads of 64 = 1,024 B a token, full 1 head of 128 = 512 B: the full layers
+    # take 32-token blocks (16,384 B pages); the shared model's layers 6-9 have no cache at all
+    g4 = answers["gemma4-tp1-auto"]
+    assert g4["layout"] == "LBNHC" and g4["blocks"]["model.layers.3.self_attn.attn"] == 32
+    assert g4["layers"]["model.layers.3.self_attn.attn"] == ["FullAttentionSpec", 16_384, 16_384]
+    assert len(answers["gemma4_shared-tp1-auto"]["layers"]) == 6
+    # padded: the full 8,192 B page under the sliding 2 * 96 * 2 * 2 * 16 = 12,288 B; window 128 // 2 + 1
+    g4p = answers["gemma4_padded-tp1-auto"]["layers"]["model.layers.3.self_attn.attn"]
+    assert g4p == ["FullAttentionSpec", 8_192, 12_288]
+    assert answers["gemma4_bidi-tp1-auto"]["windows"]["model.layers.0.self_attn.attn"] == 65
     z = answers["zamba2-tp1-fp8"]
     assert list(z["layers"]) == ["model.attn.0", "model.attn.1", *(f"{2 + i}.mixer" for i in range(6))]
     assert z["block_size"] == 32 and z["layers"]["2.mixer"][1:] == [19_648, 32_768]
 
 
 # --------------------------------------------------------------------------- the vLLM side
+def _as_gpu_gemma4(vc: Any, layers: dict[str, Any]) -> None:
+    """Stub: Gemma 4's layers on the backend vLLM chooses for them on a Hopper GPU. With head sizes
+    that differ, vLLM's Gemma4Config picks FlashAttention 4 where it is available, else sets TRITON_ATTN
+    (on the CPU: FA4 is not); with one head size it leaves the choice to the platform (FLASH_ATTN first
+    on Hopper). The CPU platform builds its own backend instead (blocks in multiples of 32), which a GPU
+    would not. The GPU backends take blocks in multiples of 16 and declare the same layouts."""
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+
+    chosen = vc.attention_config.backend
+    assert chosen in (AttentionBackendEnum.TRITON_ATTN, None), chosen
+    gpu = TritonAttentionBackend if chosen is not None else FlashAttentionBackend
+    sizes = [str(x) for x in TritonAttentionBackend.get_supported_kernel_block_sizes()]
+    assert sizes == [str(x) for x in FlashAttentionBackend.get_supported_kernel_block_sizes()], sizes
+    for mod in layers.values():
+        assert mod.attn_backend.get_name() == "CPU_ATTN", mod.attn_backend.get_name()
+        mod.attn_backend = gpu
+
+
 def _driver() -> None:
     """Build each case's model in vLLM and print its KV cache: layers, groups, bytes per block."""
     import contextlib
@@ -286,6 +327,7 @@ def _driver() -> None:
     from vllm.model_executor.models.registry import ModelRegistry
     from vllm.platforms.interface import Platform
     from vllm.v1 import kv_cache_interface as I
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
     from vllm.v1.attention.backends.flash_attn_diffkv import FlashAttentionDiffKVBackend
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
     from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
@@ -342,6 +384,14 @@ def _driver() -> None:
                         cls(vllm_config=vc, prefix="")
                         # what the model runner asks (its get_kv_cache_spec): every registered layer
                         layers_of = get_layers_from_vllm_config(vc, AttentionLayerBase)  # type: ignore
+                        if case["config"]["architectures"][0].startswith("Gemma4"):
+                            _as_gpu_gemma4(vc, layers_of)
+                        # a layer reading another's cache gets none (the runner: kv_sharing_target_layer_name)
+                        layers_of = {
+                            name: mod
+                            for name, mod in layers_of.items()
+                            if not getattr(mod, "kv_sharing_target_layer_name", None)
+                        }
                         specs = {name: mod.get_kv_cache_spec(vc) for name, mod in layers_of.items()}
                 finally:
                     group.world_size = 1
@@ -352,6 +402,12 @@ def _driver() -> None:
                 if b.get_name().endswith("_DIFFKV"):
                     fa = FlashAttentionDiffKVBackend.supported_kv_cache_layouts()
                     assert b.supported_kv_cache_layouts() == fa, (b.get_name(), fa)
+            if case["config"]["architectures"][0].startswith("Gemma4"):
+                # built on the CPU with its own backend; on a Hopper GPU vLLM runs the layers on
+                # FlashAttention (4) or TRITON_ATTN, which declare the same layouts (_as_gpu_gemma4)
+                fa = FlashAttentionBackend.supported_kv_cache_layouts()
+                assert TritonAttentionBackend.supported_kv_cache_layouts() == fa, fa
+                assert backends <= {TritonAttentionBackend, FlashAttentionBackend}, backends
             names = [x.name for x in get_supported_kv_cache_layouts(backends)]
             cache.kv_cache_layout = None
             layout = resolve_kv_cache_layout(vc, [names], specs.values())

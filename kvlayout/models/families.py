@@ -10,6 +10,7 @@ from .attention import WRAPPERS, attention_family
 from .base import Ctx
 from .config import Config
 from .deepseek_v4 import dsv4_family
+from .gemma4 import gemma4_family
 from .hybrid import hybrid_family
 from .mimo_v2 import mimo_v2_family
 from .mla import mla_family
@@ -47,6 +48,8 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "Zamba2ForCausalLM": "zamba2",
     "MiMoV2FlashForCausalLM": "mimo_v2",
     "MiMoV2ForCausalLM": "mimo_v2",
+    "Gemma4ForCausalLM": "gemma4",
+    "Gemma4ForConditionalGeneration": "gemma4",
 }
 #: registry kind -> the generic family of an architecture of that kind vLLM's construction confirms
 GENERIC_BY_KIND: Mapping[str, str] = {
@@ -162,4 +165,6 @@ def family_rule(family: str) -> FamilyRule:
         return dsv4_family
     if family == "mimo_v2":
         return mimo_v2_family
+    if family == "gemma4":
+        return gemma4_family
     return hybrid_family

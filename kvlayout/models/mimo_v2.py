@@ -57,7 +57,7 @@ def _pattern(cfg: Config, n: int) -> list[bool]:
     return [m == 1 for m in marks]
 
 
-def _unify(layers: list[FullAttentionSpec], notes: list[str]) -> list[FullAttentionSpec]:
+def unify_pages(layers: list[FullAttentionSpec], notes: list[str]) -> list[FullAttentionSpec]:
     """vLLM's ``unify_kv_cache_spec_page_size``: every page made the largest one."""
     top = max(x.page for x in layers)
     out: list[FullAttentionSpec] = []
@@ -114,6 +114,6 @@ def mimo_v2_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         fields = {f.name: getattr(full, f.name) for f in dataclasses.fields(full)}
         layers.append(SlidingWindowSpec(**fields, window=window) if slide else full)
     bucket: dict[str, list[LayerSpec]] = {}
-    for layer, slide in zip(_unify(layers, c.notes), slides, strict=True):
+    for layer, slide in zip(unify_pages(layers, c.notes), slides, strict=True):
         c.add("sliding" if slide else "full", layer, bucket)
     return vllm_groups(list(bucket.items())), kv, bs

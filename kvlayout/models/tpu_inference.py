@@ -309,6 +309,12 @@ def tpu_inference_from_config(
             "modeled"
         )
         raise spec_error("engine", "tpu-inference", why)
+    if probe.family in ("gemma4", "mimo_v2"):
+        why = (
+            f"tpu-inference's arrays for {probe.architecture}'s layers of different shapes are not modeled "
+            "(vLLM unifies their pages; what tpu-inference allocates for them is not read here)"
+        )
+        raise spec_error("engine", "tpu-inference", why)
     hybrid = any(isinstance(x, MambaSpec) for _, x in probe.spec.layers)
     mla = c.mla_dims is not None
     notes: list[str] = []

@@ -102,12 +102,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
         "kind, KV heads, head size, V, window, dtype)"
     ),
-    'Gemma4ForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
-        "['model.layers.1.self_attn.attn', 'FullAttentionSpec', 2, 512, 512, None, 'torch.bfloat16'], "
-        "generic ['model.layers.1.self_attn.attn', 'FullAttentionSpec', 2, 256, 256, None, "
-        "'torch.bfloat16'] (name, kind, KV heads, head size, V, window, dtype)"
-    ),
     'GlmMoeDsaForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: NotImplementedError: Sparse Attention "
         "is not supported on CPU."
