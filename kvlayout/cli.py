@@ -837,6 +837,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     name = args.preset or (
         Path(config).parent.name or "config" if config else Path(args.spec or args.table).name
     )
+    # a file name that is not UTF-8 reaches Python with surrogates, which matplotlib cannot draw
+    name = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     if other is not None and spec is not None:
         fig = compare_maps(spec, other, (name, f"{name} with {describe_changes(changes)}"), blocks)
     elif kind == "map" and spec is not None:

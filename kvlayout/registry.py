@@ -158,7 +158,7 @@ def resolve(name: str | None = None) -> tuple[str, str]:
         return chosen, f"auto: {why}"
     if req in known or (":" in req and not req.startswith(":")):
         return req, source
-    where = f" for {ENV_VAR}" if source == ENV_VAR else ""
+    where = f" for {ENV_VAR}" if source == ENV_VAR else " for backend"  # the field, named (issue 25)
     raise BackendError(
         f"Invalid value {short(req)}{where}. Valid options: {valid_options()}", field="backend", value=req
     )

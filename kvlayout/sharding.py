@@ -42,7 +42,7 @@ from .reference import (
 )
 from .spec import FullAttentionSpec, GroupSpec, KVCacheSpec
 from .table import SegmentTable
-from .validate import check_int, host_buffer
+from .validate import check_int, host_buffer, is_int
 from .verify import VerifyReport, require_safe, verify
 
 MODES = ("replicated", "block_sharded")
@@ -81,7 +81,7 @@ def _axes_tuple(mesh_axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> tup
             )
         if name in seen:
             raise SpecError(f"mesh_axes name = {name!r}: duplicate axis", field="mesh_axes", value=name)
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        if not is_int(size) or size < 1:
             raise SpecError(
                 f"mesh_axes[{name!r}] = {short(size)}: must be a positive integer",
                 field=f"mesh_axes.{name}",
@@ -245,8 +245,7 @@ class ShardedLayout:
     def shard_of_rank(self, rank: int) -> int:
         """The shard a rank holds, ranks laid row-major over the mesh axes."""
         if (
-            isinstance(rank, bool)
-            or not isinstance(rank, (int, np.integer))
+            not is_int(rank)
             or not 0 <= rank < self.num_devices
         ):
             raise LayoutBufferError(
@@ -257,8 +256,7 @@ class ShardedLayout:
 
     def _check_shard(self, shard: int) -> None:
         if (
-            isinstance(shard, bool)
-            or not isinstance(shard, (int, np.integer))
+            not is_int(shard)
             or not 0 <= shard < self.num_shards
         ):
             raise LayoutBufferError(

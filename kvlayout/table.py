@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import TableError, bad_value
 from .ranges import MAX_BLOCKS, MAX_BYTES, extent
-from .validate import MAX_NAME_CHARS, check_int, check_name, parse_json
+from .validate import MAX_NAME_CHARS, check_int, check_name, parse_json, plain_ints
 
 TABLE_VERSION = 1
 #: Most rows a table holds (GEOMETRY.md section 8): the verifier answers 100,000 rows within about a
@@ -37,6 +37,10 @@ class Segment:
     layer: str = ""
     part: str = "page"
     virtual_index: int = 0
+
+    def __post_init__(self) -> None:
+        if not all(type(v) is int for v in (self.base, self.stride, self.span, self.virtual_index)):
+            plain_ints(self)  # NumPy integers: checked by the table as Python ints, which never wrap
 
     @property
     def label(self) -> str:
@@ -73,6 +77,7 @@ class SegmentTable:
     planned: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
+        plain_ints(self)
         check_int(TableError, "table.total_bytes", self.total_bytes, lo=0)
         n = check_int(TableError, "table.num_blocks", self.num_blocks, lo=0, hi=MAX_BLOCKS)
         if not isinstance(self.segments, tuple):

@@ -23,6 +23,15 @@ def is_int(v: object) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_, np.timedelta64))
 
 
+def plain_ints(obj: Any) -> None:
+    """Every NumPy integer field of the frozen dataclass ``obj`` made a Python int, before it is checked:
+    NumPy's int64 arithmetic wraps without a word (a row's extent ``5 * stride`` wrapped into range, and
+    a wild write followed; issue 25, fourth pass), Python's never does."""
+    for name, v in list(vars(obj).items()):  # the fields' values (a dataclass without slots)
+        if type(v) is not int and is_int(v):
+            object.__setattr__(obj, name, int(v))
+
+
 def check_int(
     cls: type[KVLayoutError], field: str, v: object, *, lo: int | None = None, hi: int = MAX_BYTES - 1
 ) -> int:
@@ -127,6 +136,9 @@ def host_buffer(buf: Any, total_bytes: int, offset: Any) -> np.ndarray:
     """A writeable, C-contiguous NumPy buffer holding the layout; returns its bytes as uint8 ``[n]``."""
     if not isinstance(buf, np.ndarray):
         raise bad_value(LayoutBufferError, "buffer", type(buf).__name__, "must be a numpy.ndarray")
+    if buf.dtype.hasobject:  # references, not bytes: NumPy cannot view them as uint8 (issue 25)
+        why = "must hold plain data (its dtype holds Python object references)"
+        raise bad_value(LayoutBufferError, "buffer.dtype", str(buf.dtype), why, shown=str(buf.dtype))
     if not buf.flags.c_contiguous:
         raise bad_value(LayoutBufferError, "buffer", "non-contiguous", "must be C-contiguous")
     if not buf.flags.writeable:
@@ -215,7 +227,8 @@ def _read_capped(path: str) -> bytes:
 
 
 def read_json_file(cls: type[KVLayoutError], what: str, path: str) -> Any:
-    """Read and parse a JSON file of at most :data:`MAX_JSON_BYTES` (``/dev/zero`` is refused, not read)."""
+    """Read and parse a JSON file of at most :data:`MAX_JSON_BYTES` (an endless ``/dev/zero`` is refused
+    once one byte past the cap is read: about 0.2 s and 100 MB)."""
     try:
         data = _read_capped(path)
     except OSError as e:

@@ -500,6 +500,38 @@ def _cross_candidates(lo: np.ndarray, hi: np.ndarray, cls: np.ndarray) -> np.nda
     return np.concatenate(out) if out else np.zeros((0, 2), np.int64)
 
 
+def _cross_gaps(
+    keys: np.ndarray,
+    span: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    pk: np.ndarray,
+    ps: np.ndarray,
+    pp: np.ndarray,
+    plo: np.ndarray,
+    phi: np.ndarray,
+    n: int,
+) -> np.ndarray:
+    """The gaps a row of another sweep meets (a row of another stride, a row wider than the gap's
+    stride, any row where the gap is stride-0 or wider than its stride), counted without a pass over
+    the rows per gap (quadratic: a 100,000-layer spec took 59 s; issue 25, fourth pass). A table
+    with more such (row, gap) pairs than the bound is refused, as for rows of different strides."""
+    gaps = np.flatnonzero(pp > 0)
+    if not gaps.size or not keys.size:
+        return gaps
+    count = _meeting(lo, hi, plo[gaps], phi[gaps])  # every live row
+    swept = (ps[gaps] != 0) & (pp[gaps] <= np.abs(ps[gaps]))  # gaps whose own class the sweep decides
+    narrow = dict(_by_key(keys, np.flatnonzero((keys < MAX_BYTES) & (span <= np.abs(keys)))))
+    for k, at in _by_key(pk[gaps], np.flatnonzero(swept)):  # less the narrow rows of the gap's class
+        own = narrow.get(k)
+        if own is not None:
+            count[at] -= _meeting(lo[own], hi[own], plo[gaps[at]], phi[gaps[at]])
+    total = int(count.sum())
+    if total > MAX_CROSS_PAIRS:
+        raise _refuse(total, n)
+    return gaps[count > 0]
+
+
 # --------------------------------------------------------------------------- the verifier
 def _class_keys(stride: np.ndarray) -> np.ndarray:
     """Sweep classes: one per nonzero stride value; stride-0 rows each get their own key."""
@@ -507,6 +539,26 @@ def _class_keys(stride: np.ndarray) -> np.ndarray:
     zero = np.flatnonzero(stride == 0)
     keys[zero] = MAX_BYTES + zero  # unique, never a real stride
     return keys
+
+
+def _by_key(keys: np.ndarray, members: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """``(key, the members with that key)`` for each distinct key of ``keys[members]``, keys ascending,
+    members in their given order: one sort, where a mask per key was quadratic in the keys (100,000
+    rows of distinct strides took 13.5 s; issue 25, fourth pass)."""
+    if not members.size:
+        return
+    k = keys[members]
+    order = np.argsort(k, kind="stable")
+    sk = k[order]
+    cuts = np.flatnonzero(sk[1:] != sk[:-1]) + 1
+    for a, b in zip(np.r_[0, cuts].tolist(), np.r_[cuts, sk.size].tolist(), strict=True):
+        yield int(sk[a]), members[order[a:b]]
+
+
+def _meeting(lo: np.ndarray, hi: np.ndarray, qlo: np.ndarray, qhi: np.ndarray) -> np.ndarray:
+    """How many of the non-empty ranges ``[lo, hi)`` meet each non-empty ``[qlo, qhi)``: those starting
+    before ``qhi`` less those ending by ``qlo`` (which all start before ``qhi``)."""
+    return np.searchsorted(np.sort(lo), qhi, side="left") - np.searchsorted(np.sort(hi), qlo, side="right")
 
 
 def _normalised(base: np.ndarray, stride: np.ndarray, n: int) -> np.ndarray:
@@ -593,11 +645,10 @@ def verify(table: SegmentTable) -> VerifyReport:
         hits: list[Hit] = []
         for r in live[stride[live] == 0].tolist():
             hits.append((r, 0, r, 1))
-        for k in np.unique(keys[live]).tolist():
+        for k, idx in _by_key(keys, live):
             if k >= MAX_BYTES:
                 continue
-            idx = live[keys[live] == k]
-            step = abs(int(k))
+            step = abs(k)
             for ra, ba, rb, bb in _class_isolation(idx, nb[idx], span[idx], step, n, MAX_PER_INVARIANT + 1):
                 hits.append((ra, _to_blocks(ba, int(k), n), rb, _to_blocks(bb, int(k), n)))
         try:
@@ -633,20 +684,23 @@ def verify(table: SegmentTable) -> VerifyReport:
         pp = np.array([p.span for p in pad], np.int64)
         pk = np.where(ps == 0, -1, ps)  # stride-0 gaps are decided pair by pair
         phits: list[Hit] = []
-        for k in np.unique(keys[live]).tolist():
+        gaps_of = dict(_by_key(pk, np.flatnonzero(pp > 0)))
+        pnb = _normalised(pb, ps, n)
+        for k, idx in _by_key(keys, live):
             if k >= MAX_BYTES:
                 continue
-            step = abs(int(k))
+            step = abs(k)
             # rows wider than their stride go pair by pair below (as gaps wider than theirs do):
             # each (row, gap) pair is decided on exactly one path, so listed once
-            idx = live[(keys[live] == k) & (span[live] <= step)]
-            pidx = np.flatnonzero((pk == k) & (pp > 0) & (pp <= step))
+            idx = idx[span[idx] <= step]
+            pidx = gaps_of.get(k, np.zeros(0, np.int64))
+            pidx = pidx[pp[pidx] <= step]
             for ra, ba, pj, bj in _class_padding(
                 idx,
                 nb[idx],
                 span[idx],
                 pidx,
-                _normalised(pb, ps, n)[pidx],
+                pnb[pidx],
                 pp[pidx],
                 step,
                 n,
@@ -656,7 +710,7 @@ def verify(table: SegmentTable) -> VerifyReport:
         # gaps of other strides (never made by the planner): pair by pair over meeting extents
         plo = np.minimum(pb, pb + (n - 1) * ps)
         phi = np.maximum(pb, pb + (n - 1) * ps) + pp
-        for j in np.flatnonzero(pp > 0).tolist():
+        for j in _cross_gaps(keys[live], span[live], lo[live], hi[live], pk, ps, pp, plo, phi, n).tolist():
             wide = pp[j] > abs(int(ps[j]))  # gaps wider than their stride are not swept
             other = (keys[live] != ps[j]) | (ps[j] == 0) | wide | (span[live] > abs(int(ps[j])))
             rows = live[(lo[live] < phi[j]) & (plo[j] < hi[live]) & other]
@@ -714,8 +768,7 @@ def overlaps_within_block(table: SegmentTable) -> list[tuple[int, int, int]]:
         return []
     base, stride, span = table.bases, table.strides, table.spans
     out: list[tuple[int, int, int]] = []
-    for k in np.unique(stride).tolist():
-        idx = np.flatnonzero((stride == k) & (span > 0))
+    for _, idx in _by_key(stride, np.flatnonzero(span > 0)):
         order = idx[np.argsort(base[idx], kind="stable")]
         run_end, run_row = None, -1
         for r in order.tolist():

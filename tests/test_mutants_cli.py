@@ -1243,7 +1243,7 @@ def test_zero_a_group_of_never_zeroed_layers(capsys: pytest.CaptureFixture[str])
         "--blocks item '16': block 16 outside [0, 16)"
     )
     assert bad(capsys, "zero", "--config", jamba, "--blocks", "1", "--group", "mamba.0", "--backend", "nope"
-               ).startswith("Invalid value 'nope'. Valid options: ")
+               ).startswith("Invalid value 'nope' for backend. Valid options: ")
     assert bad(capsys, "zero", "--preset", "dsv4-test", "--blocks", "1", "--group", "x") == (
         "group = 'x': unknown group; valid groups: 'mla'"
     )

@@ -36,7 +36,7 @@ def test_unknown_name_lists_options(monkeypatch: pytest.MonkeyPatch) -> None:
         "Valid options: auto, reference, cuda (pip install 'kvlayout[cuda]')"
     )
     assert "pallas (pip install 'kvlayout[pallas]')" in msg
-    with pytest.raises(K.BackendError, match="Invalid value 'nope'. Valid"):
+    with pytest.raises(K.BackendError, match="Invalid value 'nope' for backend. Valid"):
         registry.load("nope")
 
 

@@ -77,10 +77,12 @@ def step_ids(block_ids: Any) -> Any:
     """``block_ids`` as an array for a traced step, host ids narrowed to int32 without wrapping.
 
     A ``jax.Array`` (or tracer) is returned as is: its values are checked in the traced
-    code (:func:`ids_in_range`). Host ids (a NumPy array or scalar, a list or tuple of
-    integers) are checked in NumPy first, because ``jnp.asarray`` narrows 64-bit ids to
-    int32 with x64 off, at trace time too (``2**32 + 3`` would become block 3): every id
-    outside int32 becomes ``-1``, a bad id the step counts and never writes.
+    code (:func:`ids_in_range`). Host ids of any kind (a NumPy array or scalar, a list or tuple of
+    integers, a torch CPU tensor, an ``array.array``, a list of 0-d arrays) are made a NumPy array
+    and checked there first, because ``jnp.asarray`` narrows 64-bit ids to int32 with x64 off, at
+    trace time too (``2**32 + 3`` would become block 3): every id outside int32 becomes ``-1``, a
+    bad id the step counts and never writes. A list holding JAX values (tracers) is JAX's to
+    convert; its host integers are narrowed the same way first.
     """
     if isinstance(block_ids, jax.Array):
         return block_ids
@@ -94,27 +96,50 @@ def step_ids(block_ids: Any) -> Any:
             dt = getattr(v, "dtype", None)
             if isinstance(v, (bool, np.bool_)) or isinstance(dt, np.dtype) and dt.kind == "b":
                 raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer block id, not a bool")
-    elif isinstance(block_ids, (np.ndarray, np.generic)):
+        if any(isinstance(v, jax.Array) for v in block_ids):  # tracers: JAX converts the list
+            fit = [_fit_host_id(i, v) for i, v in enumerate(block_ids)]
+            try:
+                return jnp.asarray(fit)
+            except (OverflowError, TypeError, ValueError):
+                why = "must be a 1-D integer array of block ids (nothing was written)"
+                raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
+    if isinstance(block_ids, (np.ndarray, np.generic)):
         arr = np.asarray(block_ids)
-        if arr.dtype.kind not in "iufb":  # object, timedelta64 (an np.integer subdtype), datetime64,
-            # strings, bytes, records, complex (issue 25): floats and bools fail check_id_array's dtype
-            why = f"must be an integer array, got dtype {arr.dtype}"
-            raise bad_value(BlockIdError, "block_ids.dtype", str(arr.dtype), why, shown=str(arr.dtype))
-        if arr.ndim != 1:  # before narrowing, so the message shows the dtype given
-            raise BlockIdError(
-                f"block_ids: must be a 1-D integer array, got {arr.dtype}{tuple(arr.shape)}",
-                field="block_ids",
-                value=str(arr.dtype),
-            )
-        if arr.dtype.kind in "iu" and np.iinfo(arr.dtype).max > INT32_MAX:
-            fits = arr <= INT32_MAX if arr.dtype.kind == "u" else (arr >= INT32_MIN) & (arr <= INT32_MAX)
-            return jnp.asarray(np.where(fits, arr, -1).astype(np.int32))
-        return jnp.asarray(arr)
-    try:  # anything else (tracers in a list, floats, Python scalars): the dtype check refuses non-ids
-        return jnp.asarray(block_ids)
-    except (OverflowError, TypeError, ValueError):  # strings, None, dicts, too-large Python ints
+    else:  # NumPy first (torch CPU tensors, array.array, 0-d arrays in a list): never narrowed by JAX
         why = "must be a 1-D integer array of block ids (nothing was written)"
-        raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
+        try:
+            arr = np.asarray(block_ids)
+        except (OverflowError, TypeError, ValueError, RuntimeError):  # too-large ints, CUDA tensors, ...
+            raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
+        if arr.ndim != 1 or arr.dtype.kind not in "iufb":  # strings, None, dicts, scalars
+            raise bad_value(BlockIdError, "block_ids", block_ids, why)
+    if arr.dtype.kind not in "iufb":  # object, timedelta64 (an np.integer subdtype), datetime64,
+        # strings, bytes, records, complex (issue 25): floats and bools fail check_id_array's dtype
+        why = f"must be an integer array, got dtype {arr.dtype}"
+        raise bad_value(BlockIdError, "block_ids.dtype", str(arr.dtype), why, shown=str(arr.dtype))
+    if arr.ndim != 1:  # before narrowing, so the message shows the dtype given
+        raise BlockIdError(
+            f"block_ids: must be a 1-D integer array, got {arr.dtype}{tuple(arr.shape)}",
+            field="block_ids",
+            value=str(arr.dtype),
+        )
+    if arr.dtype.kind in "iu" and np.iinfo(arr.dtype).max > INT32_MAX:
+        fits = arr <= INT32_MAX if arr.dtype.kind == "u" else (arr >= INT32_MIN) & (arr <= INT32_MAX)
+        return jnp.asarray(np.where(fits, arr, -1).astype(np.int32))
+    return jnp.asarray(arr)
+
+
+def _fit_host_id(i: int, v: Any) -> Any:
+    """One host id of a list that also holds JAX values: an integer outside int32 becomes ``-1``."""
+    if isinstance(v, jax.Array):
+        return v
+    x = np.asarray(v)
+    if x.ndim or x.dtype.kind not in "iu":
+        if x.dtype.kind in "f":  # a float id: JAX makes the array float, which check_id_array refuses
+            return v
+        raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer block id")
+    n = int(x)
+    return n if INT32_MIN <= n <= INT32_MAX else -1
 
 
 def check_num_ids(num_ids: Any) -> int:
