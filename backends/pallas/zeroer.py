@@ -125,7 +125,9 @@ def step_ids(block_ids: Any) -> Any:
         )
     if arr.dtype.kind in "iu" and np.iinfo(arr.dtype).max > INT32_MAX:
         fits = arr <= INT32_MAX if arr.dtype.kind == "u" else (arr >= INT32_MIN) & (arr <= INT32_MAX)
-        return jnp.asarray(np.where(fits, arr, -1).astype(np.int32))
+        out = np.full(arr.shape, -1, np.int32)  # not np.where(fits, arr, -1): NumPy 2 refuses -1 as uint64
+        out[fits] = arr[fits]
+        return jnp.asarray(out)
     return jnp.asarray(arr)
 
 
