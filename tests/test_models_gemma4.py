@@ -196,3 +196,161 @@ def test_shared_layers_are_checked_as_vllm_builds_them() -> None:
     with pytest.raises(SpecError) as e:
         _plan({**E, "per_layer_config": plc})
     assert e.value.field == "config.num_key_value_heads of layer 9" and e.value.value == 3
+
+
+_HINT = "; reader='transformers' fills the config class's defaults, as vLLM does"
+_TYPES = "valid: sliding_attention, full_attention"
+
+
+@pytest.mark.parametrize(
+    ("change", "tp", "field", "value", "message"),
+    [
+        ({"head_dim": None}, 1, "config.head_dim", None, "missing; the sliding layers' head size" + _HINT),
+        (
+            {"num_key_value_heads": None},
+            1,
+            "config.num_key_value_heads",
+            None,
+            "missing; the sliding layers' KV heads" + _HINT,
+        ),
+        ({"num_attention_heads": None}, 1, "config.num_attention_heads", None,
+         "missing; the query heads" + _HINT),
+        ({"num_attention_heads": 6}, 4, "config.num_attention_heads", 6, "not divisible by tp = 4"),
+        ({"attention_k_eq_v": "yes"}, 1, "config.attention_k_eq_v", "yes", "must be true or false"),
+        ({"layer_types": [_S, "x"] + [_F] * 6}, 1, "config.layer_types[1]", "x", _TYPES),
+        (
+            {"num_key_value_heads": 3},
+            1,
+            "config.num_key_value_heads of layer 0",
+            3,
+            "the 8 query heads per rank are not a multiple of 3",
+        ),
+        ({"num_key_value_heads": 3}, 2, "config.num_key_value_heads of layer 0", 3,
+         "not divisible by tp = 2"),
+        (
+            {"num_key_value_heads": 3},
+            8,
+            "config.num_key_value_heads of layer 0",
+            3,
+            "tp = 8 is not a multiple of it",
+        ),
+        (
+            {"num_kv_shared_layers": 8},
+            1,
+            "config.num_kv_shared_layers",
+            8,
+            "layer 0 (sliding) shares the cache of an earlier sliding layer, and there is none",
+        ),
+        (
+            {"num_kv_shared_layers": 9},
+            1,
+            "config.num_kv_shared_layers",
+            9,
+            "must be at most num_hidden_layers (8)",
+        ),
+        (
+            {"per_layer_config": [1]},
+            1,
+            "config.per_layer_config",
+            [1],
+            "must be an object: layer index -> that layer's fields",
+        ),
+        ({"per_layer_config": {"8": {}}}, 1, "config.per_layer_config key", "8",
+         "must be a layer index, 0 to 7"),
+        (
+            {"per_layer_config": {"3": 4}},
+            1,
+            "config.per_layer_config['3']",
+            4,
+            "must be an object of the layer's fields",
+        ),
+        (
+            {"per_layer_config": {"3": {"head_dim": 32}}},
+            1,
+            "config.per_layer_config",
+            "per-layer shapes",
+            "its full layers differ in head size or KV heads: vLLM merges such specs, not modeled",
+        ),
+        (
+            {"per_layer_config": {"0": {"num_key_value_heads": 2}}},
+            1,
+            "config.per_layer_config",
+            "per-layer shapes",
+            "its sliding layers differ in head size or KV heads: vLLM merges such specs, not modeled",
+        ),
+    ],
+)
+def test_refusal_messages(change: dict[str, Any], tp: int, field: str, value: Any, message: str) -> None:
+    with pytest.raises(SpecError) as e:
+        _plan({**G4, **change}, tp=tp)
+    assert (e.value.field, e.value.value) == (field, value)
+    assert str(e.value).endswith(f": {message}"), str(e.value)
+
+
+def test_backend_refusal_messages_and_reason() -> None:
+    with pytest.raises(SpecError) as e:
+        _plan(G4, attention_backend="FLASH_ATTN")
+    why = "Gemma 4's head sizes differ across layers: vLLM's Gemma4Config chooses the backend itself"
+    assert str(e.value) == f"attention_backend = 'FLASH_ATTN': {why}" and e.value.value == "FLASH_ATTN"
+    with pytest.raises(SpecError) as e:
+        _plan(G4, block_size=24)
+    assert str(e.value) == "block_size = 24: FlashAttention 4 and TRITON_ATTN take multiples of 16 tokens"
+    with pytest.raises(SpecError) as e:
+        _plan({**G4, "global_head_dim": 64}, device="blackwell")
+    assert (e.value.field, e.value.value) == ("device", "blackwell")
+    assert str(e.value).endswith(": pages differ on FLASHINFER, whose layout vLLM may pack block-outermost: "
+                                 "not modeled for Gemma 4")
+    assert _plan(G4).backend_reason == (
+        "head sizes 64, 128 differ: vLLM's Gemma4Config runs FlashAttention 4 where available, else "
+        "TRITON_ATTN; both take blocks in multiples of 16 tokens"
+    )
+
+
+def test_notes_exactly() -> None:
+    unify = "vLLM 0.33 gives them 32-token blocks (unify_kv_cache_spec_page_size)"
+    assert _plan(G4).notes == (f"full-attention pages of 8,192 B under the largest (16,384 B): {unify}",)
+    last = _plan({**G4, "layer_types": [_S, _S, _S, _F, _S, _S, _S, _S]})
+    assert last.notes[0] == "layer 7 is written sliding_attention: Gemma4TextConfig makes the last layer full"
+    assert [g.name for g in last.spec.groups] == ["sliding.0", "sliding.1", "sliding.2", "full"]
+    assert last.kinds["model.layers.7.self_attn.attn"] == "full"
+    bidi = _plan({**G4, "use_bidirectional_attention": "all"})
+    assert bidi.notes[0] == "use_bidirectional_attention 'all': the window is 65 (half plus one)"
+    shared = _plan(E)
+    assert shared.notes[0] == "layers 6 to 9 read earlier layers' caches (num_kv_shared_layers): no cache"
+    assert len(_plan({**E, "num_kv_shared_layers": 0}).notes) == 1  # no shared layer: no such note
+
+
+def test_per_layer_config_keys() -> None:
+    """Layer 0 is a key; a key of nine characters is read (leading zeros), of ten refused unread (a
+    5,000-digit key would break int())."""
+    plc = {"0": {"num_key_value_heads": 4}, "000000003": {"head_dim": 128, "num_key_value_heads": 1}}
+    plc["7"] = plc["000000003"]
+    ms = _plan({**G4, "per_layer_config": plc})
+    assert _layers(ms)["model.layers.3.self_attn.attn"].head_size == 128
+    with pytest.raises(SpecError) as e:
+        _plan({**G4, "per_layer_config": {"0000000003": {}}})
+    assert (e.value.field, e.value.value) == ("config.per_layer_config key", "0000000003")
+
+
+def test_k_eq_v_absent_is_false_and_tp_replicates() -> None:
+    """Without attention_k_eq_v the full layers keep num_key_value_heads (the class default is false);
+    tp 2 and 8 keep the full layer's one head (replicated), an fp8 cache halves every page."""
+    no_flag = {k: v for k, v in G4.items() if k != "attention_k_eq_v"}
+    assert _layers(_plan(no_flag))["model.layers.3.self_attn.attn"].num_kv_heads == 4
+    for tp, (swa_heads, page) in {2: (2, 8_192), 8: (1, 8_192)}.items():
+        lay = _layers(_plan(G4, tp=tp))
+        assert lay["model.layers.0.self_attn.attn"].num_kv_heads == swa_heads
+        assert lay["model.layers.3.self_attn.attn"].num_kv_heads == 1
+        assert {x.page for x in lay.values()} == {page}
+    fp8 = _plan(G4, kv_cache_dtype="fp8")
+    assert fp8.kv_cache_dtype == "float8_e4m3fn" and {x.page for _, x in fp8.spec.layers} == {8_192}
+
+
+def test_one_head_size_with_pages_that_differ_on_hopper() -> None:
+    """One head size (64) but KV heads 4 and 1: FLASH_ATTN on Hopper, pages unified; on Blackwell with
+    equal pages FlashInfer is fine."""
+    ms = _plan({**G4, "global_head_dim": 64})
+    assert ms.attention_backend == "FLASH_ATTN"
+    assert _layers(ms)["model.layers.3.self_attn.attn"].block_size == 64  # 4,096 B pages made 16,384 B
+    same = _plan({**G4, "global_head_dim": 64, "attention_k_eq_v": False}, device="blackwell")
+    assert same.attention_backend == "FLASHINFER"

@@ -142,17 +142,18 @@ def gemma4_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
             why = "Gemma 4's head sizes differ across layers: vLLM's Gemma4Config chooses the backend itself"
             raise spec_error("attention_backend", c.attention_backend, why)
         b = BACKENDS["TRITON_ATTN"]
-        c.resolved = Resolved(
+        c.resolved = resolved = Resolved(
             b,
             b.preferred_block_size(),
             f"head sizes {', '.join(map(str, sizes))} differ: vLLM's Gemma4Config runs FlashAttention 4 "
             "where available, else TRITON_ATTN; both take blocks in multiples of 16 tokens",
         )
-        bs = c.block(c.resolved.block_size)
+        bs = c.block(resolved.block_size)
         if bs % 16:
             raise spec_error("block_size", bs, "FlashAttention 4 and TRITON_ATTN take multiples of 16 tokens")
     else:
-        bs = c.block(c.backend(mla=False).block_size)
+        resolved = c.backend(mla=False)
+        bs = c.block(resolved.block_size)
     window = 0
     if "sliding" in types[:first_shared]:
         window = cfg.req_int("sliding_window", "the sliding layers' window")
@@ -176,7 +177,7 @@ def gemma4_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         if len({(x.num_kv_heads, x.head_size) for x, u in zip(layers, kept, strict=True) if u == t}) > 1:
             why = f"its {t} layers differ in head size or KV heads: vLLM merges such specs, not modeled"
             raise spec_error(cfg.field("per_layer_config"), "per-layer shapes", why)
-    name = c.resolved.backend.name if c.resolved else ""
+    name = resolved.backend.name
     if len({x.page for x in layers}) > 1 and name not in ("FLASH_ATTN", "TRITON_ATTN"):
         why = f"pages differ on {name}, whose layout vLLM may pack block-outermost: not modeled for Gemma 4"
         raise spec_error("device", c.device, why)
