@@ -310,9 +310,12 @@ def test_notes_exactly() -> None:
     unify = "vLLM 0.33 gives them 32-token blocks (unify_kv_cache_spec_page_size)"
     assert _plan(G4).notes == (f"full-attention pages of 8,192 B under the largest (16,384 B): {unify}",)
     last = _plan({**G4, "layer_types": [_S, _S, _S, _F, _S, _S, _S, _S]})
-    assert last.notes[0] == "layer 7 is written sliding_attention: Gemma4TextConfig makes the last layer full"
+    forced = "layer 7 is written sliding_attention: Gemma4TextConfig makes the last layer full"
+    assert last.notes[0] == forced
     assert [g.name for g in last.spec.groups] == ["sliding.0", "sliding.1", "sliding.2", "full"]
     assert last.kinds["model.layers.7.self_attn.attn"] == "full"
+    other = _plan({**G4, "layer_types": [_S, _F, _S, _F, _S, _S, _F, _S]})  # the note reads the last one
+    assert other.notes[0] == forced
     bidi = _plan({**G4, "use_bidirectional_attention": "all"})
     assert bidi.notes[0] == "use_bidirectional_attention 'all': the window is 65 (half plus one)"
     shared = _plan(E)
