@@ -63,6 +63,7 @@ def validate_host_buffer(buf: Any, table: SegmentTable, offset: int) -> np.ndarr
     return validate.host_buffer(buf, table.total_bytes, offset)
 
 
-def check_offset_and_size(offset: Any, nbytes: int, table: SegmentTable) -> None:
-    """Shared size check: the layout ``[offset, offset + total_bytes)`` must fit the buffer."""
-    validate.offset_and_size(offset, nbytes, table.total_bytes)
+def check_offset_and_size(offset: Any, nbytes: int, table: SegmentTable) -> int:
+    """Shared size check: the layout ``[offset, offset + total_bytes)`` must fit the buffer; the
+    offset as a Python int (a NumPy int8 offset wrapped in ``offset + 16``; issue 25, fifth pass)."""
+    return validate.offset_and_size(offset, nbytes, table.total_bytes)

@@ -876,7 +876,9 @@ def installed_backends() -> dict[str, Any]:
 def cmd_conformance(args: argparse.Namespace) -> int:
     from .conformance import run_conformance
 
-    backends = {args.backend: registry.load(args.backend)} if args.backend else installed_backends()
+    # an empty --backend is a name to check (refused), not "every backend" (issue 25, fifth pass)
+    named = args.backend is not None
+    backends = {args.backend: registry.load(args.backend)} if named else installed_backends()
     failures = run_conformance(backends, quick=args.quick)
     for f in failures:
         print(f.format())

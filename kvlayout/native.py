@@ -442,6 +442,9 @@ def zero_native_numpy(
             got = getattr(a, "nbytes", type(a).__name__)
             why = f"must be a NumPy array of {leaf.total_bytes} B ({leaf.name!r})"
             raise spec_error(f"arrays[{i}]", got, why)
+        if a.dtype.hasobject:  # references, not bytes: refused before any array is written (issue 25)
+            why = f"must hold plain data ({leaf.name!r}: its dtype holds object references); nothing written"
+            raise bad_value(LayoutBufferError, f"arrays[{i}].dtype", str(a.dtype), why, shown=str(a.dtype))
         if not (a.flags.c_contiguous and a.flags.writeable):  # every array before any write (issue 25)
             got = "read-only" if a.flags.c_contiguous else "non-contiguous"
             why = f"must be C-contiguous and writeable ({leaf.name!r}); nothing was written"

@@ -208,6 +208,7 @@ def zero_blocks_numpy(
     selected block rows are assigned zero in one fancy-indexed store.
     """
     data = validate_host_buffer(buf, table, offset)
+    offset = int(offset)  # checked above: never NumPy arithmetic (an int8 offset overflowed)
     table = table.for_group(group)
     ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
     if ids.size == 0:
@@ -260,7 +261,7 @@ class ReferenceBackend(Backend):
         validate_host_buffer(buffer, table, offset)
         self.table = table
         self.buffer = buffer
-        self.offset = offset
+        self.offset = int(offset)  # checked above
 
     @property
     def mode(self) -> str:

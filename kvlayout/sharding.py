@@ -155,9 +155,13 @@ class ShardedLayout:
 
     def __post_init__(self) -> None:
         _check_spec("local_spec", self.local_spec)
-        names = [n for n, _ in _axes_tuple(self.mesh_axes)]
-        _check_subset("shard_axes", self.shard_axes, names)
-        _check_subset("block_axes", self.block_axes, names)
+        # stored as checked: Python ints and tuples (NumPy int8 sizes wrapped num_shards; a mapping's
+        # iteration gave names for sizes; issue 25, fifth pass)
+        axes = _axes_tuple(self.mesh_axes)
+        object.__setattr__(self, "mesh_axes", axes)
+        names = [n for n, _ in axes]
+        object.__setattr__(self, "shard_axes", _check_subset("shard_axes", self.shard_axes, names))
+        object.__setattr__(self, "block_axes", _check_subset("block_axes", self.block_axes, names))
         for a in self.block_axes:
             if a not in self.shard_axes:
                 raise SpecError(

@@ -89,6 +89,8 @@ class SegmentTable:
                     raise bad_value(TableError, f"table.{what}[{i}]", r, "must be a Segment")
                 for k in ("base", "stride", "span"):
                     check_int(TableError, f"table.{what}[{i}].{k}", getattr(r, k), lo=-(MAX_BYTES - 1))
+                # as from_dict reads it (a Python-made row the JSON form refused; issue 25, fifth pass)
+                check_int(TableError, f"table.{what}[{i}].virtual_index", r.virtual_index, lo=0)
                 lo, hi = extent(r.base, r.stride, r.span, max(n, 1))
                 if lo <= -MAX_BYTES or hi >= MAX_BYTES:
                     raise bad_value(

@@ -459,6 +459,37 @@ def _meeting_pairs(lo: np.ndarray, hi: np.ndarray, budget: int) -> np.ndarray:
     return np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1)
 
 
+def _pairs_across(
+    alo: np.ndarray, ahi: np.ndarray, blo: np.ndarray, bhi: np.ndarray, budget: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs ``(i, j)`` where non-empty ``[alo[i], ahi[i])`` and ``[blo[j], bhi[j])`` meet, in
+    O((A + B) log + pairs): ``b`` starting inside ``a``, or ``a`` starting strictly inside ``b``
+    (every meeting pair is one of the two, never both). _TooMany beyond ``budget``: pairs within a
+    side are neither made nor counted (a fallback that counted them refused 2,000 rows of one stride
+    beside one of another; issue 25, fifth pass)."""
+
+    def starts_inside(lo: np.ndarray, hi: np.ndarray, olo: np.ndarray, side: str) -> tuple[np.ndarray, ...]:
+        order = np.argsort(olo, kind="stable")
+        first = np.searchsorted(olo[order], lo, side=side)  # type: ignore[call-overload]
+        cnt = np.maximum(np.searchsorted(olo[order], hi, side="left") - first, 0)
+        return order, first, cnt
+
+    ob, fb, cb = starts_inside(alo, ahi, blo, "left")  # b starts in [alo, ahi)
+    oa, fa, ca = starts_inside(blo, bhi, alo, "right")  # a starts in (blo, bhi)
+    total = int(cb.sum()) + int(ca.sum())
+    if total > budget:
+        raise _TooMany(total)
+
+    def expand(order: np.ndarray, first: np.ndarray, cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = int(cnt.sum())
+        offs = np.arange(n) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        return np.repeat(np.arange(cnt.size), cnt), order[np.repeat(first, cnt) + offs]
+
+    i1, j1 = expand(ob, fb, cb)
+    j2, i2 = expand(oa, fa, ca)
+    return np.concatenate([i1, i2]), np.concatenate([j1, j2])
+
+
 class _TooMany(Exception):
     def __init__(self, count: int) -> None:
         self.count = count
@@ -489,14 +520,14 @@ def _cross_candidates(lo: np.ndarray, hi: np.ndarray, cls: np.ndarray) -> np.nda
     out: list[np.ndarray] = []
     total = 0
     for ca, cb in cpairs.tolist():
-        both = np.concatenate([order[starts[ca] : starts[ca + 1]], order[starts[cb] : starts[cb + 1]]])
-        try:
-            pr = both[_meeting_pairs(lo[both], hi[both], MAX_CROSS_PAIRS - total)]
+        ra, rb = order[starts[ca] : starts[ca + 1]], order[starts[cb] : starts[cb + 1]]
+        try:  # only pairs across the two classes count (same-stride pairs are the sweep's)
+            ia, ib = _pairs_across(lo[ra], hi[ra], lo[rb], hi[rb], MAX_CROSS_PAIRS - total)
         except _TooMany as e:
             raise _TooMany(total + e.count) from None
-        pr = pr[inv[pr[:, 0]] != inv[pr[:, 1]]]
-        total += len(pr)
-        out.append(pr)
+        a, b = ra[ia], rb[ib]
+        total += len(a)
+        out.append(np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1))
     return np.concatenate(out) if out else np.zeros((0, 2), np.int64)
 
 

@@ -146,3 +146,79 @@ def test_an_empty_backend_name_is_refused_by_field(capsys: pytest.CaptureFixture
     assert main(["zero", "--preset", "dsv4-test", "--blocks", "0", "--backend", ""]) == 2
     err = capsys.readouterr().err
     assert "Invalid value '' for backend. Valid options:" in err and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------- the fifth pass (2026-12-05)
+# - High: a NumPy int8 offset passed the size check as a value but was sliced raw in CudaZeroer
+#   (``offset + 16`` wrapped to -116): the zeroer viewed 0 bytes, and zero() wrote at a wild address.
+# - zero_native_numpy wrote earlier arrays before an object-dtype one was refused; ShardedLayout kept
+#   NumPy int8 mesh sizes (300 devices counted 44) and a mapping as given; the verifier's fallback
+#   counted same-stride pairs against the 5,000 cross-stride bound; ``conformance --backend ""`` ran
+#   every backend; a Python-made row's negative virtual_index was kept (its own JSON refused it).
+
+
+def test_cuda_zeroer_takes_a_narrow_offset_as_an_int() -> None:
+    torch = pytest.importorskip("torch")
+    kc = pytest.importorskip("kvlayout.backends.cuda")
+    table = SegmentTable(16, 2, (Segment(4, 8, 4),))
+    host = np.full(200, 0xAA, np.uint8)
+    buf = torch.from_numpy(host.copy()).to(kc.DEVICE_TYPE)
+    z = kc.CudaZeroer(table, buf, offset=np.int8(124), graphs=False)
+    assert type(z.offset) is int and z.offset == 124 and tuple(z.words.shape) == (4,)
+    z.zero([0])
+    want = host.copy()
+    want[128:132] = 0  # offset 124 + base 4
+    assert (buf.cpu().numpy() == want).all()
+
+
+def test_reference_and_pallas_take_narrow_offsets() -> None:
+    table = SegmentTable(16, 2, (Segment(4, 8, 4),))
+    buf = np.full(300, 0xAA, np.uint8)
+    ref = K.ReferenceBackend(table, buf, offset=np.int8(124))
+    ref.zero([0])
+    assert type(ref.offset) is int and np.flatnonzero(buf != 0xAA).tolist() == [128, 129, 130, 131]
+    kp = pytest.importorskip("kvlayout.backends.pallas")
+    assert kp.PallasZeroer(table, offset=np.int64(0)).offset == 0
+
+
+def test_native_numpy_refuses_an_object_array_before_writing() -> None:
+    from kvlayout.native import NativeCacheSpec, NativeLeaf, zero_native_numpy
+
+    shapes = (("a", 2, "float32"), ("b", 4, "int32"), ("c", 2, "float32"))
+    leaves = tuple(NativeLeaf(n, (4, w), d) for n, w, d in shapes)
+    a, b, c = np.ones((4, 2), np.float32), np.empty((4, 2), object), np.ones((4, 2), np.float32)
+    with pytest.raises(LayoutBufferError) as e:
+        zero_native_numpy([a, b, c], NativeCacheSpec(leaves), [1])
+    assert e.value.field == "arrays[1].dtype" and (a == 1).all()
+
+
+def test_sharded_layout_stores_its_axes_as_checked() -> None:
+    spec = K.preset("dsv4-test").with_num_blocks(4)
+    lay = ShardedLayout(spec, (("a", np.int8(3)), ("b", np.int8(100))), ("a",), ["b", "a"])  # type: ignore[arg-type]
+    assert (lay.num_devices, lay.num_shards) == (300, 300) and lay.shard_axes == ("a", "b")
+    assert all(type(size) is int for _, size in lay.mesh_axes)
+    mapped = ShardedLayout(spec, {"ab": 2}, (), ("ab",))  # type: ignore[arg-type]
+    assert mapped.mesh_axes == (("ab", 2),) and mapped.num_devices == 2
+
+
+def test_the_fallback_counts_only_pairs_across_strides() -> None:
+    """2,000 rows of one stride meet one another (2 million pairs: the fallback path) beside one row of
+    another stride: 2,000 cross-stride pairs, decided, where all 2,001,000 pairs were counted."""
+    rows, n = 2000, 16
+    stride = 16 * rows + 64
+    segs = [Segment(16 * i, stride, 16) for i in range(rows)]
+    segs.append(Segment((n - 1) * stride + 16 * rows, -stride, 16))
+    assert K.verify(SegmentTable(n * stride, n, tuple(segs))).ok
+
+
+def test_conformance_refuses_an_empty_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conformance", "--backend", ""]) == 2
+    err = capsys.readouterr().err
+    assert "Invalid value '' for backend" in err and err.count("\n") == 1
+
+
+def test_a_negative_virtual_index_is_refused_as_the_json_refuses_it() -> None:
+    for bad in (-5, "x", 2.5):
+        with pytest.raises(TableError) as e:
+            SegmentTable(16, 2, (Segment(4, 8, 4, virtual_index=bad),))  # type: ignore[arg-type]
+        assert e.value.field == "table.segments[0].virtual_index"

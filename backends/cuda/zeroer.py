@@ -96,7 +96,7 @@ def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
             value=buffer.data_ptr(),
         )
     nbytes = buffer.numel() * buffer.element_size()
-    check_offset_and_size(offset, nbytes, table)
+    offset = check_offset_and_size(offset, nbytes, table)  # a Python int: slicing never wraps
     if table.total_bytes == 0:  # an empty pool: nothing to view (an empty NumPy array's stride is 0)
         return buffer.new_empty((0,), dtype=torch.int32)
     flat = buffer.reshape(-1).view(torch.uint8)
@@ -333,7 +333,7 @@ class CudaZeroer:
         self.table = table
         self.words = _as_words(buffer, table, offset)
         self.buffer = buffer
-        self.offset = offset
+        self.offset = int(offset)  # checked by _as_words
         self.device = buffer.device
         self.mode = MODE
         dev = self.device

@@ -519,9 +519,9 @@ def leaf_backend(leaf: NativeLeaf, **kwargs: Any) -> type[Backend]:
             if table_ != table:
                 why = f"must be the one-row table of leaf {leaf.name!r}"
                 raise bad_value(LayoutBufferError, "table", len(table_), why)
-            self.table, self.offset = table_, offset
             self._host = validate_host_buffer(buffer, table_, offset)
-            raw = self._host[offset : offset + leaf.total_bytes].copy()
+            self.table, self.offset = table_, int(offset)  # checked above: slicing never wraps
+            raw = self._host[self.offset : self.offset + leaf.total_bytes].copy()
             self.caches = [jnp.asarray(raw.view(jnp.dtype(leaf.dtype)).reshape(leaf.shape))]
             self.zeroer = CacheZeroer(self.caches, leaf.group_label, **kwargs)
 

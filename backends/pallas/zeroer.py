@@ -286,9 +286,10 @@ class PallasZeroer:
         if group is not None and not isinstance(group, str):
             msg = f"group = {group!r}: must be a group name (str) or None"
             raise TableError(msg, field="group", value=repr(group))
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 or offset % 4:
+        if not is_int(offset) or offset < 0 or offset % 4:
             msg = f"offset = {offset!r}: must be a non-negative multiple of 4"
             raise LayoutBufferError(msg, field="offset", value=offset)
+        offset = int(offset)  # NumPy integers taken as Python ints: the row plan never wraps
         tile_rows = check_option("tile_rows", tile_rows, limit=1 << 16)
         self.ids_per_step = check_option("ids_per_step", ids_per_step, limit=1 << 16)
         self.chunk_rows = check_option("chunk_rows", chunk_rows, power_of_two=True, limit=1 << 16)
