@@ -222,3 +222,13 @@ def test_a_negative_virtual_index_is_refused_as_the_json_refuses_it() -> None:
         with pytest.raises(TableError) as e:
             SegmentTable(16, 2, (Segment(4, 8, 4, virtual_index=bad),))  # type: ignore[arg-type]
         assert e.value.field == "table.segments[0].virtual_index"
+
+
+def test_a_step_chart_of_more_group_shapes_than_it_draws_is_refused() -> None:
+    pytest.importorskip("matplotlib")
+    from kvlayout.viz import charts
+
+    segs = tuple(Segment(16 * i, 16 * 65, 16, f"g{i}") for i in range(65))  # 65 one-row group shapes
+    with pytest.raises(TableError) as e:
+        charts.bytes_per_step(SegmentTable(16 * 65 * 4, 4, segs))
+    assert (e.value.field, e.value.value) == ("groups", 65)

@@ -43,3 +43,15 @@ def test_padding_of_distinct_strides_is_not_quadratic() -> None:
     report = K.verify(table)
     dt = time.process_time() - t0
     assert report.ok and dt < 4.0, f"{dt:.1f} s"
+
+
+def test_step_bytes_reads_each_row_once() -> None:
+    """20,000 one-row groups and 5,000 allocation keys: every key scanned every row (9.2 s; 0.5 s here)."""
+    from kvlayout.viz import charts
+
+    segs = tuple(Segment(16 * i, 16 * 20_000, 16, f"g{i}") for i in range(20_000))
+    table = SegmentTable(16 * 20_000 * 4, 4, segs)
+    t0 = time.process_time()
+    per, every = charts.step_bytes(table, {f"g{i}": [i % 4] for i in range(5_000)})
+    dt = time.process_time() - t0
+    assert (per, every) == (5_000 * 16, 4 * 20_000 * 16) and dt < 3.0, f"{dt:.1f} s"
