@@ -357,3 +357,16 @@ def test_one_head_size_with_pages_that_differ_on_hopper() -> None:
     assert _layers(ms)["model.layers.3.self_attn.attn"].block_size == 64  # 4,096 B pages made 16,384 B
     same = _plan({**G4, "global_head_dim": 64, "attention_k_eq_v": False}, device="blackwell")
     assert same.attention_backend == "FLASHINFER"
+
+
+def test_per_layer_config_null_and_the_bidirectional_value() -> None:
+    """Written null, per_layer_config is no entry: transformers then keeps every layer at head_dim (the
+    global fields are not read); use_bidirectional_attention is all, vision or null."""
+    for reader in ("json", "transformers"):
+        if reader == "transformers":
+            pytest.importorskip("transformers")
+        ms = _plan({**G4, "per_layer_config": None}, reader=reader)
+        assert {x.head_size for _, x in ms.spec.layers} == {64}, reader
+    with pytest.raises(SpecError) as e:
+        _plan({**G4, "use_bidirectional_attention": 5})
+    assert str(e.value) == "config.use_bidirectional_attention = 5: valid: all, vision (or null)"

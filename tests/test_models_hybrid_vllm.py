@@ -165,13 +165,15 @@ CONFIGS["gemma4"] = GEMMA4
 CONFIGS["gemma4_shared"] = GEMMA4_SHARED
 CONFIGS["gemma4_padded"] = {**GEMMA4, "num_key_value_heads": 2, "head_dim": 96}
 CONFIGS["gemma4_bidi"] = {**GEMMA4, "use_bidirectional_attention": "all"}
+CONFIGS["gemma4_plc_null"] = {**GEMMA4, "per_layer_config": None}  # no entry: every layer at head_dim
 #: no attention layer at all (issue 25's hostile pass: planned, never compared): vLLM still pads the
 #: Mamba page to the attention page its config would have (Platform._align_hybrid_block_size)
 CONFIGS["granite_all_mamba"] = {**CONFIGS["granitemoehybrid"], "layer_types": ["mamba"] * 8}
 TPS = (1, 2, 8)
 KV = ("auto", "fp8")
 #: name -> its tensor-parallel sizes where not TPS
-_TPS = {"zamba2_mem2": (1,), "granite_all_mamba": (1,), "gemma4_padded": (1,), "gemma4_bidi": (1,)}
+_TPS = {"zamba2_mem2": (1,), "granite_all_mamba": (1,), "gemma4_padded": (1,), "gemma4_bidi": (1,),
+        "gemma4_plc_null": (1,)}
 
 
 def _cases() -> dict[str, dict[str, Any]]:

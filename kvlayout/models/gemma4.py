@@ -52,10 +52,13 @@ def _types(cfg: Config, n: int, notes: list[str]) -> list[str]:
 
 
 def _overrides(cfg: Config, n: int) -> dict[int, Mapping[str, object]] | None:
-    """``per_layer_config`` as written (layer index -> fields), None where the config has none."""
-    if "per_layer_config" not in cfg.data or cfg.data["per_layer_config"] is None:
+    """``per_layer_config`` as written (layer index -> fields), None where the config has none. Written
+    null, it is no entry at all: transformers then writes none from the global fields either."""
+    if "per_layer_config" not in cfg.data:
         return None
     raw = cfg.data["per_layer_config"]
+    if raw is None:
+        return {}
     where = cfg.field("per_layer_config")
     if not isinstance(raw, Mapping):
         raise spec_error(where, raw, "must be an object: layer index -> that layer's fields")
@@ -155,9 +158,12 @@ def gemma4_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         resolved = c.backend(mla=False)
         bs = c.block(resolved.block_size)
     window = 0
+    bidi = cfg.data.get("use_bidirectional_attention")
+    if bidi not in (None, "all", "vision"):  # transformers' Literal["all", "vision"] | None
+        raise spec_error(cfg.field("use_bidirectional_attention"), bidi, "valid: all, vision (or null)")
     if "sliding" in types[:first_shared]:
         window = cfg.req_int("sliding_window", "the sliding layers' window")
-        if cfg.data.get("use_bidirectional_attention") == "all":
+        if bidi == "all":
             window = window // 2 + 1
             c.notes.append(f"use_bidirectional_attention 'all': the window is {window:,} (half plus one)")
     if first_shared < n:
