@@ -29,7 +29,7 @@ from .ranges import MAX_BLOCKS, MAX_BYTES
 from .reference import expected_zeroed, normalize_block_ids, zero_blocks_numpy
 from .spec import DTYPE_SIZES, SPEC_VERSION
 from .table import Segment, SegmentTable
-from .validate import check_int, check_name, is_int, parse_json
+from .validate import check_int, check_name, is_int, parse_json, plain_ints
 from .verify import VerifyReport, verify
 
 #: The ``layout`` of a native spec's JSON.
@@ -244,6 +244,7 @@ class NativeCacheSpec:
     version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
+        plain_ints(self)  # a NumPy version made to_json fail
         if self.version != SPEC_VERSION:
             raise spec_error("version", self.version, f"only version {SPEC_VERSION} is supported")
         if isinstance(self.leaves, list):

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import validate
 from .backend import Backend, validate_host_buffer
-from .errors import TableError, bad_value
+from .errors import LayoutBufferError, TableError, bad_value
 from .ranges import extent, merge_ranges
 from .table import SegmentTable
 
@@ -176,6 +176,7 @@ def poison_pattern(nbytes: int, seed: int = 0x5EED) -> np.ndarray:
     A zeroed byte therefore always differs from the pattern, so comparison finds every
     write. The same function of (index, seed) can be generated on a device.
     """
+    nbytes = validate.check_int(LayoutBufferError, "nbytes", nbytes, lo=0)  # unsigned NumPy wrapped
     words = -(-nbytes // 8)
     out = np.empty(words * 8, np.uint8)
     w = out.view(np.uint64)  # native byte order, as the unchunked form had it
@@ -280,6 +281,7 @@ class ReferenceBackend(Backend):
 
 def ranges_to_mask(ranges: np.ndarray, nbytes: int, origin: int = 0) -> np.ndarray:
     """Boolean ``[nbytes]`` mask of ``ranges`` (given relative to ``origin``)."""
+    origin = validate.check_int(LayoutBufferError, "origin", origin, lo=-(2**62))
     mask = np.zeros(nbytes, bool)
     for a, b in (np.asarray(ranges, np.int64).reshape(-1, 2) + origin).tolist():
         mask[max(a, 0) : max(b, 0)] = True
@@ -348,6 +350,7 @@ def compare_to_contract(
 
 def compare_to_ranges(before: np.ndarray, after: np.ndarray, exp: np.ndarray, origin: int = 0) -> ZeroCheck:
     """Compare two byte images with expected merged ranges ``exp`` (relative to ``origin``)."""
+    origin = validate.check_int(LayoutBufferError, "origin", origin, lo=-(2**62))  # not uint64: floats
     b, a = _bytes(before), _bytes(after)
     zeroed, nonzero = _changes(b, a, origin)
     empty = np.zeros((0, 2), np.int64)

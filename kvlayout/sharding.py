@@ -430,7 +430,7 @@ def split_heads(spec: KVCacheSpec, ways: int, axis: str = "heads") -> KVCacheSpe
     whole on every shard (use :meth:`ShardedLayout.from_local` for another split).
     """
     _check_spec("spec", spec)
-    check_int(SpecError, "ways", ways, lo=1)
+    ways = check_int(SpecError, "ways", ways, lo=1)  # a Python int (an int8 overflowed on 200 heads)
     if ways == 1:
         return spec
     groups = []

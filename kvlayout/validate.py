@@ -240,7 +240,7 @@ def read_json_file(cls: type[KVLayoutError], what: str, path: str) -> Any:
 
 def check_option(name: str, value: Any, *, power_of_two: bool = False, limit: int = INT32_MAX) -> int:
     """A positive integer backend option (not a bool), optionally a power of two, at most ``limit``."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer)) and 0 < value <= limit
+    ok = is_int(value) and 0 < value <= limit  # no bools, no timedeltas (issue 25)
     if ok and power_of_two:
         ok = value & (value - 1) == 0
     if not ok:

@@ -232,3 +232,49 @@ def test_a_step_chart_of_more_group_shapes_than_it_draws_is_refused() -> None:
     with pytest.raises(TableError) as e:
         charts.bytes_per_step(SegmentTable(16 * 65 * 4, 4, segs))
     assert (e.value.field, e.value.value) == ("groups", 65)
+
+
+# --------------------------------------------------------------------------- the sixth pass (2026-12-05)
+# NumPy integers checked but then used raw: CudaZeroer's chunk_words reached the kernel (Triton's
+# constexpr error at zero()), bytes_per_step's new_blocks wrapped in int8 (a group dropped from the
+# mixed step), split_heads' ways overflowed on 200 heads, poison_pattern's unsigned nbytes wrapped,
+# a uint64 origin made float slice bounds, NativeCacheSpec kept a NumPy version (to_json failed), and
+# check_option took a timedelta.
+
+
+def test_cuda_chunk_words_of_numpy_type_is_an_int() -> None:
+    torch = pytest.importorskip("torch")
+    kc = pytest.importorskip("kvlayout.backends.cuda")
+    table = SegmentTable(512, 4, (Segment(0, 128, 64), Segment(64, 128, 64)))
+    host = np.full(512, 0xAA, np.uint8)
+    buf = torch.from_numpy(host.copy()).to(kc.DEVICE_TYPE)
+    kc.CudaZeroer(table, buf, graphs=False, chunk_words=np.int64(64)).zero([1])
+    want = host.copy()
+    want[128:256] = 0
+    assert (buf.cpu().numpy() == want).all()
+
+
+def test_numpy_integers_checked_are_used_as_ints() -> None:
+    pytest.importorskip("matplotlib")
+    from kvlayout.native import NativeCacheSpec, NativeLeaf
+    from kvlayout.reference import compare_to_contract
+    from kvlayout.validate import check_option
+    from kvlayout.viz import charts
+
+    segs = (Segment(0, 32, 16, "g0"), Segment(16, 32, 32, "g1"))
+    table = SegmentTable(32 * 1000 + 64, 1000, segs)
+    steps = charts.bytes_per_step(table, np.int8(100)).axes[0].kvlayout_steps
+    assert steps[-1] == ("mixed: 100 new blocks for each of 2 groups", 4800, 6416)
+    layer = K.FullAttentionSpec("l0", 16, 200, 64, "bfloat16")
+    split = K.split_heads(K.KVCacheSpec(4, "packed", (K.GroupSpec("g", (layer,)),)), np.int8(2))
+    assert split.groups[0].layers[0].num_kv_heads == 100
+    assert (K.poison_pattern(np.uint8(100)) == K.poison_pattern(100)).all()
+    small = SegmentTable(16, 2, (Segment(4, 8, 4),))
+    before = np.full(216, 0xAA, np.uint8)
+    after = before.copy()
+    after[104:108] = 0
+    assert compare_to_contract(before, after, small, [0], np.uint64(100)).matches
+    native = NativeCacheSpec((NativeLeaf("a", (4, 8), "float32"),), version=np.int8(1))
+    assert '"version": 1' in native.to_json()
+    with pytest.raises(K.BackendError):
+        check_option("x", np.timedelta64(8))

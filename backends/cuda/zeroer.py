@@ -205,6 +205,7 @@ def _device_plan(
 ) -> _DevicePlan:
     kernel_table = table.coalesced() if coalesce else table
     plan = plan_units(kernel_table, chunk_words)
+    chunk_words = int(chunk_words)  # checked by plan_units; a NumPy value reached the kernel as SUB
     sub = sub_words
     if chunk_words & (chunk_words - 1) == 0:  # a power-of-two chunk: no vector wider than it
         sub = min(sub_words, chunk_words)
@@ -338,8 +339,8 @@ class CudaZeroer:
         self.mode = MODE
         dev = self.device
         self._coalesce = bool(coalesce)
-        self._chunk_words = chunk_words
         whole = _device_plan(table, self._coalesce, chunk_words, self.sub_words, dev)
+        self._chunk_words = chunk_words = int(chunk_words)  # checked by plan_units: a constexpr is an int
         self.kernel_table = whole.table
         self.plan: UnitPlan = whole.plan
         # plans by (group, chunk words) (group None: every group); made on first use

@@ -92,7 +92,7 @@ def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int 
     """
     import matplotlib.pyplot as plt
 
-    check_int(BlockIdError, "new_blocks", new_blocks, lo=1, hi=MAX_BLOCKS)
+    new_blocks = check_int(BlockIdError, "new_blocks", new_blocks, lo=1, hi=MAX_BLOCKS)  # an int: never wraps
     table, layout = _table_of(source)
     classes = _table_classes(table, layout)
     if len(classes) > MAX_STEP_SHAPES:  # a bar pair each: more is unreadable (and was hours to draw)
