@@ -278,3 +278,16 @@ def test_numpy_integers_checked_are_used_as_ints() -> None:
     assert '"version": 1' in native.to_json()
     with pytest.raises(K.BackendError):
         check_option("x", np.timedelta64(8))
+
+
+def test_object_buffer_refusal_message_and_block_axes_stored_as_checked() -> None:
+    """The mutants of the fourth and fifth passes' fixes: the refusal's exact form, and block_axes
+    stored as the checked (mesh-order) tuple."""
+    table = K.plan(K.preset("dsv4-test").with_num_blocks(4))
+    with pytest.raises(LayoutBufferError) as e:
+        K.ReferenceBackend(table, np.empty(table.total_bytes // 8, object))
+    assert (e.value.field, e.value.value) == ("buffer.dtype", "object")
+    why = "must hold plain data (its dtype holds Python object references)"
+    assert str(e.value) == f"buffer.dtype = object: {why}"
+    lay = ShardedLayout(K.preset("dsv4-test"), (("a", 2), ("b", 2)), ["b", "a"], ["b", "a"])  # type: ignore[arg-type]
+    assert lay.block_axes == ("a", "b") and lay.shard_axes == ("a", "b")
