@@ -17,7 +17,6 @@ regression test per defect it found.
 
 from __future__ import annotations
 
-import array
 import os
 from pathlib import Path
 
@@ -61,45 +60,6 @@ def test_numpy_integers_in_a_spec_are_python_ints() -> None:
     assert {type(getattr(layer, f)) for f in fields} == {int}
     mamba = K.MambaSpec("m", state_bytes=np.int64(4096))
     assert type(mamba.state_bytes) is int
-
-
-def test_pallas_apply_narrows_host_ids_of_every_kind_without_wrapping() -> None:
-    jnp = pytest.importorskip("jax.numpy")
-    torch = pytest.importorskip("torch")
-    kp = pytest.importorskip("kvlayout.backends.pallas")
-
-    def zeroed(ids: object) -> tuple[int, list[int]]:
-        cz = kp.CacheZeroer([jnp.ones((8, 4, 128), jnp.float32)], "g")
-        out, bad = cz.apply([jnp.ones((8, 4, 128), jnp.float32)], ids)
-        return int(bad), [i for i in range(8) if float(out[0][i].sum()) == 0]
-
-    big = 2**32 + 3  # block 3 once narrowed
-    for ids in (
-        torch.tensor([big]),
-        [np.array(big)],
-        [torch.tensor(big)],
-        array.array("q", [big]),
-        torch.tensor([2**63], dtype=torch.uint64),
-    ):
-        assert zeroed(ids) == (1, []), ids
-    assert zeroed(torch.tensor([big, 5])) == (1, [5])
-    assert zeroed([np.array(2), torch.tensor(6)]) == (0, [2, 6])
-
-
-def test_pallas_step_ids_in_a_traced_list_with_host_ids() -> None:
-    jax = pytest.importorskip("jax")
-    jnp = pytest.importorskip("jax.numpy")
-    kp = pytest.importorskip("kvlayout.backends.pallas")
-
-    @jax.jit
-    def step(x: object, i: object) -> object:
-        return kp.CacheZeroer([x], "g").apply([x], [i, np.int64(2**32 + 3), 4])
-
-    out, bad = step(jnp.ones((8, 4, 128), jnp.float32), jnp.int32(1))
-    assert int(bad) == 1 and [i for i in range(8) if float(out[0][i].sum()) == 0] == [1, 4]
-    with pytest.raises(K.BlockIdError) as e:
-        kp.zeroer.step_ids([jnp.asarray(1, jnp.int32), "x"])
-    assert e.value.field == "block_ids[1]"
 
 
 def test_gaps_met_by_rows_of_other_strides_are_still_found_and_bounded() -> None:
@@ -171,14 +131,12 @@ def test_cuda_zeroer_takes_a_narrow_offset_as_an_int() -> None:
     assert (buf.cpu().numpy() == want).all()
 
 
-def test_reference_and_pallas_take_narrow_offsets() -> None:
+def test_reference_takes_a_narrow_offset() -> None:
     table = SegmentTable(16, 2, (Segment(4, 8, 4),))
     buf = np.full(300, 0xAA, np.uint8)
     ref = K.ReferenceBackend(table, buf, offset=np.int8(124))
     ref.zero([0])
     assert type(ref.offset) is int and np.flatnonzero(buf != 0xAA).tolist() == [128, 129, 130, 131]
-    kp = pytest.importorskip("kvlayout.backends.pallas")
-    assert kp.PallasZeroer(table, offset=np.int64(0)).offset == 0
 
 
 def test_native_numpy_refuses_an_object_array_before_writing() -> None:
