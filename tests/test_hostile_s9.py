@@ -152,7 +152,8 @@ def test_native_numpy_refuses_an_object_array_before_writing() -> None:
 
 def test_sharded_layout_stores_its_axes_as_checked() -> None:
     spec = K.preset("dsv4-test").with_num_blocks(4)
-    lay = ShardedLayout(spec, (("a", np.int8(3)), ("b", np.int8(100))), ("a",), ["b", "a"])  # type: ignore[arg-type]
+    axes = (("a", np.int8(3)), ("b", np.int8(100)))
+    lay = ShardedLayout(spec, axes, ("a",), ["b", "a"])  # type: ignore[arg-type]
     assert (lay.num_devices, lay.num_shards) == (300, 300) and lay.shard_axes == ("a", "b")
     assert all(type(size) is int for _, size in lay.mesh_axes)
     mapped = ShardedLayout(spec, {"ab": 2}, (), ("ab",))  # type: ignore[arg-type]
@@ -247,5 +248,6 @@ def test_object_buffer_refusal_message_and_block_axes_stored_as_checked() -> Non
     assert (e.value.field, e.value.value) == ("buffer.dtype", "object")
     why = "must hold plain data (its dtype holds Python object references)"
     assert str(e.value) == f"buffer.dtype = object: {why}"
-    lay = ShardedLayout(K.preset("dsv4-test"), (("a", 2), ("b", 2)), ["b", "a"], ["b", "a"])  # type: ignore[arg-type]
+    two = (("a", 2), ("b", 2))
+    lay = ShardedLayout(K.preset("dsv4-test"), two, ["b", "a"], ["b", "a"])  # type: ignore[arg-type]
     assert lay.block_axes == ("a", "b") and lay.shard_axes == ("a", "b")
