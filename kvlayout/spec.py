@@ -278,9 +278,8 @@ class SlidingWindowSpec(FullAttentionSpec):
     window: int = 0
 
     def __post_init__(self) -> None:
-        plain_ints(self)
-        _check_pos_int(self.where, "window", self.window)
-        super().__post_init__()
+        _check_pos_int(self.where, "window", self.window)  # check_int takes NumPy integers as they are
+        super().__post_init__()  # makes every integer field a Python int, the window included
 
 
 @dataclass(frozen=True)
