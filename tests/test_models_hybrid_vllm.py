@@ -2,7 +2,8 @@
 LFM2 and LFM2-MoE (Liquid; short-conv state), OLMo hybrid (gated delta net), Zamba2 (shared attention
 blocks beside a Mamba2 mixer in every layer), MiMo-V2 (Xiaomi: full and sliding-window layers of
 different heads and V head sizes, pages unified by vLLM) and Gemma 4 (Google: sliding and full layers of
-different head sizes, pages unified; layers reading earlier layers' caches).
+different head sizes, pages unified; layers reading earlier layers' caches) and Gemma 3n (one head size,
+the last layers reading caches at fixed offsets).
 
 For each small config (the shape of the published ones), at tp 1, 2 and 8, with a bf16 and an fp8
 cache, one subprocess (this file with ``--driver``) does what vLLM does on a GPU, on the CPU:
@@ -16,8 +17,8 @@ layers' backends, then ``get_kv_cache_groups`` and ``_pool_bytes_per_block`` (th
 manager on); each layer is read back as its group holds it (unified pages). Two stubs: the CPU platform's
 float32 ssm states for its own kernels turned off (its AVX-512 BF16 check answers no), and
 ``Platform._find_non_ssm_backends`` answers CUDA's standard attention backend (Triton, smallest
-kernel block 16, as FlashAttention's), not the CPU backend the layers were built with; for Gemma 4
-the layers' backend is set to the one vLLM picks on a GPU (:func:`_as_gpu_gemma4`), and layers that
+kernel block 16, as FlashAttention's), not the CPU backend the layers were built with; for Gemma 4 and
+Gemma 3n the layers' backend is set to the one vLLM picks on a GPU (:func:`_as_gpu_gemma4`), and layers that
 read another layer's cache are left out, as vLLM's model runner leaves them. kvlayout's
 plan of the same config must give the same layer names and kinds, state bytes, block sizes (the
 main one and each attention layer's), windows, groups (members and order), pages (real and padded)
@@ -37,6 +38,7 @@ import pytest
 
 import kvlayout.models as M
 from kvlayout.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+from tests.test_models_gemma3n import GEMMA3N
 from tests.test_models_gemma4 import GEMMA4, GEMMA4_SHARED
 from tests.test_models_mimo_v2 import MIMO_V2_FLASH
 
@@ -166,6 +168,10 @@ CONFIGS["gemma4_shared"] = GEMMA4_SHARED
 CONFIGS["gemma4_padded"] = {**GEMMA4, "num_key_value_heads": 2, "head_dim": 96}
 CONFIGS["gemma4_bidi"] = {**GEMMA4, "use_bidirectional_attention": "all"}
 CONFIGS["gemma4_plc_null"] = {**GEMMA4, "per_layer_config": None}  # no entry: every layer at head_dim
+# Gemma 3n (tests/test_models_gemma3n.py): one head size, the last layers reading caches at fixed offsets;
+# with one layer before the shared ones, the sliding shared layers (target index -1) keep their own
+CONFIGS["gemma3n"] = GEMMA3N
+CONFIGS["gemma3n_first1"] = {**GEMMA3N, "num_kv_shared_layers": 9}
 #: no attention layer at all (issue 25's hostile pass: planned, never compared): vLLM still pads the
 #: Mamba page to the attention page its config would have (Platform._align_hybrid_block_size)
 CONFIGS["granite_all_mamba"] = {**CONFIGS["granitemoehybrid"], "layer_types": ["mamba"] * 8}
@@ -173,7 +179,7 @@ TPS = (1, 2, 8)
 KV = ("auto", "fp8")
 #: name -> its tensor-parallel sizes where not TPS
 _TPS = {"zamba2_mem2": (1,), "granite_all_mamba": (1,), "gemma4_padded": (1,), "gemma4_bidi": (1,),
-        "gemma4_plc_null": (1,)}
+        "gemma4_plc_null": (1,), "gemma3n_first1": (1,)}
 
 
 def _cases() -> dict[str, dict[str, Any]]:
@@ -277,6 +283,16 @@ def test_hybrid_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, 
     g4p = answers["gemma4_padded-tp1-auto"]["layers"]["model.layers.3.self_attn.attn"]
     assert g4p == ["FullAttentionSpec", 8_192, 12_288]
     assert answers["gemma4_bidi-tp1-auto"]["windows"]["model.layers.0.self_attn.attn"] == 65
+    # Gemma 3n: 2 KV heads of 64 bf16 = 512 B a token, 8,192 B pages; layers 6-9 read layers 4 (full)
+    # and 3 (sliding): 6 layers, each its own group (5 sliding, 1 full); with one layer before the shared
+    # ones the sliding shared layers keep their own caches and the full ones read layer 0 (sliding)
+    g3 = answers["gemma3n-tp1-auto"]
+    assert sorted(g3["layers"]) == [f"model.layers.{i}.self_attn.attn" for i in range(6)]
+    assert g3["layers"]["model.layers.4.self_attn.attn"] == ["FullAttentionSpec", 8_192, 8_192]
+    assert len(g3["groups"]) == 6 and g3["bytes_per_block"] == 8_192
+    f1 = answers["gemma3n_first1-tp1-auto"]
+    assert [int(n.split(".")[2]) for n in f1["groups"][0]] == [0, 1, 2, 3, 5, 6, 7, 8]
+    assert f1["bytes_per_block"] == 8 * 8_192
     z = answers["zamba2-tp1-fp8"]
     assert list(z["layers"]) == ["model.attn.0", "model.attn.1", *(f"{2 + i}.mixer" for i in range(6))]
     assert z["block_size"] == 32 and z["layers"]["2.mixer"][1:] == [19_648, 32_768]
@@ -386,7 +402,7 @@ def _driver() -> None:
                         cls(vllm_config=vc, prefix="")
                         # what the model runner asks (its get_kv_cache_spec): every registered layer
                         layers_of = get_layers_from_vllm_config(vc, AttentionLayerBase)  # type: ignore
-                        if case["config"]["architectures"][0].startswith("Gemma4"):
+                        if case["config"]["architectures"][0].startswith(("Gemma4", "Gemma3n")):
                             _as_gpu_gemma4(vc, layers_of)
                         # a layer reading another's cache gets none (the runner: kv_sharing_target_layer_name)
                         layers_of = {
@@ -404,7 +420,7 @@ def _driver() -> None:
                 if b.get_name().endswith("_DIFFKV"):
                     fa = FlashAttentionDiffKVBackend.supported_kv_cache_layouts()
                     assert b.supported_kv_cache_layouts() == fa, (b.get_name(), fa)
-            if case["config"]["architectures"][0].startswith("Gemma4"):
+            if case["config"]["architectures"][0].startswith(("Gemma4", "Gemma3n")):
                 # built on the CPU with its own backend; on a Hopper GPU vLLM runs the layers on
                 # FlashAttention (4) or TRITON_ATTN, which declare the same layouts (_as_gpu_gemma4)
                 fa = FlashAttentionBackend.supported_kv_cache_layouts()

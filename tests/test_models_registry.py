@@ -54,13 +54,14 @@ def test_kinds_of_known_architectures() -> None:
 def test_coverage_and_stated_refusals() -> None:
     covered, total = M.vllm_coverage()
     assert total == len(TEXT_GENERATION) == 124
-    # 27 by named rules, 58 by the generic rules (54 attention, with their named variations, and 4 MLA)
+    # 28 by named rules, 58 by the generic rules (54 attention, with their named variations, and 4 MLA)
     # vLLM's model construction confirms (vllm_checked.py, tests/test_models_generic.py)
-    assert len(covered) == 85 and set(covered) <= set(M.ARCHITECTURES)
+    assert len(covered) == 86 and set(covered) <= set(M.ARCHITECTURES)
     # every architecture kvlayout reads is one vLLM serves (text generation, or the two multimodal ones)
     multimodal = {
         "Gemma3ForConditionalGeneration",
         "Gemma4ForConditionalGeneration",
+        "Gemma3nForConditionalGeneration",
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5MoeForConditionalGeneration",
         "Llama4ForConditionalGeneration",

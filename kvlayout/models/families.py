@@ -10,6 +10,7 @@ from .attention import WRAPPERS, attention_family
 from .base import Ctx
 from .config import Config
 from .deepseek_v4 import dsv4_family
+from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
 from .hybrid import hybrid_family
 from .mimo_v2 import mimo_v2_family
@@ -50,6 +51,8 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "MiMoV2ForCausalLM": "mimo_v2",
     "Gemma4ForCausalLM": "gemma4",
     "Gemma4ForConditionalGeneration": "gemma4",
+    "Gemma3nForCausalLM": "gemma3n",
+    "Gemma3nForConditionalGeneration": "gemma3n",
 }
 #: registry kind -> the generic family of an architecture of that kind vLLM's construction confirms
 GENERIC_BY_KIND: Mapping[str, str] = {
@@ -167,4 +170,6 @@ def family_rule(family: str) -> FamilyRule:
         return mimo_v2_family
     if family == "gemma4":
         return gemma4_family
+    if family == "gemma3n":
+        return gemma3n_family
     return hybrid_family

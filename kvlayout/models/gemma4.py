@@ -34,10 +34,11 @@ from .mimo_v2 import unify_pages
 _TYPES = {"sliding_attention": "sliding", "full_attention": "full"}
 
 
-def _types(cfg: Config, n: int, notes: list[str]) -> list[str]:
-    """``sliding`` or ``full`` per layer, the last one full (``Gemma4TextConfig.__post_init__``)."""
+def layer_types(cfg: Config, n: int, model: str, notes: list[str] | None = None) -> list[str]:
+    """``sliding`` or ``full`` per layer as ``layer_types`` writes them; with ``notes``, the last one made
+    full (``Gemma4TextConfig.__post_init__``; Gemma 3n's class leaves it as written)."""
     if not cfg.has("layer_types"):
-        raise cfg.missing("layer_types", "Gemma 4 names its sliding and full layers there")
+        raise cfg.missing("layer_types", f"{model} names its sliding and full layers there")
     raw = cfg.req_list("layer_types", "", n, str, exact=True)
     out = []
     for i, t in enumerate(raw):
@@ -45,7 +46,7 @@ def _types(cfg: Config, n: int, notes: list[str]) -> list[str]:
             valid = "valid: sliding_attention, full_attention"
             raise spec_error(f"{cfg.field('layer_types')}[{i}]", t, valid)
         out.append(_TYPES[t])
-    if out and out[-1] != "full":
+    if notes is not None and out and out[-1] != "full":
         notes.append(f"layer {n - 1} is written {raw[-1]}: Gemma4TextConfig makes the last layer full")
         out[-1] = "full"
     return out
@@ -100,9 +101,10 @@ def _shapes(cfg: Config, types: list[str]) -> list[tuple[int, int]]:
     return out
 
 
-def _per_rank(cfg: Config, i: int, total: int, heads: int, tp: int) -> int:
-    """KV heads per rank of layer ``i``, as ``Gemma4Attention`` and ``Attention`` assert them."""
-    where = f"{cfg.field('num_key_value_heads')} of layer {i}"
+def per_rank(cfg: Config, i: int | None, total: int, heads: int, tp: int) -> int:
+    """KV heads per rank of layer ``i`` (None: of every layer), as ``Gemma4Attention`` (``Gemma3nAttention``)
+    and ``Attention`` assert them."""
+    where = cfg.field("num_key_value_heads") + ("" if i is None else f" of layer {i}")
     if total >= tp and total % tp or total < tp and tp % total:
         why = f"not divisible by tp = {tp}" if total >= tp else f"tp = {tp} is not a multiple of it"
         raise spec_error(where, total, why)
@@ -131,7 +133,7 @@ def _shared(cfg: Config, types: list[str]) -> int:
 def gemma4_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     cfg = c.cfg
     n = c.num_layers()
-    types = _types(cfg, n, c.notes)
+    types = layer_types(cfg, n, "Gemma 4", c.notes)
     heads = cfg.req_int("num_attention_heads", "the query heads")
     if heads % c.tp:
         raise spec_error(cfg.field("num_attention_heads"), heads, f"not divisible by tp = {c.tp}")
@@ -170,10 +172,10 @@ def gemma4_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         c.notes.append(
             f"layers {first_shared} to {n - 1} read earlier layers' caches (num_kv_shared_layers): no cache"
         )
-    per_rank = [_per_rank(cfg, i, total, heads, c.tp) for i, (_, total) in enumerate(shapes)]  # every layer
+    ranks = [per_rank(cfg, i, total, heads, c.tp) for i, (_, total) in enumerate(shapes)]  # every layer
     layers: list[FullAttentionSpec] = []
     for i in range(first_shared):
-        h, kv_heads, name = shapes[i][0], per_rank[i], c.name(i, "self_attn.attn")
+        h, kv_heads, name = shapes[i][0], ranks[i], c.name(i, "self_attn.attn")
         if types[i] == "sliding":
             layers.append(SlidingWindowSpec(name, bs, kv_heads, h, kv, window=window))
         else:

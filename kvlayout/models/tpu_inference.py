@@ -315,6 +315,9 @@ def tpu_inference_from_config(
             "(vLLM unifies their pages; what tpu-inference allocates for them is not read here)"
         )
         raise spec_error("engine", "tpu-inference", why)
+    if probe.family == "gemma3n":
+        why = "tpu-inference's arrays for Gemma 3n's layers that read earlier layers' caches are not modeled"
+        raise spec_error("engine", "tpu-inference", why)
     hybrid = any(isinstance(x, MambaSpec) for _, x in probe.spec.layers)
     mla = c.mla_dims is not None
     notes: list[str] = []

@@ -96,12 +96,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "vLLM's construction of a 2-layer config (defaults) failed: ModuleNotFoundError: No module named "
         "'flashinfer'"
     ),
-    'Gemma3nForCausalLM': (
-        "vLLM's layers differ from the generic rules (head_dim, reader json, tp 1): vLLM "
-        "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 64, 64, 512, 'torch.bfloat16'], generic "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 64, 64, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
-    ),
     'GlmMoeDsaForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: NotImplementedError: Sparse Attention "
         "is not supported on CPU."
