@@ -32,7 +32,7 @@ import numpy as np
 
 from .errors import LayoutBufferError, SpecError, short, spec_error
 from .planner import plan
-from .ranges import merge_ranges
+from .ranges import MAX_BLOCKS, MAX_BYTES, merge_ranges
 from .reference import (
     ZeroCheck,
     check_rows_in_bounds,
@@ -169,6 +169,14 @@ class ShardedLayout:
                     field="block_axes",
                     value=a,
                 )
+        # the whole pool within the contract's limits (section 8): the gathered contract's int64
+        # arithmetic wrapped past 2**63 (a spec plan refuses was sharded SAFE; issue 25, seventh pass)
+        if self.num_blocks > MAX_BLOCKS:
+            why = f"the global pool of {self.block_shards} block shards: at most 2**31 - 1 blocks (section 8)"
+            raise spec_error("num_blocks", self.num_blocks, why)
+        if self.gathered_bytes >= MAX_BYTES:
+            why = f"{self.num_shards} shards of {self.shard_bytes} B: must be below 2**62 (section 8)"
+            raise spec_error("gathered_bytes", self.gathered_bytes, why)
 
     @classmethod
     def from_local(

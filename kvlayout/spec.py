@@ -410,6 +410,9 @@ class GroupSpec:
         for i, layer in enumerate(self.layers):
             if not isinstance(layer, LayerSpec):
                 raise spec_error(f"group {self.name!r}.layers[{i}]", layer, "must be a layer spec")
+            if type(layer).content_bytes is LayerSpec.content_bytes:  # a bare LayerSpec: no bytes to plan
+                why = "must be a layer spec of a kind (FullAttentionSpec, MLASpec, MambaSpec, ...)"
+                raise spec_error(f"group {self.name!r}.layers[{i}]", type(layer).__name__, why)
         if self.kernel_block_size is not None:
             _check_pos_int(f"group {self.name!r}", "kernel_block_size", self.kernel_block_size)
 

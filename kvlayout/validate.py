@@ -144,7 +144,13 @@ def host_buffer(buf: Any, total_bytes: int, offset: Any) -> np.ndarray:
     if not buf.flags.writeable:
         raise bad_value(LayoutBufferError, "buffer", "read-only", "must be writeable")
     offset_and_size(offset, buf.nbytes, total_bytes)
-    return buf.reshape(-1).view(np.uint8)
+    # as a plain ndarray first: a subclass's own reshape (numpy.matrix stays 2-D, (1, n)) made the
+    # backends' 1-D slices land on other blocks' bytes (issue 25, seventh pass)
+    flat = buf.view(np.ndarray).reshape(-1)
+    if not np.may_share_memory(flat, buf):  # C-contiguous: a view, never a copy (checked, not assumed)
+        why = "must flatten to a view of its bytes"
+        raise bad_value(LayoutBufferError, "buffer", type(buf).__name__, why)
+    return flat.view(np.uint8)
 
 
 #: Largest JSON file the command line reads (a 100,000-row table is about 12 MB).

@@ -541,12 +541,12 @@ def _cross_gaps(
     pp: np.ndarray,
     plo: np.ndarray,
     phi: np.ndarray,
-    n: int,
 ) -> np.ndarray:
     """The gaps a row of another sweep meets (a row of another stride, a row wider than the gap's
     stride, any row where the gap is stride-0 or wider than its stride), counted without a pass over
     the rows per gap (quadratic: a 100,000-layer spec took 59 s; issue 25, fourth pass). A table
-    with more such (row, gap) pairs than the bound is refused, as for rows of different strides."""
+    with more such (row, gap) pairs than the bound is refused, as for rows of different strides. A gap's
+    count is exactly the rows the caller decides pair by pair for it, so their total is the bound's."""
     gaps = np.flatnonzero(pp > 0)
     if not gaps.size or not keys.size:
         return gaps
@@ -559,7 +559,7 @@ def _cross_gaps(
             count[at] -= _meeting(lo[own], hi[own], plo[gaps[at]], phi[gaps[at]])
     total = int(count.sum())
     if total > MAX_CROSS_PAIRS:
-        raise _refuse(total, n)
+        raise _refuse(total)
     return gaps[count > 0]
 
 
@@ -685,7 +685,7 @@ def verify(table: SegmentTable) -> VerifyReport:
         try:
             cand = _cross_candidates(lo[live], hi[live], keys[live])
         except _TooMany as e:
-            raise _refuse(e.count, n) from None
+            raise _refuse(e.count) from None
         for a, b in live[cand].tolist() if len(cand) else []:
             w = pair_witness(_row(segs[a]), _row(segs[b]), n, cross_block=True)
             if w is not None:
@@ -741,12 +741,11 @@ def verify(table: SegmentTable) -> VerifyReport:
         # gaps of other strides (never made by the planner): pair by pair over meeting extents
         plo = np.minimum(pb, pb + (n - 1) * ps)
         phi = np.maximum(pb, pb + (n - 1) * ps) + pp
-        for j in _cross_gaps(keys[live], span[live], lo[live], hi[live], pk, ps, pp, plo, phi, n).tolist():
-            wide = pp[j] > abs(int(ps[j]))  # gaps wider than their stride are not swept
-            other = (keys[live] != ps[j]) | (ps[j] == 0) | wide | (span[live] > abs(int(ps[j])))
+        # the (row, gap) pairs below are those _cross_gaps counted against the bound (it refused more)
+        for j in _cross_gaps(keys[live], span[live], lo[live], hi[live], pk, ps, pp, plo, phi).tolist():
+            wide = pp[j] > abs(int(ps[j]))  # gaps wider than their stride (stride-0 ones too) are not swept
+            other = (keys[live] != ps[j]) | wide | (span[live] > abs(int(ps[j])))
             rows = live[(lo[live] < phi[j]) & (plo[j] < hi[live]) & other]
-            if rows.size > MAX_CROSS_PAIRS:  # undecided in the time bound: refuse, never answer SAFE
-                raise _refuse(int(rows.size), n)
             for a in rows.tolist():
                 w = pair_witness(_row(segs[a]), _row(pad[j]), n, cross_block=False)
                 if w is not None:
@@ -776,7 +775,7 @@ def _row(s: Segment) -> Row:
     return (s.base, s.stride, s.span)
 
 
-def _refuse(count: int, n: int) -> TableError:
+def _refuse(count: int) -> TableError:
     return TableError(
         f"table = {count} pairs of rows with different strides and meeting extents: kvlayout decides at most "
         f"{MAX_CROSS_PAIRS} such pairs exactly in its time bound (GEOMETRY.md section 8); give overlapping "
@@ -813,7 +812,7 @@ def overlaps_within_block(table: SegmentTable) -> list[tuple[int, int, int]]:
     try:
         cand = _cross_candidates(lo[live], hi[live], stride[live])
     except _TooMany as e:
-        raise _refuse(e.count, n) from None
+        raise _refuse(e.count) from None
     for a, b in live[cand].tolist() if len(cand) else []:
         first, last = _Pair(_row(segs[a]), _row(segs[b]), n).same_block(0, n)
         if first <= last:

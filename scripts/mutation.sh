@@ -46,9 +46,10 @@ declare -A TARGETS=(
   [models]="kvlayout/models/attention.py kvlayout/models/backends.py kvlayout/models/base.py kvlayout/models/build.py kvlayout/models/config.py kvlayout/models/deepseek_v4.py kvlayout/models/entry.py kvlayout/models/families.py kvlayout/models/grouping.py kvlayout/models/hybrid.py kvlayout/models/mla.py kvlayout/models/summary.py kvlayout/models/tpu_inference.py"
   [models-mimo]=kvlayout/models/mimo_v2.py
   [models-gemma4]=kvlayout/models/gemma4.py
+  [models-gemma3n]=kvlayout/models/gemma3n.py
 )
 ORDER=(ranges spec planner table validate reference cuda-plan pallas-plan verify
-       native sharding vllm cli cuda-zeroer pallas-zeroer pallas-native models models-mimo models-gemma4)
+       native sharding vllm cli cuda-zeroer pallas-zeroer pallas-native models models-mimo models-gemma4 models-gemma3n)
 # per module, the fast tests that exercise it (mutmut runs, per mutant, those that reach the function)
 declare -A TESTS=(
   [ranges]="tests/test_ranges.py tests/test_table.py"
@@ -59,7 +60,7 @@ declare -A TESTS=(
   [reference]="tests/test_reference.py tests/test_mutants_reference.py"
   [cuda-plan]="tests/test_host_plans.py"
   [pallas-plan]="tests/test_host_plans.py"
-  [verify]="tests/test_mutants_verify_s9.py tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py tests/test_mutants_verify.py tests/test_hostile_s9.py"
+  [verify]="tests/test_mutants_verify_s10.py tests/test_mutants_verify_s9.py tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py tests/test_mutants_verify.py tests/test_hostile_s9.py"
   [native]="tests/test_native.py tests/test_mutants_native.py tests/test_reliability_s5.py tests/test_hostile_s8.py"
   [sharding]="tests/test_sharding.py tests/test_mutants_sharding.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py"
   [vllm]="tests/test_vllm_ground_truth.py tests/test_vllm_hostile.py tests/test_mutants_vllm.py tests/test_reliability_s5.py"
@@ -70,7 +71,8 @@ declare -A TESTS=(
   [pallas-native]="tests/test_mutants_pallas_native.py"
   [models]="tests/test_mutants_models.py tests/test_mutants_models_hybrid.py"
   [models-mimo]="tests/test_models_mimo_v2.py"
-  [models-gemma4]="tests/test_models_gemma4.py"
+  [models-gemma4]="tests/test_models_gemma4.py tests/test_models_gemma3n.py"
+  [models-gemma3n]="tests/test_models_gemma3n.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
@@ -200,15 +202,16 @@ targets = {"spec": "kvlayout.spec", "planner": "kvlayout.planner", "table": "kvl
            "sharding": "kvlayout.sharding", "vllm": "kvlayout.integrations.vllm", "cli": "kvlayout.cli",
            "cuda-zeroer": "kvlayout.backends.cuda.zeroer", "pallas-zeroer": "kvlayout.backends.pallas.zeroer",
            "pallas-native": "kvlayout.backends.pallas.native", "models": "kvlayout.models",
-           "models-mimo": "kvlayout.models.mimo_v2", "models-gemma4": "kvlayout.models.gemma4"}
+           "models-mimo": "kvlayout.models.mimo_v2", "models-gemma4": "kvlayout.models.gemma4",
+           "models-gemma3n": "kvlayout.models.gemma3n"}
 KEYS = ["ranges", "spec", "planner", "table", "validate", "reference", "cuda-plan", "pallas-plan", "verify",
         "native", "sharding", "vllm", "cli", "cuda-zeroer", "pallas-zeroer", "pallas-native",
-        "models", "models-mimo", "models-gemma4"]
+        "models", "models-mimo", "models-gemma4", "models-gemma3n"]
 
 def in_target(key, mod):
     """A target is one module, or a package (models: every hand-written module in it)."""
     t = targets[key]
-    own = (targets["models-mimo"], targets["models-gemma4"])  # targets of their own
+    own = (targets["models-mimo"], targets["models-gemma4"], targets["models-gemma3n"])  # their own targets
     return mod == t or (key == "models" and mod.startswith(t + ".") and mod not in own)
 
 equiv = []  # (module, function, mutated line, reason)

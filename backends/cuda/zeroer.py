@@ -87,6 +87,25 @@ def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
             field="buffer.device",
             value=str(buffer.device),
         )
+    # tensors whose bytes are not plain memory of their dtype: a quantized one's uint8 view segfaulted in
+    # torch, conjugate/negative views and nested or sparse tensors raised torch's errors (issue 25)
+    kind = next(
+        (
+            k
+            for k, odd in (
+                ("nested", buffer.is_nested),
+                ("sparse", buffer.layout != torch.strided),
+                ("quantized", buffer.is_quantized),
+                ("conjugate view", buffer.is_conj()),
+                ("negative view", buffer.is_neg()),
+            )
+            if odd
+        ),
+        None,
+    )
+    if kind is not None:
+        why = "must be a plain strided tensor (its bytes are the layout's)"
+        raise LayoutBufferError(f"buffer = a {kind} tensor: {why}", field="buffer", value=kind)
     if not buffer.is_contiguous():
         raise LayoutBufferError("buffer: must be contiguous", field="buffer", value="non-contiguous")
     if buffer.data_ptr() % 4:

@@ -46,7 +46,7 @@ def layer_types(cfg: Config, n: int, model: str, notes: list[str] | None = None)
             valid = "valid: sliding_attention, full_attention"
             raise spec_error(f"{cfg.field('layer_types')}[{i}]", t, valid)
         out.append(_TYPES[t])
-    if notes is not None and out and out[-1] != "full":
+    if notes is not None and out[-1] != "full":
         notes.append(f"layer {n - 1} is written {raw[-1]}: Gemma4TextConfig makes the last layer full")
         out[-1] = "full"
     return out

@@ -1,0 +1,119 @@
+"""Issue 25's seventh fresh hostile pass (2026-12-05, a reviewer who did not write the fixes): one
+regression test per defect it found.
+
+- High: a ``numpy.matrix`` buffer (an ndarray subclass whose reshape stays 2-D) was taken by the
+  reference zeroer, ``zero_native_numpy`` and ``ShardedLayout.zero_reference``: the 1-D slices then
+  landed on other blocks' bytes (blocks 2 and 6 cleared for blocks 1 and 3) and missed row 1.
+- Medium: ``CudaZeroer`` on a quantized tensor segfaulted (torch's uint8 view of it); conjugate and
+  negative views and nested tensors raised torch's RuntimeError.
+- Medium: a sharded pool's gathered bytes and global block count were never bounded: the gathered
+  contract's int64 arithmetic wrapped at 2**64 and ``kvlayout shard`` said SAFE for a spec ``plan``
+  refuses.
+- Low: a bare ``LayerSpec`` in a group raised NotImplementedError when planned.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvlayout as K
+from kvlayout.cli import main
+from kvlayout.errors import LayoutBufferError, SpecError
+from kvlayout.sharding import ShardedLayout
+from kvlayout.spec import GroupSpec, LayerSpec
+from kvlayout.table import Segment, SegmentTable
+
+_T = SegmentTable(2048, 8, (Segment(0, 64, 32, "g"), Segment(1024, 128, 64, "g")))
+
+
+def _subclass(kind: str, raw: np.ndarray) -> np.ndarray:
+    if kind == "matrix":
+        return np.asmatrix(raw)
+    if kind == "matrix2d":
+        return np.asmatrix(raw.reshape(32, 64))
+    if kind == "chararray":
+        return raw.view("S1").view(np.char.chararray)
+    return raw.view(np.dtype([("a", np.uint8)])).view(np.recarray)
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+@pytest.mark.parametrize("kind", ["matrix", "matrix2d", "chararray", "recarray"])
+def test_ndarray_subclasses_are_zeroed_as_their_bytes(kind: str) -> None:
+    raw = K.poison_pattern(2048)
+    buf = _subclass(kind, raw.copy())
+    K.ReferenceBackend(_T, buf).zero([1, 3])
+    after = np.asarray(buf).view(np.uint8).reshape(-1)
+    assert K.changed_ranges(raw, after).tolist() == K.expected_zeroed(_T, [1, 3]).tolist()
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+def test_a_matrix_buffer_through_the_sharded_reference() -> None:
+    lay = K.sharding.shard_spec(K.preset("dsv4-test"), {"dp": 2}, block_axes=("dp",))
+    raw = K.poison_pattern(lay.gathered_bytes)
+    buf = np.asmatrix(raw.copy())
+    lay.zero_reference(buf, [51])
+    got = K.changed_ranges(raw, np.asarray(buf).reshape(-1))
+    assert got.tolist() == lay.expected_zeroed([51]).tolist()
+
+
+@pytest.mark.parametrize("kind", ["quantized", "conj", "neg", "nested"])
+def test_cuda_zeroer_refuses_tensors_that_are_not_plain_memory(kind: str) -> None:
+    torch = pytest.importorskip("torch")
+    kc = pytest.importorskip("kvlayout.backends.cuda")
+    if kind == "quantized":
+        with pytest.warns(UserWarning):
+            buf = torch.quantize_per_tensor(torch.ones(64), 1.0, 0, torch.qint8)
+    elif kind == "conj":
+        buf = torch.zeros(8, dtype=torch.complex64).conj()
+    elif kind == "neg":
+        buf = torch._neg_view(torch.zeros(16))
+    else:
+        with pytest.warns(UserWarning):
+            buf = torch.nested.nested_tensor([torch.zeros(16), torch.zeros(16)])
+    if kc.DEVICE_TYPE != "cpu":
+        buf = buf.to(kc.DEVICE_TYPE)
+    with pytest.raises(LayoutBufferError, match="must be a plain strided tensor") as e:
+        kc.CudaZeroer(SegmentTable(64, 4, (Segment(0, 16, 8, "g"),)), buf, graphs=False)
+    assert e.value.field == "buffer"
+
+
+def _big() -> K.KVCacheSpec:
+    layer = {"name": "l0", "kind": "full", "block_size": 16, "num_kv_heads": 1, "head_size": 2**25,
+             "dtype": "bfloat16"}
+    group = {"name": "g", "layers": [layer]}
+    doc = {"version": 1, "num_blocks": 2**27, "layout": "packed", "groups": [group]}
+    return K.KVCacheSpec.from_json(json.dumps(doc))
+
+
+def test_a_sharded_pool_past_the_limits_is_refused() -> None:
+    with pytest.raises(SpecError) as e:
+        ShardedLayout.from_local(_big(), {"dp": 64}, block_axes=("dp",))
+    assert e.value.field == "num_blocks" and e.value.value == 2**33
+    with pytest.raises(SpecError) as e:
+        ShardedLayout.from_local(_big(), {"tp": 64})
+    assert e.value.field == "gathered_bytes" and e.value.value == 2**64
+    # the largest that fits: 2**31 - 1 global blocks are taken
+    ok = ShardedLayout.from_local(_big().with_num_blocks(2**31 // 64 - 1), {"dp": 64}, block_axes=("dp",))
+    assert ok.num_blocks < 2**31 - 1
+
+
+def test_shard_refuses_what_plan_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = json.loads(_big().to_json())
+    spec["groups"][0]["layers"][0]["num_kv_heads"] = 64
+    p = tmp_path / "big.json"
+    p.write_text(json.dumps(spec))
+    assert main(["plan", str(p)]) == 2
+    capsys.readouterr()
+    assert main(["shard", str(p), "--mesh", "tp=64", "--head-axes", "tp"]) == 2
+    err = capsys.readouterr().err
+    assert "gathered_bytes" in err and "2**62" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_bare_layer_spec_is_refused_by_its_group() -> None:
+    with pytest.raises(SpecError, match="must be a layer spec of a kind") as e:
+        GroupSpec("g", (LayerSpec("x"),))
+    assert e.value.value == "LayerSpec"
