@@ -10,6 +10,18 @@ regression test per defect it found.
   contract's int64 arithmetic wrapped at 2**64 and ``kvlayout shard`` said SAFE for a spec ``plan``
   refuses.
 - Low: a bare ``LayerSpec`` in a group raised NotImplementedError when planned.
+
+The eighth pass (another reviewer, after those fixes):
+
+- Medium, wrong bytes: ``KVBlockZeroer.from_kv_caches`` with every layer given as a list of inner
+  slots guessed the cache's start (tests/test_mutants_vllm.py, test_lists_alone_do_not_fix_...).
+- Medium: a text-only architecture's config with a stray ``text_config`` was planned from it; vLLM
+  0.33 refuses such a config (``get_hf_text_config``: no ``num_attention_heads``).
+- Low: Llama with ``sliding_window`` and no ``layer_types`` was labelled full (vLLM: every layer takes
+  the engine's window); ``dtype`` beside a different ``torch_dtype`` lost to it (transformers keeps
+  ``dtype``); ``sliding_window: 0`` refused (vLLM reads it as none).
+- Low/medium: ``kvlayout zero`` of a 1 GiB layout took 3.4 GB and 5-12 s: layouts are now at most
+  256 MiB on the host.
 """
 
 from __future__ import annotations
@@ -117,3 +129,43 @@ def test_a_bare_layer_spec_is_refused_by_its_group() -> None:
     with pytest.raises(SpecError, match="must be a layer spec of a kind") as e:
         GroupSpec("g", (LayerSpec("x"),))
     assert e.value.value == "LayerSpec"
+
+
+_LLAMA = Path(__file__).resolve().parent / "fixtures" / "models" / "llama" / "config.json"
+
+
+def _llama(**changes: object) -> dict[str, object]:
+    return {**json.loads(_LLAMA.read_text()), **changes}
+
+
+def test_a_text_only_config_with_a_text_config_is_refused_as_vllm_refuses_it() -> None:
+    import kvlayout.models as M
+
+    stray = {"num_attention_heads": 8, "num_key_value_heads": 1, "hidden_size": 1024, "num_hidden_layers": 2}
+    with pytest.raises(SpecError) as e:
+        M.from_config(_llama(text_config=stray))
+    assert e.value.field == "config.text_config" and "vLLM 0.33 refuses" in str(e.value)
+    assert isinstance(M.from_config(_llama(text_config=None)), M.ModelSpec)  # null: no nested config
+
+
+def test_llama_windows_dtype_and_a_zero_window_as_vllm_reads_them() -> None:
+    import kvlayout.models as M
+
+    ms = M.from_config(_llama(num_hidden_layers=2, sliding_window=4096))
+    assert set(ms.kinds.values()) == {"sliding"}
+    assert {x.window for _, x in ms.spec.layers} == {4096}
+    ms = M.from_config(_llama(num_hidden_layers=2, sliding_window=0))
+    assert set(ms.kinds.values()) == {"full"} and "sliding_window 0: vLLM reads it as no window" in ms.notes
+    ms = M.from_config(_llama(num_hidden_layers=2, torch_dtype="float16", dtype="bfloat16"))
+    assert (ms.dtype, ms.kv_cache_dtype) == ("bfloat16", "bfloat16")
+
+
+def test_zero_refuses_layouts_past_its_host_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvlayout import cli
+
+    assert cli.MAX_HOST_BYTES == 2**28
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(_llama(num_hidden_layers=257)))  # 16 blocks of 257 layers: just over 256 MiB
+    assert main(["zero", "--config", str(p), "--blocks", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "above the 268435456 B this command checks on the host" in err and len(err.splitlines()) == 1

@@ -210,7 +210,10 @@ CONFIGS.update(
         "deepseek_v4": _fixture("deepseek_v4", num_hidden_layers=4, compress_ratios=[0, 4, 4, 4]),
     }
 )
-_TPS = {"gemma2": (1, 2), "nemotron_h_g1": (1, 16), "llama4_mm": (1, 8)}
+# Llama with a window and no layer_types: LlamaAttention passes none, so every layer takes the engine's
+# (issue 25's eighth pass: kvlayout labelled them full)
+CONFIGS["llama_sw"] = {**CONFIGS["llama"], "sliding_window": 512}
+_TPS = {"gemma2": (1, 2), "nemotron_h_g1": (1, 16), "llama4_mm": (1, 8), "llama_sw": (1,)}
 
 #: (case id, family, from_config keyword arguments, device)
 CASES: list[tuple[str, str, dict[str, Any], str]] = [
@@ -279,13 +282,14 @@ def test_every_case_equals_vllm(truth: tuple[Path, dict[str, dict[str, Any]]]) -
         assert got["use_mla"] == (fam in ("deepseek_v2", "deepseek_v4")), case_id
         if fam in (
             "llama",
+            "llama_sw",
             "phi3",
             "qwen3_moe",
             "qwen3_moe_sw",
             "qwen2_sw",
         ):  # which layers slide, by vLLM's config
             slides = [k == "sliding" for k in ms.kinds.values()]
-            per_layer = got["layer_types"] if fam in ("llama", "phi3") else None  # Llama's code reads them
+            per_layer = got["layer_types"] if fam in ("llama", "llama_sw", "phi3") else None
             if per_layer is not None:
                 assert slides == [t == "sliding_attention" for t in per_layer], case_id
             else:

@@ -195,7 +195,11 @@ def test_which_layers_slide_per_family() -> None:
     assert layer_types(_cfg(sliding_window=None), "mistral", n) == full
     assert _field(layer_types, _cfg(), "mistral", n) == "config.sliding_window"
     assert _field(layer_types, _cfg(), "gpt_oss", n) == "config.layer_types"
-    assert layer_types(_cfg(sliding_window=8), "llama", n) == full
+    # Llama: without layer_types LlamaAttention passes no window, so every layer takes the engine's one
+    # (tests/test_models_vllm_truth.py, llama_sw); with them, the written ones
+    assert layer_types(_cfg(sliding_window=8), "llama", n) == sliding
+    assert layer_types(_cfg(), "llama", n) == full
+    assert layer_types(_cfg(sliding_window=8, layer_types=["full_attention"] * n), "llama", n) == full
 
 
 def test_qwen2_slides_only_when_every_layer_does() -> None:
@@ -1093,8 +1097,8 @@ def test_config_reading_rules() -> None:
     notes: list[str] = []
     top, text = _cfg(), _cfg(dtype="float16")
     assert resolve_model_dtype(top, text, None, notes) == "float16" and notes == []
-    assert (
-        resolve_model_dtype(_cfg(torch_dtype="float16", dtype="bfloat16"), text, "auto", notes) == "float16"
+    assert (  # both written: transformers keeps dtype (issue 25, eighth pass)
+        resolve_model_dtype(_cfg(torch_dtype="float16", dtype="bfloat16"), text, "auto", notes) == "bfloat16"
     )
     assert resolve_model_dtype(_cfg(torch_dtype="float32"), text, None, notes) == "bfloat16"
     assert notes == ["float32 checkpoint: vLLM's dtype auto runs it in bfloat16"]

@@ -525,23 +525,33 @@ def test_state_views_and_optional_layers() -> None:
     layout = K.plan_layout(V.spec_from_kv_cache_config(CONFIG))
     n = storage.numel()
     v0, v1 = views[NAMES[0]], views[NAMES[1]]
-    # only state tuples: the start comes from the first one's block 0
-    assert V.check_views_against_layout(layout, {NAMES[0]: (v0,), NAMES[1]: (v1,)}, n) == LEAD
+    # only state tuples of layers kvlayout zeroes: nothing fixes the start (issue 25, eighth pass)
     refused(
         SpecError,
-        lambda: V.check_views_against_layout(layout, {NAMES[0]: (v0,), NAMES[1]: (shifted(v1, 4),)}, n),
+        lambda: V.check_views_against_layout(layout, {NAMES[0]: (v0,), NAMES[1]: (v1,)}, n),
+        "kv_caches",
+        "only lists of tensors",
+        "kv_caches = 'only lists of tensors': no layer kvlayout zeroes has a single-tensor view, so nothing "
+        "fixes where the cache starts in the storage (vLLM gives each attention layer one tensor)",
+    )
+    # a single-tensor view fixes it; a state tuple is then checked inside its layer's bytes at that start
+    assert V.check_views_against_layout(layout, {NAMES[0]: v0, NAMES[1]: (v1,)}, n) == LEAD
+    refused(
+        SpecError,
+        lambda: V.check_views_against_layout(layout, {NAMES[0]: v0, NAMES[1]: (shifted(v1, 4),)}, n),
         f"kv_caches[{NAMES[1]!r}].storage_offset",
         2564,
         f"kv_caches[{NAMES[1]!r}].storage_offset = 2564: block 0 covers storage bytes [(5128, 6152)], "
         "kvlayout's BLHNC plan puts this layer at [(5120, 6144)] (the cache starting at storage byte 4096, "
-        "where 0 of 2 views put it)",
+        "where 1 of 2 views put it)",
     )
     # a state tensor starting before its layer's bytes (ending inside them) is refused too
     with pytest.raises(SpecError, match=rf"^kv_caches\[{NAMES[1]!r}\]\.storage_offset = 2556:"):
         V.check_views_against_layout(layout, {NAMES[0]: v0, NAMES[1]: (shifted(v1, -4),)}, n)
     # an optional layer without a view is skipped, and the layers after it are still checked
     assert V.check_views_against_layout(layout, {NAMES[1]: v1}, n, optional=NAMES[:1]) == LEAD
-    assert V.check_views_against_layout(layout, {NAMES[1]: (v1,)}, n, optional=NAMES[:1]) == LEAD
+    with pytest.raises(SpecError, match="only lists of tensors"):
+        V.check_views_against_layout(layout, {NAMES[1]: (v1,)}, n, optional=NAMES[:1])
     refused(
         SpecError,
         lambda: V.check_views_against_layout(layout, {}, n, optional=NAMES),
@@ -770,3 +780,38 @@ def test_dropin_ids_and_buffer_stay_on_the_views_device() -> None:
     expected = poison.copy()
     K.zero_blocks_numpy(expected[LEAD : LEAD + 8192], z.table, [2])
     assert np.array_equal(storage.numpy(), expected)
+
+
+def test_lists_alone_do_not_fix_where_the_cache_starts() -> None:
+    """Issue 25's eighth pass: every layer given as a one-tensor list holding its second head slot (inside
+    the page, not its start) was accepted at a start 512 B late, and block 0's zeroing cleared 512 B of
+    block 1 and left 512 B of block 0. A list's tensors need only lie inside their pages, so a start is
+    taken only from single-tensor views; with none (and a layer to zero) the views are refused."""
+    storage, views = views_of(CONFIG, ATTN)
+    lists = {n: [v[:, 1:]] for n, v in views.items()}
+    before = storage.numpy().copy()
+    with pytest.raises(SpecError) as info:
+        V.KVBlockZeroer.from_kv_caches(CONFIG, lists)
+    assert (info.value.field, info.value.value) == ("kv_caches", "only lists of tensors")
+    assert "nothing fixes where the cache starts" in str(info.value)
+    assert (storage.numpy() == before).all()
+    # one single-tensor view fixes the start: the other layer's inner slot is then checked inside its page
+    mixed = {NAMES[0]: views[NAMES[0]], NAMES[1]: [views[NAMES[1]][:, 1:]]}
+    z = V.KVBlockZeroer.from_kv_caches(CONFIG, mixed)
+    z.zero_block_ids([0])
+    got = K.changed_ranges(before, storage.numpy()).tolist()
+    assert got == [[LEAD, LEAD + 2048]]
+
+
+def test_mamba_states_alone_start_at_their_first_tensor() -> None:
+    """With only Mamba state views (the attention layers optional), vLLM's first state tensor of the
+    first layer starts its page: that is the start (nothing is zeroed in such layers)."""
+    built = case("LBNHC:attn1+mamba")
+    layout = K.plan_layout(V.spec_from_kv_cache_config(built.config, built.layout))
+    caches = dict(built.extra["caches"])
+    full = V.check_views_against_layout(layout, caches, built.buffer.untyped_storage().nbytes())
+    states = {k: [v] for k, v in caches.items() if k.endswith(".mixer")}  # as lists of state tensors
+    assert states and len(states) < len(caches)
+    optional = [k for k in caches if k not in states]
+    n = built.buffer.untyped_storage().nbytes()
+    assert V.check_views_against_layout(layout, states, n, optional=optional) == full

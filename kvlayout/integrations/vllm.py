@@ -608,7 +608,15 @@ def check_views_against_layout(
         raise spec_error(where, len(views), "holds no view of a planned layer")
     if offsets:
         base = max(offsets, key=lambda k: offsets[k])  # the first of the most common
-    else:
+    elif any(not isinstance(p.layer, MambaSpec) for p in layout.placements if p.layer.name in views):
+        # only state lists, whose tensors need only lie inside their pages: the cache's start would be
+        # a guess (an inner slot as its first tensor shifted every row; issue 25, eighth pass)
+        why = (
+            "no layer kvlayout zeroes has a single-tensor view, so nothing fixes where the cache starts "
+            "in the storage (vLLM gives each attention layer one tensor)"
+        )
+        raise spec_error(where, "only lists of tensors", why)
+    else:  # Mamba states only (no rows to zero): vLLM's first state tensor starts its layer's page
         base = int(checked[0][3][0, 0]) - int(checked[0][2][0, 0])
     for name, t, ours, theirs, exact in checked:
         shifted = theirs - base

@@ -220,7 +220,8 @@ def layer_types(cfg: Config, family: str, n: int, variation: Variation = NO_VARI
     if family == "generic":  # the engine's one window, on every layer
         types = _written_or_family_types(cfg, family, n) if cfg.has("layer_types") else ["sliding"]
         return ["sliding" if cfg.has("sliding_window") and set(types) == {"sliding"} else "full"] * n
-    if family == "generic_sw" and not cfg.has("layer_types"):
+    if family in ("generic_sw", "llama") and not cfg.has("layer_types"):
+        # LlamaAttention passes a window only by layer_types: without them every layer takes the engine's
         return ["sliding" if cfg.has("sliding_window") else "full"] * n
     return _written_or_family_types(cfg, family, n)
 

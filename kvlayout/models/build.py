@@ -59,6 +59,18 @@ def build(
     top = Config(data, "config", completed=reader == "transformers")  # no hint to use it again
     arch, family = architecture(top)
     text = text_config(top)
+    if text is not top and not arch.endswith("ForConditionalGeneration"):
+        # transformers' get_text_config hands vLLM a text model only where the class nests one; a plain
+        # dict then has no num_attention_heads and vLLM refuses the config (issue 25, eighth pass)
+        why = (
+            f"{arch}'s config nests no text model: vLLM 0.33 refuses a config that writes one "
+            "(get_hf_text_config: no num_attention_heads); remove it or name the multimodal architecture"
+        )
+        raise spec_error(top.field("text_config"), "an object", why)
+    if text.data.get("sliding_window") == 0 and not isinstance(text.data["sliding_window"], bool):
+        # vLLM's ModelConfig reads a window of 0 as none (hf_text_config.sliding_window = None)
+        text.data = {**text.data, "sliding_window": None}
+        notes.append("sliding_window 0: vLLM reads it as no window")
     model_dtype = resolve_model_dtype(top, text, dtype, notes)
     prefix = "language_model.model.layers" if arch.endswith("ForConditionalGeneration") else "model.layers"
     if family in ("generic", "generic_sw", "generic_mla"):  # vLLM's names for it (models/vllm_checked.py)

@@ -190,7 +190,7 @@ def resolve_model_dtype(top: Config, text: Config, dtype: str | None, notes: lis
             raise spec_error("dtype", dtype, f"valid: auto, {', '.join(MODEL_DTYPES)}")
         return dtype
     for cfg in (top, text):
-        for key in ("torch_dtype", "dtype"):
+        for key in ("dtype", "torch_dtype"):  # transformers keeps dtype where both are written
             if cfg.has(key):
                 raw = cfg.data[key]
                 if raw not in MODEL_DTYPES:
