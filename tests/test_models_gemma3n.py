@@ -129,3 +129,46 @@ def test_tpu_inference_refuses_it_by_name() -> None:
     with pytest.raises(SpecError, match="Gemma 3n") as e:
         M.spec_from_config(G3N, engine="tpu-inference")
     assert e.value.field == "engine"
+
+
+def test_refusals_name_field_value_and_why() -> None:
+    """The full messages (mutation testing: each why and field is what a user reads)."""
+    def msg(cfg: dict[str, Any], **kw: Any) -> str:
+        with pytest.raises(SpecError) as e:
+            _plan(cfg, **kw)
+        return str(e.value)
+
+    hint = "; reader='transformers' fills the config class's defaults, as vLLM does"
+    drop = {k: v for k, v in G3N.items() if k != "num_kv_shared_layers"}
+    assert msg(drop) == (
+        "config.num_kv_shared_layers = None: missing; the last layers reading earlier caches "
+        "(Gemma3nTextConfig's default is 15)" + hint
+    )
+    assert msg({**G3N, "num_kv_shared_layers": 11}) == (
+        "config.num_kv_shared_layers = 11: must be at most num_hidden_layers (10)"
+    )
+    drop = {k: v for k, v in G3N.items() if k != "layer_types"}
+    assert msg(drop) == "config.layer_types = None: missing; Gemma 3n names its sliding and full layers there" + hint
+    for key, why in (
+        ("num_attention_heads", "the query heads"),
+        ("head_dim", "every layer's head size"),
+        ("num_key_value_heads", "every layer's KV heads"),
+        ("sliding_window", "the sliding layers' window"),
+    ):
+        drop = {k: v for k, v in G3N.items() if k != key}
+        assert msg(drop) == f"config.{key} = None: missing; {why}" + hint
+    assert msg(G3N, tp=16) == "config.num_attention_heads = 8: not divisible by tp = 16"
+    assert msg({**G3N, "num_key_value_heads": 3, "num_attention_heads": 12}, tp=2) == (
+        "config.num_key_value_heads = 3: not divisible by tp = 2"
+    )
+
+
+def test_kinds_dtype_backend_and_notes() -> None:
+    ms = _plan(G3N, kv_cache_dtype="fp8")  # Hopper: FLASH_ATTN's 16 tokens (an MLA backend's would be 64)
+    assert ms.kv_cache_dtype == "float8_e4m3fn" and {x.dtype for _, x in ms.spec.layers} == {"float8_e4m3fn"}
+    assert (ms.block_size, ms.attention_backend) == (16, "FLASH_ATTN")
+    assert {n: k for n, k in ms.kinds.items()} == {
+        f"model.layers.{i}.self_attn.attn": ("full" if i == 4 else "sliding") for i in range(6)
+    }
+    assert [g.name for g in ms.spec.groups][-1] == "full"
+    assert not any("earlier" in n for n in _plan({**G3N, "num_kv_shared_layers": 0}).notes)

@@ -370,3 +370,10 @@ def test_per_layer_config_null_and_the_bidirectional_value() -> None:
     with pytest.raises(SpecError) as e:
         _plan({**G4, "use_bidirectional_attention": 5})
     assert str(e.value) == "config.use_bidirectional_attention = 5: valid: all, vision (or null)"
+
+
+def test_kv_heads_refusal_names_the_layer() -> None:
+    """Gemma 4's per-layer KV heads name their layer; Gemma 3n's one count names none."""
+    with pytest.raises(SpecError) as e:
+        _plan({**G4, "num_key_value_heads": 3, "num_attention_heads": 12}, tp=2)
+    assert str(e.value) == "config.num_key_value_heads of layer 0 = 3: not divisible by tp = 2"
