@@ -53,18 +53,18 @@ ORDER=(ranges spec planner table validate reference cuda-plan pallas-plan verify
 # per module, the fast tests that exercise it (mutmut runs, per mutant, those that reach the function)
 declare -A TESTS=(
   [ranges]="tests/test_ranges.py tests/test_table.py"
-  [spec]="tests/test_mutants_spec.py tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py tests/test_layouts.py tests/test_hostile.py tests/test_hostile_s9.py"
+  [spec]="tests/test_mutants_spec.py tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py tests/test_layouts.py tests/test_hostile.py tests/test_hostile_s9.py tests/test_hostile_s10.py"
   [planner]="tests/test_mutants_planner.py tests/test_oracles.py tests/test_planner.py tests/test_regressions_19.py tests/test_layouts.py"
   [table]="tests/test_table.py tests/test_regressions_19.py tests/test_hostile_s8.py tests/test_hostile_s9.py"
-  [validate]="tests/test_validate.py tests/test_reference.py tests/test_mutants_validate.py tests/test_hostile_s8.py tests/test_hostile_s9.py"
+  [validate]="tests/test_validate.py tests/test_reference.py tests/test_mutants_validate.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py"
   [reference]="tests/test_reference.py tests/test_mutants_reference.py"
   [cuda-plan]="tests/test_host_plans.py"
   [pallas-plan]="tests/test_host_plans.py"
   [verify]="tests/test_mutants_verify_s10.py tests/test_mutants_verify_s9.py tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py tests/test_mutants_verify.py tests/test_hostile_s9.py"
   [native]="tests/test_native.py tests/test_mutants_native.py tests/test_reliability_s5.py tests/test_hostile_s8.py"
-  [sharding]="tests/test_sharding.py tests/test_mutants_sharding.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py"
+  [sharding]="tests/test_sharding.py tests/test_mutants_sharding.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py"
   [vllm]="tests/test_vllm_ground_truth.py tests/test_vllm_hostile.py tests/test_mutants_vllm.py tests/test_reliability_s5.py"
-  [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py"
+  [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py"
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py"
   [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_mutants_pallas_zeroer_s9.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s9_jax.py"
   # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)

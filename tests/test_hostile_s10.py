@@ -104,10 +104,22 @@ def _big() -> K.KVCacheSpec:
 def test_a_sharded_pool_past_the_limits_is_refused() -> None:
     with pytest.raises(SpecError) as e:
         ShardedLayout.from_local(_big(), {"dp": 64}, block_axes=("dp",))
-    assert e.value.field == "num_blocks" and e.value.value == 2**33
+    assert str(e.value) == (
+        "num_blocks = 8589934592: the global pool of 64 block shards: at most 2**31 - 1 blocks (section 8)"
+    )
     with pytest.raises(SpecError) as e:
         ShardedLayout.from_local(_big(), {"tp": 64})
-    assert e.value.field == "gathered_bytes" and e.value.value == 2**64
+    assert str(e.value) == (
+        "gathered_bytes = 18446744073709551616: 64 shards of 288230376151711744 B: must be below 2**62 "
+        "(section 8)"
+    )
+    # at the limits: 2**31 - 1 global blocks are taken, 2**62 gathered bytes are not
+    one = ShardedLayout.from_local(_big().with_num_blocks(2**31 - 1), {"dp": 1}, block_axes=("dp",))
+    assert one.num_blocks == 2**31 - 1
+    half = _big().with_num_blocks(2**30)  # 2**31 B a block: 2**61 B a shard
+    assert ShardedLayout.from_local(half, {"tp": 1}).gathered_bytes == 2**61
+    with pytest.raises(SpecError, match="^gathered_bytes = 4611686018427387904: 2 shards of"):
+        ShardedLayout.from_local(half, {"tp": 2})
     # the largest that fits: 2**31 - 1 global blocks are taken
     ok = ShardedLayout.from_local(_big().with_num_blocks(2**31 // 64 - 1), {"dp": 64}, block_axes=("dp",))
     assert ok.num_blocks < 2**31 - 1

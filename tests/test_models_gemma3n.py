@@ -148,7 +148,8 @@ def test_refusals_name_field_value_and_why() -> None:
         "config.num_kv_shared_layers = 11: must be at most num_hidden_layers (10)"
     )
     drop = {k: v for k, v in G3N.items() if k != "layer_types"}
-    assert msg(drop) == "config.layer_types = None: missing; Gemma 3n names its sliding and full layers there" + hint
+    want = "config.layer_types = None: missing; Gemma 3n names its sliding and full layers there"
+    assert msg(drop) == want + hint
     for key, why in (
         ("num_attention_heads", "the query heads"),
         ("head_dim", "every layer's head size"),
