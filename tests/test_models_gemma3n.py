@@ -10,9 +10,8 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.spec import FullAttentionSpec, SlidingWindowSpec
+from tests.test_models_gemma4 import _BASE, _layers, _plan  # the harness's base fields, one plan helper
 
-#: what the harness adds to every config (tests/test_models_hybrid_vllm.py's _BASE)
-_BASE: dict[str, Any] = {"torch_dtype": "bfloat16", "vocab_size": 1024, "max_position_embeddings": 4096}
 _S, _F = "sliding_attention", "full_attention"
 # google/gemma-3n-E2B's shape, smaller: 2 KV heads of 256 there (here 64), every fifth layer full, the
 # last layers (10 of 30 there, 4 of 10 here) reading the caches of layers first - 2 (sliding) and
@@ -34,16 +33,6 @@ GEMMA3N: dict[str, Any] = {
     "laurel_rank": 16,
 }
 G3N: dict[str, Any] = {**_BASE, **GEMMA3N}
-
-
-def _plan(cfg: dict[str, Any], **kw: Any) -> M.ModelSpec:
-    ms = M.from_config(cfg, **kw)
-    assert isinstance(ms, M.ModelSpec)
-    return ms
-
-
-def _layers(ms: M.ModelSpec) -> dict[str, Any]:
-    return {x.name: x for _, x in ms.spec.layers}
 
 
 def test_shared_layers_keep_no_cache_and_the_rest_follow_layer_types() -> None:
