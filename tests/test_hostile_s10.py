@@ -37,7 +37,7 @@ import kvlayout as K
 from kvlayout.cli import main
 from kvlayout.errors import LayoutBufferError, SpecError
 from kvlayout.sharding import ShardedLayout
-from kvlayout.spec import GroupSpec, LayerSpec
+from kvlayout.spec import FullAttentionSpec, GroupSpec, LayerSpec
 from kvlayout.table import Segment, SegmentTable
 
 _T = SegmentTable(2048, 8, (Segment(0, 64, 32, "g"), Segment(1024, 128, 64, "g")))
@@ -141,9 +141,13 @@ def test_shard_refuses_what_plan_refuses(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_a_bare_layer_spec_is_refused_by_its_group() -> None:
-    with pytest.raises(SpecError, match="must be a layer spec of a kind") as e:
-        GroupSpec("g", (LayerSpec("x"),))
-    assert e.value.value == "LayerSpec"
+    with pytest.raises(SpecError) as e:
+        GroupSpec("g", (FullAttentionSpec("a", 16, 1, 8, "bfloat16"), LayerSpec("x")))
+    assert (e.value.field, e.value.value) == ("group 'g'.layers[1]", "LayerSpec")
+    assert str(e.value) == (
+        "group 'g'.layers[1] = 'LayerSpec': must be a layer spec of a kind (FullAttentionSpec, MLASpec, "
+        "MambaSpec, ...)"
+    )
 
 
 _LLAMA = Path(__file__).resolve().parent / "fixtures" / "models" / "llama" / "config.json"

@@ -815,3 +815,32 @@ def test_mamba_states_alone_start_at_their_first_tensor() -> None:
     optional = [k for k in caches if k not in states]
     n = built.buffer.untyped_storage().nbytes()
     assert V.check_views_against_layout(layout, states, n, optional=optional) == full
+
+
+def test_mamba_states_alone_at_a_storage_offset() -> None:
+    """Mamba state views alone, ``LEAD`` bytes into a larger storage, the first one not at plan byte 0:
+    the cache's start is the first state tensor's storage byte less its plan byte (not the sum, not 0),
+    and a state run that leaves its pages is named with the count of views at that start (0: only lists)."""
+    built = case("LBNHC:attn1+mamba")
+    layout = K.plan_layout(V.spec_from_kv_cache_config(built.config, built.layout))
+    caches = dict(built.extra["caches"])
+    n = built.buffer.untyped_storage().nbytes()
+    big = torch.zeros(LEAD + n + 1024, dtype=torch.int8)
+
+    def moved(v: torch.Tensor, by: int = 0) -> torch.Tensor:
+        return big.as_strided(v.shape, v.stride(), v.storage_offset() + LEAD + by)
+
+    mixers = sorted(k for k in caches if k.endswith(".mixer"))
+    assert len(mixers) == 2
+    first = next(p for p in layout.placements if p.layer.name == mixers[1])
+    assert first.parts[0].base > 0  # the second state layer does not start at plan byte 0
+    optional = [k for k in caches if k != mixers[1]]
+    got = V.check_views_against_layout(layout, {mixers[1]: [moved(caches[mixers[1]])]}, LEAD + n,
+                                       optional=optional)
+    assert got == LEAD
+    both = {k: [moved(caches[k], 800 if k == mixers[1] else 0)] for k in mixers}
+    optional = [k for k in caches if k not in both]
+    with pytest.raises(SpecError) as info:
+        V.check_views_against_layout(layout, both, LEAD + n, optional=optional)
+    assert info.value.field == f"kv_caches[{mixers[1]!r}].storage_offset"
+    assert str(info.value).endswith(f"(the cache starting at storage byte {LEAD}, where 0 of 2 views put it)")
