@@ -299,8 +299,17 @@ def test_hybrid_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, 
 
 
 # --------------------------------------------------------------------------- the vLLM side
+def _on_gpu_backend(arch: str) -> bool:
+    """Whether the driver moves ``arch``'s layers to the backend a Hopper GPU picks (:func:`_as_gpu_gemma4`):
+    Gemma 4, Gemma 3n and the Qwen VL wrappers (sliding layers, whose block the CPU backend sets to 32)."""
+    from kvlayout.models.families import QWEN_VL
+
+    return arch.startswith(("Gemma4", "Gemma3n")) or arch in QWEN_VL
+
+
 def _as_gpu_gemma4(vc: Any, layers: dict[str, Any]) -> None:
-    """Stub: Gemma 4's layers on the backend vLLM chooses for them on a Hopper GPU. With head sizes
+    """Stub: Gemma 4's layers (and :func:`_on_gpu_backend`'s others) on the backend vLLM chooses for them
+    on a Hopper GPU. With head sizes
     that differ, vLLM's Gemma4Config picks FlashAttention 4 where it is available, else sets TRITON_ATTN
     (on the CPU: FA4 is not); with one head size it leaves the choice to the platform (FLASH_ATTN first
     on Hopper). The CPU platform builds its own backend instead (blocks in multiples of 32), which a GPU
@@ -319,6 +328,36 @@ def _as_gpu_gemma4(vc: Any, layers: dict[str, Any]) -> None:
         mod.attn_backend = gpu
 
 
+def _torchvision_without_ops() -> None:
+    """Make vLLM's Qwen vision-language modules importable: they import torchvision, pinned in .vl-deps
+    (requirements-vl.txt) beside the venv. Its wheel links CUDA's libtorch, so its C++ operators
+    (detection ops: nms, roi_align, ...) do not load beside CPU torch, and its module registering their
+    meta kernels fails: that one module is stubbed. Nothing of the model construction calls them (an
+    operator that does not exist raises where it is called)."""
+    import types
+
+    deps = ROOT / ".vl-deps"
+    assert (deps / "torchvision").is_dir(), "scripts/test.sh installs torchvision into .vl-deps"
+    sys.path.insert(0, str(deps))
+    sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
+    import torchvision
+
+    assert torchvision.__version__.startswith("0.28.0"), torchvision.__version__
+    assert not torchvision.extension._has_ops()  # the stub's assumption: its operators are absent
+    # Qwen2-VL's vision blocks take QuickGELU, which looks up vLLM's compiled ``_C.gelu_quick`` when it is
+    # built (vllm._C is not in the CPU install): the operator's schema only, with no kernel, so any call
+    # of it raises (the vision tower holds no cache and construction runs nothing)
+    import torch
+
+    if not hasattr(torch.ops._C, "gelu_quick"):
+        lib = torch.library.Library("_C", "FRAGMENT")
+        lib.define("gelu_quick(Tensor(a!) out, Tensor input) -> ()")
+        _KEEP.append(lib)
+
+
+_KEEP: list[Any] = []  # the stub library above lives as long as the driver
+
+
 def _driver() -> None:
     """Build each case's model in vLLM and print its KV cache: layers, groups, bytes per block."""
     import contextlib
@@ -330,6 +369,10 @@ def _driver() -> None:
 
     _stub_compressed_tensors()  # OLMo hybrid's import reaches quantization code naming it (not installed)
     cases = json.load(sys.stdin)
+    from kvlayout.models.families import QWEN_VL
+
+    if any(c["config"]["architectures"][0] in QWEN_VL for c in cases.values()):
+        _torchvision_without_ops()
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # vLLM's prints stay off the answer
     import torch
@@ -385,7 +428,13 @@ def _driver() -> None:
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 mc = ModelConfig(model=d, tokenizer=None, skip_tokenizer_init=True, dtype="auto")
-                cache = CacheConfig(block_size=16, cache_dtype=case["kv_cache_dtype"])
+                types = getattr(mc.hf_text_config, "layer_types", None)
+                window = (  # EngineArgs.create_engine_config's rule for the cache's one window
+                    mc.get_sliding_window()
+                    if types is None or all(t == "sliding_attention" for t in types)
+                    else None
+                )
+                cache = CacheConfig(block_size=16, cache_dtype=case["kv_cache_dtype"], sliding_window=window)
                 par = ParallelConfig(tensor_parallel_size=tp, distributed_executor_backend="mp")
                 vc = VllmConfig(model_config=mc, cache_config=cache, parallel_config=par)
                 cache.block_size, cache.mamba_page_size_padded = 16, None  # what a GPU platform starts from
@@ -402,7 +451,7 @@ def _driver() -> None:
                         cls(vllm_config=vc, prefix="")
                         # what the model runner asks (its get_kv_cache_spec): every registered layer
                         layers_of = get_layers_from_vllm_config(vc, AttentionLayerBase)  # type: ignore
-                        if case["config"]["architectures"][0].startswith(("Gemma4", "Gemma3n")):
+                        if _on_gpu_backend(case["config"]["architectures"][0]):
                             _as_gpu_gemma4(vc, layers_of)
                         # a layer reading another's cache gets none (the runner: kv_sharing_target_layer_name)
                         layers_of = {
@@ -420,7 +469,7 @@ def _driver() -> None:
                 if b.get_name().endswith("_DIFFKV"):
                     fa = FlashAttentionDiffKVBackend.supported_kv_cache_layouts()
                     assert b.supported_kv_cache_layouts() == fa, (b.get_name(), fa)
-            if case["config"]["architectures"][0].startswith(("Gemma4", "Gemma3n")):
+            if _on_gpu_backend(case["config"]["architectures"][0]):
                 # built on the CPU with its own backend; on a Hopper GPU vLLM runs the layers on
                 # FlashAttention (4) or TRITON_ATTN, which declare the same layouts (_as_gpu_gemma4)
                 fa = FlashAttentionBackend.supported_kv_cache_layouts()

@@ -57,7 +57,7 @@ def test_coverage_and_stated_refusals() -> None:
     # 28 by named rules, 58 by the generic rules (54 attention, with their named variations, and 4 MLA)
     # vLLM's model construction confirms (vllm_checked.py, tests/test_models_generic.py)
     assert len(covered) == 86 and set(covered) <= set(M.ARCHITECTURES)
-    # every architecture kvlayout reads is one vLLM serves (text generation, or the two multimodal ones)
+    # every architecture kvlayout reads is one vLLM serves (text generation, or the multimodal ones above)
     multimodal = {
         "Gemma3ForConditionalGeneration",
         "Gemma4ForConditionalGeneration",
@@ -65,8 +65,12 @@ def test_coverage_and_stated_refusals() -> None:
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5MoeForConditionalGeneration",
         "Llama4ForConditionalGeneration",
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
     }
-    assert set(M.ARCHITECTURES) - set(TEXT_GENERATION) <= multimodal
+    assert set(M.ARCHITECTURES) - set(TEXT_GENERATION) == multimodal == set(families.MULTIMODAL)
     # every hybrid refused has a reason of its own (what kvlayout would have to model), none stale
     hybrids = {a for a, (_, kind, _) in TEXT_GENERATION.items() if kind == "hybrid" and a not in covered}
     assert hybrids == set(families.HYBRID_REFUSALS)
@@ -87,3 +91,25 @@ def test_docs_state_the_coverage() -> None:
         assert f"Coverage: {len(covered)} of {total} architectures of vLLM 0.33" in text.replace("**", "")
     text = " ".join((ROOT / "docs" / "models.md").read_text().split())
     assert "--device hopper|blackwell|ampere" in text and "--attention-backend NAME" in text
+    n = len(families.MULTIMODAL)
+    assert f"reads **{n} multimodal architectures** of vLLM 0.33" in text
+    assert f"and {n} multimodal ones)" in (ROOT / "README.md").read_text()
+
+
+def test_the_multimodal_architectures_are_vllms() -> None:
+    """Each multimodal architecture kvlayout reads is in the installed vLLM's multimodal registry (its
+    ``_MULTIMODAL_MODELS``, read from the source with ``ast`` as scripts/gen_vllm_registry.py reads the
+    text-generation one: nothing of vLLM imported)."""
+    import ast
+
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None and spec.submodule_search_locations
+    source = Path(spec.submodule_search_locations[0], "model_executor", "models", "registry.py").read_text()
+    keys: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "_MULTIMODAL_MODELS":
+            assert isinstance(node.value, ast.Dict)
+            keys = {k.value for k in node.value.keys if isinstance(k, ast.Constant) and type(k.value) is str}
+    assert len(keys) > 50 and "Gemma3ForConditionalGeneration" in keys
+    assert set(families.MULTIMODAL) <= keys
+    assert not set(families.MULTIMODAL) & set(TEXT_GENERATION)

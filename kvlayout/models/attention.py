@@ -217,6 +217,8 @@ def layer_types(cfg: Config, family: str, n: int, variation: Variation = NO_VARI
             return ["full"] * n
     if family in ("qwen2", "qwen3"):
         return _qwen2_types(cfg, n)
+    if family == "qwen3_vl":  # its text config classes have no use_sliding_window: the engine's one window
+        family = "generic"
     if family == "generic":  # the engine's one window, on every layer
         types = _written_or_family_types(cfg, family, n) if cfg.has("layer_types") else ["sliding"]
         return ["sliding" if cfg.has("sliding_window") and set(types) == {"sliding"} else "full"] * n

@@ -53,7 +53,29 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "Gemma4ForConditionalGeneration": "gemma4",
     "Gemma3nForCausalLM": "gemma3n",
     "Gemma3nForConditionalGeneration": "gemma3n",
+    # multimodal wrappers whose language model vLLM 0.33 builds as a fixed text architecture under
+    # ``language_model`` (qwen2_vl.py, qwen2_5_vl.py: Qwen2ForCausalLM; qwen3_vl.py: Qwen3ForCausalLM;
+    # qwen3_vl_moe.py: Qwen3MoeForCausalLM), read through the text config (tests/test_models_vl_vllm.py);
+    # Qwen3-VL's text config classes have no use_sliding_window: family qwen3_vl (attention.py)
+    "Qwen2VLForConditionalGeneration": "qwen2",
+    "Qwen2_5_VLForConditionalGeneration": "qwen2",
+    "Qwen3VLForConditionalGeneration": "qwen3_vl",
+    "Qwen3VLMoeForConditionalGeneration": "qwen3_vl",
 }
+#: the Qwen vision-language wrappers above (their vLLM modules import torchvision)
+QWEN_VL: tuple[str, ...] = tuple(
+    a for a in NAMED_FAMILIES if a.startswith(("Qwen2VL", "Qwen2_5_VL", "Qwen3VL"))
+)
+#: the multimodal architectures kvlayout reads (vLLM lists them apart from its text-generation registry)
+MULTIMODAL: tuple[str, ...] = (
+    "Gemma3ForConditionalGeneration",
+    "Gemma4ForConditionalGeneration",
+    "Gemma3nForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+    "Llama4ForConditionalGeneration",
+    *QWEN_VL,
+)
 #: registry kind -> the generic family of an architecture of that kind vLLM's construction confirms
 GENERIC_BY_KIND: Mapping[str, str] = {
     "attention": "generic",
@@ -75,6 +97,7 @@ ATTENTION_FAMILIES = (
     "qwen2",
     "qwen3",
     "qwen3_moe",
+    "qwen3_vl",
     "phi3",
     "gemma2",
     "gemma3",

@@ -1,0 +1,218 @@
+"""Qwen's vision-language models by vLLM 0.33's own model construction (issue 23): Qwen2-VL and
+Qwen2.5-VL (text fields at the config's top, as published), Qwen3-VL and Qwen3-VL-MoE (a ``text_config``).
+
+vLLM builds each one's language model as a fixed text architecture under ``language_model``
+(Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM), so its cache is that architecture's, read
+from the text config, with layer names under ``language_model.``. The configs are small, in the shape of
+the published ones (their M-RoPE sections fitted to the small head size; a vision tower of one block).
+tests/test_models_hybrid_vllm.py's driver builds them (one subprocess: ModelConfig, the model class from
+vLLM's registry constructed as rank 0 of tp N, every layer's ``get_kv_cache_spec``, vLLM's grouping and
+bytes per block) at tp 1, 2 and 8 with a bf16 and an fp8 cache; kvlayout's plan, by both config
+readers, must give the same layers, kinds, pages, block sizes, windows, groups and bytes per block.
+vLLM's multimodal modules import torchvision (.vl-deps, requirements-vl.txt; the driver's
+``_torchvision_without_ops`` says what is stubbed and why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import kvlayout.models as M
+from kvlayout.errors import SpecError
+from kvlayout.models.families import MULTIMODAL, QWEN_VL
+from tests.test_models_hybrid_vllm import _BASE, _ENV, KV, ROOT, TPS, _kvlayout
+
+_TEXT: dict[str, Any] = {
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "intermediate_size": 512,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+}
+#: Qwen2.5-VL's vision tower, one block (vLLM's model builds it; it holds no KV cache)
+_VISION_25 = {"depth": 1, "hidden_size": 64, "out_hidden_size": 256, "num_heads": 8, "intermediate_size": 128,
+              "fullatt_block_indexes": [0], "hidden_act": "silu"}
+_MROPE_3 = {"mrope_interleaved": True, "mrope_section": [12, 10, 10], "rope_type": "default"}
+_VISION_3 = {"depth": 1, "hidden_size": 64, "out_hidden_size": 256, "num_heads": 8, "intermediate_size": 128,
+             "deepstack_visual_indexes": [], "num_position_embeddings": 64}
+
+#: name -> config in the shape of the published one (Qwen2-VL-7B-Instruct, Qwen2.5-VL-7B-Instruct,
+#: Qwen3-VL-8B-Instruct, Qwen3-VL-30B-A3B-Instruct), small
+CONFIGS: dict[str, dict[str, Any]] = {
+    "qwen2_vl": {
+        "architectures": ["Qwen2VLForConditionalGeneration"],
+        "model_type": "qwen2_vl",
+        **_TEXT,
+        "max_window_layers": 2,
+        "sliding_window": 32768,
+        "use_sliding_window": False,
+        "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+        # quick_gelu (the class default) has no CPU kernel in vLLM; the vision tower holds no cache
+        "vision_config": {"depth": 1, "embed_dim": 64, "hidden_size": 256, "num_heads": 8,
+                          "hidden_act": "gelu"},
+    },
+    "qwen2_5_vl": {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "model_type": "qwen2_5_vl",
+        **_TEXT,
+        "max_window_layers": 2,
+        "sliding_window": 32768,
+        "use_sliding_window": False,
+        "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+        "vision_config": _VISION_25,
+    },
+    # use_sliding_window with max_window_layers = num_hidden_layers: Qwen2's rule leaves every layer full
+    "qwen2_5_vl_swa": {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "model_type": "qwen2_5_vl",
+        **_TEXT,
+        "num_key_value_heads": 4,
+        "max_window_layers": 2,
+        "sliding_window": 64,
+        "use_sliding_window": True,
+        "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+        "vision_config": _VISION_25,
+    },
+    "qwen3_vl": {
+        "architectures": ["Qwen3VLForConditionalGeneration"],
+        "model_type": "qwen3_vl",
+        "text_config": {
+            **_TEXT,
+            "model_type": "qwen3_vl_text",
+            "head_dim": 64,
+            "dtype": "bfloat16",
+            "rope_scaling": _MROPE_3,
+        },
+        "vision_config": _VISION_3,
+    },
+    "qwen3_vl_moe": {
+        "architectures": ["Qwen3VLMoeForConditionalGeneration"],
+        "model_type": "qwen3_vl_moe",
+        "text_config": {
+            **_TEXT,
+            "model_type": "qwen3_vl_moe_text",
+            "head_dim": 64,
+            "num_key_value_heads": 4,
+            "dtype": "bfloat16",
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 128,
+            "decoder_sparse_step": 1,
+            "norm_topk_prob": True,
+            "rope_scaling": _MROPE_3,
+        },
+        "vision_config": _VISION_3,
+    },
+}
+# Qwen3-VL's text config classes have no use_sliding_window: a written window is vLLM's engine window,
+# on every layer (the dense one without the flag, the MoE one with it false)
+CONFIGS["qwen3_vl_window"] = {**CONFIGS["qwen3_vl"], "text_config": {**CONFIGS["qwen3_vl"]["text_config"],
+                                                                     "sliding_window": 64}}
+CONFIGS["qwen3_vl_moe_window"] = {
+    **CONFIGS["qwen3_vl_moe"],
+    "text_config": {
+        **CONFIGS["qwen3_vl_moe"]["text_config"], "sliding_window": 64, "use_sliding_window": False
+    },
+}
+
+
+def _config(name: str) -> dict[str, Any]:
+    cfg = CONFIGS[name]
+    return {**({} if "text_config" in cfg else _BASE), "vocab_size": 1024, **cfg}
+
+
+def _cases() -> dict[str, dict[str, Any]]:
+    return {
+        f"{name}-tp{tp}-{kv}": {"config": _config(name), "tp": tp, "kv_cache_dtype": kv}
+        for name in CONFIGS
+        for tp in TPS
+        for kv in KV
+    }
+
+
+@pytest.fixture(scope="module")
+def answers() -> dict[str, dict[str, Any]]:
+    env = {**os.environ, **_ENV, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "test_models_hybrid_vllm.py"), "--driver"],
+        input=json.dumps(_cases()),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    out: dict[str, dict[str, Any]] = json.loads(res.stdout.splitlines()[-1])
+    return out
+
+
+def test_qwen_vl_equals_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:
+    cases = _cases()
+    assert set(answers) == set(cases)
+    for case_id, case in cases.items():
+        got = answers[case_id]
+        assert "error" not in got, (case_id, got.get("error"))
+        mine = _kvlayout(case)
+        assert mine == {k: got[k] for k in mine}, case_id
+        kv = None if case["kv_cache_dtype"] == "auto" else case["kv_cache_dtype"]
+        read = M.from_config(case["config"], tp=case["tp"], kv_cache_dtype=kv, reader="transformers")
+        assert isinstance(read, M.ModelSpec) and read.spec == M.from_config(
+            case["config"], tp=case["tp"], kv_cache_dtype=kv
+        ).spec, case_id
+
+
+def test_qwen_vl_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, Any]]) -> None:
+    """Pinned by hand: 2 layers x K and V x KV heads per rank x head size x 16 tokens x 2 B (bf16)."""
+    expect = {
+        # 2 KV heads of 32 (hidden 256 / 8 heads: Qwen2 ignores head_dim), replicated at tp 8
+        "qwen2_vl-tp1-auto": 2 * 2 * 2 * 32 * 16 * 2,
+        "qwen2_5_vl-tp2-auto": 2 * 2 * 1 * 32 * 16 * 2,
+        "qwen2_5_vl-tp8-fp8": 2 * 2 * 1 * 32 * 16 * 1,
+        "qwen2_5_vl_swa-tp1-auto": 2 * 2 * 4 * 32 * 16 * 2,
+        "qwen3_vl-tp1-auto": 2 * 2 * 2 * 64 * 16 * 2,  # head_dim 64 from the text config
+        "qwen3_vl_moe-tp2-auto": 2 * 2 * 2 * 64 * 16 * 2,
+        "qwen3_vl_moe-tp8-auto": 2 * 2 * 1 * 64 * 16 * 2,
+    }
+    assert {k: answers[k]["bytes_per_block"] for k in expect} == expect
+    assert answers["qwen2_5_vl_swa-tp1-auto"]["windows"] == {}  # every layer full
+    assert list(answers["qwen3_vl-tp1-auto"]["layers"]) == [
+        f"language_model.model.layers.{i}.self_attn.attn" for i in range(2)
+    ]
+
+
+def test_qwen_vl_is_read_as_its_text_architecture() -> None:
+    """The wrapper plans as its text architecture's config would, named under ``language_model.``."""
+    pairs = {
+        "qwen2_5_vl": ("Qwen2ForCausalLM", "qwen2"),
+        "qwen3_vl": ("Qwen3ForCausalLM", "qwen3"),
+        "qwen3_vl_moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
+    }
+    for name, (text_arch, text_type) in pairs.items():
+        cfg = _config(name)
+        # Qwen3's own config class has use_sliding_window (false by default); Qwen3-VL's text classes do not
+        text = {"use_sliding_window": False, **cfg.get("text_config", cfg), "architectures": [text_arch],
+                "model_type": text_type}
+        text.pop("text_config", None)
+        text.pop("vision_config", None)
+        for tp in TPS:
+            wrapped, alone = M.from_config(cfg, tp=tp), M.from_config(text, tp=tp)
+            assert isinstance(wrapped, M.ModelSpec) and isinstance(alone, M.ModelSpec)
+            assert wrapped.bytes_per_block == alone.bytes_per_block and wrapped.block_size == alone.block_size
+            assert [x.name for _, x in wrapped.spec.layers] == [
+                f"language_model.{x.name}" for _, x in alone.spec.layers
+            ]
+    assert set(QWEN_VL) <= set(MULTIMODAL) <= set(M.ARCHITECTURES)
+
+
+def test_qwen_vl_is_refused_for_tpu_inference() -> None:
+    with pytest.raises(SpecError, match="tpu-inference's arrays for the multimodal Qwen2_5_VL") as e:
+        M.from_config(_config("qwen2_5_vl"), engine="tpu-inference")
+    assert (e.value.field, e.value.value) == ("engine", "tpu-inference")
