@@ -35,14 +35,14 @@ tar.extractall(sys.argv[1], members=members, filter="data")
 PY
     touch "$TPU_DEPS/.installed-0.32.0"
 fi
-# torchvision 0.28.0 for the Qwen vision-language ground truth, in .vl-deps (never the venv: requirements-vl.txt
-# says why)
+# torchvision 0.28.0 and mistral_common for the vision-language ground truth, in .vl-deps (never the venv:
+# requirements-vl.txt says why)
 VL_DEPS=.vl-deps
-if [ ! -f "$VL_DEPS/.installed-0.28.0" ]; then
+if [ ! -f "$VL_DEPS/.installed-2" ]; then
     rm -rf "$VL_DEPS"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes --target "$VL_DEPS" \
         -r requirements-vl.txt 2>&1 | grep -v '^WARNING: Location' || true
-    [ -d "$VL_DEPS/torchvision" ] && touch "$VL_DEPS/.installed-0.28.0"
+    [ -d "$VL_DEPS/torchvision" ] && [ -d "$VL_DEPS/mistral_common" ] && touch "$VL_DEPS/.installed-2"
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v '^WARNING: Location' || true
 "$VENV/bin/ruff" check kvlayout backends tests bench scripts notebooks

@@ -301,10 +301,11 @@ def test_hybrid_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, 
 # --------------------------------------------------------------------------- the vLLM side
 def _on_gpu_backend(arch: str) -> bool:
     """Whether the driver moves ``arch``'s layers to the backend a Hopper GPU picks (:func:`_as_gpu_gemma4`):
-    Gemma 4, Gemma 3n and the Qwen VL wrappers (sliding layers, whose block the CPU backend sets to 32)."""
-    from kvlayout.models.families import QWEN_VL
+    Gemma 4, Gemma 3n and the vision-language wrappers (sliding layers, whose block the CPU backend sets
+    to 32)."""
+    from kvlayout.models.families import VL_WRAPPERS
 
-    return arch.startswith(("Gemma4", "Gemma3n")) or arch in QWEN_VL
+    return arch.startswith(("Gemma4", "Gemma3n")) or arch in VL_WRAPPERS
 
 
 def _as_gpu_gemma4(vc: Any, layers: dict[str, Any]) -> None:
@@ -329,11 +330,11 @@ def _as_gpu_gemma4(vc: Any, layers: dict[str, Any]) -> None:
 
 
 def _torchvision_without_ops() -> None:
-    """Make vLLM's Qwen vision-language modules importable: they import torchvision, pinned in .vl-deps
-    (requirements-vl.txt) beside the venv. Its wheel links CUDA's libtorch, so its C++ operators
-    (detection ops: nms, roi_align, ...) do not load beside CPU torch, and its module registering their
-    meta kernels fails: that one module is stubbed. Nothing of the model construction calls them (an
-    operator that does not exist raises where it is called)."""
+    """Make vLLM's vision-language modules importable: they import torchvision (and LLaVA's and Mistral
+    3's mistral_common), pinned in .vl-deps (requirements-vl.txt) beside the venv. torchvision's wheel links
+    CUDA's libtorch, so its C++ operators (detection ops: nms, roi_align, ...) do not load beside CPU
+    torch, and its module registering their meta kernels fails: that one module is stubbed. Nothing of
+    the model construction calls them (an operator that does not exist raises where it is called)."""
     import types
 
     deps = ROOT / ".vl-deps"
@@ -369,9 +370,9 @@ def _driver() -> None:
 
     _stub_compressed_tensors()  # OLMo hybrid's import reaches quantization code naming it (not installed)
     cases = json.load(sys.stdin)
-    from kvlayout.models.families import QWEN_VL
+    from kvlayout.models.families import VL_WRAPPERS
 
-    if any(c["config"]["architectures"][0] in QWEN_VL for c in cases.values()):
+    if any(c["config"]["architectures"][0] in VL_WRAPPERS for c in cases.values()):
         _torchvision_without_ops()
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # vLLM's prints stay off the answer

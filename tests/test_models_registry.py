@@ -69,6 +69,10 @@ def test_coverage_and_stated_refusals() -> None:
         "Qwen2_5_VLForConditionalGeneration",
         "Qwen3VLForConditionalGeneration",
         "Qwen3VLMoeForConditionalGeneration",
+        "LlavaForConditionalGeneration",
+        "LlavaNextForConditionalGeneration",
+        "LlavaOnevisionForConditionalGeneration",
+        "Mistral3ForConditionalGeneration",
     }
     assert set(M.ARCHITECTURES) - set(TEXT_GENERATION) == multimodal == set(families.MULTIMODAL)
     # every hybrid refused has a reason of its own (what kvlayout would have to model), none stale

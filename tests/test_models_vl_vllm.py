@@ -1,9 +1,12 @@
-"""Qwen's vision-language models by vLLM 0.33's own model construction (issue 23): Qwen2-VL and
-Qwen2.5-VL (text fields at the config's top, as published), Qwen3-VL and Qwen3-VL-MoE (a ``text_config``).
+"""Vision-language models by vLLM 0.33's own model construction (issue 23): Qwen2-VL and Qwen2.5-VL (text
+fields at the config's top, as published), Qwen3-VL and Qwen3-VL-MoE (a ``text_config``), LLaVA, LLaVA-NeXT,
+LLaVA-OneVision and Mistral 3 (Mistral Small 3.1).
 
-vLLM builds each one's language model as a fixed text architecture under ``language_model``
-(Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM), so its cache is that architecture's, read
-from the text config, with layer names under ``language_model.``. The configs are small, in the shape of
+vLLM builds each one's language model under ``language_model``: the Qwen ones as a fixed text
+architecture (Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM), the others as the text config's
+own (its ``architectures``, else transformers' causal-LM class of its ``model_type``: Llama, Mistral,
+Qwen2 here). Its cache is that architecture's, read from the text config, with layer names under
+``language_model.``. The configs are small, in the shape of
 the published ones (their M-RoPE sections fitted to the small head size; a vision tower of one block).
 tests/test_models_hybrid_vllm.py's driver builds them (one subprocess: ModelConfig, the model class from
 vLLM's registry constructed as rank 0 of tp N, every layer's ``get_kv_cache_spec``, vLLM's grouping and
@@ -112,6 +115,58 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "vision_config": _VISION_3,
     },
 }
+#: vision towers of one block (8 heads: the tower is split over tp 8 too)
+_CLIP = {"model_type": "clip_vision_model", "hidden_size": 64, "num_hidden_layers": 1,
+         "num_attention_heads": 8, "intermediate_size": 128, "image_size": 224, "patch_size": 14,
+         "projection_dim": 64}
+_SIGLIP = {"model_type": "siglip_vision_model", "hidden_size": 64, "num_hidden_layers": 1,
+           "num_attention_heads": 8, "intermediate_size": 128, "image_size": 384, "patch_size": 14}
+_PIXTRAL = {"model_type": "pixtral", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 8,
+            "intermediate_size": 128, "head_dim": 8, "image_size": 224, "patch_size": 16}
+_SMALL = {**_TEXT, "vocab_size": 1024, "max_position_embeddings": 4096}
+# llava-1.5 (its text config names LlamaForCausalLM), llava-v1.6-mistral (model_type mistral, no
+# architectures), llava-onevision-qwen2 (qwen2), Mistral-Small-3.1 (mistral, head_dim, no window; and
+# with one)
+CONFIGS["llava"] = {
+    "architectures": ["LlavaForConditionalGeneration"],
+    "model_type": "llava",
+    "torch_dtype": "float16",
+    "text_config": {**_SMALL, "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                    "torch_dtype": "float16"},
+    "vision_config": _CLIP,
+    "image_token_index": 10,
+    "projector_hidden_act": "gelu",
+}
+CONFIGS["llava_next"] = {
+    "architectures": ["LlavaNextForConditionalGeneration"],
+    "model_type": "llava_next",
+    "torch_dtype": "bfloat16",
+    "text_config": {**_SMALL, "model_type": "mistral", "num_key_value_heads": 4, "sliding_window": None},
+    "vision_config": _CLIP,
+    "image_token_index": 10,
+}
+CONFIGS["llava_onevision"] = {
+    "architectures": ["LlavaOnevisionForConditionalGeneration"],
+    "model_type": "llava_onevision",
+    "torch_dtype": "bfloat16",
+    "text_config": {**_SMALL, "model_type": "qwen2", "use_sliding_window": False, "sliding_window": 4096,
+                    "max_window_layers": 2},
+    "vision_config": _SIGLIP,
+    "image_token_index": 10,
+}
+CONFIGS["mistral3"] = {
+    "architectures": ["Mistral3ForConditionalGeneration"],
+    "model_type": "mistral3",
+    "torch_dtype": "bfloat16",
+    "text_config": {**_SMALL, "model_type": "mistral", "head_dim": 64, "sliding_window": None},
+    "vision_config": _PIXTRAL,
+    "image_token_index": 10,
+    "spatial_merge_size": 2,
+    "projector_hidden_act": "gelu",
+    "multimodal_projector_bias": False,
+}
+CONFIGS["mistral3_window"] = {**CONFIGS["mistral3"], "text_config": {**CONFIGS["mistral3"]["text_config"],
+                                                                     "sliding_window": 64}}
 # Qwen3-VL's text config classes have no use_sliding_window: a written window is vLLM's engine window,
 # on every layer (the dense one without the flag, the MoE one with it false)
 CONFIGS["qwen3_vl_window"] = {**CONFIGS["qwen3_vl"], "text_config": {**CONFIGS["qwen3_vl"]["text_config"],
@@ -180,9 +235,13 @@ def test_qwen_vl_answers_are_the_hand_computed_ones(answers: dict[str, dict[str,
         "qwen3_vl-tp1-auto": 2 * 2 * 2 * 64 * 16 * 2,  # head_dim 64 from the text config
         "qwen3_vl_moe-tp2-auto": 2 * 2 * 2 * 64 * 16 * 2,
         "qwen3_vl_moe-tp8-auto": 2 * 2 * 1 * 64 * 16 * 2,
+        "llava-tp1-auto": 2 * 2 * 2 * 32 * 16 * 2,  # float16
+        "llava_next-tp2-fp8": 2 * 2 * 2 * 32 * 16 * 1,
+        "mistral3-tp8-auto": 2 * 2 * 1 * 64 * 16 * 2,  # head_dim 64 (Mistral takes it)
     }
     assert {k: answers[k]["bytes_per_block"] for k in expect} == expect
     assert answers["qwen2_5_vl_swa-tp1-auto"]["windows"] == {}  # every layer full
+    assert set(answers["mistral3_window-tp2-auto"]["windows"].values()) == {64}  # Mistral: every layer
     assert list(answers["qwen3_vl-tp1-auto"]["layers"]) == [
         f"language_model.model.layers.{i}.self_attn.attn" for i in range(2)
     ]
@@ -194,6 +253,9 @@ def test_qwen_vl_is_read_as_its_text_architecture() -> None:
         "qwen2_5_vl": ("Qwen2ForCausalLM", "qwen2"),
         "qwen3_vl": ("Qwen3ForCausalLM", "qwen3"),
         "qwen3_vl_moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
+        "llava": ("LlamaForCausalLM", "llama"),
+        "llava_onevision": ("Qwen2ForCausalLM", "qwen2"),
+        "mistral3_window": ("MistralForCausalLM", "mistral"),
     }
     for name, (text_arch, text_type) in pairs.items():
         cfg = _config(name)
@@ -216,3 +278,44 @@ def test_qwen_vl_is_refused_for_tpu_inference() -> None:
     with pytest.raises(SpecError, match="tpu-inference's arrays for the multimodal Qwen2_5_VL") as e:
         M.from_config(_config("qwen2_5_vl"), engine="tpu-inference")
     assert (e.value.field, e.value.value) == ("engine", "tpu-inference")
+
+
+def test_a_text_config_model_type_names_transformers_causal_lm_class() -> None:
+    """CAUSAL_LM_TYPES is transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES on its types, each an attention
+    architecture kvlayout reads."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as NAMES
+
+    from kvlayout.models.attention import CAUSAL_LM_TYPES
+    from kvlayout.models.families import ATTENTION_FAMILIES, FAMILIES
+
+    assert {t: NAMES[t] for t in CAUSAL_LM_TYPES} == dict(CAUSAL_LM_TYPES)
+    assert all(FAMILIES[a] in ATTENTION_FAMILIES for a in CAUSAL_LM_TYPES.values())
+
+
+def _refused(config: dict[str, Any], field: str, value: Any, message: str) -> None:
+    with pytest.raises(SpecError) as e:
+        M.from_config(config)
+    assert (e.value.field, e.value.value) == (field, value)
+    assert message in str(e.value)
+
+
+def test_a_wrappers_language_model_is_refused_unless_an_attention_architecture() -> None:
+    base = _config("mistral3")
+    text = base["text_config"]
+    _refused({k: v for k, v in base.items() if k != "text_config"}, "config.text_config", None,
+             "Mistral3ForConditionalGeneration builds its language model from it")
+    _refused({**base, "text_config": {**text, "model_type": "jamba"}}, "config.text_config.model_type",
+             "jamba", "valid: llama, mistral, qwen2")
+    _refused({**base, "text_config": {k: v for k, v in text.items() if k != "model_type"}},
+             "config.text_config.model_type", None, "builds the causal-LM class of this model type")
+    _refused({**base, "text_config": {**text, "architectures": "LlamaForCausalLM"}},
+             "config.text_config.architectures", "LlamaForCausalLM",
+             "must be a non-empty list of class names")
+    for inner in ("JambaForCausalLM", "DeepseekV2ForCausalLM", "NoSuchForCausalLM"):
+        _refused({**base, "text_config": {**text, "architectures": [inner]}},
+                 "config.text_config.architectures[0]", inner,
+                 f"language model ({inner}) must be an attention architecture kvlayout reads")
+    # the text config's architectures beat its model_type (vLLM's with_hf_config)
+    ms = M.from_config({**base, "text_config": {**text, "architectures": ["LlamaForCausalLM"]}})
+    assert isinstance(ms, M.ModelSpec) and ms.family == "llama"
+    assert "the language model is LlamaForCausalLM, built as language_model" in ms.notes

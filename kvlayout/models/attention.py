@@ -120,6 +120,30 @@ NAMED_VARIATIONS: Mapping[str, Variation] = {"qwen2": Variation(head_dim=False)}
 #: its ``text_config`` (vLLM 0.33's mllama4.py: ``Llama4ForCausalLM`` under ``language_model``); its
 #: layers are that architecture's, named ``language_model.{name}``
 WRAPPERS: Mapping[str, str] = {"Llama4ForConditionalGeneration": "Llama4ForCausalLM"}
+#: multimodal architectures whose language model vLLM 0.33 builds from the text config's own architecture
+#: (llava.py, llava_next.py, llava_onevision.py, mistral3.py: ``init_vllm_registered_model`` with
+#: ``hf_config=config.text_config``; ``VllmConfig.with_hf_config`` takes its ``architectures``, else
+#: transformers' causal-LM class of its ``model_type``), under ``language_model``
+TEXT_CONFIG_WRAPPERS: tuple[str, ...] = (
+    "LlavaForConditionalGeneration",
+    "LlavaNextForConditionalGeneration",
+    "LlavaOnevisionForConditionalGeneration",
+    "Mistral3ForConditionalGeneration",
+)
+#: a text config's ``model_type`` -> transformers' causal-LM class for it (its
+#: ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, tests/test_models_vl_vllm.py), for the attention architectures
+#: such a wrapper's published checkpoints name
+CAUSAL_LM_TYPES: Mapping[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "granite": "GraniteForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+}
 
 
 @dataclass(frozen=True)
@@ -310,7 +334,7 @@ def _written_or_family_types(cfg: Config, family: str, n: int) -> list[str]:
 
 def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
-    arch = c.top.data["architectures"][0]
+    arch = c.text_arch or c.top.data["architectures"][0]
     arch = WRAPPERS.get(arch, arch)
     if c.family in GENERIC_FAMILIES:
         var = VARIATIONS.get(arch, NO_VARIATION)

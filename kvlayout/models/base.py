@@ -74,6 +74,7 @@ class Ctx:
     device: str | None = DEFAULT_DEVICE  # None: no CUDA GPU (tpu-inference), no backend resolved
     attention_backend: str | None = None  # the backend the user named
     resolved: Resolved | None = None  # the backend assumed for the attention layers
+    text_arch: str = ""  # a TEXT_CONFIG_WRAPPERS model's language model architecture (attention.py)
 
     def backend(
         self, *, mla: bool, sparse: bool = False, qk_nope_head_dim: int | None = None, by_block: bool = True

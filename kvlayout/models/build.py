@@ -22,7 +22,7 @@ from .config import (
     text_config,
     through_transformers,
 )
-from .families import architecture, family_rule
+from .families import architecture, family_rule, text_architecture
 from .vllm_checked import GENERIC_ATTENTION
 
 
@@ -71,11 +71,15 @@ def build(
         # vLLM's ModelConfig reads a window of 0 as none (hf_text_config.sliding_window = None)
         text.data = {**text.data, "sliding_window": None}
         notes.append("sliding_window 0: vLLM reads it as no window")
+    text_arch = ""
+    if family == "text_config":  # a wrapper whose language model is the text config's own architecture
+        text_arch, family = text_architecture(arch, top, text)
+        notes.append(f"the language model is {text_arch}, built as language_model")
     model_dtype = resolve_model_dtype(top, text, dtype, notes)
     prefix = "language_model.model.layers" if arch.endswith("ForConditionalGeneration") else "model.layers"
     if family in ("generic", "generic_sw", "generic_mla"):  # vLLM's names for it (models/vllm_checked.py)
-        prefix = GENERIC_ATTENTION[WRAPPERS.get(arch, arch)][0]
-        if arch in WRAPPERS:  # the text model is built as the wrapper's language_model
+        prefix = GENERIC_ATTENTION[text_arch or WRAPPERS.get(arch, arch)][0]
+        if arch in WRAPPERS or text_arch:  # the text model is built as the wrapper's language_model
             prefix = f"language_model.{prefix}"
     if family == "deepseek_v3" and text.has("index_topk"):
         family = "deepseek_v32"
@@ -93,6 +97,7 @@ def build(
         {},
         device=device,
         attention_backend=attention_backend,
+        text_arch=text_arch,
     )
     groups, kv, bs = family_rule(family)(c)
     spec = KVCacheSpec(num_blocks=num_blocks, layout="packed", groups=groups)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 
 from ..errors import spec_error
 from ..spec import GroupSpec
-from .attention import WRAPPERS, attention_family
+from .attention import CAUSAL_LM_TYPES, TEXT_CONFIG_WRAPPERS, WRAPPERS, attention_family
 from .base import Ctx
 from .config import Config
 from .deepseek_v4 import dsv4_family
@@ -61,6 +61,9 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "Qwen2_5_VLForConditionalGeneration": "qwen2",
     "Qwen3VLForConditionalGeneration": "qwen3_vl",
     "Qwen3VLMoeForConditionalGeneration": "qwen3_vl",
+    # multimodal wrappers whose language model is the text config's own architecture: its family, found
+    # when the config is read (text_architecture)
+    **{w: "text_config" for w in TEXT_CONFIG_WRAPPERS},
 }
 #: the Qwen vision-language wrappers above (their vLLM modules import torchvision)
 QWEN_VL: tuple[str, ...] = tuple(
@@ -75,7 +78,10 @@ MULTIMODAL: tuple[str, ...] = (
     "Qwen3_5MoeForConditionalGeneration",
     "Llama4ForConditionalGeneration",
     *QWEN_VL,
+    *TEXT_CONFIG_WRAPPERS,
 )
+#: the vision-language wrappers read as a text architecture (their vLLM modules import torchvision)
+VL_WRAPPERS: tuple[str, ...] = (*QWEN_VL, *TEXT_CONFIG_WRAPPERS)
 #: registry kind -> the generic family of an architecture of that kind vLLM's construction confirms
 GENERIC_BY_KIND: Mapping[str, str] = {
     "attention": "generic",
@@ -196,3 +202,33 @@ def family_rule(family: str) -> FamilyRule:
     if family == "gemma3n":
         return gemma3n_family
     return hybrid_family
+
+
+def text_architecture(arch: str, top: Config, text: Config) -> tuple[str, str]:
+    """The language model a :data:`TEXT_CONFIG_WRAPPERS` architecture builds (vLLM 0.33: the text config's
+    ``architectures``, else transformers' causal-LM class of its ``model_type``) and its family; only an
+    attention architecture kvlayout reads is taken."""
+    if text is top:
+        raise top.missing("text_config", f"{arch} builds its language model from it")
+    archs = text.data.get("architectures")
+    if archs is not None:
+        if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+            raise spec_error(text.field("architectures"), archs, "must be a non-empty list of class names")
+        inner, field = archs[0], text.field("architectures[0]")
+    else:
+        mt = text.data.get("model_type")
+        if mt is None:
+            raise text.missing("model_type", f"{arch} builds the causal-LM class of this model type")
+        if not isinstance(mt, str) or mt not in CAUSAL_LM_TYPES:
+            why = f"valid: {', '.join(CAUSAL_LM_TYPES)} (or write the text config's architectures)"
+            raise spec_error(text.field("model_type"), mt, why)
+        inner, field = CAUSAL_LM_TYPES[mt], text.field("model_type")
+    family = FAMILIES.get(inner, "")
+    if family not in ATTENTION_FAMILIES:
+        why = (
+            f"{arch}'s language model ({inner}) must be an attention architecture kvlayout reads "
+            "(hybrid, MLA and other wrapped models are not checked against vLLM)"
+        )
+        raise spec_error(field, mt if archs is None else inner, why)
+    return inner, family
+

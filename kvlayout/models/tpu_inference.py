@@ -67,7 +67,7 @@ from ..validate import is_int
 from .base import DEFAULT_NUM_BLOCKS, fmt_int
 from .build import build
 from .config import MAX_CONFIG_INT
-from .families import QWEN_VL
+from .families import VL_WRAPPERS
 
 #: tpu-inference pads the head size of its attention and MLA arrays to the TPU lane width.
 TPU_LANES = 128
@@ -316,7 +316,7 @@ def tpu_inference_from_config(
             "(vLLM unifies their pages; what tpu-inference allocates for them is not read here)"
         )
         raise spec_error("engine", "tpu-inference", why)
-    if probe.architecture in QWEN_VL:
+    if probe.architecture in VL_WRAPPERS:
         why = (
             f"tpu-inference's arrays for the multimodal {probe.architecture} are not checked against its "
             "code (vLLM's are: plan with engine vllm)"
