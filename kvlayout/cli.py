@@ -62,7 +62,11 @@ def _add_source(p: argparse.ArgumentParser, *, table: bool = False) -> None:
     m.add_argument("--block-size", type=_count, help="with --config: tokens per block (else the engine's)")
     m.add_argument("--device", help="with --config: the GPU: hopper (default), blackwell, ampere")
     m.add_argument("--attention-backend", help="with --config: a vLLM attention backend (else vLLM's choice)")
-    m.add_argument("--reader", help="with --config: json (as written, default) or transformers (as vLLM)")
+    m.add_argument(
+        "--reader",
+        help="with --config: auto (default: as written, through transformers where a field is left out), "
+        "json (as written) or transformers (as vLLM)",
+    )
     m.add_argument("--dp", type=_count, help="with --engine tpu-inference: the mesh's data axis")
     m.add_argument("--dcp", type=_count, help="with --engine tpu-inference: decode context parallel size")
     m.add_argument("--model-impl", help="with --engine tpu-inference: auto (default), flax_nnx, vllm")
@@ -120,7 +124,7 @@ def _load_spec(args: argparse.Namespace) -> KVCacheSpec:
             num_blocks=DEFAULT_NUM_BLOCKS if args.num_blocks is None else args.num_blocks,
             device="hopper" if args.device is None else args.device,
             attention_backend=args.attention_backend,
-            reader="json" if args.reader is None else args.reader,
+            reader="auto" if args.reader is None else args.reader,
             **{
                 k: v
                 for k, v in (("dp", args.dp), ("dcp", args.dcp), ("model_impl", args.model_impl),

@@ -20,6 +20,7 @@ import pytest
 import kvlayout as K
 import kvlayout.models as M
 from kvlayout.conformance import run_case
+from tests import json_reader as J
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
 FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file())
@@ -245,7 +246,7 @@ def test_every_fixture_has_a_source_note_and_an_expectation() -> None:
 @pytest.mark.parametrize("family", sorted(EXPECTED))
 def test_fixture_pages_match_hand_computation(family: str) -> None:
     arch, block, kv, kinds, groups, per_block = EXPECTED[family]
-    ms = M.from_config(FIXTURES / family / "config.json")
+    ms = J.from_config(FIXTURES / family / "config.json")
     assert (ms.architecture, ms.block_size, ms.kv_cache_dtype, ms.engine, ms.tp) == (
         arch,
         block,
@@ -261,18 +262,18 @@ def test_fixture_pages_match_hand_computation(family: str) -> None:
     for name, kind in NAMES[family]:
         assert ms.kinds[name] == kind
     # the path and the dict give the same spec, and spec_from_config is from_config's spec
-    assert M.spec_from_config(config(family)) == ms.spec
+    assert J.spec_from_config(config(family)) == ms.spec
 
 
 @pytest.mark.parametrize("family", sorted(EXPECTED))
 def test_fixture_plans_verifies_and_zeroes_on_the_reference(family: str) -> None:
-    spec = M.spec_from_config(config(family), num_blocks=3)
+    spec = J.spec_from_config(config(family), num_blocks=3)
     table = K.plan(spec)
     report = K.verify(table)
     assert report.ok and report.padding_checked, report.format()
     res = run_case(K.ReferenceBackend, table, [0, 2])
     assert res.ok, res.check.describe()
-    zeroed_kinds = {M.from_config(config(family)).kinds[s.layer] for s in table.segments}
+    zeroed_kinds = {J.from_config(config(family)).kinds[s.layer] for s in table.segments}
     assert zeroed_kinds.isdisjoint({"mamba", "gdn"})  # Mamba states are never zeroed
 
 
@@ -282,7 +283,7 @@ def test_fixture_zeroes_on_every_backend(family: str, backend: str) -> None:
     """vLLM's flat layout: planned, proven, and zeroed exactly (guard bands included) by every
     backend (on a CPU: cuda under Triton's interpreter, pallas in TPU interpret mode)."""
     be = K.load_backend(backend)  # CI installs both extras: a missing one fails here
-    table = K.plan(M.spec_from_config(config(family), num_blocks=2))
+    table = K.plan(J.spec_from_config(config(family), num_blocks=2))
     assert K.verify(table).ok
     res = run_case(be, table, [1])
     assert res.ok, res.check.describe()
@@ -303,7 +304,7 @@ def test_fixture_native_arrays_zero_with_the_cache_zeroer(family: str, kernel: s
 
     from tests.test_native_pallas import poisoned
 
-    spec = M.spec_from_config(config(family), engine="tpu-inference", num_blocks=3, block_size=16)
+    spec = J.spec_from_config(config(family), engine="tpu-inference", num_blocks=3, block_size=16)
     assert isinstance(spec, K.NativeCacheSpec)
     assert all(r.ok for r in K.verify_native(spec).values())
     # plain interpret mode quiets bf16 NaN payloads on XLA:CPU: the Triton path gets finite poison
@@ -319,7 +320,7 @@ def test_fixture_native_arrays_zero_with_the_cache_zeroer(family: str, kernel: s
 
 
 def test_gemma3_sliding_layers_keep_their_window() -> None:
-    spec = M.spec_from_config(config("gemma3"))
+    spec = J.spec_from_config(config("gemma3"))
     by_name = {layer.name: layer for _, layer in spec.layers}
     sliding = by_name["language_model.model.layers.0.self_attn.attn"]
     assert isinstance(sliding, K.SlidingWindowSpec) and sliding.window == 1024
@@ -330,10 +331,10 @@ def test_gemma3_sliding_layers_keep_their_window() -> None:
 
 
 def test_gemma2_float32_checkpoint_runs_in_bfloat16_unless_told() -> None:
-    ms = M.from_config(config("gemma2"))
+    ms = J.from_config(config("gemma2"))
     assert ms.dtype == "bfloat16" and any("float32" in n for n in ms.notes)
     # dtype="float32" asks for it: 2 * 16 * 8 * 256 * 4 = 262,144
-    assert kinds_of(M.from_config(config("gemma2"), dtype="float32"))["full"] == (21, 262_144, 262_144)
+    assert kinds_of(J.from_config(config("gemma2"), dtype="float32"))["full"] == (21, 262_144, 262_144)
 
 
 # --------------------------------------------------------------------------- tp, fp8, block size
@@ -348,30 +349,30 @@ def test_gemma2_float32_checkpoint_runs_in_bfloat16_unless_told() -> None:
     ],
 )
 def test_tensor_parallel_kv_heads(family: str, tp: int, page: int) -> None:
-    ms = M.from_config(config(family), tp=tp)
+    ms = J.from_config(config(family), tp=tp)
     assert ms.tp == tp
     assert {(real, pg) for _, real, pg in kinds_of(ms).values()} == {(page, page)}
 
 
 def test_mla_is_not_split_by_tp_and_fp8_halves_it() -> None:
-    assert kinds_of(M.from_config(config("deepseek_v3"), tp=8))["mla"] == (61, 18_432, 18_432)
-    fp8 = M.from_config(config("deepseek_v3"), kv_cache_dtype="fp8")
+    assert kinds_of(J.from_config(config("deepseek_v3"), tp=8))["mla"] == (61, 18_432, 18_432)
+    fp8 = J.from_config(config("deepseek_v3"), kv_cache_dtype="fp8")
     assert fp8.kv_cache_dtype == "float8_e4m3fn"
     assert kinds_of(fp8)["mla"] == (61, 36_864, 36_864)  # FlashMLA on Hopper: 64 * 576 * 1
 
 
 def test_fp8_attention_pages() -> None:
-    ms = M.from_config(config("llama"), kv_cache_dtype="fp8")
+    ms = J.from_config(config("llama"), kv_cache_dtype="fp8")
     assert (ms.kv_cache_dtype, kinds_of(ms)["full"]) == (
         "float8_e4m3fn",
         (32, 32_768, 32_768),
     )  # 2*16*8*128*1
-    e5 = M.from_config(config("llama"), kv_cache_dtype="fp8_e5m2")
+    e5 = J.from_config(config("llama"), kv_cache_dtype="fp8_e5m2")
     assert e5.kv_cache_dtype == "float8_e5m2" and e5.bytes_per_block == 1_048_576  # 32 * 32,768
 
 
 def test_deepseek_v32_fp8_is_fp8_ds_mla_656_bytes_per_token() -> None:
-    ms = M.from_config(config("deepseek_v32"), kv_cache_dtype="fp8")
+    ms = J.from_config(config("deepseek_v32"), kv_cache_dtype="fp8")
     assert ms.kv_cache_dtype == "fp8_ds_mla"
     # 64 tokens * 656 B (512 fp8 + 4 * 4 B scales + 64 * 2 B RoPE) = 41,984; the indexer stays 8,448
     assert kinds_of(ms) == {"indexer": (61, 8_448, 8_448), "mla": (61, 41_984, 41_984)}
@@ -381,32 +382,32 @@ def test_deepseek_v32_fp8_is_fp8_ds_mla_656_bytes_per_token() -> None:
 def test_hybrid_fp8_and_tp_move_the_block_size() -> None:
     # fp8: 2 * 2 * 256 * 1 = 1,024 B per token; 16 * ceil(1,085,440 / 16,384) = 16 * 67 = 1,072 tokens,
     # pages 1,072 * 1,024 = 1,097,728 (GDN padded by 12,288)
-    fp8 = M.from_config(config("qwen3_5"), kv_cache_dtype="fp8")
+    fp8 = J.from_config(config("qwen3_5"), kv_cache_dtype="fp8")
     assert fp8.block_size == 1_072
     assert kinds_of(fp8) == {"gdn": (18, 1_085_440, 1_097_728), "full": (6, 1_097_728, 1_097_728)}
     # tp 2: 1 KV head (1,024 B per token); conv 3 * 3,072 * 2 = 18,432 + ssm 8 * 128 * 128 * 4 = 524,288
     # -> 542,720; 16 * ceil(542,720 / 16,384) = 16 * 34 = 544 tokens, pages 557,056
-    tp2 = M.from_config(config("qwen3_5"), tp=2)
+    tp2 = J.from_config(config("qwen3_5"), tp=2)
     assert tp2.block_size == 544
     assert kinds_of(tp2) == {"gdn": (18, 542_720, 557_056), "full": (6, 557_056, 557_056)}
 
 
 def test_block_size_argument() -> None:
-    assert kinds_of(M.from_config(config("llama"), block_size=32))["full"] == (
+    assert kinds_of(J.from_config(config("llama"), block_size=32))["full"] == (
         32,
         131_072,
         131_072,
     )  # 2*32*8*128*2
     # a hybrid keeps a larger block (1,024 * 2,048 = 2,097,152) and raises a smaller one to 544
-    big = M.from_config(config("qwen3_5"), block_size=1024)
+    big = J.from_config(config("qwen3_5"), block_size=1024)
     assert big.block_size == 1024 and kinds_of(big)["gdn"] == (18, 1_085_440, 2_097_152)
-    small = M.from_config(config("qwen3_5"), block_size=16)
+    small = J.from_config(config("qwen3_5"), block_size=16)
     assert small.block_size == 544 and any("raised to 544" in n for n in small.notes)
     # vLLM 0.33 steps in units of the block already set: 48 * ceil(1,085,440 / (48 * 2,048)) = 48 * 12 = 576
-    assert M.from_config(config("qwen3_5"), block_size=48).block_size == 576
+    assert J.from_config(config("qwen3_5"), block_size=48).block_size == 576
     # DeepSeek-V4 at 512 tokens: c4 128 * 584 = 74,752 -> 130 * 576 = 74,880; c128 4 * 584 = 2,336 -> 2,880;
     # the 64-token window cache does not change
-    v4 = kinds_of(M.from_config(config("deepseek_v4"), block_size=512))
+    v4 = kinds_of(J.from_config(config("deepseek_v4"), block_size=512))
     assert (v4["c4"], v4["c128"], v4["swa"]) == (
         (21, 74_752, 74_880),
         (20, 2_336, 2_880),
@@ -417,31 +418,31 @@ def test_block_size_argument() -> None:
 def test_mamba_ssm_cache_dtype() -> None:
     # Nemotron-H with a bf16 ssm state: 61,440 + 128 * 64 * 128 * 2 = 2,158,592; 16 * ceil(2,158,592 / 65,536)
     # = 16 * 33 = 528 tokens, pages 528 * 4,096 = 2,162,688
-    ms = M.from_config(config("nemotron_h"), mamba_ssm_cache_dtype="bfloat16")
+    ms = J.from_config(config("nemotron_h"), mamba_ssm_cache_dtype="bfloat16")
     assert ms.block_size == 528 and kinds_of(ms)["mamba"] == (24, 2_158_592, 2_162_688)
     # the config's own field counts when the argument is not given
     cfg = config("nemotron_h")
     cfg["mamba_ssm_cache_dtype"] = "bfloat16"
-    assert M.from_config(cfg).spec == ms.spec
+    assert J.from_config(cfg).spec == ms.spec
 
 
 def test_layer_rules_without_layer_types() -> None:
     qn = config("qwen3_next")
     del qn["layer_types"]  # full_attention_interval 4 says the same
-    assert M.from_config(qn).spec == M.from_config(config("qwen3_next")).spec
+    assert J.from_config(qn).spec == J.from_config(config("qwen3_next")).spec
     q2 = config("qwen2")
     q2["use_sliding_window"] = True
     q2["max_window_layers"] = 20  # layers 20..27 would slide: vLLM's Qwen2Model asserts against it
     with pytest.raises(K.SpecError) as e:
-        M.from_config(q2)
+        J.from_config(q2)
     assert e.value.field == "config.max_window_layers"
     q2["max_window_layers"] = 0  # every layer slides
-    assert set(M.from_config(q2).kinds.values()) == {"sliding"}
+    assert set(J.from_config(q2).kinds.values()) == {"sliding"}
     q2["max_window_layers"] = 28  # none does
-    assert set(M.from_config(q2).kinds.values()) == {"full"}
+    assert set(J.from_config(q2).kinds.values()) == {"full"}
     mis = config("mistral")
     mis["sliding_window"] = 4096
-    assert set(M.from_config(mis).kinds.values()) == {"sliding"}
+    assert set(J.from_config(mis).kinds.values()) == {"sliding"}
 
 
 def test_group_size_threshold_is_one_and_a_half() -> None:
@@ -449,17 +450,17 @@ def test_group_size_threshold_is_one_and_a_half() -> None:
     cfg["num_hidden_layers"] = 29
     cfg["layer_types"] = ["sliding_attention"] * 12 + ["full_attention"] * 17
     # 17 < 1.5 * 12 = 18: group size 17, one group per kind (vLLM pads the sliding one)
-    assert groups_of(M.from_config(cfg)) == [("sliding", 12), ("full", 17)]
+    assert groups_of(J.from_config(cfg)) == [("sliding", 12), ("full", 17)]
     cfg["num_hidden_layers"] = 30
     cfg["layer_types"] = ["sliding_attention"] * 12 + ["full_attention"] * 18
     # 18 is not under 18: group size 12, the 18 full layers in ceil(18 / 12) = 2 groups of 9
-    assert groups_of(M.from_config(cfg)) == [("sliding", 12), ("full.0", 9), ("full.1", 9)]
+    assert groups_of(J.from_config(cfg)) == [("sliding", 12), ("full.0", 9), ("full.1", 9)]
 
 
 def test_missing_kv_heads_means_multi_head_attention() -> None:
     cfg = config("llama")
     del cfg["num_key_value_heads"]  # vLLM falls back to num_attention_heads: 2 * 16 * 32 * 128 * 2
-    assert kinds_of(M.from_config(cfg))["full"] == (32, 262_144, 262_144)
+    assert kinds_of(J.from_config(cfg))["full"] == (32, 262_144, 262_144)
 
 
 # --------------------------------------------------------------------------- errors name the field
@@ -525,26 +526,26 @@ def _without(family: str, *path: str) -> dict[str, Any]:
 )
 def test_errors_name_the_field(cfg: dict[str, Any], kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(K.SpecError) as e:
-        M.from_config(cfg, **kwargs)
+        J.from_config(cfg, **kwargs)
     assert e.value.field == field
     assert str(e.value).startswith(f"{field} = ")
 
 
 def test_config_file_errors(tmp_path: Path) -> None:
     with pytest.raises(K.SpecError, match="config file"):
-        M.spec_from_config(tmp_path / "missing.json")
+        J.spec_from_config(tmp_path / "missing.json")
     bad = tmp_path / "config.json"
     bad.write_text("[1, 2]")
     with pytest.raises(K.SpecError) as e:
-        M.spec_from_config(bad)
+        J.spec_from_config(bad)
     assert e.value.field == "config"
     bad.write_text("{not json")
     with pytest.raises(K.SpecError, match="not valid JSON"):
-        M.spec_from_config(bad)
+        J.spec_from_config(bad)
 
 
 def test_summary_is_one_screen() -> None:
-    ms = M.from_config(config("qwen3_5"))
+    ms = J.from_config(config("qwen3_5"))
     text = M.summary(ms)
     lines = text.splitlines()
     assert len(lines) <= 24 and max(map(len, lines)) <= 120
@@ -589,7 +590,7 @@ def test_tpu_inference_arrays(
 ) -> None:
     from kvlayout.native import NativeCacheSpec, verify_native
 
-    ms = M.from_config(config(family), engine="tpu-inference", num_blocks=5, **kwargs)
+    ms = J.from_config(config(family), engine="tpu-inference", num_blocks=5, **kwargs)
     assert isinstance(ms, M.NativeModelSpec) and ms.engine == "tpu-inference"
     spec = ms.spec
     assert isinstance(spec, NativeCacheSpec) and len(spec.leaves) == arrays
@@ -597,7 +598,7 @@ def test_tpu_inference_arrays(
     assert {len(ms.shared_by[x.name]) for x in spec.leaves} == {users}
     assert ms.bytes_per_block == arrays * page
     assert all(r.ok for r in verify_native(spec).values())
-    assert M.spec_from_config(config(family), engine="tpu-inference", num_blocks=5, **kwargs) == spec
+    assert J.spec_from_config(config(family), engine="tpu-inference", num_blocks=5, **kwargs) == spec
 
 
 def test_tpu_inference_slots_and_zeroing() -> None:
@@ -605,38 +606,38 @@ def test_tpu_inference_slots_and_zeroing() -> None:
 
     from kvlayout.native import zero_native_numpy
 
-    ms = M.from_config(config("gpt_oss"), engine="tpu-inference", num_blocks=3, block_size=16)
+    ms = J.from_config(config("gpt_oss"), engine="tpu-inference", num_blocks=3, block_size=16)
     assert isinstance(ms, M.NativeModelSpec)
     first = ms.spec.leaves[0]
     assert first.name == "kv_caches[0]" and first.group == ("sliding", "full")  # each group zeroes it
     assert ms.shared_by["kv_caches[0]"] == ("model.layers.0.attn.attn", "model.layers.1.attn.attn")
-    llama = M.from_config(config("llama"), engine="tpu-inference", num_blocks=3, block_size=16)
+    llama = J.from_config(config("llama"), engine="tpu-inference", num_blocks=3, block_size=16)
     assert isinstance(llama, M.NativeModelSpec)
     assert {x.group for x in llama.spec.leaves} == {"full"}  # one group: one array per layer
     arrays = [np.full((3, 16, 8, 2, 128), 7, np.uint16) for _ in llama.spec.leaves]  # bf16-sized, poisoned
     zero_native_numpy(arrays, llama.spec, [1])
     for a in arrays:
         assert not a[1].any() and (a[0] == 7).all() and (a[2] == 7).all()
-    hybrid = M.from_config(config("qwen3_5"), engine="tpu-inference", block_size=16)
+    hybrid = J.from_config(config("qwen3_5"), engine="tpu-inference", block_size=16)
     assert any("request slot" in n for n in hybrid.notes)
 
 
 @pytest.mark.parametrize("family", ["deepseek_v32", "deepseek_v4"])
 def test_tpu_inference_refuses_what_it_does_not_model(family: str) -> None:
     with pytest.raises(K.SpecError) as e:
-        M.from_config(config(family), engine="tpu-inference")
+        J.from_config(config(family), engine="tpu-inference")
     assert e.value.field == "engine"
 
 
 def test_tpu_inference_mla_pages_padded_to_32_tokens() -> None:
     """tpu-inference pads an MLA page to whole 32-token rows (issue 24: 16 tokens were refused)."""
     for tokens, rows in ((48, 2), (16, 1), (64, 2)):
-        spec = M.spec_from_config(config("deepseek_v3"), engine="tpu-inference", block_size=tokens)
+        spec = J.spec_from_config(config("deepseek_v3"), engine="tpu-inference", block_size=tokens)
         assert isinstance(spec, K.NativeCacheSpec) and spec.leaves[0].page_shape == (rows, 32, 640)
 
 
 def test_tpu_inference_summary() -> None:
-    text = M.summary(M.from_config(config("deepseek_v3"), engine="tpu-inference", block_size=64))
+    text = M.summary(J.from_config(config("deepseek_v3"), engine="tpu-inference", block_size=64))
     assert "61 arrays of 16 pages" in text and "(2, 32, 640)" in text
     assert "bytes per block 4,997,120; blocks per GiB 214" in text  # 61 * 81,920; 2**30 // 4,997,120
     assert text.rstrip().endswith("SAFE")
@@ -696,7 +697,7 @@ _DRIVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_
 
 def _model(case_id: str) -> M.ModelSpec:
     family, kwargs = next((f, kw) for c, f, kw in VLLM_CASES if c == case_id)
-    ms = M.from_config(FIXTURES / family / "config.json", **kwargs)
+    ms = J.from_config(FIXTURES / family / "config.json", **kwargs)
     assert isinstance(ms, M.ModelSpec)
     return ms
 
@@ -1145,12 +1146,12 @@ def test_qwen2_ignores_a_written_head_dim_as_vllm_does() -> None:
     want = q2["hidden_size"] // q2["num_attention_heads"]
     for hd in (None, want // 2, want * 2):
         c = dict(q2) if hd is None else {**q2, "head_dim": hd}
-        sizes = {layer.head_size for g in M.from_config(c).spec.groups for layer in g.layers}
+        sizes = {layer.head_size for g in J.from_config(c).spec.groups for layer in g.layers}
         assert sizes == {want}, hd
     for fam in ("llama", "qwen3"):
         c = config(fam)
         hd = c["hidden_size"] // c["num_attention_heads"] * 2
-        spec = M.from_config({**c, "head_dim": hd}).spec
+        spec = J.from_config({**c, "head_dim": hd}).spec
         assert {layer.head_size for g in spec.groups for layer in g.layers} == {hd}, fam
     found = importlib.util.find_spec("vllm")  # the source, without importing vLLM
     if found is None or found.origin is None:

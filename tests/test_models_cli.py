@@ -115,8 +115,12 @@ def test_missing_field_names_it(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     del cfg["num_attention_heads"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    rc, _, err = run(capsys, "plan", "--config", str(path))
+    rc, _, err = run(capsys, "plan", "--config", str(path), "--reader", "json")
     assert rc == 2 and err.startswith("kvlayout plan: error: config.num_attention_heads = None: missing")
+    # the default reader (auto) takes LlamaConfig's default (32 heads), as vLLM does, and says so
+    rc, out, _ = run(capsys, "plan", "--config", str(path))
+    note = "note: config.json has no config.num_attention_heads: read through transformers'"
+    assert rc == 0 and note in out
     cfg["num_attention_heads"] = 32
     cfg["architectures"] = ["MyNewModelForCausalLM"]
     path.write_text(json.dumps(cfg))
@@ -160,7 +164,7 @@ def test_reader_transformers(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--reader transformers`` fills what LlamaConfig defaults (32 heads, KV heads = heads), as vLLM
-    reads the config; the default ``json`` reader names the missing field; without transformers the
+    reads the config; the ``json`` reader names the missing field; without transformers the
     CLI says which extra to install, in one line."""
     cfg = json.loads(Path(LLAMA).read_text())
     del cfg["num_attention_heads"], cfg["num_key_value_heads"]

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.spec import FullAttentionSpec, SlidingWindowSpec
+from tests import json_reader as J
 from tests.test_models_gemma4 import _BASE, _layers, _plan  # the harness's base fields, one plan helper
 
 _S, _F = "sliding_attention", "full_attention"
@@ -116,7 +116,7 @@ def test_the_multimodal_wrapper_reads_its_text_config() -> None:
 
 def test_tpu_inference_refuses_it_by_name() -> None:
     with pytest.raises(SpecError, match="Gemma 3n") as e:
-        M.spec_from_config(G3N, engine="tpu-inference")
+        J.spec_from_config(G3N, engine="tpu-inference")
     assert e.value.field == "engine"
 
 

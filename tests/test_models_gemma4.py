@@ -10,6 +10,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.spec import FullAttentionSpec, SlidingWindowSpec
+from tests import json_reader as J
 
 #: what the harness adds to every config (tests/test_models_hybrid_vllm.py's _BASE)
 _BASE: dict[str, Any] = {"torch_dtype": "bfloat16", "vocab_size": 1024, "max_position_embeddings": 4096}
@@ -49,7 +50,7 @@ E: dict[str, Any] = {**_BASE, **GEMMA4_SHARED}
 
 
 def _plan(cfg: dict[str, Any], **kw: Any) -> M.ModelSpec:
-    ms = M.from_config(cfg, **kw)
+    ms = J.from_config(cfg, **kw)
     assert isinstance(ms, M.ModelSpec)
     return ms
 
@@ -186,7 +187,7 @@ def test_the_attention_backend_is_refused_where_head_sizes_differ() -> None:
 
 def test_tpu_inference_is_refused_by_name() -> None:
     with pytest.raises(SpecError) as e:
-        M.spec_from_config(G4, engine="tpu-inference")
+        J.spec_from_config(G4, engine="tpu-inference")
     assert e.value.field == "engine" and "Gemma4ForCausalLM's layers of different shapes" in str(e.value)
 
 

@@ -41,6 +41,7 @@ import pytest
 
 from kvlayout.errors import SpecError
 from kvlayout.spec import MLASpec
+from tests import json_reader as J
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "kvlayout" / "models" / "vllm_checked.py"
@@ -305,7 +306,7 @@ def _kvlayout(
         mp.setattr("kvlayout.models.attention.GENERIC_ATTENTION", gen)
         mp.setattr("kvlayout.models.build.GENERIC_ATTENTION", gen)
         mp.setattr("kvlayout.models.mla.GENERIC_ATTENTION", gen)
-        ms = M.from_config(config, reader=reader, block_size=16, tp=tp)
+        ms = J.from_config(config, reader=reader, block_size=16, tp=tp)
     assert isinstance(ms, M.ModelSpec)
     rows: list[list[Any]] = []
     for _, layer in ms.spec.layers:
@@ -464,13 +465,13 @@ def test_covered_architectures_plan_through_from_config() -> None:
     assert GENERIC_ATTENTION and NOT_GENERIC
     arch = next(a for a in GENERIC_ATTENTION if _kind(a) != "mla")  # MLA: the test above
     config = _configs(arch, candidates()[arch])["layer_types"]
-    ms = M.from_config(config)
+    ms = J.from_config(config)
     assert isinstance(ms, M.ModelSpec) and ms.family in ("generic", "generic_sw")
     prefix, tail = GENERIC_ATTENTION[arch]
     assert sorted(layer.name for _, layer in ms.spec.layers) == [f"{prefix}.0.{tail}", f"{prefix}.1.{tail}"]
     refused = next(iter(NOT_GENERIC))
     with pytest.raises(SpecError, match="not shown to hold by vLLM's model construction"):
-        M.from_config({**config, "architectures": [refused]})
+        J.from_config({**config, "architectures": [refused]})
 
 
 def _rows(
@@ -480,7 +481,7 @@ def _rows(
     import kvlayout.models as M
 
     config = {k: v for k, v in {**_BASE, **fields}.items() if v is not None}
-    ms = M.from_config({**config, "architectures": [arch], "model_type": model_type}, tp=tp, reader=reader)
+    ms = J.from_config({**config, "architectures": [arch], "model_type": model_type}, tp=tp, reader=reader)
     assert isinstance(ms, M.ModelSpec)
     return [(x.num_kv_heads, x.head_size, getattr(x, "window", None)) for _, x in ms.spec.layers]
 
@@ -558,7 +559,7 @@ def test_llama4_chunked_layers() -> None:
     base["model_type"] = "llama4_text"
 
     def kinds(**fields: Any) -> list[str]:
-        ms = M.from_config({**base, **fields})
+        ms = J.from_config({**base, **fields})
         assert isinstance(ms, M.ModelSpec)
         assert {type(x).__name__ for _, x in ms.spec.layers} == {"FullAttentionSpec"}
         return list(ms.kinds.values())
@@ -567,14 +568,14 @@ def test_llama4_chunked_layers() -> None:
     assert kinds(attention_chunk_size=64, no_rope_layers=[1, 0, 2, 1]) == [c, f, c, c]
     assert kinds(attention_chunk_size=64, no_rope_layers=[], no_rope_layer_interval=2) == [c, f] * 2
     assert kinds(attention_chunk_size=None, no_rope_layers=[1, 0, 1, 0]) == ["full"] * 4
-    ms = M.from_config({**base, "attention_chunk_size": 64, "no_rope_layers": [1, 1, 1, 0]})
+    ms = J.from_config({**base, "attention_chunk_size": 64, "no_rope_layers": [1, 1, 1, 0]})
     assert isinstance(ms, M.ModelSpec)
     assert [g.name for g in ms.spec.groups] == ["chunked.0", "chunked.1", "chunked.2", "full"]  # 3 to 1
     assert any("chunked local attention (64-token chunks) on 3 of 4 layers" in n for n in ms.notes)
     with pytest.raises(SpecError, match=r"config\.attention_chunk_size = None: missing"):
-        M.from_config({**base, "no_rope_layers": [1, 1, 1, 0]})
+        J.from_config({**base, "no_rope_layers": [1, 1, 1, 0]})
     with pytest.raises(SpecError, match=r"config\.no_rope_layer_interval = None: missing"):
-        M.from_config({**base, "attention_chunk_size": 64, "no_rope_layers": []})
+        J.from_config({**base, "attention_chunk_size": 64, "no_rope_layers": []})
 
 
 def test_generic_mla_is_deepseek_v2s_latent_rule() -> None:
@@ -588,12 +589,12 @@ def test_generic_mla_is_deepseek_v2s_latent_rule() -> None:
     assert GENERIC_ATTENTION[arch] == ("model.layers", "self_attn.attn")
     config = {**_BASE, **MLA_FIXED, **MLA_VARIANTS["mla"][0], "architectures": [arch], "model_type": "x"}
     for tp, kv, block in ((1, None, 16), (8, "fp8", 64)):
-        ms = M.from_config(config, tp=tp, kv_cache_dtype=kv)
+        ms = J.from_config(config, tp=tp, kv_cache_dtype=kv)
         assert isinstance(ms, M.ModelSpec) and ms.family == "generic_mla" and ms.block_size == block
         layers = [x for _, x in ms.spec.layers]
         assert [x.name for x in layers] == ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
         assert {(type(x).__name__, x.head_size, x.block_size) for x in layers} == {("MLASpec", 80, block)}
-        same = M.from_config({**config, "architectures": ["DeepseekV2ForCausalLM"]}, tp=tp, kv_cache_dtype=kv)
+        same = J.from_config({**config, "architectures": ["DeepseekV2ForCausalLM"]}, tp=tp, kv_cache_dtype=kv)
         assert isinstance(same, M.ModelSpec) and same.bytes_per_block == ms.bytes_per_block
 
 

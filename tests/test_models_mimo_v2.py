@@ -10,6 +10,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.spec import SlidingWindowSpec
+from tests import json_reader as J
 
 #: what the harness adds to every config (tests/test_models_hybrid_vllm.py's _BASE)
 _BASE: dict[str, Any] = {"torch_dtype": "bfloat16", "vocab_size": 1024, "max_position_embeddings": 4096}
@@ -39,7 +40,7 @@ FLASH: dict[str, Any] = {**_BASE, **MIMO_V2_FLASH}
 
 
 def _plan(cfg: dict[str, Any], **kw: Any) -> M.ModelSpec:
-    ms = M.from_config(cfg, **kw)
+    ms = J.from_config(cfg, **kw)
     assert isinstance(ms, M.ModelSpec)
     return ms
 

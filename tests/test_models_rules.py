@@ -12,6 +12,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.spec import MambaSpec
+from tests import json_reader as J
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
 
@@ -23,7 +24,7 @@ def config(family: str, **changes: Any) -> dict[str, Any]:
 
 
 def _ms(cfg: dict[str, Any], **kw: Any) -> M.ModelSpec:
-    ms = M.from_config(cfg, **kw)
+    ms = J.from_config(cfg, **kw)
     assert isinstance(ms, M.ModelSpec)
     return ms
 
@@ -41,7 +42,7 @@ def test_nemotron_h_groups_not_divisible_by_tp_are_refused() -> None:
     # MambaMixer2 asserts n_groups % tp == 0 or n_groups == 1: 8 groups at tp 16, 2 at tp 4
     for groups, tp in ((8, 16), (2, 4)):
         with pytest.raises(SpecError) as e:
-            M.from_config(config("nemotron_h", n_groups=groups), tp=tp)
+            J.from_config(config("nemotron_h", n_groups=groups), tp=tp)
         assert e.value.field == "config.n_groups"
     assert _ms(config("nemotron_h"), tp=8).tp == 8  # 8 groups at tp 8 divide
 
@@ -50,7 +51,7 @@ def test_kv_heads_at_least_tp_must_divide() -> None:
     # Llama with 12 KV heads at tp 8: vLLM refuses (it does not floor 12 // 8 = 1); 12 at tp 4 is 3 per rank
     cfg = config("llama", num_attention_heads=48, num_key_value_heads=12)
     with pytest.raises(SpecError) as e:
-        M.from_config(cfg, tp=8)
+        J.from_config(cfg, tp=8)
     assert e.value.field == "config.num_key_value_heads"
     ms = _ms(cfg, tp=4)
     assert {x.num_kv_heads for _, x in ms.spec.layers} == {3}  # type: ignore[attr-defined]
@@ -82,7 +83,7 @@ def test_configs_vllm_or_transformers_refuse() -> None:
     bad.append((config("llama", num_hidden_layers=10**9), "config.num_hidden_layers"))
     for cfg, field in bad:
         with pytest.raises(SpecError) as e:
-            M.from_config(cfg)
+            J.from_config(cfg)
         assert e.value.field == field
     assert len(_ms(config("llama", num_hidden_layers=1_000)).spec.layers) == 1_000
 
@@ -102,7 +103,7 @@ def test_transformers_reader_fills_gemma3_text_config_defaults() -> None:
     for key in ("num_attention_heads", "num_key_value_heads", "head_dim"):
         cfg["text_config"].pop(key)
     with pytest.raises(SpecError) as e:  # read as written: the field is missing
-        M.from_config(cfg)
+        J.from_config(cfg)
     assert e.value.field == "config.text_config.num_attention_heads"
     assert "reader='transformers' fills the config class's defaults" in str(e.value)
     ms = _ms(cfg, reader="transformers")  # Gemma3TextConfig: 8 heads, 4 KV heads, head_dim 256
@@ -122,11 +123,11 @@ def test_transformers_reader_agrees_on_every_fixture_and_refuses_what_it_refuses
                 [x.name for x in g.layers] for g in b.spec.groups
             ]
     with pytest.raises(SpecError) as e:  # transformers' layer_types validation
-        M.from_config(config("gpt_oss", layer_types=["full_attention"]), reader="transformers")
+        J.from_config(config("gpt_oss", layer_types=["full_attention"]), reader="transformers")
     assert e.value.field == "config"
     with pytest.raises(SpecError) as e:
-        M.from_config(config("llama", num_hidden_layers=10**9), reader="transformers")
+        J.from_config(config("llama", num_hidden_layers=10**9), reader="transformers")
     assert e.value.field == "config.num_hidden_layers"
     with pytest.raises(SpecError) as e:
-        M.from_config(config("llama"), reader="hf")
+        J.from_config(config("llama"), reader="hf")
     assert e.value.field == "reader"

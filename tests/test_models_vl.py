@@ -12,6 +12,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.models.families import MULTIMODAL, QWEN_VL
+from tests import json_reader as J
 
 TPS = (1, 2, 8)
 #: what a config whose text fields sit at its top adds (tests/test_models_hybrid_vllm.py's base)
@@ -188,7 +189,7 @@ def test_qwen_vl_is_read_as_its_text_architecture() -> None:
         text.pop("text_config", None)
         text.pop("vision_config", None)
         for tp in TPS:
-            wrapped, alone = M.from_config(cfg, tp=tp), M.from_config(text, tp=tp)
+            wrapped, alone = J.from_config(cfg, tp=tp), J.from_config(text, tp=tp)
             assert isinstance(wrapped, M.ModelSpec) and isinstance(alone, M.ModelSpec)
             assert wrapped.bytes_per_block == alone.bytes_per_block and wrapped.block_size == alone.block_size
             assert [x.name for _, x in wrapped.spec.layers] == [
@@ -199,7 +200,7 @@ def test_qwen_vl_is_read_as_its_text_architecture() -> None:
 
 def test_qwen_vl_is_refused_for_tpu_inference() -> None:
     with pytest.raises(SpecError, match="tpu-inference's arrays for the multimodal Qwen2_5_VL") as e:
-        M.from_config(_config("qwen2_5_vl"), engine="tpu-inference")
+        J.from_config(_config("qwen2_5_vl"), engine="tpu-inference")
     assert (e.value.field, e.value.value) == ("engine", "tpu-inference")
 
 
@@ -217,7 +218,7 @@ def test_a_text_config_model_type_names_transformers_causal_lm_class() -> None:
 
 def _refused(config: dict[str, Any], field: str, value: Any, message: str) -> None:
     with pytest.raises(SpecError) as e:
-        M.from_config(config)
+        J.from_config(config)
     assert (e.value.field, e.value.value) == (field, value)
     assert message in str(e.value)
 
@@ -239,6 +240,6 @@ def test_a_wrappers_language_model_is_refused_unless_an_attention_architecture()
                  "config.text_config.architectures[0]", inner,
                  f"language model ({inner}) must be an attention architecture kvlayout reads")
     # the text config's architectures beat its model_type (vLLM's with_hf_config)
-    ms = M.from_config({**base, "text_config": {**text, "architectures": ["LlamaForCausalLM"]}})
+    ms = J.from_config({**base, "text_config": {**text, "architectures": ["LlamaForCausalLM"]}})
     assert isinstance(ms, M.ModelSpec) and ms.family == "llama"
     assert "the language model is LlamaForCausalLM, built as language_model" in ms.notes

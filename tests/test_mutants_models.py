@@ -14,6 +14,7 @@ from kvlayout.models.attention import VARIATIONS, Variation, layer_types, read_a
 from kvlayout.models.config import Config
 from kvlayout.models.grouping import _least_padding_chunk, vllm_groups, vllm_packed_groups
 from kvlayout.spec import FullAttentionSpec, MLASpec
+from tests import json_reader as J
 
 
 def _cfg(**data: Any) -> Config:
@@ -275,7 +276,7 @@ def test_attention_family_pages_and_groups() -> None:
         "sliding_window": 4096,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(cfg, tp=2, block_size=16)
+    ms = J.from_config(cfg, tp=2, block_size=16)
     assert isinstance(ms, M.ModelSpec)
     layers = {x.name: x for _, x in ms.spec.layers}
     for i in range(6):
@@ -295,7 +296,7 @@ def test_attention_family_pages_and_groups() -> None:
         "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
         "torch_dtype": "float16",
     }
-    ms = M.from_config(cohere, tp=1, block_size=32)
+    ms = J.from_config(cohere, tp=1, block_size=32)
     assert isinstance(ms, M.ModelSpec)
     wins = [getattr(x, "window", None) for _, x in ms.spec.layers]
     assert sorted(w for w in wins if w) == [101, 101, 101]
@@ -401,24 +402,24 @@ def test_mla_rows_and_indexer() -> None:
         "hidden_size": 2048,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(base, tp=4)
+    ms = J.from_config(base, tp=4)
     assert isinstance(ms, M.ModelSpec)
     assert [g.name for g in ms.spec.groups] == ["mla"]
     for i, (_, x) in enumerate(ms.spec.layers):
         name = x.name
         assert name == f"model.layers.{i}.self_attn.attn" and ms.kinds[name] == "mla"
         assert x.head_size == 512 + 64 and x.real_page == x.block_size * (512 + 64) * 2
-    assert _field(M.from_config, {**base, "num_attention_heads": 18}, tp=4) == "config.num_attention_heads"
+    assert _field(J.from_config, {**base, "num_attention_heads": 18}, tp=4) == "config.num_attention_heads"
     assert (
-        _field(M.from_config, {k: v for k, v in base.items() if k != "kv_lora_rank"}) == "config.kv_lora_rank"
+        _field(J.from_config, {k: v for k, v in base.items() if k != "kv_lora_rank"}) == "config.kv_lora_rank"
     )
-    assert _field(M.from_config, {k: v for k, v in base.items() if k != "qk_rope_head_dim"}) == (
+    assert _field(J.from_config, {k: v for k, v in base.items() if k != "qk_rope_head_dim"}) == (
         "config.qk_rope_head_dim"
     )
     # V3.2 (index_topk written): an indexer per layer of index_head_dim + index_head_dim // 128 * 4 bytes
     v32 = {**base, "index_topk": 2048, "index_head_dim": 128}
     for kv_dtype in (None, "fp8"):
-        ms = M.from_config(v32, tp=1, kv_cache_dtype=kv_dtype)
+        ms = J.from_config(v32, tp=1, kv_cache_dtype=kv_dtype)
         assert isinstance(ms, M.ModelSpec) and ms.family == "deepseek_v32"
         names = [x.name for _, x in ms.spec.layers]
         assert names == [
@@ -435,7 +436,7 @@ def test_mla_rows_and_indexer() -> None:
                 assert row == (656 if kv_dtype else 1152)
                 assert x.real_page == x.block_size * row
         assert ms.kv_cache_dtype == ("fp8_ds_mla" if kv_dtype else "bfloat16")
-    assert _field(M.from_config, {**base, "index_topk": 2048}) == "config.index_head_dim"
+    assert _field(J.from_config, {**base, "index_topk": 2048}) == "config.index_head_dim"
 
 
 def test_backend_resolution_per_device_and_cache() -> None:
@@ -619,20 +620,20 @@ def test_hybrid_states_and_aligned_blocks() -> None:
         inner = 2 * 512 // tp
         state = 3 * inner * 2 + inner * 16 * {"float32": 4}.get(str(ssm), 2)
         per_token = 2 * max(1, 2 // tp) * (512 // 8) * 2
-        ms = M.from_config(jamba, tp=tp, block_size=given, mamba_ssm_cache_dtype=ssm)
+        ms = J.from_config(jamba, tp=tp, block_size=given, mamba_ssm_cache_dtype=ssm)
         attn = [f"model.layers.{i}.attn" for i in (2, 6)]
         mamba = [f"model.layers.{i}.mixer" for i in range(8) if i % 4 != 2]
         _check_hybrid(ms, state, per_token, given, mamba, attn)
         assert isinstance(ms, M.ModelSpec)
         raised = given is not None and given < _hybrid_block(state, per_token, given)
         assert any("raised to" in x for x in ms.notes) == raised
-    assert _field(M.from_config, {**jamba, "attn_layer_offset": 4}) == "config.attn_layer_offset"
+    assert _field(J.from_config, {**jamba, "attn_layer_offset": 4}) == "config.attn_layer_offset"
     assert _hybrid_block(1000, 100, None) == 16 and _hybrid_block(1700, 100, None) == 32
     assert _hybrid_block(5000, 100, 32) == 64  # unit 32: 32 * ceil(5000 / 3200)
     assert _hybrid_block(5000, 100, 48) == 96  # unit 48: 48 * 2 = 96, a multiple of 16
-    assert _field(M.from_config, jamba, mamba_ssm_cache_dtype="fp8") == "mamba_ssm_cache_dtype"
+    assert _field(J.from_config, jamba, mamba_ssm_cache_dtype="fp8") == "mamba_ssm_cache_dtype"
     # 2 * 509 channels do not split over 4 ranks
-    assert _field(M.from_config, {**jamba, "hidden_size": 509}, tp=4) == "config.mamba_expand"
+    assert _field(J.from_config, {**jamba, "hidden_size": 509}, tp=4) == "config.mamba_expand"
 
     nem = {
         "architectures": ["NemotronHForCausalLM"],
@@ -661,7 +662,7 @@ def test_hybrid_states_and_aligned_blocks() -> None:
         conv = (8 * 16 + 2 * g * 32) // tp
         state = 3 * conv * 2 + (8 // tp) * 16 * 32 * (2 if ssm_cfg else 4)
         per_token = 2 * max(1, 2 // tp) * 64 * 2
-        ms = M.from_config(cfg, tp=tp)
+        ms = J.from_config(cfg, tp=tp)
         _check_hybrid(
             ms,
             state,
@@ -671,7 +672,7 @@ def test_hybrid_states_and_aligned_blocks() -> None:
             ["model.layers.1.mixer.attn"],
         )
     # the argument overrides the config's ssm dtype
-    ms = M.from_config({**nem, "mamba_ssm_cache_dtype": "bfloat16"}, tp=1, mamba_ssm_cache_dtype="float32")
+    ms = J.from_config({**nem, "mamba_ssm_cache_dtype": "bfloat16"}, tp=1, mamba_ssm_cache_dtype="float32")
     _check_hybrid(
         ms,
         3 * 256 * 2 + 8 * 16 * 32 * 4,
@@ -680,13 +681,13 @@ def test_hybrid_states_and_aligned_blocks() -> None:
         ["model.layers.0.mixer", "model.layers.4.mixer"],
         ["model.layers.1.mixer.attn"],
     )
-    assert _field(M.from_config, {**nem, "mamba_ssm_cache_dtype": "int8"}) == "config.mamba_ssm_cache_dtype"
+    assert _field(J.from_config, {**nem, "mamba_ssm_cache_dtype": "int8"}) == "config.mamba_ssm_cache_dtype"
     for pattern in ("M*-E", "M*-EMM", "M*-EX"):
         assert (
-            _field(M.from_config, {**nem, "hybrid_override_pattern": pattern})
+            _field(J.from_config, {**nem, "hybrid_override_pattern": pattern})
             == "config.hybrid_override_pattern"
         )
-    assert _field(M.from_config, {**nem, "n_groups": 3}, tp=2) == "config.n_groups"
+    assert _field(J.from_config, {**nem, "n_groups": 3}, tp=2) == "config.n_groups"
 
     falcon = {
         "architectures": ["FalconH1ForCausalLM"],
@@ -710,7 +711,7 @@ def test_hybrid_states_and_aligned_blocks() -> None:
         conv = (d_ssm + 2 * g * 16) // tp
         state = 3 * conv * 2 + (8 // tp) * 16 * 16 * 2
         per_token = 2 * max(1, 2 // tp) * 64 * 2
-        ms = M.from_config(cfg, tp=tp)
+        ms = J.from_config(cfg, tp=tp)
         _check_hybrid(
             ms,
             state,
@@ -721,12 +722,12 @@ def test_hybrid_states_and_aligned_blocks() -> None:
         )
     for bad in (0, -1, True, "2", 2000):
         assert (
-            _field(M.from_config, {**falcon, "mamba_d_ssm": None, "mamba_expand": bad})
+            _field(J.from_config, {**falcon, "mamba_d_ssm": None, "mamba_expand": bad})
             == "config.mamba_expand"
         )
-    ms = M.from_config({**falcon, "mamba_d_ssm": None, "mamba_expand": 1024, "hidden_size": 1}, tp=1)
+    ms = J.from_config({**falcon, "mamba_d_ssm": None, "mamba_expand": 1024, "hidden_size": 1}, tp=1)
     assert isinstance(ms, M.ModelSpec)
-    assert _field(M.from_config, {**falcon, "mamba_n_groups": 3}, tp=2) == "config.mamba_n_groups"
+    assert _field(J.from_config, {**falcon, "mamba_n_groups": 3}, tp=2) == "config.mamba_n_groups"
 
     gdn = {
         "architectures": ["Qwen3NextForCausalLM"],
@@ -753,22 +754,22 @@ def test_hybrid_states_and_aligned_blocks() -> None:
         conv = (2 * 4 * 32 + 8 * 16) // tp
         state = 3 * conv * 2 + (8 // tp) * 32 * 16 * ssm_size
         per_token = 2 * max(1, 2 // tp) * 64 * 2
-        ms = M.from_config(cfg, tp=tp)
+        ms = J.from_config(cfg, tp=tp)
         attn = [f"model.layers.{i}.self_attn.attn" for i in range(4) if (i + 1) % 2 == 0]
         mamba = [f"model.layers.{i}.linear_attn" for i in range(4) if (i + 1) % 2]
         _check_hybrid(ms, state, per_token, None, mamba, attn)
         assert isinstance(ms, M.ModelSpec) and {ms.kinds[x] for x in mamba} == {"gdn"}
     lt = ["linear_attention", "full_attention", "full_attention", "linear_attention"]
-    ms = M.from_config({**gdn, "layer_types": lt, "full_attention_interval": None}, tp=1)
+    ms = J.from_config({**gdn, "layer_types": lt, "full_attention_interval": None}, tp=1)
     assert isinstance(ms, M.ModelSpec)
     assert sorted(n for n, k in ms.kinds.items() if k == "full") == [
         "model.layers.1.self_attn.attn",
         "model.layers.2.self_attn.attn",
     ]
     with pytest.raises(SpecError) as e:
-        M.from_config({**gdn, "layer_types": [*lt[:3], "sliding_attention"]})
+        J.from_config({**gdn, "layer_types": [*lt[:3], "sliding_attention"]})
     assert e.value.field == "config.layer_types[3]" and "linear_attention, full_attention" in str(e.value)
-    assert _field(M.from_config, {**gdn, "full_attention_interval": None}) == "config.full_attention_interval"
+    assert _field(J.from_config, {**gdn, "full_attention_interval": None}) == "config.full_attention_interval"
 
 
 def _round_up(x: int, a: int) -> int:
@@ -784,7 +785,7 @@ def test_deepseek_v4_pages_per_layer_kind() -> None:
     for head, rope, idx, ratios in ((512, 64, 128, [0, 4, 128]), (256, 64, 256, [4, 1, 128, 4])):
         cfg = {**base, "head_dim": head, "qk_rope_head_dim": rope, "index_head_dim": idx}
         cfg.update(num_hidden_layers=len(ratios), compress_ratios=ratios)
-        ms = M.from_config(cfg, kv_cache_dtype="fp8" if head == 256 else None)
+        ms = J.from_config(cfg, kv_cache_dtype="fp8" if head == 256 else None)
         assert isinstance(ms, M.ModelSpec) and ms.kv_cache_dtype == "fp8_ds_mla" and ms.block_size == 256
         nope = head - rope
         token = nope + 2 * rope + nope // 64 + 1  # fp8 NoPE, bf16 RoPE, scales, 1 pad
@@ -828,7 +829,7 @@ def test_deepseek_v4_pages_per_layer_kind() -> None:
         for g in ms.spec.groups:
             assert {bucket[ms.kinds[x.name]] for x in g.layers} == {g.name.split(".")[0]}
     # the fixture: vLLM's five groups and 1,002,240 B per block (tests/test_models.py checks against vLLM)
-    ms = M.from_config(base)
+    ms = J.from_config(base)
     assert isinstance(ms, M.ModelSpec)
     assert [(g.name, len(g.layers)) for g in ms.spec.groups] == [
         ("swa.0", 22),
@@ -840,23 +841,23 @@ def test_deepseek_v4_pages_per_layer_kind() -> None:
     assert ms.bytes_per_block == 1_002_240
     # refusals, each naming its field
     small = {**base, "num_hidden_layers": 3, "compress_ratios": [0, 4, 128]}
-    assert _field(M.from_config, small, kv_cache_dtype="bfloat16") == "kv_cache_dtype"
-    assert M.from_config(small, kv_cache_dtype="fp8_e4m3").kv_cache_dtype == "fp8_ds_mla"
-    assert M.from_config(small, kv_cache_dtype="auto").kv_cache_dtype == "fp8_ds_mla"
-    assert _field(M.from_config, {**small, "qk_rope_head_dim": 512}) == "config.qk_rope_head_dim"
-    assert M.from_config({**small, "qk_rope_head_dim": 511}).block_size == 256
-    assert _field(M.from_config, {**small, "num_attention_heads": 6}, tp=4) == "config.num_attention_heads"
+    assert _field(J.from_config, small, kv_cache_dtype="bfloat16") == "kv_cache_dtype"
+    assert J.from_config(small, kv_cache_dtype="fp8_e4m3").kv_cache_dtype == "fp8_ds_mla"
+    assert J.from_config(small, kv_cache_dtype="auto").kv_cache_dtype == "fp8_ds_mla"
+    assert _field(J.from_config, {**small, "qk_rope_head_dim": 512}) == "config.qk_rope_head_dim"
+    assert J.from_config({**small, "qk_rope_head_dim": 511}).block_size == 256
+    assert _field(J.from_config, {**small, "num_attention_heads": 6}, tp=4) == "config.num_attention_heads"
     for bad in (2, 3, 8, 64, -4, -1):  # a negative ratio was taken as window only
         with pytest.raises(SpecError) as e:
-            M.from_config({**small, "compress_ratios": [0, bad, 4]})
+            J.from_config({**small, "compress_ratios": [0, bad, 4]})
         assert e.value.field == "config.compress_ratios[1]" and e.value.value == bad
-    assert _field(M.from_config, small, block_size=100) == "block_size"  # not a multiple of 4
-    assert _field(M.from_config, small, block_size=64) == "block_size"  # not a multiple of 128
-    assert M.from_config({**small, "compress_ratios": [0, 4, 4]}, block_size=64).block_size == 64
-    assert M.from_config({**small, "compress_ratios": [0, 1, 0]}, block_size=6).block_size == 6
-    assert _field(M.from_config, {**small, "index_head_dim": None}) == "config.index_head_dim"
-    assert M.from_config({**small, "index_head_dim": None, "compress_ratios": [0, 128, 1]}).block_size == 256
-    assert _field(M.from_config, {**small, "sliding_window": None}) == "config.sliding_window"
+    assert _field(J.from_config, small, block_size=100) == "block_size"  # not a multiple of 4
+    assert _field(J.from_config, small, block_size=64) == "block_size"  # not a multiple of 128
+    assert J.from_config({**small, "compress_ratios": [0, 4, 4]}, block_size=64).block_size == 64
+    assert J.from_config({**small, "compress_ratios": [0, 1, 0]}, block_size=6).block_size == 6
+    assert _field(J.from_config, {**small, "index_head_dim": None}) == "config.index_head_dim"
+    assert J.from_config({**small, "index_head_dim": None, "compress_ratios": [0, 128, 1]}).block_size == 256
+    assert _field(J.from_config, {**small, "sliding_window": None}) == "config.sliding_window"
 
 
 def _pow2(x: int) -> int:
@@ -973,7 +974,7 @@ def test_tpu_inference_arrays_of_a_config() -> None:
         "max_position_embeddings": 4096,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(llama, engine="tpu-inference", tp=2, dp=2, num_blocks=4)
+    ms = J.from_config(llama, engine="tpu-inference", tp=2, dp=2, num_blocks=4)
     assert isinstance(ms, M.NativeModelSpec) and ms.model_impl == "flax_nnx"
     page = min(max(4096 // 16, 16), 256)  # 256; the minimum page 4096 / 512 = 8 is smaller
     assert ms.block_size == page
@@ -992,19 +993,19 @@ def test_tpu_inference_arrays_of_a_config() -> None:
     assert ms.blocks_per_gib == 2**30 // ms.bytes_per_block
     assert any("max_model_len 4,096 from max_position_embeddings" in x for x in ms.notes)
     assert any(x == "page size 256: tpu-inference's default for max_model_len 4,096" for x in ms.notes)
-    ms = M.from_config(llama, engine="tpu-inference", max_model_len=100)
+    ms = J.from_config(llama, engine="tpu-inference", max_model_len=100)
     assert isinstance(ms, M.NativeModelSpec) and ms.block_size == 16
     assert not any("from max_position_embeddings" in x for x in ms.notes)
-    ms = M.from_config(llama, engine="tpu-inference", block_size=32, model_impl="vllm", num_blocks=0)
+    ms = J.from_config(llama, engine="tpu-inference", block_size=32, model_impl="vllm", num_blocks=0)
     assert isinstance(ms, M.NativeModelSpec) and ms.block_size == 32 and ms.model_impl == "vllm"
     assert [x.name for x in ms.spec.leaves] == ["kv_caches[0]", "kv_caches[1]", "kv_caches[2]"]
     assert ms.shared_by["kv_caches[1]"] == ("model.layers.1.self_attn.attn",)
     assert not any("page size" in x for x in ms.notes)
-    assert _field(M.from_config, llama, engine="tpu-inference", dp=2, num_blocks=3) == "num_blocks"
-    assert _field(M.from_config, llama, engine="tpu-inference", num_blocks=-1) == "num_blocks"
-    assert _field(M.from_config, llama, engine="tpu-inference", num_blocks=True) in ("num_blocks",)
+    assert _field(J.from_config, llama, engine="tpu-inference", dp=2, num_blocks=3) == "num_blocks"
+    assert _field(J.from_config, llama, engine="tpu-inference", num_blocks=-1) == "num_blocks"
+    assert _field(J.from_config, llama, engine="tpu-inference", num_blocks=True) in ("num_blocks",)
     nompe = {k: v for k, v in llama.items() if k != "max_position_embeddings"}
-    assert _field(M.from_config, nompe, engine="tpu-inference") == "config.max_position_embeddings"
+    assert _field(J.from_config, nompe, engine="tpu-inference") == "config.max_position_embeddings"
     # vLLM's groups share arrays: Gemma 2's 4 sliding and 4 full layers, two groups, 4 arrays of two layers
     gemma = {
         "architectures": ["Gemma2ForCausalLM"],
@@ -1016,7 +1017,7 @@ def test_tpu_inference_arrays_of_a_config() -> None:
         "sliding_window": 4096,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(gemma, engine="tpu-inference", block_size=16, tp=4)
+    ms = J.from_config(gemma, engine="tpu-inference", block_size=16, tp=4)
     assert isinstance(ms, M.NativeModelSpec) and ms.model_impl == "vllm"
     assert len(ms.spec.leaves) == 4
     for j, leaf in enumerate(ms.spec.leaves):
@@ -1035,13 +1036,13 @@ def test_tpu_inference_arrays_of_a_config() -> None:
         "hidden_size": 2048,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(ds, engine="tpu-inference", num_blocks=2)
+    ms = J.from_config(ds, engine="tpu-inference", num_blocks=2)
     assert isinstance(ms, M.NativeModelSpec) and ms.block_size == 1024
     assert [x.shape for x in ms.spec.leaves] == [(2, 1024 // 32, 32, 640)] * 2
     assert ms.partition_specs == (("data", None),) * 2
     assert any(x == "page size 1024: tpu-inference's default" for x in ms.notes)
     v32 = {**ds, "index_topk": 64, "index_head_dim": 128}
-    assert _field(M.from_config, v32, engine="tpu-inference") == "engine"
+    assert _field(J.from_config, v32, engine="tpu-inference") == "engine"
 
 
 def test_config_reading_rules() -> None:
@@ -1141,34 +1142,34 @@ def test_entry_points_refuse_what_does_not_apply() -> None:
         "max_position_embeddings": 1024,
         "torch_dtype": "bfloat16",
     }
-    assert _field(M.from_config, llama, engine="sglang") == "engine"
-    assert _field(M.from_config, llama, dp=2) == "dp"
-    assert _field(M.from_config, llama, engine="tpu-inference", device="blackwell") == "device"
+    assert _field(J.from_config, llama, engine="sglang") == "engine"
+    assert _field(J.from_config, llama, dp=2) == "dp"
+    assert _field(J.from_config, llama, engine="tpu-inference", device="blackwell") == "device"
     # the flag given is named (was device = 'hopper', the default the user did not give)
-    assert _field(M.from_config, llama, engine="tpu-inference", attention_backend="FLASHINFER") == (
+    assert _field(J.from_config, llama, engine="tpu-inference", attention_backend="FLASHINFER") == (
         "attention_backend"
     )
     assert _field(
-        M.from_config, llama, engine="tpu-inference", device="ampere", attention_backend="FLASHINFER"
+        J.from_config, llama, engine="tpu-inference", device="ampere", attention_backend="FLASHINFER"
     ) == "device"
-    assert _field(M.from_config, llama, device="volta") == "device"
-    assert _field(M.from_config, llama, reader="yaml") == "reader"
-    assert _field(M.from_config, llama, tp=0) == "tp"
-    assert _field(M.from_config, llama, block_size=0) == "block_size"
-    assert _field(M.from_config, llama, block_size=2.5) == "block_size"
-    assert _field(M.from_config, {**llama, "num_hidden_layers": 10_001}) == "config.num_hidden_layers"
-    assert _field(M.from_config, {**llama, "architectures": None}) == "config.architectures"
+    assert _field(J.from_config, llama, device="volta") == "device"
+    assert _field(J.from_config, llama, reader="yaml") == "reader"
+    assert _field(J.from_config, llama, tp=0) == "tp"
+    assert _field(J.from_config, llama, block_size=0) == "block_size"
+    assert _field(J.from_config, llama, block_size=2.5) == "block_size"
+    assert _field(J.from_config, {**llama, "num_hidden_layers": 10_001}) == "config.num_hidden_layers"
+    assert _field(J.from_config, {**llama, "architectures": None}) == "config.architectures"
     for bad in ([], "LlamaForCausalLM", [3]):
-        assert _field(M.from_config, {**llama, "architectures": bad}) == "config.architectures"
+        assert _field(J.from_config, {**llama, "architectures": bad}) == "config.architectures"
     with pytest.raises(SpecError) as e:
-        M.from_config({**llama, "architectures": ["NoSuchForCausalLM"]})
+        J.from_config({**llama, "architectures": ["NoSuchForCausalLM"]})
     assert e.value.field == "config.architectures[0]" and "unknown architecture" in str(e.value)
     assert "LlamaForCausalLM" in str(e.value)
-    assert M.spec_from_config(llama, block_size=32).num_blocks == M.DEFAULT_NUM_BLOCKS
-    assert M.spec_from_config(llama, num_blocks=3).num_blocks == 3
-    native = M.spec_from_config(llama, engine="tpu-inference", num_blocks=2)
+    assert J.spec_from_config(llama, block_size=32).num_blocks == M.DEFAULT_NUM_BLOCKS
+    assert J.spec_from_config(llama, num_blocks=3).num_blocks == 3
+    native = J.spec_from_config(llama, engine="tpu-inference", num_blocks=2)
     assert [x.shape[0] for x in native.leaves] == [2, 2]
-    ms = M.from_config(llama, block_size=32, device="ampere")
+    ms = J.from_config(llama, block_size=32, device="ampere")
     assert isinstance(ms, M.ModelSpec)
     assert (ms.engine, ms.tp, ms.dtype, ms.block_size, ms.device, ms.attention_backend) == (
         "vllm",
@@ -1184,10 +1185,10 @@ def test_entry_points_refuse_what_does_not_apply() -> None:
         "architectures": ["Gemma3ForConditionalGeneration"],
         "text_config": {**llama, "sliding_window_pattern": 2, "sliding_window": 512},
     }
-    ms = M.from_config(vlm)
+    ms = J.from_config(vlm)
     assert isinstance(ms, M.ModelSpec)
     assert sorted(ms.kinds) == [f"language_model.model.layers.{i}.self_attn.attn" for i in range(2)]
-    ms = M.from_config(llama, engine="tpu-inference")
+    ms = J.from_config(llama, engine="tpu-inference")
     assert isinstance(ms, M.NativeModelSpec) and ms.engine == "tpu-inference"
 
 
@@ -1244,7 +1245,7 @@ def test_summaries_state_the_numbers() -> None:
         "sliding_window": 64,
         "torch_dtype": "float32",
     }
-    ms = M.from_config(cfg, tp=2, num_blocks=4)
+    ms = J.from_config(cfg, tp=2, num_blocks=4)
     assert isinstance(ms, M.ModelSpec)
     page = 16 * 2 * 2 * 64 * 2
     text = M.summary(ms, proof=False)
@@ -1264,10 +1265,10 @@ def test_summaries_state_the_numbers() -> None:
     assert len(lines) == 12
     proved = M.summary(ms).splitlines()
     assert proved[:-1] == lines and proved[-1].startswith("zeroing table: ") and "SAFE" in proved[-1]
-    one = M.from_config({**cfg, "num_hidden_layers": 1})
+    one = J.from_config({**cfg, "num_hidden_layers": 1})
     assert isinstance(one, M.ModelSpec)
     assert "1 group, 1 layers" in M.summary(one, proof=False)
-    nat = M.from_config(
+    nat = J.from_config(
         {**cfg, "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 512},
         engine="tpu-inference",
         tp=2,
@@ -1286,7 +1287,7 @@ def test_summaries_state_the_numbers() -> None:
     assert row.split()[:3] == ["full", "3", "1"] and row.split()[-1] == f"{leaf.page_bytes:,}"
     assert lines[-1] == f"bytes per block {nat.bytes_per_block:,}; blocks per GiB {nat.blocks_per_gib:,}"
     assert M.summary(nat).splitlines()[-1].endswith("SAFE")
-    one_dev = M.from_config(
+    one_dev = J.from_config(
         {**cfg, "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 512}, engine="tpu-inference"
     )
     assert isinstance(one_dev, M.NativeModelSpec)
@@ -1306,7 +1307,7 @@ def test_generic_layer_names_heads_and_windows() -> None:
         "hidden_size": 1024,
         "torch_dtype": "float16",
     }
-    ms = M.from_config(bloom, tp=2, block_size=16)
+    ms = J.from_config(bloom, tp=2, block_size=16)
     assert isinstance(ms, M.ModelSpec) and ms.family == "generic"
     layers = [x for _, x in ms.spec.layers]
     assert [x.name for x in layers] == [
@@ -1316,7 +1317,7 @@ def test_generic_layer_names_heads_and_windows() -> None:
     # Bloom: KV heads are the query heads (num_key_value_heads ignored), head size hidden // heads
     assert {(x.num_kv_heads, x.head_size, x.dtype) for x in layers} == {(8 // 2, 1024 // 8, "float16")}
     exaone = {**bloom, "architectures": ["ExaoneForCausalLM"]}
-    ms = M.from_config(exaone, block_size=16)
+    ms = J.from_config(exaone, block_size=16)
     assert isinstance(ms, M.ModelSpec)
     assert [x.name for _, x in ms.spec.layers] == [f"model.h.{i}.attn.attention.attn" for i in range(2)]
     assert {(x.num_kv_heads, x.head_size) for _, x in ms.spec.layers} == {(2, 32)}  # the generic rule
@@ -1328,19 +1329,19 @@ def test_generic_layer_names_heads_and_windows() -> None:
         "num_kv_heads": 2,
         "sliding_window": 64,
     }
-    ms = M.from_config(falcon, block_size=16)
+    ms = J.from_config(falcon, block_size=16)
     assert isinstance(ms, M.ModelSpec) and set(ms.kinds.values()) == {"full"}
     assert {x.num_kv_heads for _, x in ms.spec.layers} == {2}
     lt = ["sliding_attention", "full_attention"]
     cohere = {**bloom, "architectures": ["CohereForCausalLM"], "sliding_window": 64, "layer_types": lt}
-    ms = M.from_config(cohere, block_size=16)
+    ms = J.from_config(cohere, block_size=16)
     assert isinstance(ms, M.ModelSpec) and set(ms.kinds.values()) == {"full"}
-    ms = M.from_config({**cohere, "layer_types": None}, block_size=16)
+    ms = J.from_config({**cohere, "layer_types": None}, block_size=16)
     assert isinstance(ms, M.ModelSpec) and set(ms.kinds.values()) == {"sliding"}
     assert {x.window for _, x in ms.spec.layers} == {64}  # type: ignore[attr-defined]
     # GPT-OSS names its attention attn.attn
     oss = {**bloom, "architectures": ["GptOssForCausalLM"], "sliding_window": 128, "layer_types": lt}
-    ms = M.from_config(oss, block_size=16)
+    ms = J.from_config(oss, block_size=16)
     assert isinstance(ms, M.ModelSpec)
     assert [x.name for _, x in ms.spec.layers] == ["model.layers.0.attn.attn", "model.layers.1.attn.attn"]
     # a generic MLA architecture: DeepSeek-V2's latent head under vLLM's names
@@ -1353,7 +1354,7 @@ def test_generic_layer_names_heads_and_windows() -> None:
         "qk_nope_head_dim": 64,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(mla, block_size=16, device="ampere")
+    ms = J.from_config(mla, block_size=16, device="ampere")
     assert isinstance(ms, M.ModelSpec) and ms.family == "generic_mla"
     assert [(x.name, x.head_size, x.real_page) for _, x in ms.spec.layers] == [
         (f"model.layers.{i}.self_attn.attn", 256 + 32, 16 * (256 + 32) * 2) for i in range(2)
@@ -1410,7 +1411,7 @@ def test_tpu_inference_hybrid_uneven_groups_and_messages() -> None:
     }
     # duplicate_shared_layers: one array per attention layer at tpu-inference's page (no hybrid alignment)
     for block in (None, 32):
-        ms = M.from_config(gdn, engine="tpu-inference", block_size=block, num_blocks=2, max_model_len=2048)
+        ms = J.from_config(gdn, engine="tpu-inference", block_size=block, num_blocks=2, max_model_len=2048)
         assert isinstance(ms, M.NativeModelSpec)
         page = 32 if block else min(max(2048 // 16, 16), 256)
         assert ms.block_size == page
@@ -1440,7 +1441,7 @@ def test_tpu_inference_hybrid_uneven_groups_and_messages() -> None:
         "layer_types": ["sliding_attention", "full_attention"] * 2 + ["sliding_attention"],
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(
+    ms = J.from_config(
         gemma, engine="tpu-inference", block_size=16, num_blocks=2, dtype="float16", kv_cache_dtype="fp8"
     )
     assert (
@@ -1456,7 +1457,7 @@ def test_tpu_inference_hybrid_uneven_groups_and_messages() -> None:
     assert {x.dtype for x in ms.spec.leaves} == {"float8_e4m3fn"}
     assert [x.shape for x in ms.spec.leaves] == [(2, 16, 4 * 2 // 4, 4, 128)] * 2
     # the default page's build keeps the dtypes too
-    ms = M.from_config(
+    ms = J.from_config(
         gemma, engine="tpu-inference", max_model_len=512, dtype="float16", kv_cache_dtype="fp8"
     )
     assert isinstance(ms, M.NativeModelSpec) and ms.block_size == 32 and ms.dtype == "float16"
@@ -1480,14 +1481,14 @@ def test_tpu_inference_hybrid_uneven_groups_and_messages() -> None:
     # the ssm dtype argument reaches vLLM's reading: a bad one is refused naming it
     for block in (None, 16):
         assert (
-            _field(M.from_config, nem, engine="tpu-inference", block_size=block, mamba_ssm_cache_dtype="int8")
+            _field(J.from_config, nem, engine="tpu-inference", block_size=block, mamba_ssm_cache_dtype="int8")
             == "mamba_ssm_cache_dtype"
         )
     with pytest.raises(SpecError) as e:
-        M.from_config(gemma, engine="tpu-inference", dp=2, num_blocks=3)
+        J.from_config(gemma, engine="tpu-inference", dp=2, num_blocks=3)
     assert str(e.value) == "num_blocks = 3: must be a multiple of dp = 2: the data axis shards the pages"
     with pytest.raises(SpecError) as e:
-        M.from_config(gemma, engine="tpu-inference", num_blocks=-1)
+        J.from_config(gemma, engine="tpu-inference", num_blocks=-1)
     assert str(e.value) == "num_blocks = -1: must be a non-negative integer"
     import json
     from pathlib import Path
@@ -1500,14 +1501,14 @@ def test_tpu_inference_hybrid_uneven_groups_and_messages() -> None:
         {**base, "architectures": ["DeepseekV3ForCausalLM"], "index_topk": 64, "kv_lora_rank": 512},
     ):
         with pytest.raises(SpecError) as e:
-            M.from_config(cfg, engine="tpu-inference")
+            J.from_config(cfg, engine="tpu-inference")
         assert str(e.value) == (
             "engine = 'tpu-inference': tpu-inference's arrays for the DeepSeek-V3.2/V4 indexer, window and "
             "compressed caches are not modeled"
         )
-    assert _field(M.from_config, gemma, engine="tpu-inference", reader="yaml") == "reader"
+    assert _field(J.from_config, gemma, engine="tpu-inference", reader="yaml") == "reader"
     with pytest.raises(SpecError) as e:
-        M.from_config({**gemma, "max_position_embeddings": None}, engine="tpu-inference")
+        J.from_config({**gemma, "max_position_embeddings": None}, engine="tpu-inference")
     assert "tpu-inference's default page size follows max_model_len (or pass it)" in str(e.value)
     # MLA: every layer the kind mla, one group
     ds = {
@@ -1518,7 +1519,7 @@ def test_tpu_inference_hybrid_uneven_groups_and_messages() -> None:
         "qk_rope_head_dim": 64,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(ds, engine="tpu-inference", num_blocks=2, block_size=256, dp=2, tp=2)
+    ms = J.from_config(ds, engine="tpu-inference", num_blocks=2, block_size=256, dp=2, tp=2)
     assert isinstance(ms, M.NativeModelSpec) and ms.block_size == 256
     assert ms.kinds == {"layer.0": "mla", "layer.1": "mla"} and ms.groups == {"mla": ("layer.0", "layer.1")}
     assert {x.group for x in ms.spec.leaves} == {"mla"}
@@ -1552,16 +1553,16 @@ def test_refusal_messages_name_the_field_the_value_and_why() -> None:
     cases = {
         "bool_type": lambda: Config({"a": 1}, "config").req_bool("a", "w"),
         "bool_missing": lambda: Config({}, "config").req_bool("a", "why"),
-        "v4_heads": lambda: M.from_config({**small, "num_attention_heads": 6}, tp=4),
-        "v4_kv": lambda: M.from_config(small, kv_cache_dtype="bfloat16"),
-        "v4_head": lambda: M.from_config({**small, "head_dim": None}),
-        "v4_rope": lambda: M.from_config({**small, "qk_rope_head_dim": None}),
-        "v4_rope_big": lambda: M.from_config({**small, "qk_rope_head_dim": 512}),
-        "v4_sw": lambda: M.from_config({**small, "sliding_window": None}),
-        "v4_ratios": lambda: M.from_config({**small, "compress_ratios": None}),
-        "v4_ratio_bad": lambda: M.from_config({**small, "compress_ratios": [0, 2, 4]}),
-        "v4_block": lambda: M.from_config(small, block_size=64),
-        "v4_idx": lambda: M.from_config({**small, "index_head_dim": None}),
+        "v4_heads": lambda: J.from_config({**small, "num_attention_heads": 6}, tp=4),
+        "v4_kv": lambda: J.from_config(small, kv_cache_dtype="bfloat16"),
+        "v4_head": lambda: J.from_config({**small, "head_dim": None}),
+        "v4_rope": lambda: J.from_config({**small, "qk_rope_head_dim": None}),
+        "v4_rope_big": lambda: J.from_config({**small, "qk_rope_head_dim": 512}),
+        "v4_sw": lambda: J.from_config({**small, "sliding_window": None}),
+        "v4_ratios": lambda: J.from_config({**small, "compress_ratios": None}),
+        "v4_ratio_bad": lambda: J.from_config({**small, "compress_ratios": [0, 2, 4]}),
+        "v4_block": lambda: J.from_config(small, block_size=64),
+        "v4_idx": lambda: J.from_config({**small, "index_head_dim": None}),
         "q2_flag": lambda: layer_types(Config({}, "config"), "qwen2", 4),
         "q2_mwl": lambda: layer_types(Config({"use_sliding_window": True}, "config"), "qwen2", 4),
         "q2_mwl0": lambda: layer_types(
@@ -1668,7 +1669,7 @@ def test_summary_names_every_kind_of_a_group() -> None:
     base = json.loads(
         (Path(__file__).resolve().parent / "fixtures" / "models" / "deepseek_v4" / "config.json").read_text()
     )
-    ms = M.from_config({**base, "num_hidden_layers": 3, "compress_ratios": [0, 4, 128]})
+    ms = J.from_config({**base, "num_hidden_layers": 3, "compress_ratios": [0, 4, 128]})
     assert isinstance(ms, M.ModelSpec)
     lines = M.summary(ms, proof=False).splitlines()
     row = next(x for x in lines if x.startswith("  compressed "))
@@ -1705,19 +1706,19 @@ def test_mla_backends_strides_and_messages() -> None:
             656,
         ),
     ):
-        ms = M.from_config(v32, **kw)
+        ms = J.from_config(v32, **kw)
         assert isinstance(ms, M.ModelSpec) and ms.attention_backend == backend and ms.block_size == 64
         att = [x for _, x in ms.spec.layers if x.name.endswith("self_attn.attn")]
         idx = [x for _, x in ms.spec.layers if x.name.endswith("indexer.k_cache")]
         assert {(x.block_stride_alignment, x.real_page) for x in att} == {(stride, 64 * row)}
         assert {(x.block_stride_alignment, x.real_page, x.dtype) for x in idx} == {(None, 64 * 132, "uint8")}
     # qk_nope_head_dim decides Blackwell's MLA backend: FLASHINFER_MLA takes 64/128/192, else CUTLASS_MLA
-    ms = M.from_config(base, device="blackwell")
+    ms = J.from_config(base, device="blackwell")
     assert isinstance(ms, M.ModelSpec) and (ms.attention_backend, ms.block_size) == ("FLASHINFER_MLA", 32)
     no_nope = {k: v for k, v in base.items() if k != "qk_nope_head_dim"}
-    ms = M.from_config(no_nope, device="blackwell")
+    ms = J.from_config(no_nope, device="blackwell")
     assert isinstance(ms, M.ModelSpec) and (ms.attention_backend, ms.block_size) == ("CUTLASS_MLA", 128)
-    ms = M.from_config({**base, "qk_nope_head_dim": 0}, device="blackwell")
+    ms = J.from_config({**base, "qk_nope_head_dim": 0}, device="blackwell")
     assert isinstance(ms, M.ModelSpec) and ms.attention_backend == "CUTLASS_MLA"
     hint = "; reader='transformers' fills the config class's defaults, as vLLM does"
     for cfg, msg in (
@@ -1741,12 +1742,12 @@ def test_mla_backends_strides_and_messages() -> None:
         ),
     ):
         with pytest.raises(SpecError) as e:
-            M.from_config(cfg)
+            J.from_config(cfg)
         assert str(e.value) == msg + hint
     with pytest.raises(SpecError) as e:
-        M.from_config({**base, "num_attention_heads": 18}, tp=4)
+        J.from_config({**base, "num_attention_heads": 18}, tp=4)
     assert str(e.value) == "config.num_attention_heads = 18: not divisible by tp = 4"
-    assert _field(M.from_config, {**base, "qk_nope_head_dim": -1}) == "config.qk_nope_head_dim"
+    assert _field(J.from_config, {**base, "qk_nope_head_dim": -1}) == "config.qk_nope_head_dim"
 
 
 def test_hybrid_refusal_messages() -> None:
@@ -1838,7 +1839,7 @@ def test_hybrid_refusal_messages() -> None:
         (gdn, "linear_conv_kernel_dim", "the conv state keeps linear_conv_kernel_dim - 1 steps"),
     ):
         with pytest.raises(SpecError) as e:
-            M.from_config({**cfg, key: None})
+            J.from_config({**cfg, key: None})
         assert str(e.value) == f"config.{key} = None: missing; {why}{hint}"
     for cfg, change, kw, msg in (
         (
@@ -1907,7 +1908,7 @@ def test_hybrid_refusal_messages() -> None:
         ),
     ):
         with pytest.raises(SpecError) as e:
-            M.from_config({**cfg, **change}, **kw)
+            J.from_config({**cfg, **change}, **kw)
         assert str(e.value) == msg
 
 
@@ -1996,9 +1997,9 @@ def test_reader_transformers_logic_with_a_stub(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "transformers", fake)
     llama = {"architectures": ["LlamaForCausalLM"], "model_type": "fake", "num_hidden_layers": 1}
     with pytest.raises(SpecError) as e:
-        M.from_config({**llama, "num_hidden_layers": None}, reader="transformers")
+        J.from_config({**llama, "num_hidden_layers": None}, reader="transformers")
     assert str(e.value) == "config.num_hidden_layers = None: missing; the number of decoder layers"
-    ms = M.from_config({**llama, "torch_dtype": "bfloat16"}, reader="transformers")
+    ms = J.from_config({**llama, "torch_dtype": "bfloat16"}, reader="transformers")
     assert isinstance(ms, M.ModelSpec) and {x.head_size for _, x in ms.spec.layers} == {64}
     assert "read through transformers' _FakeConfigClass" in ms.notes
 
@@ -2015,15 +2016,15 @@ def test_which_mla_models_have_an_indexer_and_their_cache_dtypes() -> None:
     }
     # V3.2 by architecture (no index_topk written), or any MLA config writing index_topk (V2 here)
     for cfg in (base, {**base, "architectures": ["DeepseekV2ForCausalLM"], "index_topk": 64}):
-        ms = M.from_config(cfg)
+        ms = J.from_config(cfg)
         assert isinstance(ms, M.ModelSpec)
         assert sorted(set(ms.kinds.values())) == ["indexer", "mla"] and len(ms.spec.layers) == 4
-    ms = M.from_config({**base, "architectures": ["DeepseekV2ForCausalLM"]})
+    ms = J.from_config({**base, "architectures": ["DeepseekV2ForCausalLM"]})
     assert isinstance(ms, M.ModelSpec) and set(ms.kinds.values()) == {"mla"}
     # an explicit cache dtype wins over the model's (float16 here), with and without the indexer
     for cfg in (base, {**base, "architectures": ["DeepseekV2ForCausalLM"]}):
         for kv, want in (("bfloat16", "bfloat16"), (None, "float16"), ("auto", "float16")):
-            ms = M.from_config(cfg, kv_cache_dtype=kv)
+            ms = J.from_config(cfg, kv_cache_dtype=kv)
             assert isinstance(ms, M.ModelSpec) and ms.kv_cache_dtype == want
             assert {x.dtype for _, x in ms.spec.layers if ms.kinds[x.name] == "mla"} == {want}
 
@@ -2042,7 +2043,7 @@ def test_jamba_offset_zero_and_state_kinds() -> None:
         "num_key_value_heads": 4,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(jamba)  # offset 0: layers 0 and 2 are attention
+    ms = J.from_config(jamba)  # offset 0: layers 0 and 2 are attention
     assert isinstance(ms, M.ModelSpec)
     assert ms.kinds == {
         "model.layers.0.attn": "full",
@@ -2068,23 +2069,23 @@ def test_hybrid_head_keys_cache_dtype_block_and_exact_state_page() -> None:
         "torch_dtype": "bfloat16",
     }
     # state 64 * 3 * 2 + 64 * 29 * 2 = 4,096 B = 16 tokens * 256 B: the Mamba page needs no alignment
-    ms = M.from_config(jamba)
+    ms = J.from_config(jamba)
     assert isinstance(ms, M.ModelSpec) and ms.block_size == 16 and ms.attention_backend == "FLASH_ATTN"
     mamba = next(x for _, x in ms.spec.layers if ms.kinds[x.name] == "mamba")
     assert (mamba.state_bytes, mamba.alignment, mamba.page) == (4096, None, 4096)
     assert ms.notes[-1].endswith("(+0 B padding)")
     # Jamba reads head_dim only (attention_head_dim is Nemotron-H's): without head_dim, hidden // heads
-    ms = M.from_config({**jamba, "head_dim": None, "attention_head_dim": 16})
+    ms = J.from_config({**jamba, "head_dim": None, "attention_head_dim": 16})
     assert isinstance(ms, M.ModelSpec)
     assert {x.head_size for _, x in ms.spec.layers if ms.kinds[x.name] == "full"} == {32 // 1}
     # the cache dtype: fp8 halves the attention token (128 B), so 32-token blocks hold the 4,096 B state
-    ms = M.from_config(jamba, kv_cache_dtype="fp8")
+    ms = J.from_config(jamba, kv_cache_dtype="fp8")
     assert isinstance(ms, M.ModelSpec) and ms.block_size == 32 and ms.kv_cache_dtype == "float8_e4m3fn"
     # a block size no attention backend takes as such is realigned, not refused (vLLM's hybrid alignment)
-    ms = M.from_config(jamba, block_size=40)
+    ms = J.from_config(jamba, block_size=40)
     assert isinstance(ms, M.ModelSpec) and ms.attention_backend == "FLASH_ATTN"
     assert ms.block_size == _hybrid_block(4096, 256, 40) == 48  # unit 40, rounded up to 16s
-    ms = M.from_config(jamba, block_size=8)
+    ms = J.from_config(jamba, block_size=8)
     assert isinstance(ms, M.ModelSpec) and ms.block_size == 16
     assert "block_size 8 raised to 16: one attention page must hold a Mamba state" in ms.notes
     # the summary shows "-" tokens for the Mamba states
@@ -2102,7 +2103,7 @@ def test_packed_groups_without_a_mixed_bucket_stay_whole() -> None:
         (Path(__file__).resolve().parent / "fixtures" / "models" / "deepseek_v4" / "config.json").read_text()
     )
     # window caches (3 repeats), ratio-128 caches and states (2 each): no bucket mixes pages, so no split
-    ms = M.from_config({**base, "num_hidden_layers": 3, "compress_ratios": [0, 128, 128]})
+    ms = J.from_config({**base, "num_hidden_layers": 3, "compress_ratios": [0, 128, 128]})
     assert isinstance(ms, M.ModelSpec)
     assert [(g.name, len(g.layers)) for g in ms.spec.groups] == [
         ("swa", 3),
@@ -2122,7 +2123,7 @@ def test_native_summary_joins_the_kinds_sharing_an_array() -> None:
         "sliding_window": 64,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(gemma, engine="tpu-inference", block_size=16)
+    ms = J.from_config(gemma, engine="tpu-inference", block_size=16)
     assert isinstance(ms, M.NativeModelSpec)
     row = next(x for x in M.summary(ms, proof=False).splitlines() if "+" in x)
     assert row.split()[:3] == ["sliding+full", "1", "2"]
@@ -2137,7 +2138,7 @@ def test_deepseek_v4_token_row_off_the_default() -> None:
     )
     # head 513, RoPE 64: 449 fp8 NoPE + 128 B RoPE + 7 scales + 1 pad = 585 B, one more than the default 584
     for head, token in ((513, 585), (512, 584), (448, 448 - 64 + 128 + (448 - 64) // 64 + 1)):
-        ms = M.from_config({**base, "num_hidden_layers": 1, "compress_ratios": [0], "head_dim": head})
+        ms = J.from_config({**base, "num_hidden_layers": 1, "compress_ratios": [0], "head_dim": head})
         assert isinstance(ms, M.ModelSpec)
         (x,) = [x for _, x in ms.spec.layers]
         assert x.real_page == 64 * token and x.page == _round_up(64 * token, 576)
@@ -2181,7 +2182,7 @@ def test_tpu_inference_defaults_dcp_and_hybrid_pages(monkeypatch: pytest.MonkeyP
         "hidden_size": 256,
         "torch_dtype": "bfloat16",
     }
-    vllm_ms = M.from_config(nem, block_size=16)
+    vllm_ms = J.from_config(nem, block_size=16)
     assert isinstance(vllm_ms, M.ModelSpec) and vllm_ms.block_size == _hybrid_block(17_920, 512, 16) == 48
     ms = tpu_inference_from_config(nem, block_size=16, num_blocks=2)
     # head size 64: K and V share one 128-lane row, 2 heads packed 2 per 32 bits
@@ -2219,23 +2220,23 @@ def test_config_from_a_path_block_one_and_falcon_multi_query(tmp_path: Any) -> N
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(llama))
-    assert M.from_config(str(path)).block_size == 16
+    assert J.from_config(str(path)).block_size == 16
     # a block of one token is a positive block size (DeepSeek-V4 window-only layers take it)
     base = json.loads(
         (Path(__file__).resolve().parent / "fixtures/models/deepseek_v4/config.json").read_text()
     )
     assert (
-        M.from_config({**base, "num_hidden_layers": 2, "compress_ratios": [0, 1]}, block_size=1).block_size
+        J.from_config({**base, "num_hidden_layers": 2, "compress_ratios": [0, 1]}, block_size=1).block_size
         == 1
     )
-    ms = M.from_config(path, block_size=32)
+    ms = J.from_config(path, block_size=32)
     assert isinstance(ms, M.ModelSpec) and ms.block_size == 32 and ms.architecture == "LlamaForCausalLM"
     with pytest.raises(SpecError) as e:
-        M.from_config(tmp_path / "missing.json")
+        J.from_config(tmp_path / "missing.json")
     assert e.value.field == "config file" and "missing.json" in str(e.value)
     path.write_text("[1, 2]")
     with pytest.raises(SpecError) as e:
-        M.from_config(path)
+        J.from_config(path)
     assert str(e.value) == "config = 'list': must be a JSON object (a model's config.json)"
     falcon = {
         "architectures": ["FalconForCausalLM"],
@@ -2246,7 +2247,7 @@ def test_config_from_a_path_block_one_and_falcon_multi_query(tmp_path: Any) -> N
         "multi_query": True,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(falcon, block_size=16)
+    ms = J.from_config(falcon, block_size=16)
     assert isinstance(ms, M.ModelSpec) and {x.num_kv_heads for _, x in ms.spec.layers} == {1}
 
 
@@ -2274,19 +2275,19 @@ def test_more_refusal_messages() -> None:
         "fal_mq": lambda: read_attention(
             Config({**b, "new_decoder_architecture": False}, "config"), 1, variation=fal
         ),
-        "arch_missing": lambda: M.from_config({**llama, "architectures": None}),
-        "arch_bad": lambda: M.from_config({**llama, "architectures": []}),
-        "block": lambda: M.from_config(llama, block_size=0),
-        "layers": lambda: M.from_config({**llama, "num_hidden_layers": 10_001}),
-        "tp": lambda: M.from_config(llama, tp=0),
-        "kvd": lambda: M.from_config(llama, kv_cache_dtype="int8"),
-        "dtype": lambda: M.from_config(llama, dtype="int8"),
-        "engine": lambda: M.from_config(llama, engine="x"),
-        "tpuopt": lambda: M.from_config(llama, dp=2),
-        "device": lambda: M.from_config(llama, engine="tpu-inference", device="ampere"),
-        "reader": lambda: M.from_config(llama, reader="x"),
-        "text": lambda: M.from_config({**llama, "text_config": 3}),
-        "tdtype": lambda: M.from_config({**llama, "torch_dtype": "int8"}),
+        "arch_missing": lambda: J.from_config({**llama, "architectures": None}),
+        "arch_bad": lambda: J.from_config({**llama, "architectures": []}),
+        "block": lambda: J.from_config(llama, block_size=0),
+        "layers": lambda: J.from_config({**llama, "num_hidden_layers": 10_001}),
+        "tp": lambda: J.from_config(llama, tp=0),
+        "kvd": lambda: J.from_config(llama, kv_cache_dtype="int8"),
+        "dtype": lambda: J.from_config(llama, dtype="int8"),
+        "engine": lambda: J.from_config(llama, engine="x"),
+        "tpuopt": lambda: J.from_config(llama, dp=2),
+        "device": lambda: J.from_config(llama, engine="tpu-inference", device="ampere"),
+        "reader": lambda: J.from_config(llama, reader="x"),
+        "text": lambda: J.from_config({**llama, "text_config": 3}),
+        "tdtype": lambda: J.from_config({**llama, "torch_dtype": "int8"}),
     }
     want = dict(
         [
@@ -2324,7 +2325,7 @@ def test_more_refusal_messages() -> None:
                 "device",
                 "device = 'ampere': a CUDA GPU and its vLLM attention backend apply to engine vllm only",
             ),
-            ("reader", "reader = 'x': valid: json, transformers"),
+            ("reader", "reader = 'x': valid: auto, json, transformers"),
             ("text", "config.text_config = 3: must be a JSON object"),
             ("tdtype", "config.torch_dtype = 'int8': valid: bfloat16, float16, float32 (or pass dtype=)"),
         ]
@@ -2353,18 +2354,18 @@ def test_hybrid_groups_intervals_and_split_fields() -> None:
         "torch_dtype": "bfloat16",
     }
     for tp in (1, 2):  # 2 groups: kept at tp 1 and 2 (divisible), conv (128 + 2 * 2 * 16) / tp
-        ms = M.from_config(falcon, tp=tp)
+        ms = J.from_config(falcon, tp=tp)
         assert isinstance(ms, M.ModelSpec)
         (state,) = {x.state_bytes for _, x in ms.spec.layers if ms.kinds[x.name] == "mamba"}
         assert state == 3 * (128 + 2 * 2 * 16) // tp * 2 + 8 // tp * 16 * 16 * 2
     # mamba_expand is bounded to (0, 1024]
     assert (
-        _field(M.from_config, {**falcon, "mamba_d_ssm": None, "mamba_expand": 1024.5})
+        _field(J.from_config, {**falcon, "mamba_d_ssm": None, "mamba_expand": 1024.5})
         == "config.mamba_expand"
     )
     # a sharded dimension tp does not split is refused naming the field vLLM shards it by
     with pytest.raises(SpecError) as e:
-        M.from_config({**falcon, "mamba_d_ssm": 127}, tp=2)
+        J.from_config({**falcon, "mamba_d_ssm": 127}, tp=2)
     assert str(e.value) == "config.mamba_n_groups = 191: not divisible by tp = 2"
     nem = {
         "architectures": ["NemotronHForCausalLM"],
@@ -2382,7 +2383,7 @@ def test_hybrid_groups_intervals_and_split_fields() -> None:
         "torch_dtype": "bfloat16",
     }
     with pytest.raises(SpecError) as e:
-        M.from_config(nem, tp=2)
+        J.from_config(nem, tp=2)
     assert str(e.value) == f"config.n_groups = {3 * 3 + 2 * 2 * 32}: not divisible by tp = 2"
     gdn = {
         "architectures": ["Qwen3NextForCausalLM"],
@@ -2400,11 +2401,11 @@ def test_hybrid_groups_intervals_and_split_fields() -> None:
         "torch_dtype": "bfloat16",
     }
     with pytest.raises(SpecError) as e:
-        M.from_config(gdn, tp=2)
+        J.from_config(gdn, tp=2)
     assert str(e.value) == f"config.linear_num_key_heads = {2 * 4 * 32 + 3 * 3}: not divisible by tp = 2"
     # every 3rd layer is full attention: layers 2 and 5
     gdn = {**gdn, "linear_num_value_heads": 8, "linear_value_head_dim": 16}
-    ms = M.from_config(gdn)
+    ms = J.from_config(gdn)
     assert isinstance(ms, M.ModelSpec)
     assert sorted(n for n, k in ms.kinds.items() if k == "full") == [
         "model.layers.2.self_attn.attn",
@@ -2412,7 +2413,7 @@ def test_hybrid_groups_intervals_and_split_fields() -> None:
     ]
     # layer_types must have exactly one entry per layer
     lt = ["linear_attention", "linear_attention", "full_attention"] * 2
-    assert _field(M.from_config, {**gdn, "layer_types": [*lt, "full_attention"]}) == "config.layer_types"
+    assert _field(J.from_config, {**gdn, "layer_types": [*lt, "full_attention"]}) == "config.layer_types"
 
 
 def test_attention_and_backend_refusal_messages() -> None:
@@ -2454,7 +2455,7 @@ def test_attention_and_backend_refusal_messages() -> None:
         "gemma3": lambda: layer_types(_cfg(), "gemma3", 2),
         "mistral": lambda: layer_types(_cfg(), "mistral", 2),
         "gpt_oss": lambda: layer_types(_cfg(), "gpt_oss", 2),
-        "sw_missing": lambda: M.from_config({**llama, "architectures": ["Gemma2ForCausalLM"]}),
+        "sw_missing": lambda: J.from_config({**llama, "architectures": ["Gemma2ForCausalLM"]}),
         "sparse_dev": lambda: resolve(mla=True, sparse=True, device="blackwell", kv_cache_dtype="auto"),
         "ab_kind": lambda: resolve(
             mla=True, sparse=True, device="hopper", kv_cache_dtype="auto", attention_backend="X"
@@ -2463,8 +2464,8 @@ def test_attention_and_backend_refusal_messages() -> None:
             mla=False, device="hopper", kv_cache_dtype="fp8_e5m2", attention_backend="FLASH_ATTN"
         ),
         "no_backend": lambda: resolve(mla=True, device="hopper", kv_cache_dtype="fp8", block_size=8),
-        "ds_mla": lambda: M.from_config(v32, kv_cache_dtype="fp8_e5m2"),
-        "mla_block": lambda: M.from_config(
+        "ds_mla": lambda: J.from_config(v32, kv_cache_dtype="fp8_e5m2"),
+        "mla_block": lambda: J.from_config(
             {**v32, "architectures": ["DeepseekV3ForCausalLM"], "index_head_dim": None},
             kv_cache_dtype="fp8",
             block_size=8,
@@ -2578,7 +2579,7 @@ def test_last_rules_types_and_head_keys(monkeypatch: pytest.MonkeyPatch) -> None
         "hidden_size": 1024,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(nem)
+    ms = J.from_config(nem)
     assert isinstance(ms, M.ModelSpec) and {
         x.head_size for _, x in ms.spec.layers if ms.kinds[x.name] == "full"
     } == {32}
@@ -2608,7 +2609,7 @@ def test_last_rules_types_and_head_keys(monkeypatch: pytest.MonkeyPatch) -> None
         "head_dim": 64,
     }
     with pytest.raises(SpecError) as e:
-        M.from_config(jamba)
+        J.from_config(jamba)
     assert str(e.value).startswith("config.hidden_size = None: missing; the Mamba inner size;")
     falcon = {
         "architectures": ["FalconH1ForCausalLM"],
@@ -2623,7 +2624,7 @@ def test_last_rules_types_and_head_keys(monkeypatch: pytest.MonkeyPatch) -> None
         "head_dim": 64,
     }
     with pytest.raises(SpecError) as e:
-        M.from_config(falcon)
+        J.from_config(falcon)
     assert str(e.value).startswith(
         "config.hidden_size = None: missing; the Mamba inner size is mamba_expand * hidden_size;"
     )
@@ -2664,10 +2665,10 @@ def test_remaining_messages_labels_and_kept_fields(monkeypatch: pytest.MonkeyPat
         "hidden_size": 256,
         "torch_dtype": "bfloat16",
     }
-    ms = M.from_config(nem)
+    ms = J.from_config(nem)
     assert isinstance(ms, M.ModelSpec) and ms.kinds["model.layers.0.mixer"] == "mamba"
     with pytest.raises(SpecError) as e:
-        M.from_config({**nem, "hybrid_override_pattern": 5})
+        J.from_config({**nem, "hybrid_override_pattern": 5})
     assert str(e.value) == "config.hybrid_override_pattern = 5: must be a string"
     with pytest.raises(SpecError) as e:
         resolve_kv_dtype("int8", "bfloat16")
@@ -2682,7 +2683,7 @@ def test_remaining_messages_labels_and_kept_fields(monkeypatch: pytest.MonkeyPat
         "in bfloat16 (assumed here; pass dtype= for the weights' dtype)"
     ]
     with pytest.raises(SpecError) as e:
-        M.from_config({"architectures": ["NoSuchForCausalLM"]})
+        J.from_config({"architectures": ["NoSuchForCausalLM"]})
     assert e.value.value == "NoSuchForCausalLM" and "unknown architecture (not one of vLLM" in str(e.value)
     assert str(e.value).endswith(M.ARCHITECTURES[-1])
     with pytest.raises(SpecError) as e:
@@ -2696,7 +2697,7 @@ def test_remaining_messages_labels_and_kept_fields(monkeypatch: pytest.MonkeyPat
         (Path(__file__).resolve().parent / "fixtures/models/deepseek_v4/config.json").read_text()
     )
     with pytest.raises(SpecError) as e:
-        M.from_config({**base, "num_attention_heads": None})
+        J.from_config({**base, "num_attention_heads": None})
     assert str(e.value) == "config.num_attention_heads = None: missing; the query heads" + hint
 
     class Made:
@@ -2727,10 +2728,10 @@ def test_tpu_options_reach_validation_and_reasons_list_every_skip() -> None:
         "head_dim": 64,
         "torch_dtype": "bfloat16",
     }
-    assert _field(M.from_config, llama, engine="tpu-inference", max_model_len=0) == "max_model_len"
-    assert _field(M.from_config, llama, engine="tpu-inference", batched_rpa=1) == "batched_rpa"
+    assert _field(J.from_config, llama, engine="tpu-inference", max_model_len=0) == "max_model_len"
+    assert _field(J.from_config, llama, engine="tpu-inference", batched_rpa=1) == "batched_rpa"
     with pytest.raises(SpecError) as e:
-        M.from_config(llama, engine="tpu-inference")
+        J.from_config(llama, engine="tpu-inference")
     assert str(e.value) == (
         "config.max_position_embeddings = None: missing; "
         + "tpu-inference's default page size follows max_model_len (or pass it)"
@@ -2767,7 +2768,7 @@ def test_layer_bound_is_inclusive_and_refusals_name_vllms_module() -> None:
     assert str(e.value).endswith("must be at most 10,000")
     # an architecture vLLM serves and kvlayout refuses: the reason names vLLM's module, not "unknown"
     with pytest.raises(SpecError) as e:
-        M.from_config({"architectures": ["AliceAIForCausalLM"]})
+        J.from_config({"architectures": ["AliceAIForCausalLM"]})
     assert (e.value.field, e.value.value) == ("config.architectures[0]", "AliceAIForCausalLM")
     assert str(e.value) == f"config.architectures[0] = 'AliceAIForCausalLM': {refusal('AliceAIForCausalLM')}"
     assert str(e.value).startswith(
@@ -2782,19 +2783,19 @@ def test_attention_backend_of_any_type_is_a_spec_error() -> None:
     for family in ("llama", "deepseek_v3", "deepseek_v32", "deepseek_v4", "qwen3_next"):
         for value in (["FLASH_ATTN"], {"FLASHMLA": 1}, 3, b"FLASHMLA", "nope", "FLASHINFER_MLA_SPARSE_DSV4"):
             with pytest.raises(SpecError) as e:
-                M.from_config(_FIX / family / "config.json", attention_backend=value)
+                J.from_config(_FIX / family / "config.json", attention_backend=value)
             assert (e.value.field, e.value.value) == ("attention_backend", value), (family, value)
     with pytest.raises(SpecError) as e:
-        M.from_config(_FIX / "deepseek_v4" / "config.json", attention_backend="FLASHINFER_MLA_SPARSE_DSV4")
+        J.from_config(_FIX / "deepseek_v4" / "config.json", attention_backend="FLASHINFER_MLA_SPARSE_DSV4")
     assert str(e.value) == (
         "attention_backend = 'FLASHINFER_MLA_SPARSE_DSV4': valid: FLASHMLA_SPARSE_DSV4 or a name in "
         "kvlayout.models.backends.BACKENDS (vLLM 0.33 gives DeepSeek-V4 the FlashMLA cache modeled here for "
         "each); FlashInfer's DSv4 cache is not modeled"
     )
     # vLLM 0.33 builds V4's FlashMLA cache for FLASHMLA_SPARSE(_DSV4) and for backends V4 does not use
-    plain = M.from_config(_FIX / "deepseek_v4" / "config.json")
+    plain = J.from_config(_FIX / "deepseek_v4" / "config.json")
     for name in ("FLASHMLA_SPARSE", "FLASHMLA_SPARSE_DSV4", "FLASH_ATTN"):
-        assert M.from_config(_FIX / "deepseek_v4" / "config.json", attention_backend=name).spec == plain.spec
+        assert J.from_config(_FIX / "deepseek_v4" / "config.json", attention_backend=name).spec == plain.spec
 
 
 def test_v32_fp8_ds_mla_is_planned_as_vllm_plans_it() -> None:
@@ -2802,18 +2803,18 @@ def test_v32_fp8_ds_mla_is_planned_as_vllm_plans_it() -> None:
     ``fp8`` is an alias of it), so the cache is the fp8 one: 656 B per token, 64-token blocks."""
     v32 = _FIX / "deepseek_v32" / "config.json"
     for device, backend in (("hopper", None), ("blackwell", "FLASHMLA_SPARSE")):
-        ds = M.from_config(v32, kv_cache_dtype="fp8_ds_mla", device=device, attention_backend=backend)
-        fp8 = M.from_config(v32, kv_cache_dtype="fp8", device=device, attention_backend=backend)
+        ds = J.from_config(v32, kv_cache_dtype="fp8_ds_mla", device=device, attention_backend=backend)
+        fp8 = J.from_config(v32, kv_cache_dtype="fp8", device=device, attention_backend=backend)
         assert isinstance(ds, M.ModelSpec) and isinstance(fp8, M.ModelSpec)
         assert ds.spec == fp8.spec and ds.attention_backend == "FLASHMLA_SPARSE" and ds.block_size == 64
         assert ds.kv_cache_dtype == "fp8_ds_mla"
         att = [x for _, x in ds.spec.layers if ds.kinds[x.name] == "mla"]
         assert att and all(x.token_bytes == 512 + 512 // 128 * 4 + 2 * 64 for x in att)
     # FLASH_ATTN_MLA_SPARSE (first on Hopper) does not take it: the reason says so
-    ds = M.from_config(v32, kv_cache_dtype="fp8_ds_mla")
+    ds = J.from_config(v32, kv_cache_dtype="fp8_ds_mla")
     assert "skipped FLASH_ATTN_MLA_SPARSE: kv_cache_dtype fp8_ds_mla not supported" in ds.backend_reason
     with pytest.raises(SpecError) as e:
-        M.from_config(v32, kv_cache_dtype="fp8_ds_mla", attention_backend="FLASH_ATTN_MLA_SPARSE")
+        J.from_config(v32, kv_cache_dtype="fp8_ds_mla", attention_backend="FLASH_ATTN_MLA_SPARSE")
     assert e.value.field == "attention_backend" and "kv_cache_dtype fp8_ds_mla not supported" in str(e.value)
     # fp8_e4m3: vLLM goes on to FLASHINFER_MLA_SPARSE_SM90 (64-token multiples), not modeled: said so
     skipped = (
@@ -2822,7 +2823,7 @@ def test_v32_fp8_ds_mla_is_planned_as_vllm_plans_it() -> None:
     )
     for block_size in (None, 64, 128):
         with pytest.raises(SpecError) as e:
-            M.from_config(v32, kv_cache_dtype="fp8_e4m3", block_size=block_size)
+            J.from_config(v32, kv_cache_dtype="fp8_e4m3", block_size=block_size)
         assert str(e.value) == (
             "kv_cache_dtype = 'fp8_e4m3': vLLM 0.33 passes over the sparse MLA backends modeled here "
             f"({skipped}) to FLASHINFER_MLA_SPARSE_SM90 (FlashInfer's SM90 sparse MLA), whose cache "
@@ -2830,7 +2831,7 @@ def test_v32_fp8_ds_mla_is_planned_as_vllm_plans_it() -> None:
         )
     for block_size in (16, 32, 96):  # no vLLM backend takes these blocks (each wants 64-token multiples)
         with pytest.raises(SpecError) as e:
-            M.from_config(v32, kv_cache_dtype="fp8_e4m3", block_size=block_size)
+            J.from_config(v32, kv_cache_dtype="fp8_e4m3", block_size=block_size)
         assert str(e.value).startswith("kv_cache_dtype = 'fp8_e4m3': no vLLM sparse MLA backend on hopper")
 
 
@@ -2855,14 +2856,14 @@ def test_falcon_h1_state_that_fills_the_page_is_not_aligned() -> None:
     state = 1 * (992 + 2 * 16) * 2 + 1 * 64 * 16 * 2  # conv (1 step) + ssm, bf16
     per_token = 2 * 1 * 64 * 2
     assert state == 16 * per_token == 4096
-    ms = M.from_config(falcon)
+    ms = J.from_config(falcon)
     _check_hybrid(ms, state, per_token, None, ["model.2.mixer", "model.3.mixer"],
                   ["model.layers.0.attn", "model.layers.1.attn"])
     mamba = [x for _, x in ms.spec.layers if x.name.endswith("mixer")]
     assert [x.alignment for x in mamba] == [None, None]
     assert all("alignment" not in x.to_dict() for x in mamba)
     # 4 B more: the next 16 tokens, and the state padded to that page
-    ms = M.from_config({**falcon, "mamba_d_ssm": 994})
+    ms = J.from_config({**falcon, "mamba_d_ssm": 994})
     _check_hybrid(ms, state + 4, per_token, None, ["model.2.mixer", "model.3.mixer"],
                   ["model.layers.0.attn", "model.layers.1.attn"])
     assert ms.block_size == 32 and {x.alignment for _, x in ms.spec.layers if x.name.endswith("mixer")} == {
@@ -2885,10 +2886,10 @@ def test_tpu_inference_mesh_is_bounded_and_head_errors_name_dcp() -> None:
     }
     tpu = {"engine": "tpu-inference", "num_blocks": 0}
     for dp, tp, dcp in ((2**16, 1, 1), (2**13, 8, 1), (2**10, 8, 8)):
-        assert isinstance(M.from_config(llama, dp=dp, tp=tp, dcp=dcp, **tpu), M.NativeModelSpec)
+        assert isinstance(J.from_config(llama, dp=dp, tp=tp, dcp=dcp, **tpu), M.NativeModelSpec)
     for dp, tp, dcp in ((2**16 + 1, 1, 1), (2**13, 8, 2), (2**53, 1, 1), (1, 8, 2**13 + 1)):
         with pytest.raises(SpecError) as e:
-            M.from_config(llama, dp=dp, tp=tp, dcp=dcp, **tpu)
+            J.from_config(llama, dp=dp, tp=tp, dcp=dcp, **tpu)
         assert (e.value.field, e.value.value) == ("dp * tp * dcp", dp * tp * dcp)
         assert str(e.value) == f"dp * tp * dcp = {dp * tp * dcp}: a mesh has at most 65,536 devices"
     for tp, dcp, field, value, why in (
@@ -2902,10 +2903,10 @@ def test_tpu_inference_mesh_is_bounded_and_head_errors_name_dcp() -> None:
         (4, 6, "tp * dcp", 24, None),
     ):
         if why is None:
-            assert isinstance(M.from_config(llama, tp=tp, dcp=dcp, **tpu), M.NativeModelSpec)
+            assert isinstance(J.from_config(llama, tp=tp, dcp=dcp, **tpu), M.NativeModelSpec)
             continue
         with pytest.raises(SpecError) as e:
-            M.from_config(llama, tp=tp, dcp=dcp, **tpu)
+            J.from_config(llama, tp=tp, dcp=dcp, **tpu)
         assert (e.value.field, e.value.value) == (field, value), (tp, dcp)
         assert str(e.value) == f"{field} = {value}: {why} (tpu-inference asserts it)"
 
@@ -2919,15 +2920,15 @@ def test_mamba_ssm_cache_dtype_is_checked_for_every_model() -> None:
                 continue
             for value in ("nope", "fp8", "int8", 5, ["float32"], b"float32", True):
                 with pytest.raises(SpecError) as e:
-                    M.from_config(_FIX / family / "config.json", engine=engine, mamba_ssm_cache_dtype=value)
+                    J.from_config(_FIX / family / "config.json", engine=engine, mamba_ssm_cache_dtype=value)
                 assert (e.value.field, e.value.value) == ("mamba_ssm_cache_dtype", value), (family, value)
                 want = f"mamba_ssm_cache_dtype = {value!r}: valid: auto, bfloat16, float16, float32"
                 assert str(e.value) == want
-    plain = M.from_config(_FIX / "llama" / "config.json")
+    plain = J.from_config(_FIX / "llama" / "config.json")
     for value in (None, "auto", "float32", "float16", "bfloat16"):  # no Mamba state: no effect
-        assert M.from_config(_FIX / "llama" / "config.json", mamba_ssm_cache_dtype=value).spec == plain.spec
-    jamba = {x.name: x for _, x in M.from_config(_FIX / "jamba" / "config.json").spec.layers}
-    f32 = M.from_config(_FIX / "jamba" / "config.json", mamba_ssm_cache_dtype="float32")
+        assert J.from_config(_FIX / "llama" / "config.json", mamba_ssm_cache_dtype=value).spec == plain.spec
+    jamba = {x.name: x for _, x in J.from_config(_FIX / "jamba" / "config.json").spec.layers}
+    f32 = J.from_config(_FIX / "jamba" / "config.json", mamba_ssm_cache_dtype="float32")
     states = [(x.state_bytes, jamba[x.name].state_bytes) for _, x in f32.spec.layers if x.kind == "mamba"]
     assert states and all(mine > theirs for mine, theirs in states)  # the argument reaches the state
 
@@ -2941,14 +2942,14 @@ _L4: dict[str, Any] = {
 
 
 def _kinds(cfg: dict[str, Any], **kw: Any) -> list[str]:
-    return list(M.from_config(cfg, **kw).kinds.values())
+    return list(J.from_config(cfg, **kw).kinds.values())
 
 
 def test_llama4_rope_layers_are_chunked_nope_layers_full() -> None:
     """vLLM's Llama4Attention: a layer with RoPE (no_rope_layers[i] != 0) attends within
     attention_chunk_size chunks; NoPE layers and a null chunk size are full attention."""
     marks = [1, 0, 2, 0, 0, 1, 1, 0]
-    m = M.from_config({**_L4, "no_rope_layers": marks})
+    m = J.from_config({**_L4, "no_rope_layers": marks})
     assert list(m.kinds) == [f"model.layers.{i}.self_attn.attn" for i in range(8)]
     assert list(m.kinds.values()) == ["chunked" if x != 0 else "full" for x in marks]
     assert m.notes[0].startswith("chunked local attention (8,192-token chunks) on 4 of 8 layers")
@@ -2967,10 +2968,10 @@ def test_llama4_rope_layers_are_chunked_nope_layers_full() -> None:
         ({**_L4, "no_rope_layers": [], "no_rope_layer_interval": None}, "config.no_rope_layer_interval"),
     ):
         with pytest.raises(SpecError) as e:
-            M.from_config(bad)
+            J.from_config(bad)
         assert e.value.field == field, field
     with pytest.raises(SpecError) as e:
-        M.from_config({k: v for k, v in _L4.items() if k != "attention_chunk_size"})
+        J.from_config({k: v for k, v in _L4.items() if k != "attention_chunk_size"})
     assert "Llama 4's RoPE layers attend within chunks of it" in str(e.value)
 
 
@@ -2995,7 +2996,7 @@ def test_zamba2_shared_attention_names_and_heads() -> None:
             cfg = {**_Z2, "num_hidden_layers": len(types), "layers_block_type": types,
                    "hybrid_layer_ids": hyb, "num_mem_blocks": blocks}
             for tp in (1, 2, 8):
-                m = M.from_config(cfg, tp=tp)
+                m = J.from_config(cfg, tp=tp)
                 names = list(m.kinds)
                 want = []
                 for b in range(blocks):
@@ -3017,7 +3018,7 @@ def test_zamba2_shared_attention_names_and_heads() -> None:
         ({**base, "hybrid_layer_ids": [1], "num_key_value_heads": 4}, "config.num_key_value_heads"),
     ):
         with pytest.raises(SpecError) as e:
-            M.from_config(bad)
+            J.from_config(bad)
         assert e.value.field == field, field
 
 
@@ -3069,25 +3070,25 @@ def test_dbrx_attn_config_messages_name_the_field_and_value() -> None:
     (transformer.blocks.{i}.norm_attn_norm.attn.attn) take kv_n_heads // tp of hidden_size // heads;
     a refusal names config.attn_config(.kv_n_heads), its value and why, whole."""
     for kv, tp in ((8, 1), (8, 2), (8, 8), (2, 8), (16, 4)):
-        m = M.from_config({**_DBRX, "attn_config": {"kv_n_heads": kv}}, tp=tp)
+        m = J.from_config({**_DBRX, "attn_config": {"kv_n_heads": kv}}, tp=tp)
         assert list(m.kinds) == [f"transformer.blocks.{i}.norm_attn_norm.attn.attn" for i in range(2)]
         layers = _attention_layers(m)
         assert {(x.num_kv_heads, x.head_size) for x in layers} == {(max(1, kv // tp), 2048 // 32)}, (kv, tp)
     # the field the KV heads came from names a count tp does not split
-    e = _error(M.from_config, {**_DBRX, "attn_config": {"kv_n_heads": 3}}, tp=2)
+    e = _error(J.from_config, {**_DBRX, "attn_config": {"kv_n_heads": 3}}, tp=2)
     assert (e.field, e.value) == ("config.attn_config.kv_n_heads", 3)
     assert str(e) == "config.attn_config.kv_n_heads = 3: not divisible by tp = 2"
-    e = _error(M.from_config, {**_DBRX, "attn_config": {"kv_n_heads": 3}}, tp=4)
+    e = _error(J.from_config, {**_DBRX, "attn_config": {"kv_n_heads": 3}}, tp=4)
     assert str(e) == (
         "config.attn_config.kv_n_heads = 3: tp = 4 is not a multiple of it (KV heads are replicated)"
     )
     # attn_config not an object
     for attn in ([8], "kv_n_heads", 8, None):
-        e = _error(M.from_config, {**_DBRX, "attn_config": attn})
+        e = _error(J.from_config, {**_DBRX, "attn_config": attn})
         assert (e.field, e.value) == ("config.attn_config", attn)
         assert str(e) == f"config.attn_config = {attn!r}: must be an object holding kv_n_heads"
     no_attn = {k: v for k, v in _DBRX.items() if k != "attn_config"}
-    e = _error(M.from_config, no_attn)
+    e = _error(J.from_config, no_attn)
     assert str(e) == "config.attn_config = None: must be an object holding kv_n_heads"
     # kv_n_heads missing or mistyped: named under attn_config; the reader hint only when read as written
     for sub, value, why in (
@@ -3097,7 +3098,7 @@ def test_dbrx_attn_config_messages_name_the_field_and_value() -> None:
         ({"kv_n_heads": "8"}, "8", "must be an integer"),
         ({"kv_n_heads": 0}, 0, "must be at least 1"),
     ):
-        e = _error(M.from_config, {**_DBRX, "attn_config": sub})
+        e = _error(J.from_config, {**_DBRX, "attn_config": sub})
         assert (e.field, e.value) == ("config.attn_config.kv_n_heads", value), sub
         assert str(e) == f"config.attn_config.kv_n_heads = {value!r}: {why}", sub
     var = VARIATIONS["DbrxForCausalLM"]
@@ -3127,7 +3128,7 @@ def test_head_size_from_hidden_size_is_at_least_one() -> None:
             f"config.hidden_size = {hidden}: below num_attention_heads = {heads}: the head size "
             "hidden_size // heads is 0"
         )
-    e = _error(M.from_config, {**_DBRX, "hidden_size": 31})  # DBRX ignores head_dim = 100
+    e = _error(J.from_config, {**_DBRX, "hidden_size": 31})  # DBRX ignores head_dim = 100
     assert str(e) == (
         "config.hidden_size = 31: below num_attention_heads = 32: the head size hidden_size // heads is 0"
     )
@@ -3138,7 +3139,7 @@ def test_llama4_missing_fields_are_named_with_the_rule() -> None:
     no_rope_layers wins over no_rope_layer_interval (transformers' default only for an empty or absent
     list); each missing field is named with its rule, whole."""
     no_chunk = {k: v for k, v in _L4.items() if k != "attention_chunk_size"}
-    e = _error(M.from_config, no_chunk)
+    e = _error(J.from_config, no_chunk)
     assert (e.field, e.value) == ("config.attention_chunk_size", None)
     assert str(e) == (
         "config.attention_chunk_size = None: missing; Llama 4's RoPE layers attend within chunks of it"
@@ -3152,14 +3153,14 @@ def test_llama4_missing_fields_are_named_with_the_rule() -> None:
     # neither: no_rope_layers is missing (an interval written null does not stand in for it)
     bare = {k: v for k, v in _L4.items() if k != "no_rope_layers"}
     for cfg in (bare, {**bare, "no_rope_layer_interval": None}):
-        e = _error(M.from_config, cfg)
+        e = _error(J.from_config, cfg)
         assert (e.field, e.value) == ("config.no_rope_layers", None)
         assert str(e) == (
             "config.no_rope_layers = None: missing; 0 marks a NoPE (full attention) layer" + _HINT
         )
     # an empty list without an interval: the interval is missing
     for cfg in ({**_L4, "no_rope_layers": []}, {**_L4, "no_rope_layers": [], "no_rope_layer_interval": None}):
-        e = _error(M.from_config, cfg)
+        e = _error(J.from_config, cfg)
         assert (e.field, e.value) == ("config.no_rope_layer_interval", None)
         assert str(e) == (
             "config.no_rope_layer_interval = None: missing; layer i has RoPE unless "
@@ -3182,7 +3183,7 @@ def test_llama4_multimodal_wrapper_takes_its_text_models_names_and_rules() -> No
         "torch_dtype": "bfloat16", "text_config": {**text, "no_rope_layers": marks},
     }
     for tp in (1, 2, 8):
-        m = M.from_config(wrapper, tp=tp)
+        m = J.from_config(wrapper, tp=tp)
         assert (m.architecture, m.family) == ("Llama4ForConditionalGeneration", "generic_sw")
         assert list(m.kinds) == [f"language_model.model.layers.{i}.self_attn.attn" for i in range(8)]
         assert list(m.kinds.values()) == ["chunked" if x != 0 else "full" for x in marks]
@@ -3194,9 +3195,9 @@ def test_llama4_multimodal_wrapper_takes_its_text_models_names_and_rules() -> No
         assert {(x.num_kv_heads, x.head_size) for x in layers} == {(8 // tp, 128)}
         assert {x.page for x in layers} == {2 * (8 // tp) * 128 * 2 * m.block_size}
     # the same text model unwrapped: the same cache under model.layers
-    plain = M.from_config({**_L4, "no_rope_layers": marks})
-    assert [x.removeprefix("language_model.") for x in M.from_config(wrapper).kinds] == list(plain.kinds)
-    assert list(M.from_config(wrapper).kinds.values()) == list(plain.kinds.values())
+    plain = J.from_config({**_L4, "no_rope_layers": marks})
+    assert [x.removeprefix("language_model.") for x in J.from_config(wrapper).kinds] == list(plain.kinds)
+    assert list(J.from_config(wrapper).kinds.values()) == list(plain.kinds.values())
 
 
 def test_qwen2_named_family_ignores_head_dim() -> None:
@@ -3208,7 +3209,7 @@ def test_qwen2_named_family_ignores_head_dim() -> None:
         "torch_dtype": "bfloat16",
     }
     for tp in (1, 2, 4):
-        m = M.from_config(qwen2, tp=tp)
+        m = J.from_config(qwen2, tp=tp)
         assert m.family == "qwen2"
         layers = _attention_layers(m)
         assert [x.name for x in layers] == ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
@@ -3220,10 +3221,10 @@ def test_engine_flags_for_vllm_only_are_refused_whole() -> None:
     naming it with its value."""
     why = "a CUDA GPU and its vLLM attention backend apply to engine vllm only"
     for backend in ("FLASHINFER", "FLASH_ATTN"):
-        e = _error(M.from_config, _DBRX, engine="tpu-inference", attention_backend=backend)
+        e = _error(J.from_config, _DBRX, engine="tpu-inference", attention_backend=backend)
         assert (e.field, e.value) == ("attention_backend", backend)
         assert str(e) == f"attention_backend = {backend!r}: {why}"
-    e = _error(M.from_config, _DBRX, engine="tpu-inference", device="ampere", attention_backend="FLASHINFER")
+    e = _error(J.from_config, _DBRX, engine="tpu-inference", device="ampere", attention_backend="FLASHINFER")
     assert (e.field, e.value) == ("device", "ampere")
     assert str(e) == f"device = 'ampere': {why}"
 
@@ -3241,14 +3242,14 @@ def test_minicpm3_heads_are_its_decompressed_latent_heads() -> None:
     base = {"architectures": ["MiniCPM3ForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 8,
             "num_key_value_heads": 2, "hidden_size": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
             "torch_dtype": "bfloat16"}
-    ms = M.from_config(base, tp=2)
+    ms = J.from_config(base, tp=2)
     assert isinstance(ms, M.ModelSpec)
     got = [(x.name, x.num_kv_heads, x.head_size) for _, x in ms.spec.layers]  # type: ignore[attr-defined]
     assert got == [(f"model.layers.{i}.self_attn.attn", 4, 96) for i in range(2)]
     assert ms.bytes_per_block == 2 * 16 * 2 * 4 * 96 * 2  # layers * tokens * (K, V) * heads * size * bf16
     for key in ("qk_nope_head_dim", "qk_rope_head_dim"):
         with pytest.raises(SpecError) as e:
-            M.from_config({k: v for k, v in base.items() if k != key})
+            J.from_config({k: v for k, v in base.items() if k != key})
         why = "MiniCPM3's head size is qk_nope_head_dim + qk_rope_head_dim"
         assert str(e.value) == f"config.{key} = None: missing; {why}" + _HINT
 
@@ -3262,7 +3263,7 @@ def test_laguna_slides_only_where_layer_types_says() -> None:
             "sliding_window": 128}
 
     def windows(**kw: Any) -> list[int | None]:
-        ms = M.from_config({**base, **kw})
+        ms = J.from_config({**base, **kw})
         assert isinstance(ms, M.ModelSpec)
         return [getattr(x, "window", None) for _, x in sorted(ms.spec.layers, key=lambda p: p[1].name)]
 
@@ -3274,7 +3275,7 @@ def test_laguna_slides_only_where_layer_types_says() -> None:
     assert layer_types(cfg, "generic_sw", 3, var) == ["sliding", "full", "sliding"]
     assert layer_types(Config(base, "config"), "generic_sw", 3, var) == ["full"] * 3
     with pytest.raises(SpecError) as e:
-        M.from_config({**base, "layer_types": ["sliding_attention", "x", "full_attention"]})
+        J.from_config({**base, "layer_types": ["sliding_attention", "x", "full_attention"]})
     assert str(e.value) == "config.layer_types[1] = 'x': valid: sliding_attention, full_attention"
 
 
@@ -3306,10 +3307,10 @@ def test_deepseek_v4_layer_bound() -> None:
     path = Path(__file__).parent / "fixtures" / "models" / "deepseek_v4" / "config.json"
     cfg = json.loads(path.read_text())
     cfg["compress_ratios"] = (cfg["compress_ratios"] * 60)[:2501]
-    ms = M.from_config({**cfg, "num_hidden_layers": 2500})
+    ms = J.from_config({**cfg, "num_hidden_layers": 2500})
     assert len(ms.spec.layers) == 9546  # type: ignore[union-attr]
     with pytest.raises(SpecError) as e:
-        M.from_config({**cfg, "num_hidden_layers": 2501})
+        J.from_config({**cfg, "num_hidden_layers": 2501})
     assert (e.value.field, e.value.value, str(e.value)) == (
         "config.num_hidden_layers", 2501,
         "config.num_hidden_layers = 2501: must be at most 2,500 for DeepSeek-V4 (up to five caches a layer)",
@@ -3320,6 +3321,6 @@ def test_reader_transformers_names_a_missing_architecture_first() -> None:
     """Read through transformers, a config without architectures is refused before transformers is
     imported, under the field's own path and without the hint to use that reader."""
     with pytest.raises(SpecError) as e:
-        M.from_config({}, reader="transformers")
+        J.from_config({}, reader="transformers")
     assert e.value.field == "config.architectures"
     assert str(e.value) == "config.architectures = None: missing; it names the model class the engine builds"

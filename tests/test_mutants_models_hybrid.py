@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.models.base import Ctx
 from kvlayout.models.config import Config
 from kvlayout.models.hybrid import _zamba2_attention, _zamba2_attention_names, mamba_layers
 from kvlayout.spec import DTYPE_SIZES, FullAttentionSpec, MambaSpec
+from tests import json_reader as J
 
 HINT = "; reader='transformers' fills the config class's defaults, as vLLM does"
 
@@ -278,13 +278,13 @@ def test_hybrid_attention_head_size_is_hidden_over_heads() -> None:
     head_dim must equal it (vLLM's block alignment reads ModelConfig's head_dim)."""
     for base in (_GRANITE, _LFM2, _OLMO):
         for tp in (1, 2):
-            m = M.from_config(base, tp=tp)
+            m = J.from_config(base, tp=tp)
             attn = [x for x in _layers(m).values() if isinstance(x, FullAttentionSpec)]
             assert attn, base["model_type"]
             assert {(a.num_kv_heads, a.head_size) for a in attn} == {(8 // tp, 64)}, base["model_type"]
-            assert _layers(M.from_config({**base, "head_dim": 64}, tp=tp)) == _layers(m)
+            assert _layers(J.from_config({**base, "head_dim": 64}, tp=tp)) == _layers(m)
         with pytest.raises(SpecError) as e:
-            M.from_config({**base, "head_dim": 128})
+            J.from_config({**base, "head_dim": 128})
         assert str(e.value) == (
             "config.head_dim = 128: vLLM's layers use hidden_size // num_attention_heads = 64 and its block"
             " alignment this head_dim: they must agree"
@@ -294,7 +294,7 @@ def test_hybrid_attention_head_size_is_hidden_over_heads() -> None:
 def test_hybrid_pages_kinds_and_alignment() -> None:
     """Every Mamba / short-conv page is padded to the attention page unless the state fills it exactly;
     the attention layers are kind full, the states their own kind, each named as vLLM names them."""
-    m = M.from_config(_GRANITE)
+    m = J.from_config(_GRANITE)
     state = _mamba2_bytes(1024, 16, 64, 1, 128, 4, 1, "bfloat16", "bfloat16")
     per_token = 2 * 8 * 64 * 2
     bs = 16 * -(-state // (16 * per_token))
@@ -308,7 +308,7 @@ def test_hybrid_pages_kinds_and_alignment() -> None:
             layer = _layers(m)[name]
             assert m.kinds[name] == "mamba" and isinstance(layer, MambaSpec)
             assert (layer.state_bytes, layer.alignment) == (state, bs * per_token)
-    m = M.from_config(_LFM2)
+    m = J.from_config(_LFM2)
     short = _layers(m)["model.layers.0.short_conv"]
     assert (m.kinds["model.layers.0.short_conv"], short.state_bytes, short.alignment) == (
         "short_conv", 2 * 768 * 2, 16 * per_token
@@ -318,7 +318,7 @@ def test_hybrid_pages_kinds_and_alignment() -> None:
         # 2 heads of 307: 1,228 B a token in fp8, 16 tokens hold the 19,648 B state exactly
         data = {**_ZAMBA2, "num_attention_heads": 2, "num_key_value_heads": 2, "attention_head_dim": 307,
                 "attention_hidden_size": 614}
-        m = M.from_config(data, kv_cache_dtype=dtype)
+        m = J.from_config(data, kv_cache_dtype=dtype)
         state = _mamba2_bytes(512, 8, 64, 1, 16, 4, 1, "bfloat16", "bfloat16")
         page = m.block_size * 2 * 2 * 307 * (2 if dtype == "auto" else 1)
         assert state == 19_648 and (page == state) is not aligned
@@ -338,11 +338,11 @@ def test_falcon_h1_inner_size_from_a_float_expand() -> None:
         "head_dim": 64, "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_n_groups": 1, "mamba_d_state": 16,
         "mamba_d_conv": 3, "mamba_expand": 1 / 1024,
     }
-    ms = M.from_config(falcon)
+    ms = J.from_config(falcon)
     states = {x.real_page for _, x in ms.spec.layers if isinstance(x, MambaSpec)}
     assert states == {(3 - 1) * (1 + 2 * 16) * 2 + 8 * 64 * 16 * 2}  # conv (2, 33) + ssm (8, 64, 16), bf16
     with pytest.raises(SpecError) as e:
-        M.from_config({**falcon, "mamba_expand": 0.5 / 1024})
+        J.from_config({**falcon, "mamba_expand": 0.5 / 1024})
     assert (e.value.field, e.value.value, str(e.value)) == (
         "config.mamba_expand", 0.5 / 1024,
         f"config.mamba_expand = {0.5 / 1024!r}: mamba_expand * hidden_size = {0.5 / 1024!r} * 1024 is "

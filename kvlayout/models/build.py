@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,14 @@ from .config import (
     MODEL_DTYPES,
     READERS,
     Config,
+    MissingField,
     check_kv_cache_dtype,
     check_tp,
     load_config,
     resolve_model_dtype,
     text_config,
     through_transformers,
+    transformers_installed,
 )
 from .families import architecture, family_rule, text_architecture
 from .vllm_checked import GENERIC_ATTENTION
@@ -41,6 +44,20 @@ def build(
 ) -> tuple[ModelSpec, Ctx]:
     """vLLM's spec for ``config`` and the context it was read in. ``device`` None (tpu-inference):
     no CUDA backend is resolved, attention takes 16-token blocks and MLA 64."""
+    if reader == "auto":  # as written; where config.json leaves out a field, as transformers fills it
+        args = (config, tp, dtype, kv_cache_dtype, block_size, num_blocks, mamba_ssm_cache_dtype)
+        kw: dict[str, Any] = {"device": device, "attention_backend": attention_backend}
+        try:
+            return build(*args, **kw, reader="json")
+        except MissingField as e:
+            if not transformers_installed():
+                raise MissingField(
+                    f"{e}; or install transformers: pip install 'kvlayout[models]'", field=e.field, value=None
+                ) from None
+            ms, c = build(*args, **kw, reader="transformers")
+            note = f"config.json has no {e.field}: read through transformers' config class (reader auto)"
+            c.notes.insert(0, note)
+            return replace(ms, notes=(note, *ms.notes)), c
     tp = check_tp(tp)
     if device is not None:
         device = check_device(device)

@@ -13,6 +13,7 @@ path (``config.num_key_value_heads``, ``config.text_config.head_dim``), never a 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ class Config:
         hint = ""
         if not self.completed and key != "architectures":
             hint = "; reader='transformers' fills the config class's defaults, as vLLM does"
+            err = spec_error(self.field(key), None, f"missing; {why}{hint}")
+            return MissingField(str(err), field=err.field, value=None)
         return spec_error(self.field(key), None, f"missing; {why}{hint}")
 
     def req_int(self, key: str, why: str, *, lo: int = 1) -> int:
@@ -122,7 +125,17 @@ def load_config(config: Mapping[str, Any] | str | Path) -> Mapping[str, Any]:
     return data
 
 
-READERS = ("json", "transformers")
+READERS = ("auto", "json", "transformers")
+
+
+class MissingField(SpecError):
+    """A field a config read as written leaves out, which its transformers config class may fill (the
+    ``auto`` reader then reads it through transformers)."""
+
+
+def transformers_installed() -> bool:
+    """Whether transformers can be imported (looked up, not imported: seconds)."""
+    return importlib.util.find_spec("transformers") is not None
 
 
 def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[str, Any]:

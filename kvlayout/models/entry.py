@@ -31,7 +31,7 @@ def from_config(
     mamba_ssm_cache_dtype: str | None = None,
     device: str = DEFAULT_DEVICE,
     attention_backend: str | None = None,
-    reader: str = "json",
+    reader: str = "auto",
     **tpu_options: Any,
 ) -> ModelSpec | NativeModelSpec:
     """What ``engine`` allocates for the model of ``config`` (a dict or a path to ``config.json``)

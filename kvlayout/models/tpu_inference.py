@@ -271,7 +271,7 @@ def tpu_inference_from_config(
     block_size: int | None = None,
     num_blocks: int = DEFAULT_NUM_BLOCKS,
     mamba_ssm_cache_dtype: str | None = None,
-    reader: str = "json",
+    reader: str = "auto",
     dp: int = 1,
     dcp: int = 1,
     model_impl: str = "auto",
