@@ -75,6 +75,9 @@ class SegmentTable:
     padding: tuple[Segment, ...] = field(default=(), compare=False)
     #: True when the planner made this table (so ``padding`` is known, possibly empty).
     planned: bool = field(default=False, compare=False)
+    #: True when :meth:`coalesced` merged rows of different groups into one: such a table cannot be
+    #: zeroed per group (:meth:`for_group` refuses it). Kept in the JSON form as ``"groups_joined"``.
+    groups_joined: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         plain_ints(self)
@@ -153,6 +156,13 @@ class SegmentTable:
         """
         if group is None:
             return self
+        if self.groups_joined:  # a merged row clears bytes of several groups: per group it would
+            # clear part of one group and nothing of another (issue 25, ninth pass)
+            why = (
+                "this table was coalesced across groups (SegmentTable.coalesced(), plan --coalesce): "
+                "zero per group from the planned table (GEOMETRY.md section 7)"
+            )
+            raise bad_value(TableError, "group", group, why)
         rows = tuple(s for s in self.segments if s.group == group)
         if not rows:
             valid = ", ".join(repr(g) for g in self.groups) or "none"
@@ -171,6 +181,7 @@ class SegmentTable:
         for s in self.segments:
             by_stride.setdefault(s.stride, []).append(s)
         merged: list[Segment] = []
+        joined = self.groups_joined
         for stride, rows in by_stride.items():
             rows.sort(key=lambda r: (r.base, -r.span))
             cur = rows[0]
@@ -184,10 +195,14 @@ class SegmentTable:
                     names.append(r)
                 else:
                     merged.append(_provenance(cur, names))
+                    joined = joined or len({n.group for n in names}) > 1
                     cur, names = r, [r]
             merged.append(_provenance(cur, names))
+            joined = joined or len({n.group for n in names}) > 1
         merged.sort(key=lambda r: (r.base, r.stride))
-        return SegmentTable(self.total_bytes, self.num_blocks, tuple(merged), self.padding, self.planned)
+        return SegmentTable(
+            self.total_bytes, self.num_blocks, tuple(merged), self.padding, self.planned, joined
+        )
 
     # ---- JSON --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -196,6 +211,7 @@ class SegmentTable:
             "total_bytes": self.total_bytes,
             "num_blocks": self.num_blocks,
             "segments": [s.to_dict() for s in self.segments],
+            **({"groups_joined": True} if self.groups_joined else {}),
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -209,13 +225,16 @@ class SegmentTable:
         for k in ("total_bytes", "num_blocks", "segments"):
             if k not in data:
                 raise bad_value(TableError, f"table.{k}", None, "missing required field")
-        unknown = sorted(set(data) - {"version", "total_bytes", "num_blocks", "segments"})
+        unknown = sorted(set(data) - {"version", "total_bytes", "num_blocks", "segments", "groups_joined"})
         if unknown:
             raise bad_value(TableError, f"table.{unknown[0]}", data[unknown[0]], "unknown field")
         if data.get("version", TABLE_VERSION) != TABLE_VERSION:
             raise bad_value(TableError, "table.version", data["version"], "only version 1 is supported")
         total = check_int(TableError, "table.total_bytes", data["total_bytes"], lo=0)
         nb = check_int(TableError, "table.num_blocks", data["num_blocks"], lo=0, hi=MAX_BLOCKS)
+        joined = data.get("groups_joined", False)
+        if not isinstance(joined, bool):
+            raise bad_value(TableError, "table.groups_joined", joined, "must be true or false")
         raw = data["segments"]
         if not isinstance(raw, list):
             raise bad_value(TableError, "table.segments", raw, "must be a list")
@@ -249,7 +268,7 @@ class SegmentTable:
                     vi,
                 )
             )
-        return cls(total_bytes=total, num_blocks=nb, segments=tuple(segs))
+        return cls(total_bytes=total, num_blocks=nb, segments=tuple(segs), groups_joined=joined)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SegmentTable:

@@ -179,7 +179,10 @@ def parse_json(cls: type[KVLayoutError], what: str, text: str | bytes) -> Any:
         except UnicodeDecodeError as e:
             raise bad_value(cls, what, f"byte {e.start}", "is not UTF-8 text") from None
     try:
-        return json.loads(text, parse_int=_json_int)
+        return json.loads(text, parse_int=_json_int, object_pairs_hook=_unique_keys)
+    except _RepeatedKey as e:
+        why = "appears twice in one object: JSON keys must be unique (which one was meant is not guessed)"
+        raise bad_value(cls, f"{what} key", e.key, why) from None
     except json.JSONDecodeError as e:
         raise cls(f"{what} is not valid JSON: {e}", field="json", value=None) from None
     except RecursionError:
@@ -201,6 +204,28 @@ class _LongInt(Exception):
         super().__init__(literal)
         self.digits = len(literal.lstrip("-"))
         self.shown = f"{literal[:20]}...({self.digits} digits)"
+
+
+class _RepeatedKey(Exception):
+    """A key written twice in one JSON object (turned into ``cls`` in :func:`parse_json`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: an object whose keys are unique. ``json.loads`` alone keeps the last of a
+    repeated key, so ``{"num_blocks": 4, "num_blocks": 100000}`` read as 100,000 blocks without a word
+    (issue 25, ninth pass)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _RepeatedKey(k)
+            seen.add(k)
+    return obj
 
 
 def _json_int(literal: str) -> int:

@@ -372,8 +372,10 @@ def test_section_7_per_group_zeroing(capsys: pytest.CaptureFixture[str]) -> None
     # coalescing a whole table joins groups, after which they cannot be told apart
     merged = table.coalesced()
     assert any("+" in g for g in merged.groups) and "names them `a+b`" in flat(7)
-    with pytest.raises(kvlayout.TableError, match="unknown group"):
-        merged.for_group("c4.3")
+    assert merged.groups_joined and "`\"groups_joined\": true`" in flat(7)
+    for g in ("c4.3", "c4.0"):  # neither a group it lost nor one it still names a row after
+        with pytest.raises(kvlayout.TableError, match="coalesced across groups"):
+            merged.for_group(g)
 
 
 def test_section_7_backends_take_a_group() -> None:
