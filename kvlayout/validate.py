@@ -182,7 +182,7 @@ def parse_json(cls: type[KVLayoutError], what: str, text: str | bytes) -> Any:
         return json.loads(text, parse_int=_json_int, object_pairs_hook=_unique_keys)
     except _RepeatedKey as e:
         why = "appears twice in one object: JSON keys must be unique (which one was meant is not guessed)"
-        raise bad_value(cls, f"{what} key", e.key, why) from None
+        raise bad_value(cls, f"{what} key", e.args[0], why) from None
     except json.JSONDecodeError as e:
         raise cls(f"{what} is not valid JSON: {e}", field="json", value=None) from None
     except RecursionError:
@@ -207,11 +207,7 @@ class _LongInt(Exception):
 
 
 class _RepeatedKey(Exception):
-    """A key written twice in one JSON object (turned into ``cls`` in :func:`parse_json`)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+    """A key written twice in one JSON object, its one argument (made ``cls`` in :func:`parse_json`)."""
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

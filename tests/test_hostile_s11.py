@@ -37,7 +37,10 @@ SPEC = K.KVCacheSpec(
         K.GroupSpec("b", [_layer("b0")]),
     ],
 )
-_GROUP_REFUSED = r"^group = 'a': this table was coalesced across groups .*GEOMETRY\.md section 7\)$"
+_GROUP_REFUSED = (
+    r"^group = 'a': this table was coalesced across groups \(SegmentTable\.coalesced\(\), plan --coalesce\): "
+    r"zero per group from the planned table \(GEOMETRY\.md section 7\)$"
+)
 
 
 def test_a_table_coalesced_across_groups_is_not_zeroed_per_group() -> None:
@@ -136,3 +139,37 @@ def test_repeated_keys_in_tables_configs_and_the_cli(
         assert main(argv) == 2
         out, err = capsys.readouterr()
         assert not out and err.count("\n") == 1 and "appears twice in one object" in err, err
+
+
+def test_groups_joined_wherever_the_join_falls() -> None:
+    """A join of two groups is seen whether its row is the last of its stride class or not, a table that
+    joins none says False (not a falsy stand-in), and coalescing a joined table again keeps the mark."""
+    page = 512
+    rows = (  # block stride 4 pages: a and b share page 0 (joined), c sits alone at page 2
+        K.Segment(0, 4 * page, page, "a", "a0"),
+        K.Segment(0, 4 * page, page, "b", "b0"),
+        K.Segment(2 * page, 4 * page, page, "c", "c0"),
+    )
+    last = (  # the same with the join last in its stride class (rows are taken in base order)
+        K.Segment(0, 4 * page, page, "c", "c0"),
+        K.Segment(2 * page, 4 * page, page, "a", "a0"),
+        K.Segment(2 * page, 4 * page, page, "b", "b0"),
+    )
+    for segs in (rows, last[1:] + last[:1]):
+        t = SegmentTable(16 * page, 4, segs)
+        assert t.coalesced().groups_joined is True and t.coalesced().coalesced().groups_joined is True
+        assert SegmentTable(16 * page, 4, segs[:1] + segs[2:]).coalesced().groups_joined is False
+    with pytest.raises(TableError, match=r"^group = 'c': this table was coalesced across groups"):
+        SegmentTable(16 * page, 4, rows).coalesced().for_group("c")
+    d = SegmentTable(16 * page, 4, rows[2:]).to_dict()
+    assert "groups_joined" not in d and SegmentTable.from_dict(d).groups_joined is False
+
+
+def test_the_repeated_key_message_whole() -> None:
+    with pytest.raises(TableError) as e:
+        SegmentTable.from_json('{"total_bytes": 64, "total_bytes": 64, "num_blocks": 4, "segments": []}')
+    assert str(e.value) == (
+        "table key = 'total_bytes': appears twice in one object: JSON keys must be unique "
+        "(which one was meant is not guessed)"
+    )
+    assert e.value.field == "table key" and e.value.value == "total_bytes"
