@@ -24,6 +24,7 @@ from .config import (
     text_config,
     through_transformers,
     transformers_installed,
+    written_aliases,
 )
 from .families import architecture, family_rule, text_architecture
 from .vllm_checked import GENERIC_ATTENTION
@@ -72,7 +73,7 @@ def build(
         architecture(Config(written, "config"))
         data = through_transformers(written, notes)
     else:
-        data = written
+        data = written_aliases(written, notes)
     top = Config(data, "config", completed=reader == "transformers")  # no hint to use it again
     arch, family = architecture(top)
     text = text_config(top)

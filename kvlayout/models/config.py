@@ -14,7 +14,8 @@ path (``config.num_key_value_heads``, ``config.text_config.head_dim``), never a 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,13 @@ MAX_CONFIG_LAYERS = 10_000
 #: integer a JSON number holds exactly. Products of bounded fields stay far from the interpreter's
 #: 4,300-digit limit on printing an integer (a 2,200-digit conv_dim crashed a note's f-string).
 MAX_CONFIG_INT = 2**53
+#: Bounds on what a config hands transformers' config class (the ``transformers`` and ``auto`` readers):
+#: its classes build lists from counts (Cohere2-MoE's ``range(num_hidden_layers - first_k_dense_replace)``
+#: took 115 s and 879 MB at -30,000,000; issue 25, tenth pass). An integer's magnitude is at most
+#: 2**20 but where its name says it is a token id, vocabulary, position, length or rope theta; a list
+#: holds at most :data:`MAX_CONFIG_LAYERS` items.
+MAX_TRANSFORMERS_INT = 2**20
+_LARGE_INT_NAMES = ("token", "vocab", "position", "length", "seq_len", "theta", "pixels", "_index", "_id")
 KV_DTYPES: Mapping[str, str | None] = {
     "auto": None,
     "bfloat16": "bfloat16",
@@ -149,6 +157,7 @@ def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[s
         n = cfg.get("num_hidden_layers") if isinstance(cfg, Mapping) else None
         if is_int(n) and not 0 <= int(n) <= MAX_CONFIG_LAYERS:  # type: ignore[arg-type]  # per-layer lists
             raise spec_error(f"{where}.num_hidden_layers", n, f"must be between 0 and {MAX_CONFIG_LAYERS:,}")
+    _bounded_for_transformers(data, "config")  # before transformers is imported (seconds)
     if not isinstance(model_type, str):  # no class to look up: transformers is not imported (seconds)
         notes.append(f"model_type {model_type!r} is not a transformers config class: read as written")
         return data
@@ -163,7 +172,8 @@ def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[s
         return data
     cls = CONFIG_MAPPING[model_type]
     try:
-        out = cls.from_dict(dict(data)).to_dict()
+        with _transformers_log(notes):
+            out = cls.from_dict(dict(data)).to_dict()
     except Exception as e:  # transformers refuses the config: its message names the field
         raise spec_error("config", model_type, f"transformers refuses it: {type(e).__name__}: {e}") from e
     notes.append(f"read through transformers' {cls.__name__}")
@@ -173,6 +183,76 @@ def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[s
         if out.get(alias) is None and isinstance(alias, str) and isinstance(target, str) and target in out:
             out[alias] = out[target]
     return _keep_written(out, data)
+
+
+def written_aliases(data: Mapping[str, Any], notes: list[str], where: str = "config") -> Mapping[str, Any]:
+    """``data`` with its model type's aliases applied as transformers applies them (an alias written
+    sets its target, over a target written beside it; :mod:`.config_aliases`), its ``text_config`` too:
+    GLM-4 MoE Lite's ``head_dim`` is its ``qk_rope_head_dim`` in transformers, hence in vLLM 0.33, and
+    the json reader planned the written ``qk_rope_head_dim`` instead (issue 25, tenth pass)."""
+    from .config_aliases import ALIASES
+
+    out = dict(data)
+    tc = out.get("text_config")
+    if isinstance(tc, Mapping):
+        out["text_config"] = written_aliases(tc, notes, f"{where}.text_config")
+    mt = out.get("model_type")
+    for alias, target in ALIASES.get(mt, {}).items() if isinstance(mt, str) else ():
+        if out.get(alias) is not None and out.get(target) != out[alias]:
+            was = "" if target not in out else f" (written: {out[target]!r})"
+            notes.append(
+                f"{where}.{alias} is {mt}'s alias of {target} in transformers: {target} = {out[alias]!r}"
+                f"{was}, as vLLM reads it"
+            )
+            out[target] = out[alias]
+    return out
+
+
+def _bounded_for_transformers(value: Any, where: str, key: str = "") -> None:
+    """Refuse, naming the field, what could make a transformers config class build huge lists."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _bounded_for_transformers(v, f"{where}.{k}", str(k))
+    elif isinstance(value, list):
+        if len(value) > MAX_CONFIG_LAYERS:
+            why = f"read through transformers, a list holds at most {MAX_CONFIG_LAYERS:,} items"
+            raise spec_error(where, f"a list of {len(value):,} items", why)
+        for i, v in enumerate(value):
+            _bounded_for_transformers(v, f"{where}[{i}]", key)
+    elif (
+        is_int(value)
+        and not isinstance(value, bool)
+        and abs(int(value)) > MAX_TRANSFORMERS_INT
+        and not any(n in key.lower() for n in _LARGE_INT_NAMES)
+    ):
+        why = (
+            f"read through transformers, an integer is at most {MAX_TRANSFORMERS_INT:,} in magnitude "
+            "(its config class may build a list that long)"
+        )
+        raise spec_error(where, value, why)
+
+
+@contextmanager
+def _transformers_log(notes: list[str]) -> Iterator[None]:
+    """transformers' own log records and warnings of a config read, taken as notes: its logger writes to
+    stderr, and the command line's error is one line (issue 25, tenth pass). The logger is restored."""
+    import logging
+    import warnings
+
+    class _Notes(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            notes.append(f"transformers: {' '.join(record.getMessage().split())}")
+
+    logger = logging.getLogger("transformers")
+    saved = (logger.handlers[:], logger.propagate)
+    logger.handlers, logger.propagate = [_Notes(logging.WARNING)], False
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+        notes.extend(f"transformers: {' '.join(str(w.message).split())}" for w in caught)
+    finally:
+        logger.handlers, logger.propagate = saved
 
 
 def _keep_written(made: Mapping[str, Any], written: Mapping[str, Any]) -> dict[str, Any]:

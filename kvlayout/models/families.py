@@ -223,6 +223,10 @@ def text_architecture(arch: str, top: Config, text: Config) -> tuple[str, str]:
             why = f"valid: {', '.join(CAUSAL_LM_TYPES)} (or write the text config's architectures)"
             raise spec_error(text.field("model_type"), mt, why)
         inner, field = CAUSAL_LM_TYPES[mt], text.field("model_type")
+    if inner in MULTIMODAL:  # a wrapper inside the wrapper: vLLM would build its whole multimodal model
+        # (vision tower and all) from a text config; Llama 4's raised a KeyError (issue 25, tenth pass)
+        why = f"{arch}'s language model must be a causal LM, not the multimodal architecture {inner}"
+        raise spec_error(field, inner, why)
     family = FAMILIES.get(inner, "")
     if family not in ATTENTION_FAMILIES:
         why = (
