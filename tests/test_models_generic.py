@@ -112,6 +112,7 @@ CONFIG_TYPES: dict[str, str] = {
     "LLaMAForCausalLM": "llama",
     "MistralLarge3ForCausalLM": "deepseek_v3",  # vLLM converts its Mistral-format config to this class
     "Llama4ForCausalLM": "llama4_text",  # transformers maps llama4 (the multimodal config) first
+    "InklingForCausalLM": "inkling_model",  # thinkingmachines/Inkling's text config (not inkling_text)
 }
 #: model_type prefix of a stand-in for a remote-code config class (hub code, never run here): a plain
 #: ``PretrainedConfig`` holding the fields as written, registered with transformers' AutoConfig in the
@@ -119,7 +120,10 @@ CONFIG_TYPES: dict[str, str] = {
 STAND_IN = "kvlayout_stand_in_"
 #: architecture -> the model_type its remote-code checkpoints name, where vLLM decides by it (MLA is
 #: vLLM's only for the types of ``is_deepseek_mla``): a stand-in registered under that name
-NAMED_STAND_INS: dict[str, str] = {"PanguUltraMoEForCausalLM": "pangu_ultra_moe"}
+NAMED_STAND_INS: dict[str, str] = {
+    "PanguUltraMoEForCausalLM": "pangu_ultra_moe",
+    "DeepseekForCausalLM": "deepseek",  # deepseek-moe-16b's: vLLM's DeepseekV2 layers take MHA for it
+}
 
 
 #: what a remote-code config writes that vLLM's model reads beyond the cache fields (a stand-in has no
@@ -134,6 +138,10 @@ STAND_IN_FIELDS: dict[str, Any] = {
     "embedding_dropout": 0.0,
     "attention_dropout": 0.0,
 }
+#: the text fields InklingMMConfig reads from its text_config (read-only properties at the top level)
+_INKLING_TEXT = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+)
 #: architecture -> fields its vLLM model needs that the harness's small config lacks (published
 #: configs write them), none deciding the cache: written into every variant
 ARCH_FIELDS: dict[str, dict[str, Any]] = {
@@ -175,6 +183,32 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
             "num_shared_experts": 1}
         for a in ("PanguUltraMoEForCausalLM", "PanguEmbeddedForCausalLM", "PanguProMoEV2ForCausalLM")
     },
+    # deepseek-ai/deepseek-moe-16b-base's config.json (its model_type "deepseek": NAMED_STAND_INS)
+    "DeepseekForCausalLM": {"norm_topk_prob": False, "scoring_func": "softmax", "moe_layer_freq": 1},
+    # IFM/K2-Horizon's configs (head_dim written: 128 in the 7B); layer 0 dense, layer 1 MoVA attention
+    # with MoE (K2-Horizon-MoVA-36B-A4B's mova_num_experts)
+    "K2HorizonForCausalLM": {
+        "head_dim": 48, "decoder_sparse_step": 1, "mlp_only_layers": [0], "layernorm_num_groups": 4,
+        "query_key_norm": True, "rope_head_dim": None, "attention_gate_func": None, "mova_num_experts": 2,
+        "mova_num_experts_per_tok": 1, "moe_gate_bias": True, "router_score_func": "sigmoid",
+        "router_scaling_factor": 1.0, "norm_topk_prob": True, "num_shared_experts": 1,
+    },
+    # thinkingmachines/Inkling's text_config writes dense_mlp_idx (the layers before it take a dense MLP):
+    # 2, both layers dense (vLLM's Inkling MoE block makes CUDA events)
+    "InklingForCausalLM": {"dense_mlp_idx": 2},
+    # thinkingmachines/Inkling's config.json: the text model's fields under text_config (the top-level
+    # ones are read-only properties of InklingMMConfig, dropped by ARCH_DROP)
+    "InklingForConditionalGeneration": {
+        "text_config": {"model_type": "inkling_model", **{k: _BASE[k] for k in _INKLING_TEXT},
+                        "dense_mlp_idx": 2},
+    },
+    # meituan-longcat/LongCat-Flash-Chat's config.json (and its n-gram embedding's fields)
+    **{
+        a: {"mla_scale_q_lora": True, "mla_scale_kv_lora": True, "zero_expert_type": "identity",
+            "zero_expert_num": 2, "moe_topk": 2, "ngram_vocab_size_ratio": 2, "emb_neighbor_num": 2,
+            "emb_split_num": 2}
+        for a in ("LongcatFlashForCausalLM", "LongcatFlashNgramForCausalLM")
+    },
 }
 #: architecture -> variants of its own beyond :data:`VARIANTS` (name -> (extra fields, json reader
 #: compared too)): Llama 4's NoPE layer (full attention) beside a chunked one, by ``no_rope_layers``
@@ -190,7 +224,10 @@ ARCH_VARIANTS: dict[str, dict[str, tuple[dict[str, Any], bool]]] = {
     },
 }
 #: architecture -> fields its config class cannot take (FalconConfig's head_dim is a property)
-ARCH_DROP: dict[str, tuple[str, ...]] = {"FalconForCausalLM": ("head_dim",)}
+ARCH_DROP: dict[str, tuple[str, ...]] = {
+    "FalconForCausalLM": ("head_dim",),
+    "InklingForConditionalGeneration": (*_INKLING_TEXT, "head_dim"),
+}
 
 
 def candidates() -> dict[str, str]:
@@ -335,15 +372,15 @@ def _chunk(config: dict[str, Any], reader: str) -> int | None:
 
 
 def _names(layers: list[list[Any]]) -> tuple[str, str] | None:
-    """(prefix, tail) such that layer i is named ``{prefix}.{i}.{tail}``, or None."""
-    if not layers:
+    """(prefix, tail) such that layer i is named ``{prefix}.{i}.{tail}``, or None. The index is the
+    name's first: a later one is a sublayer's (LongCat-Flash's ``model.layers.0.self_attn.{0,1}.attn``,
+    two per decoder layer, would otherwise pass as a 2-layer model's ``model.layers.0.self_attn.{i}``)."""
+    if not layers or ".0." not in layers[0][0]:
         return None
-    first = layers[0][0]
-    for cut in range(len(first)):
-        if first[cut:].startswith(".0."):
-            prefix, tail = first[:cut], first[cut + 3:]
-            if [row[0] for row in layers] == [f"{prefix}.{i}.{tail}" for i in range(len(layers))]:
-                return prefix, tail
+    cut = layers[0][0].index(".0.")
+    prefix, tail = layers[0][0][:cut], layers[0][0][cut + 3:]
+    if [row[0] for row in layers] == [f"{prefix}.{i}.{tail}" for i in range(len(layers))]:
+        return prefix, tail
     return None
 
 

@@ -44,6 +44,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'IQuestCoderForCausalLM': ('model.layers', 'self_attn.attn'),
     'InternLM2ForCausalLM': ('model.layers', 'attention.attn'),
     'InternLM3ForCausalLM': ('model.layers', 'self_attn.attn'),
+    'K2HorizonForCausalLM': ('model.layers', 'self_attn.attn'),
     'LLaMAForCausalLM': ('model.layers', 'self_attn.attn'),
     'LagunaForCausalLM': ('model.layers', 'self_attn.attn'),
     'Llama4ForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -81,8 +82,10 @@ NOT_GENERIC: Mapping[str, str] = {
         "'StandIn_kvlayout_stand_in_decilmforcausallm' object has no attribute 'block_configs'"
     ),
     'DeepseekForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_deepseekforcausallm' object has no attribute 'norm_topk_prob'"
+        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
+        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 8, 32, 32, None, 'torch.bfloat16'], generic"
+        " ['model.layers.0.self_attn.attn', 'MLAAttentionSpec', 1, 160, 0, None, 'torch.bfloat16'] (name, "
+        "kind, KV heads, head size, V, window, dtype)"
     ),
     'DomynEdgeForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
@@ -120,24 +123,20 @@ NOT_GENERIC: Mapping[str, str] = {
         "'model.layers.1.self_attn.attn'])"
     ),
     'InklingForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'InklingTextConfig' "
-        "object has no attribute 'padded_vocab_size'"
+        "its attention layers are not one per decoder layer under one name (defaults: "
+        "['model.layers.0.conv_state', 'model.layers.0.attn', 'model.layers.1.conv_state'])"
     ),
     'InklingForConditionalGeneration': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: property 'hidden_size' "
-        "of 'InklingMMConfig' object has no setter"
-    ),
-    'K2HorizonForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_k2horizonforcausallm' object has no attribute 'decoder_sparse_step'"
+        "its attention layers are not one per decoder layer under one name (defaults: "
+        "['model.layers.0.conv_state', 'model.layers.0.attn', 'model.layers.1.conv_state'])"
     ),
     'LongcatFlashForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'LongcatFlashConfig' "
-        "object has no attribute 'mla_scale_q_lora'"
+        "its attention layers are not one per decoder layer under one name (defaults: "
+        "['model.layers.0.self_attn.0.attn', 'model.layers.0.self_attn.1.attn'])"
     ),
     'LongcatFlashNgramForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'LongcatFlashConfig' "
-        "object has no attribute 'mla_scale_q_lora'"
+        "its attention layers are not one per decoder layer under one name (defaults: "
+        "['model.layers.0.self_attn.0.attn', 'model.layers.0.self_attn.1.attn'])"
     ),
     'MiniMaxM3SparseForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: ValidationError: 1 validation error for"
