@@ -982,7 +982,8 @@ SOURCE_HELP = [  # (how --help shows the option, its help): the spec sources (ev
     ("--block-size BLOCK_SIZE", "with --config: tokens per block (else the engine's)"),
     ("--device DEVICE", "with --config: the GPU: hopper (default), blackwell, ampere"),
     ("--attention-backend ATTENTION_BACKEND", "with --config: a vLLM attention backend (else vLLM's choice)"),
-    ("--reader READER", "with --config: json (as written, default) or transformers (as vLLM)"),
+    ("--reader READER", "with --config: auto (default: as written, through transformers where a field is "
+     "left out), json (as written) or transformers (as vLLM)"),
     ("--dp DP", "with --engine tpu-inference: the mesh's data axis"),
     ("--dcp DCP", "with --engine tpu-inference: decode context parallel size"),
     ("--model-impl MODEL_IMPL", "with --engine tpu-inference: auto (default), flax_nnx, vllm"),

@@ -4,6 +4,7 @@ real size, float factors that overflow or round to nothing, empty groups, long n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -225,8 +226,11 @@ def test_llama4_null_no_rope_layers_takes_the_interval() -> None:
         ms = from_config({**base, "no_rope_layers": marks})
         assert list(ms.kinds.values()) == ["chunked", "full"] * 2  # type: ignore[union-attr]
     with pytest.raises(SpecError) as e:
-        from_config({**base, "no_rope_layers": None, "no_rope_layer_interval": None})
+        from_config({**base, "no_rope_layers": None, "no_rope_layer_interval": None}, reader="json")
     assert str(e.value).startswith("config.no_rope_layers = None: missing")
+    if importlib.util.find_spec("transformers") is not None:  # the default reader asks transformers, as vLLM
+        with pytest.raises(SpecError, match="transformers refuses it: .*'no_rope_layer_interval'"):
+            from_config({**base, "no_rope_layers": None, "no_rope_layer_interval": None})
 
 
 def test_deepseek_v4_layers_are_bounded_and_a_model_spec_plans_once() -> None:
