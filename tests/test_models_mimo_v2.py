@@ -67,6 +67,12 @@ def test_padded_pages_by_hand() -> None:
     assert any("padded to 32,768 B" in n for n in ms.notes)
 
 
+def _without(change: dict[str, Any]) -> dict[str, Any]:
+    """FLASH changed, a field changed to None left out (transformers' class refuses some nulls, and the json
+    reader with it: tests/test_models_aliases.py)."""
+    return {k: v for k, v in {**FLASH, **change}.items() if v is not None}
+
+
 @pytest.mark.parametrize(
     ("change", "field", "value"),
     [
@@ -83,7 +89,7 @@ def test_padded_pages_by_hand() -> None:
 )
 def test_refusals_name_the_field(change: dict[str, Any], field: str, value: Any) -> None:
     with pytest.raises(SpecError) as e:
-        _plan({**FLASH, **change}, tp=2)
+        _plan(_without(change), tp=2)
     assert e.value.field == field and e.value.value == value, str(e.value)
 
 
@@ -173,7 +179,7 @@ _HINT = "; reader='transformers' fills the config class's defaults, as vLLM does
 )
 def test_refusal_messages(change: dict[str, Any], tp: int, message: str) -> None:
     with pytest.raises(SpecError) as e:
-        _plan({**FLASH, **change}, tp=tp)
+        _plan(_without(change), tp=tp)
     assert str(e.value) == message
 
 

@@ -21,6 +21,11 @@ def _cfg(**data: Any) -> Config:
     return Config(data, "config")
 
 
+def _drop(cfg: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """``cfg`` without ``keys``: a field left out (a null is refused where transformers' class refuses it)."""
+    return {k: v for k, v in cfg.items() if k not in keys}
+
+
 def _field(fn: Any, *args: Any, **kw: Any) -> str:
     with pytest.raises(SpecError) as e:
         fn(*args, **kw)
@@ -644,10 +649,10 @@ def test_hybrid_states_and_aligned_blocks() -> None:
         "n_groups": 2,
         "ssm_state_size": 32,
         "conv_kernel": 4,
-        "attention_head_dim": 64,
+        "head_dim": 64,
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
-        "hidden_size": 1024,  # head size 64 from attention_head_dim, not 1024 // 4
+        "hidden_size": 1024,  # head size 64 from head_dim (vLLM's NemotronHAttention reads it), not 1024 // 4
         "torch_dtype": "bfloat16",
     }
     for tp, groups, ssm_cfg in (
@@ -855,8 +860,8 @@ def test_deepseek_v4_pages_per_layer_kind() -> None:
     assert _field(J.from_config, small, block_size=64) == "block_size"  # not a multiple of 128
     assert J.from_config({**small, "compress_ratios": [0, 4, 4]}, block_size=64).block_size == 64
     assert J.from_config({**small, "compress_ratios": [0, 1, 0]}, block_size=6).block_size == 6
-    assert _field(J.from_config, {**small, "index_head_dim": None}) == "config.index_head_dim"
-    assert J.from_config({**small, "index_head_dim": None, "compress_ratios": [0, 128, 1]}).block_size == 256
+    assert _field(J.from_config, _drop(small, "index_head_dim")) == "config.index_head_dim"
+    assert J.from_config({**_drop(small, "index_head_dim"), "compress_ratios": [0, 128, 1]}).block_size == 256
     assert _field(J.from_config, {**small, "sliding_window": None}) == "config.sliding_window"
 
 
@@ -1555,14 +1560,14 @@ def test_refusal_messages_name_the_field_the_value_and_why() -> None:
         "bool_missing": lambda: Config({}, "config").req_bool("a", "why"),
         "v4_heads": lambda: J.from_config({**small, "num_attention_heads": 6}, tp=4),
         "v4_kv": lambda: J.from_config(small, kv_cache_dtype="bfloat16"),
-        "v4_head": lambda: J.from_config({**small, "head_dim": None}),
-        "v4_rope": lambda: J.from_config({**small, "qk_rope_head_dim": None}),
+        "v4_head": lambda: J.from_config(_drop(small, "head_dim")),
+        "v4_rope": lambda: J.from_config(_drop(small, "qk_rope_head_dim")),
         "v4_rope_big": lambda: J.from_config({**small, "qk_rope_head_dim": 512}),
-        "v4_sw": lambda: J.from_config({**small, "sliding_window": None}),
-        "v4_ratios": lambda: J.from_config({**small, "compress_ratios": None}),
+        "v4_sw": lambda: J.from_config(_drop(small, "sliding_window")),
+        "v4_ratios": lambda: J.from_config(_drop(small, "compress_ratios")),
         "v4_ratio_bad": lambda: J.from_config({**small, "compress_ratios": [0, 2, 4]}),
         "v4_block": lambda: J.from_config(small, block_size=64),
-        "v4_idx": lambda: J.from_config({**small, "index_head_dim": None}),
+        "v4_idx": lambda: J.from_config(_drop(small, "index_head_dim")),
         "q2_flag": lambda: layer_types(Config({}, "config"), "qwen2", 4),
         "q2_mwl": lambda: layer_types(Config({"use_sliding_window": True}, "config"), "qwen2", 4),
         "q2_mwl0": lambda: layer_types(
@@ -1736,7 +1741,7 @@ def test_mla_backends_strides_and_messages() -> None:
             "the MLA RoPE part (head size kv_lora_rank + qk_rope_head_dim)",
         ),
         (
-            {**v32, "index_head_dim": None},
+            _drop(v32, "index_head_dim"),
             "config.index_head_dim = None: missing; "
             "the DeepSeek-V3.2 indexer key (index_head_dim + 4 B per 128)",
         ),
@@ -2466,7 +2471,7 @@ def test_attention_and_backend_refusal_messages() -> None:
         "no_backend": lambda: resolve(mla=True, device="hopper", kv_cache_dtype="fp8", block_size=8),
         "ds_mla": lambda: J.from_config(v32, kv_cache_dtype="fp8_e5m2"),
         "mla_block": lambda: J.from_config(
-            {**v32, "architectures": ["DeepseekV3ForCausalLM"], "index_head_dim": None},
+            {**_drop(v32, "index_head_dim"), "architectures": ["DeepseekV3ForCausalLM"]},
             kv_cache_dtype="fp8",
             block_size=8,
         ),
@@ -2697,7 +2702,7 @@ def test_remaining_messages_labels_and_kept_fields(monkeypatch: pytest.MonkeyPat
         (Path(__file__).resolve().parent / "fixtures/models/deepseek_v4/config.json").read_text()
     )
     with pytest.raises(SpecError) as e:
-        J.from_config({**base, "num_attention_heads": None})
+        J.from_config(_drop(base, "num_attention_heads"))
     assert str(e.value) == "config.num_attention_heads = None: missing; the query heads" + hint
 
     class Made:

@@ -184,7 +184,13 @@ def _kv_total(cfg: Config, heads: int, how: str) -> tuple[int, str]:
         if total != found[0][1]:
             why = f"differs from {found[0][0]} = {found[0][1]} (vLLM's layers and ModelConfig read either)"
             raise spec_error(cfg.field(key), total, why)
-    return (found[0][1], found[0][0]) if found else (heads, "num_attention_heads")
+    if found:
+        return found[0][1], found[0][0]
+    for key in KV_HEAD_KEYS:  # none written: the config class's default, where it fills one (Mistral's 8)
+        value = cfg.class_default(key)
+        if value is not None:
+            return value, key
+    return heads, "num_attention_heads"
 
 
 def read_attention(
@@ -208,6 +214,8 @@ def read_attention(
         if cfg.has(key):
             head_size = cfg.req_int(key, "")
             break
+    if head_size is None and variation.head_dim and "head_dim" in head_keys:
+        head_size = cfg.class_default("head_dim")  # the config class's (Gemma 2's 256), where it fills one
     if head_size is None:
         hidden = cfg.req_int(
             "hidden_size", f"the head size is hidden_size // num_attention_heads without {head_keys[0]}"

@@ -74,7 +74,7 @@ def build(
         data = through_transformers(written, notes)
     else:
         data = written_aliases(written, notes)
-    top = Config(data, "config", completed=reader == "transformers")  # no hint to use it again
+    top = Config(data, "config", completed=reader == "transformers", notes=notes)  # no hint to use it again
     arch, family = architecture(top)
     text = text_config(top)
     if text is not top and not arch.endswith("ForConditionalGeneration"):

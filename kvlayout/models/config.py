@@ -14,6 +14,7 @@ path (``config.num_key_value_heads``, ``config.text_config.head_dim``), never a 
 from __future__ import annotations
 
 import importlib.util
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,10 +51,42 @@ KV_DTYPES: Mapping[str, str | None] = {
 class Config:
     """A JSON object read field by field; a missing or mistyped field names its path."""
 
-    def __init__(self, data: Mapping[str, Any], path: str, *, completed: bool = False) -> None:
+    def __init__(
+        self,
+        data: Mapping[str, Any],
+        path: str,
+        *,
+        completed: bool = False,
+        model_type: str | None = None,
+        notes: list[str] | None = None,
+    ) -> None:
         self.data = data
         self.path = path
         self.completed = completed  # read through transformers: no default left to suggest
+        # the transformers class it is read as: its own model_type, else the one its parent's class nests
+        mt = data.get("model_type")
+        self.model_type = mt if isinstance(mt, str) else model_type
+        self.notes = [] if notes is None else notes  # where a class default read is said
+
+    def class_default(self, key: str) -> int | None:
+        """The value transformers' config class fills for ``key`` where config.json leaves it out, if it
+        differs from vLLM's generic rule (:data:`.config_aliases.DEFAULTS`: MistralConfig's 8 KV heads);
+        None where the class fills none or the config was read through transformers. A value the class
+        computes from other fields is a :class:`MissingField` (the default reader asks transformers)."""
+        from .config_aliases import DEFAULTS
+
+        if self.completed or self.model_type is None or key in self.data:
+            return None  # a null written is read as absent by the generic rule, as those classes keep it
+        name, row = DEFAULTS.get(self.model_type, ("", {}))
+        if key not in row:
+            return None
+        value = row[key]
+        if value is None:
+            raise self.missing(key, f"transformers' {name} computes it from other fields")
+        self.notes.append(
+            f"{self.field(key)} left out: {name}'s default, {value} (transformers), as vLLM reads it"
+        )
+        return value
 
     def field(self, key: str) -> str:
         return f"{self.path}.{key}"
@@ -185,20 +218,46 @@ def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[s
     return _keep_written(out, data)
 
 
-def written_aliases(data: Mapping[str, Any], notes: list[str], where: str = "config") -> Mapping[str, Any]:
-    """``data`` with its model type's aliases applied as transformers applies them (an alias written
-    sets its target, over a target written beside it; :mod:`.config_aliases`), its ``text_config`` too:
-    GLM-4 MoE Lite's ``head_dim`` is its ``qk_rope_head_dim`` in transformers, hence in vLLM 0.33, and
-    the json reader planned the written ``qk_rope_head_dim`` instead (issue 25, tenth pass)."""
-    from .config_aliases import ALIASES
+def written_aliases(
+    data: Mapping[str, Any], notes: list[str], where: str = "config", model_type: str | None = None
+) -> Mapping[str, Any]:
+    """``data`` as its transformers config class reads it, for the json reader (:mod:`.config_aliases`,
+    generated from transformers): an alias written sets its target, over a target written beside it
+    (GLM-4 MoE Lite's ``head_dim`` is its ``qk_rope_head_dim`` in transformers, hence in vLLM 0.33; the
+    json reader planned the written ``qk_rope_head_dim``: issue 25, tenth pass); a ``null`` the class
+    refuses is refused, naming the field (Mixtral's ``num_key_value_heads: null`` was read as absent, where
+    transformers, hence vLLM, refuses the config). Its ``text_config`` too, by its own model type, or the
+    one its parent's class nests where it writes none. ``model_type``: the type to read ``data`` as where
+    it writes none."""
+    from .config_aliases import ALIASES, NOT_NULL, TEXT_TYPES
 
     out = dict(data)
+    mt = out.get("model_type")
+    mt = mt if isinstance(mt, str) else model_type
     tc = out.get("text_config")
     if isinstance(tc, Mapping):
-        out["text_config"] = written_aliases(tc, notes, f"{where}.text_config")
-    mt = out.get("model_type")
-    for alias, target in ALIASES.get(mt, {}).items() if isinstance(mt, str) else ():
-        if out.get(alias) is not None and out.get(target) != out[alias]:
+        out["text_config"] = written_aliases(
+            tc, notes, f"{where}.text_config", TEXT_TYPES.get(mt) if mt is not None else None
+        )
+    if mt is None:
+        return out
+    name, refused = NOT_NULL.get(mt, ("", ()))
+    for key in refused:
+        if key in out and out[key] is None:
+            why = (
+                f"transformers' {name} refuses null for it, and so vLLM 0.33 refuses the config: write a "
+                "value, or leave the field out for the class default"
+            )
+            raise spec_error(f"{where}.{key}", None, why)
+    for alias, target in ALIASES.get(mt, {}).items():
+        value = out.get(alias)
+        lo = 0 if "window" in alias else 1  # a window of 0 is none; the others are sizes and counts, or lists
+        sized = target not in ("layer_types", "layers_block_type")
+        if value is not None and sized and (isinstance(value, bool) or not is_int(value) or value < lo):
+            # checked under the name written: the target's own check would name a field written otherwise
+            why = f"must be an integer of at least {lo}: {mt}'s alias of {target} (transformers sets it)"
+            raise spec_error(f"{where}.{alias}", value, why)
+        if value is not None and (out.get(target) != value or type(out.get(target)) is not type(value)):
             was = "" if target not in out else f" (written: {out[target]!r})"
             notes.append(
                 f"{where}.{alias} is {mt}'s alias of {target} in transformers: {target} = {out[alias]!r}"
@@ -232,27 +291,44 @@ def _bounded_for_transformers(value: Any, where: str, key: str = "") -> None:
         raise spec_error(where, value, why)
 
 
+#: one read through transformers at a time (its logger is swapped for the read: _transformers_log)
+_TRANSFORMERS_READ = threading.RLock()
+
+
 @contextmanager
 def _transformers_log(notes: list[str]) -> Iterator[None]:
     """transformers' own log records and warnings of a config read, taken as notes: its logger writes to
-    stderr, and the command line's error is one line (issue 25, tenth pass). The logger is restored."""
+    stderr, and the command line's error is one line (issue 25, tenth pass). The logger is restored.
+    One such read at a time (a lock: two threads swapping the logger left kvlayout's handler on it, and
+    each read's notes in the other's; issue 25, eleventh pass); another thread's record during a read goes
+    where the logger would have sent it. Warnings are caught process-wide for the read's length."""
     import logging
     import warnings
 
+    me = threading.get_ident()
+    logger = logging.getLogger("transformers")
+
     class _Notes(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            notes.append(f"transformers: {' '.join(record.getMessage().split())}")
+            if record.thread == me:
+                notes.append(f"transformers: {' '.join(record.getMessage().split())}")
+                return
+            for handler in saved[0]:  # another thread's record: where it would have gone
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            if saved[1] and logger.parent is not None:
+                logger.parent.handle(record)
 
-    logger = logging.getLogger("transformers")
-    saved = (logger.handlers[:], logger.propagate)
-    logger.handlers, logger.propagate = [_Notes(logging.WARNING)], False
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            yield
-        notes.extend(f"transformers: {' '.join(str(w.message).split())}" for w in caught)
-    finally:
-        logger.handlers, logger.propagate = saved
+    with _TRANSFORMERS_READ:
+        saved = (logger.handlers[:], logger.propagate)
+        logger.handlers, logger.propagate = [_Notes(logging.WARNING)], False
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                yield
+            notes.extend(f"transformers: {' '.join(str(w.message).split())}" for w in caught)
+        finally:
+            logger.handlers, logger.propagate = saved
 
 
 def _keep_written(made: Mapping[str, Any], written: Mapping[str, Any]) -> dict[str, Any]:
@@ -273,7 +349,10 @@ def text_config(top: Config) -> Config:
         return top
     if not isinstance(tc, Mapping):
         raise spec_error(top.field("text_config"), tc, "must be a JSON object")
-    return Config(tc, top.field("text_config"), completed=top.completed)
+    from .config_aliases import TEXT_TYPES
+
+    nested = TEXT_TYPES.get(top.model_type) if top.model_type is not None else None
+    return Config(tc, top.field("text_config"), completed=top.completed, model_type=nested, notes=top.notes)
 
 
 # --------------------------------------------------------------------------- dtypes and tp

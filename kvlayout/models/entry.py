@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import spec_error
 from ..native import NativeCacheSpec
 from ..spec import KVCacheSpec
-from .backends import DEFAULT_DEVICE
+from .backends import DEFAULT_DEVICE, check_device
 from .base import DEFAULT_NUM_BLOCKS, ENGINES, ModelSpec
 from .build import build
 from .tpu_inference import NativeModelSpec, tpu_inference_from_config
@@ -73,7 +73,7 @@ def from_config(
         block_size,
         num_blocks,
         mamba_ssm_cache_dtype,
-        device=device if engine == "vllm" else None,
+        device=check_device(device) if engine == "vllm" else None,  # None is tpu-inference's: refused here
         attention_backend=attention_backend,
         reader=reader,
     )

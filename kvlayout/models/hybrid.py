@@ -309,7 +309,6 @@ def _zamba2_attention_names(cfg: Config, n: int) -> list[str]:
 
 def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
-    head_keys = ("head_dim", "attention_head_dim") if c.family == "nemotron_h" else ("head_dim",)
     if c.family in ("granitemoehybrid", "lfm2", "olmo_hybrid"):  # attention: hidden_size // heads
         att = read_attention(c.cfg, c.tp, variation=Variation(head_dim=False))
         written = c.cfg.opt_int("head_dim")
@@ -323,7 +322,7 @@ def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     elif c.family == "zamba2":
         att = _zamba2_attention(c.cfg, c.tp)
     else:
-        att = read_attention(c.cfg, c.tp, head_keys=head_keys)
+        att = read_attention(c.cfg, c.tp, head_keys=("head_dim",))
     keep, is_attn, state, mkind, mtail = mamba_layers(c, n)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     per_token = token_bytes(att, kv)
