@@ -39,7 +39,9 @@
   RoPE, ``no_rope_layers[i] != 0``, attends within ``attention_chunk_size`` chunks, vLLM's
   ``ChunkedLocalAttentionSpec``; no window); windows only where ``layer_types`` says
   ``sliding_attention``, none without it (Laguna); KV heads the query heads and head size
-  ``qk_nope_head_dim + qk_rope_head_dim`` (MiniCPM3: its decompressed latent heads, V padded to K).
+  ``qk_nope_head_dim + qk_rope_head_dim`` (MiniCPM3: its decompressed latent heads, V padded to K);
+  one ``model_type`` only, fields that change the attention refused (DeepSeek-MoE: ``deepseek``,
+  whose layers vLLM builds as plain attention though its module is MLA; ``rswa_window`` refused).
   kvlayout's spec has no chunked kind: such a layer's page is full attention's (vLLM's
   ``AttentionSpec.page_size_bytes``), so it is a ``FullAttentionSpec`` labelled ``chunked``, and
   vLLM 0.33 (hybrid KV cache manager on by default,
@@ -68,7 +70,8 @@ class Variation:
     """How one architecture's vLLM model departs from the generic rules (module docstring)."""
 
     kv_heads: str = ""  # "": the generic fields; "heads": the query heads (KV fields ignored); "falcon",
-    # "chatglm": their attention classes' rules
+    # "chatglm", "dbrx": their attention classes' rules; "one": one KV head, replicated on every rank;
+    # "groups": num_attention_groups
     head_dim: bool = True  # False: a written head_dim is ignored (hidden_size // num_attention_heads)
     window: str = ""  # "": the registry kind's; "engine": the engine's one; "layer": per layer; "none";
     # "types": only the sliding layers of layer_types (none without it)
@@ -77,6 +80,9 @@ class Variation:
     layer_types: bool = False  # True: a config read as written must name its layer_types
     chunked: bool = False  # True: layers with RoPE attend within chunks (Llama 4's ChunkedLocalAttention)
     head_size: str = ""  # "qk": qk_nope_head_dim + qk_rope_head_dim (MiniCPM3's decompressed MLA heads)
+    head_dim_default: int = 0  # the head size without head_dim (vLLM's own config class's default)
+    model_type: str = ""  # the rule holds for this model_type only (vLLM builds another attention for others)
+    refused: tuple[tuple[str, str], ...] = ()  # (field, what vLLM does with it): refused when written
 
 
 #: architecture -> its variation of the generic rules (tests/test_models_generic.py shows each one)
@@ -111,6 +117,18 @@ VARIATIONS: Mapping[str, Variation] = {
     "DbrxForCausalLM": Variation(kv_heads="dbrx", head_dim=False),
     "LagunaForCausalLM": Variation(window="types"),
     "MiniCPM3ForCausalLM": Variation(kv_heads="heads", head_size="qk"),
+    # Step 3's text model: one KV head (Step3TextAttention), head_dim 256 unless written (vLLM's
+    # Step3TextConfig, which it reads model_type step3_text through)
+    "Step3TextForCausalLM": Variation(kv_heads="one", head_dim_default=256, model_type="step3_text"),
+    # Step 3.5: KV heads num_attention_groups; windows only by layer_types (the engine's one is cleared)
+    "Step3p5ForCausalLM": Variation(kv_heads="groups", layer_types=True),
+    # DeepSeek-MoE: vLLM's DeepseekV2DecoderLayer takes DeepseekAttention for model_type "deepseek"
+    # (num_key_value_heads, hidden_size // num_attention_heads; no per-layer window)
+    "DeepseekForCausalLM": Variation(
+        head_dim=False,
+        model_type="deepseek",
+        refused=(("rswa_window", "vLLM's DeepseekAttention then builds RSWAAttention (not modelled)"),),
+    ),
 }
 NO_VARIATION = Variation()
 #: a named family -> its variation: vLLM 0.33's Qwen2Attention takes hidden_size // num_attention_heads
@@ -161,6 +179,15 @@ def _kv_total(cfg: Config, heads: int, how: str) -> tuple[int, str]:
     """The total KV heads and the field they came from, by the generic fields or variation ``how``."""
     if how == "heads":
         return heads, "num_attention_heads"
+    if how == "one":  # Step3TextAttention: num_kv_heads=1 whatever the config writes
+        return 1, "num_attention_heads"
+    if how == "groups":  # Step3p5DecoderLayer: num_attention_groups (num_key_value_heads in transformers)
+        total = cfg.req_int("num_attention_groups", "the KV heads of Step 3.5's layers")
+        other = cfg.opt_int("num_key_value_heads")
+        if other is not None and other != total:
+            why = f"differs from num_attention_groups = {total} (its config class keeps one of them)"
+            raise spec_error(cfg.field("num_key_value_heads"), other, why)
+        return total, "num_attention_groups"
     if how == "chatglm":  # vLLM's GLMAttention
         if cfg.req_bool("multi_query_attention", "ChatGLM's KV heads depend on it"):
             return cfg.req_int("multi_query_group_num", "the KV heads with multi_query_attention"), (
@@ -214,6 +241,8 @@ def read_attention(
         if cfg.has(key):
             head_size = cfg.req_int(key, "")
             break
+    if head_size is None and variation.head_dim and variation.head_dim_default:
+        head_size = variation.head_dim_default
     if head_size is None and variation.head_dim and "head_dim" in head_keys:
         head_size = cfg.class_default("head_dim")  # the config class's (Gemma 2's 256), where it fills one
     if head_size is None:
@@ -340,6 +369,20 @@ def _written_or_family_types(cfg: Config, family: str, n: int) -> list[str]:
     return ["full"] * n
 
 
+def _written_for(cfg: Config, var: Variation) -> None:
+    """Refuse a config the variation's rule does not hold for: another ``model_type`` than its own,
+    or a field written that makes vLLM build another attention."""
+    if var.model_type and cfg.data.get("model_type") != var.model_type:
+        why = (
+            f"this rule is vLLM 0.33's attention for model_type {var.model_type!r} only "
+            "(the model class builds another attention for other types)"
+        )
+        raise spec_error(cfg.field("model_type"), cfg.data.get("model_type"), why)
+    for key, why in var.refused:
+        if cfg.has(key):
+            raise spec_error(cfg.field(key), cfg.data[key], why)
+
+
 def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
     arch = c.text_arch or c.top.data["architectures"][0]
@@ -348,6 +391,7 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         var = VARIATIONS.get(arch, NO_VARIATION)
     else:
         var = NAMED_VARIATIONS.get(c.family, NO_VARIATION)
+    _written_for(c.cfg, var)
     att = read_attention(c.cfg, c.tp, variation=var)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     bs = c.block(c.backend(mla=False).block_size)

@@ -88,13 +88,27 @@ GENERIC_BY_KIND: Mapping[str, str] = {
     "sliding-window": "generic_sw",
     "mla": "generic_mla",
 }
+#: architecture -> the cache kind vLLM 0.33's model builds where the registry's (its module's) differs:
+#: DeepSeek-MoE's DeepseekV2 layers take plain attention for model_type ``deepseek`` (DeepseekAttention),
+#: Sarvam-MoE is Bailing-MoE's plain attention in the ``sarvam`` module (whose other model is MLA)
+BUILT_KINDS: Mapping[str, str] = {
+    "DeepseekForCausalLM": "attention",
+    "SarvamMoEForCausalLM": "attention",
+}
+
+
+def built_kind(arch: str) -> str:
+    """The cache kind of ``arch`` as vLLM 0.33 builds it (:data:`BUILT_KINDS`, else the registry's)."""
+    return BUILT_KINDS.get(arch, TEXT_GENERATION[arch][1])
+
+
 # architecture -> family: the named ones, then the plain and sliding-window attention architectures
 # vLLM's own model construction shows to follow the generic rules (models/vllm_checked.py)
 FAMILIES: Mapping[str, str] = {
     **NAMED_FAMILIES,
-    **{a: GENERIC_BY_KIND[TEXT_GENERATION[a][1]] for a in GENERIC_ATTENTION},
+    **{a: GENERIC_BY_KIND[built_kind(a)] for a in GENERIC_ATTENTION},
     # a multimodal wrapper whose text model vLLM's construction confirms: that model's family
-    **{w: GENERIC_BY_KIND[TEXT_GENERATION[t][1]] for w, t in WRAPPERS.items() if t in GENERIC_ATTENTION},
+    **{w: GENERIC_BY_KIND[built_kind(t)] for w, t in WRAPPERS.items() if t in GENERIC_ATTENTION},
 }
 ARCHITECTURES = tuple(FAMILIES)
 ATTENTION_FAMILIES = (
@@ -172,7 +186,7 @@ def refusal(arch: str) -> str:
     if row is None:
         why = f"not one of vLLM {VLLM_VERSION}'s text-generation architectures"
         return f"unknown architecture ({why}); known: {', '.join(ARCHITECTURES)}"
-    kind, module = row[1], row[0]
+    kind, module = built_kind(arch), row[0]
     if arch in NOT_GENERIC:
         return (
             f"vLLM {VLLM_VERSION} serves it ({kind}, module {module}); kvlayout refuses it: the generic "

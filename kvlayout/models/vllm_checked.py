@@ -21,6 +21,7 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'Cohere2MoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'CohereForCausalLM': ('model.layers', 'self_attn.attn'),
     'DbrxForCausalLM': ('transformer.blocks', 'norm_attn_norm.attn.attn'),
+    'DeepseekForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ernie4_5ForCausalLM': ('model.layers', 'self_attn.attn'),
     'Ernie4_5_MoeForCausalLM': ('model.layers', 'self_attn.attn'),
     'Exaone4ForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -63,8 +64,12 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'Param2MoEForCausalLM': ('model.layers', 'self_attn.attn'),
     'PhiMoEForCausalLM': ('model.layers', 'self_attn.attn'),
     'Qwen2MoeForCausalLM': ('model.layers', 'self_attn.attn'),
+    'SarvamMLAForCausalLM': ('model.layers', 'self_attn.attn'),
+    'SarvamMoEForCausalLM': ('model.layers', 'attention.attn'),
     'SolarForCausalLM': ('model.layers', 'self_attn.attn'),
     'StableLmForCausalLM': ('model.layers', 'self_attn.attn'),
+    'Step3TextForCausalLM': ('.layers', 'self_attn.attn'),
+    'Step3p5ForCausalLM': ('model.layers', 'self_attn.attn'),
     'TeleChat2ForCausalLM': ('model.layers', 'self_attn.attn'),
     'TeleChat3ForCausalLM': ('model.layers', 'self_attn.attn'),
     'TeleFLMForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -75,21 +80,21 @@ NOT_GENERIC: Mapping[str, str] = {
         "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
         "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 4096, 'torch.bfloat16'], generic"
         " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 128, 128, 512, 'torch.bfloat16'] (name,"
-        " kind, KV heads, head size, V, window, dtype)"
+        " kind, KV heads, head size, V, window, dtype); vLLM reads model_type beam through its own "
+        "BeamConfig (head_dim None: hidden_size // num_attention_heads; sliding_window 4096), transformers "
+        "through its BeamConfig (head_dim 128, sliding_window 512), whose defaults kvlayout's transformers "
+        "reader fills in"
     ),
     'DeciLMForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_decilmforcausallm' object has no attribute 'block_configs'"
-    ),
-    'DeepseekForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
-        "['model.layers.0.self_attn.attn', 'FullAttentionSpec', 8, 32, 32, None, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'MLAAttentionSpec', 1, 160, 0, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype)"
+        "not built by the harness: vLLM's DeciLMDecoderLayer (nemotron_nas.py) reads "
+        "block_configs[i].attention through the remote-code config class's block objects: layer i has "
+        "num_attention_heads // n_heads_in_group KV heads, and no attention at all where no_op; kvlayout's "
+        "rules give every decoder layer one attention layer of one KV-head count"
     ),
     'DomynEdgeForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_domynedgeforcausallm' object has no attribute 'window_sizes'"
+        "not built by the harness: vLLM's DomynEdgeDecoderLayer takes layer i's head size from "
+        "per_layer_config[i].head_dim and its window from window_sizes[i][0] + 1 (none where 0); kvlayout's"
+        " rules read neither field"
     ),
     'DoryForCausalLM': (
         "its attention layers are not one per decoder layer under one name (defaults: "
@@ -147,37 +152,33 @@ NOT_GENERIC: Mapping[str, str] = {
         "(3 and more layers, not the harness's 2), about 15 s per build"
     ),
     'PanguEmbeddedForCausalLM': (
-        "KV heads per rank at tp 2 (defaults, reader transformers): vLLM's ModelConfig 4, generic rules [1]"
+        "not built by the harness: vLLM's OpenPanguDecoderLayer picks the attention by the fields written: "
+        "MLA when qk_nope_head_dim, qk_rope_head_dim, v_head_dim and kv_lora_rank all are, else sink "
+        "attention when param_sink_number > 0, else standard attention with windows from "
+        "interleaved_sliding_window (an int, or a list taken at layer i % its length); the published "
+        "openPangu-Embedded-7B is standard attention, and kvlayout plans one kind per architecture (the "
+        "registry's MLA)"
     ),
     'PanguProMoEV2ForCausalLM': (
-        "KV heads per rank at tp 2 (defaults, reader transformers): vLLM's ModelConfig 4, generic rules [1]"
+        "not built by the harness: vLLM's OpenPanguDecoderLayer picks the attention by the fields written: "
+        "MLA when qk_nope_head_dim, qk_rope_head_dim, v_head_dim and kv_lora_rank all are, else sink "
+        "attention when param_sink_number > 0, else standard attention with windows from "
+        "interleaved_sliding_window (an int, or a list taken at layer i % its length); the published "
+        "openPangu-Embedded-7B is standard attention, and kvlayout plans one kind per architecture (the "
+        "registry's MLA)"
     ),
     'Plamo3ForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_plamo3forcausallm' object has no attribute 'interleaved_sliding_window'"
+        "not built by the harness: vLLM's Plamo3 layers take layer i's window from "
+        "interleaved_sliding_window[i] (a list the remote-code config class derives; null: full attention);"
+        " kvlayout's rules read sliding_window with layer_types, not that list"
     ),
     'Rnj1ForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: TypeError: "
         "CPUAttentionBackendImpl.__init__() got an unexpected keyword argument 'chunk_lookback'"
     ),
-    'SarvamMLAForCausalLM': (
-        "KV heads per rank at tp 2 (defaults, reader transformers): vLLM's ModelConfig 4, generic rules [1]"
-    ),
-    'SarvamMoEForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: "
-        "'StandIn_kvlayout_stand_in_sarvammoeforcausallm' object has no attribute 'head_dim'"
-    ),
     'Step1ForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: ValueError: use_alibi_sqrt is not "
         "supported by backend CPU_ATTN."
-    ),
-    'Step3TextForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AttributeError: 'tuple' object has no "
-        "attribute 'strip'"
-    ),
-    'Step3p5ForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: AssertionError: Router logits must use "
-        "FP32 precision for numerical stability."
     ),
     'Step5ForCausalLM': (
         "not built by the harness: vLLM's ModelConfig refuses the small config (ValidationError) after "
