@@ -158,7 +158,6 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
     "HYV3ForCausalLM": {"first_k_dense_replace": 1, "expert_hidden_dim": 128, "num_shared_experts": 1,
                         "route_norm": True},
     "MiniMaxM2ForCausalLM": {"rotary_dim": 16, "scoring_func": "sigmoid"},
-    "MiMoForCausalLM": {"max_window_layers": 2, "use_sliding_window": False},
     "MiniCPMForCausalLM": {"dim_model_base": 256, "scale_emb": 1.0, "scale_depth": 1.0},
     **{
         a: {"head_dim": 48, "use_bias": False, "use_qkv_bias": False, "norm_topk_prob": True,
@@ -612,9 +611,6 @@ def test_named_variations_as_vllm_builds_them() -> None:
         _rows("Cohere2ForCausalLM", "cohere2", sliding_window=128)
     # PhiMoE: the engine's one window (no per-layer window): mixed layer_types leave every layer full
     assert _rows("PhiMoEForCausalLM", "phimoe", **types) == [(2, 32, None)] * 2
-    # MiMo: the engine's one window, head_dim ignored (256 / 8)
-    assert _rows("MiMoForCausalLM", "mimo", head_dim=64, **types) == [(2, 32, None)] * 2
-    assert _rows("MiMoForCausalLM", "mimo", head_dim=64, sliding_window=128) == [(2, 32, 128)] * 2
     # DBRX: the KV heads are attn_config.kv_n_heads (num_key_value_heads 2 ignored), head_dim ignored
     assert _rows("DbrxForCausalLM", "dbrx", head_dim=64, attn_config={"kv_n_heads": 4}) == [(4, 32, None)] * 2
     assert _rows("DbrxForCausalLM", "dbrx", tp=8, attn_config={"kv_n_heads": 4}) == [(1, 32, None)] * 2

@@ -56,7 +56,7 @@ def test_coverage_and_stated_refusals() -> None:
     assert total == len(TEXT_GENERATION) == 124
     # 28 by named rules, 64 by the generic rules (59 attention, with their named variations, and 5 MLA)
     # vLLM's model construction confirms (vllm_checked.py, tests/test_models_generic.py)
-    assert len(covered) == 92 and set(covered) <= set(M.ARCHITECTURES)
+    assert len(covered) == 93 and set(covered) <= set(M.ARCHITECTURES)
     # every architecture kvlayout reads is one vLLM serves (text generation, or the multimodal ones above)
     multimodal = {
         "Gemma3ForConditionalGeneration",

@@ -29,9 +29,9 @@
   one with ``multi_query``, else the query heads; ChatGLM: ``multi_query_group_num`` with
   ``multi_query_attention``, else the query heads; DBRX: ``attn_config.kv_n_heads``); ``head_dim``
   ignored (head size ``hidden_size // num_attention_heads``: those and Falcon, Qwen2-MoE, OLMoE,
-  StableLM, GraniteMoE, InternLM2, Orion, MiniCPM, MiMo, DBRX, and the named Qwen2);
+  StableLM, GraniteMoE, InternLM2, Orion, MiniCPM, DBRX, and the named Qwen2 and MiMo);
   windows: none at all (Falcon), the engine's one
-  where the registry saw a per-layer one (Cohere, PhiMoE, MiMo), per layer where it saw none
+  where the registry saw a per-layer one (Cohere, PhiMoE), per layer where it saw none
   (GraniteMoE-Shared, GraniteMoE-SWA), only with ``use_sliding_window`` true (Qwen2-MoE), one
   larger (Cohere 2: ``sliding_window + 1``, a layer sees ``[pos - window, pos]``); ``layer_types``
   required from a config read as written where the config class derives it (Cohere 2, AFMoE,
@@ -113,7 +113,6 @@ VARIATIONS: Mapping[str, Variation] = {
     "GraniteSWAForCausalLM": Variation(layer_types=True),
     "GraniteMoeSWAForCausalLM": Variation(head_dim=False, window="layer", layer_types=True),
     "Llama4ForCausalLM": Variation(window="none", chunked=True),
-    "MiMoForCausalLM": Variation(head_dim=False, window="engine"),
     "DbrxForCausalLM": Variation(kv_heads="dbrx", head_dim=False),
     "LagunaForCausalLM": Variation(window="types"),
     "MiniCPM3ForCausalLM": Variation(kv_heads="heads", head_size="qk"),
@@ -132,7 +131,7 @@ VARIATIONS: Mapping[str, Variation] = {
 }
 NO_VARIATION = Variation()
 #: a named family -> its variation: vLLM 0.33's Qwen2Attention takes hidden_size // num_attention_heads
-#: and never reads head_dim (MiMo, built on it, shows the same by construction in the generic harness)
+#: and never reads head_dim (MiMo is vLLM's Qwen2ForCausalLM: the named qwen2 family too)
 NAMED_VARIATIONS: Mapping[str, Variation] = {"qwen2": Variation(head_dim=False)}
 #: a multimodal architecture -> the text architecture whose model it builds as ``language_model`` from
 #: its ``text_config`` (vLLM 0.33's mllama4.py: ``Llama4ForCausalLM`` under ``language_model``); its

@@ -65,7 +65,7 @@ class Config:
         self.completed = completed  # read through transformers: no default left to suggest
         # the transformers class it is read as: its own model_type, else the one its parent's class nests
         mt = data.get("model_type")
-        self.model_type = mt if isinstance(mt, str) else model_type
+        self.model_type = REMOTE_PARENTS.get(mt, mt) if isinstance(mt, str) else model_type
         self.notes = [] if notes is None else notes  # where a class default read is said
 
     def class_default(self, key: str) -> int | None:
@@ -179,6 +179,11 @@ def transformers_installed() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
+#: remote-code config classes (a model type transformers lacks) that subclass a transformers class and add
+#: no field deciding a cache: read as that class (XiaomiMiMo's MiMoConfig is a Qwen2Config with MTP fields)
+REMOTE_PARENTS: Mapping[str, str] = {"mimo": "qwen2"}
+
+
 def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[str, Any]:
     """``data`` as transformers' config class for its ``model_type`` makes it (vLLM's ``get_config``):
     its defaults filled in, ``text_config`` nested and completed, derived fields (``layer_types``)
@@ -200,6 +205,11 @@ def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[s
         raise spec_error(
             "reader", "transformers", "transformers is not installed: pip install 'kvlayout[models]'"
         ) from e
+    parent = REMOTE_PARENTS.get(model_type)
+    if parent is not None and model_type not in CONFIG_MAPPING:
+        said = f"model_type {model_type!r} read as transformers' {parent!r} class (its own is a subclass)"
+        notes.append(said)
+        model_type = parent
     if model_type not in CONFIG_MAPPING:
         notes.append(f"model_type {model_type!r} is not a transformers config class: read as written")
         return data
@@ -233,7 +243,7 @@ def written_aliases(
 
     out = dict(data)
     mt = out.get("model_type")
-    mt = mt if isinstance(mt, str) else model_type
+    mt = REMOTE_PARENTS.get(mt, mt) if isinstance(mt, str) else model_type
     tc = out.get("text_config")
     if isinstance(tc, Mapping):
         out["text_config"] = written_aliases(

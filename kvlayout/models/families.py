@@ -23,6 +23,9 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    # vLLM's MiMoForCausalLM is its Qwen2ForCausalLM (mimo.py; the MTP weights dropped), its config a
+    # Qwen2Config (config.REMOTE_PARENTS): a window only with use_sliding_window, as Qwen2's
+    "MiMoForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Phi3ForCausalLM": "phi3",
@@ -34,6 +37,8 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "DeepseekV32ForCausalLM": "deepseek_v32",
+    # GLM-5: vLLM 0.33 registers GlmMoeDsaForCausalLM as its DeepseekV32ForCausalLM (models/deepseek_v32)
+    "GlmMoeDsaForCausalLM": "deepseek_v32",
     "DeepseekV4ForCausalLM": "deepseek_v4",
     "JambaForCausalLM": "jamba",
     "NemotronHForCausalLM": "nemotron_h",

@@ -49,7 +49,6 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
     'LLaMAForCausalLM': ('model.layers', 'self_attn.attn'),
     'LagunaForCausalLM': ('model.layers', 'self_attn.attn'),
     'Llama4ForCausalLM': ('model.layers', 'self_attn.attn'),
-    'MiMoForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiniCPM3ForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiniCPMForCausalLM': ('model.layers', 'self_attn.attn'),
     'MiniMaxM2ForCausalLM': ('model.layers', 'self_attn.attn'),
@@ -103,10 +102,6 @@ NOT_GENERIC: Mapping[str, str] = {
     'FlintForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: ModuleNotFoundError: No module named "
         "'flashinfer'"
-    ),
-    'GlmMoeDsaForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: NotImplementedError: Sparse Attention "
-        "is not supported on CPU."
     ),
     'HCXVisionV2ForCausalLM': (
         "not built by the harness: vLLM's ModelConfig refuses the small config (ValidationError), about 18 "
