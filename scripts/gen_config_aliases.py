@@ -13,10 +13,11 @@ It also writes, per model type, the fields deciding a cache for which the class 
 (``NOT_NULL``: ``MixtralConfig`` types ``num_key_value_heads`` as ``int``, a strict dataclass field, where
 ``LlamaConfig`` takes ``None`` and fills it): the json reader refuses such a null, naming the field, as
 transformers, hence vLLM, does; it read it as absent (issue 25, tenth pass, left low). Found by trying:
-``from_dict({field: None})`` over the class defaults raises (any exception) where ``from_dict({})`` does
-not; with vLLM's own class where vLLM 0.33 reads the model type with one (``VLLM_TYPES``). And the
-text config's model type of a multimodal class that nests one (``TEXT_TYPES``), for a
-``text_config`` written without ``model_type``.
+``from_dict({field: None})`` over the class defaults fails the class's strict type check for that field
+(a failure of arithmetic on None is not recorded: other fields may make the null valid, as layer_types
+does Exaone4Config's null window); with vLLM's own class where vLLM 0.33 reads the model type with one
+(``VLLM_TYPES``). And the text config's model type of a multimodal class that nests one (``TEXT_TYPES``),
+for a ``text_config`` written without ``model_type``, or for the top level where none is nested.
 
 And, per model type, the KV heads and head size the class fills where config.json leaves them out,
 unlike vLLM's generic rule (the query heads; ``hidden_size // num_attention_heads``): ``DEFAULTS``
@@ -140,6 +141,8 @@ def null_table(
     import logging
     import warnings
 
+    from huggingface_hub.errors import StrictDataclassFieldValidationError
+
     fields = cache_fields()
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
     logging.disable(logging.CRITICAL)
@@ -155,8 +158,11 @@ def null_table(
             for f in sorted(fields & _declared(cls)):
                 try:
                     cls.from_dict({f: None})
-                except Exception:  # noqa: BLE001 - any refusal is one (strict type check, arithmetic on None)
-                    refused.append(f)
+                except StrictDataclassFieldValidationError as e:  # the field's type refuses None, always
+                    if repr(f) in str(e):
+                        refused.append(f)
+                except Exception:  # noqa: BLE001 - arithmetic on None over the defaults: other fields may
+                    pass  # make it valid (Exaone4Config's null window beside layer_types): not recorded
             if refused:
                 out[mt] = (cls.__name__, tuple(refused))
     logging.disable(logging.NOTSET)
@@ -221,6 +227,12 @@ def text_types() -> dict[str, str]:
             continue
         sub = (getattr(cls, "sub_configs", None) or {}).get("text_config")
         t = getattr(sub, "model_type", None)
+        if not t and sub is not None:  # an AutoConfig sub-config: the type the class gives a text_config
+            try:  # written without one (Mistral3Config: mistral; LlavaOnevisionConfig: qwen2)
+                made = getattr(cls.from_dict({"text_config": {}}), "text_config", None)
+                t = getattr(made, "model_type", None)
+            except Exception:  # noqa: BLE001 - the class needs more to build: no default type recorded
+                t = None
         if isinstance(t, str) and t and t != mt:
             out[mt] = t
     return out

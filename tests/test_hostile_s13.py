@@ -235,3 +235,134 @@ def test_another_threads_record_goes_where_it_would_have() -> None:
         assert notes == ["transformers: mine"] and seen == ["theirs"]
     finally:
         logger.removeHandler(keep)
+
+
+def test_a_default_taken_is_said_in_the_configs_notes() -> None:
+    """The note goes to the notes list the Config was given (the build's), else its own."""
+    cfg = Config({"model_type": "mistral"}, "config")
+    assert cfg.class_default("num_key_value_heads") == 8
+    said = "config.num_key_value_heads left out: MistralConfig's default, 8 (transformers), as vLLM reads it"
+    assert cfg.notes == [said]
+    given: list[str] = []
+    Config({"model_type": "gemma2"}, "config", notes=given).class_default("head_dim")
+    assert given == ["config.head_dim left out: Gemma2Config's default, 256 (transformers), as vLLM reads it"]
+    # written, null or not: no default
+    for written in (2, None):
+        data = {"model_type": "mistral", "num_key_value_heads": written}
+        assert Config(data, "config").class_default("num_key_value_heads") is None
+    # a remote-code type read as its parent's class: MiMo's is Qwen2Config's
+    assert Config({"model_type": "mimo"}, "config").model_type == "qwen2"
+
+
+def test_alias_lists_pass_and_an_equal_value_of_another_type_is_set() -> None:
+    """Layer-type lists are aliases too (no integer check); an alias equal to a target written as another
+    type (1 beside true) still sets it, as transformers does, so the target reads as the integer."""
+    from kvlayout.models.config import written_aliases
+
+    types = ["mamba", "attention"]
+    for mt, alias, target in (("bamba", "layer_types", "layers_block_type"),
+                              ("granitemoehybrid", "layers_block_type", "layer_types")):
+        notes: list[str] = []
+        out = written_aliases({"model_type": mt, alias: types}, notes)
+        assert out[target] == types and len(notes) == 1
+    notes = []
+    out = written_aliases({"model_type": "glm4_moe_lite", "head_dim": 1, "qk_rope_head_dim": True}, notes)
+    assert out["qk_rope_head_dim"] == 1 and type(out["qk_rope_head_dim"]) is int
+    assert notes == [
+        "config.head_dim is glm4_moe_lite's alias of qk_rope_head_dim in transformers: qk_rope_head_dim = 1 "
+        "(written: True), as vLLM reads it"
+    ]
+
+
+# --------------------------------------------------------------------------- a review of the fixes above
+# (a second reviewer, same session): each case below was planned or refused unlike vLLM 0.33's own model
+# construction on the CPU (its layers' get_kv_cache_spec), which gave the numbers asserted.
+def _vl(name: str) -> dict[str, Any]:
+    from tests.test_models_vl import _config
+
+    return _config(name)
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "qwen2_5_vl"])
+def test_a_flat_multimodal_config_takes_its_text_classs_default(name: str) -> None:
+    """Qwen2-VL written flat (no text_config, its published shape), 16 query heads, no KV heads: vLLM's text
+    config is a Qwen2VLTextConfig built from these fields (8 KV heads); kvlayout took 16 (2x the bytes)."""
+    cfg = _vl(name)
+    cfg.pop("num_key_value_heads", None)
+    cfg.update(num_attention_heads=16, hidden_size=16 * 32)
+    for reader in ("json", "auto"):
+        ms = M.from_config(cfg, reader=reader)
+        assert _attention(ms)[:3] == (32, 8, 32_768)
+        assert any(n.endswith("TextConfig's default, 8 (transformers), as vLLM reads it") for n in ms.notes)
+
+
+def test_a_text_config_without_model_type_is_its_wrappers_default_type() -> None:
+    """Mistral 3's text_config written without model_type is a MistralConfig (Mistral3Config's default
+    type, an AutoConfig sub-config): 8 KV heads where 16 query heads are written; kvlayout took 16."""
+    cfg = _vl("mistral3")
+    tc = {k: v for k, v in cfg["text_config"].items() if k not in ("num_key_value_heads", "model_type")}
+    tc.update(num_attention_heads=16, hidden_size=16 * 64, architectures=["MistralForCausalLM"])
+    cfg["text_config"] = tc
+    ms = M.from_config(cfg, reader="json")
+    assert _attention(ms)[:3] == (64, 8, 65_536)
+    from kvlayout.models.config_aliases import TEXT_TYPES
+
+    types = (TEXT_TYPES["mistral3"], TEXT_TYPES["llava_onevision"], TEXT_TYPES["llava"])
+    assert types == ("mistral", "qwen2", "llama")
+
+
+EXAONE4: dict[str, Any] = {
+    "architectures": ["Exaone4ForCausalLM"],
+    "model_type": "exaone4",
+    "hidden_size": 2048,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"sliding_window": None, "sliding_window_pattern": None, "layer_types": ["full_attention"] * 4},
+        {"sliding_window": 4096, "sliding_window_pattern": None, "layer_types": ["full_attention"] * 4},
+    ],
+)
+def test_a_null_refused_only_over_the_class_defaults_is_read(extra: dict[str, Any]) -> None:
+    """Exaone4Config divides by its window pattern: a null window (or pattern) fails over the defaults, not
+    beside layer_types. vLLM builds 4 full layers, 131,072 B per block; kvlayout refused the null. The table
+    keeps only strict type refusals (num_key_value_heads is one)."""
+    from kvlayout.models.config_aliases import NOT_NULL
+
+    assert "sliding_window" not in NOT_NULL["exaone4"][1] and "num_key_value_heads" in NOT_NULL["exaone4"][1]
+    ms = M.from_config({**EXAONE4, **extra})
+    assert (set(ms.kinds.values()), ms.bytes_per_block) == ({"full"}, 131_072)
+
+
+def test_step3p5_keeps_num_attention_groups_over_num_key_value_heads() -> None:
+    """vLLM's Step3p7TextConfig maps num_attention_groups onto num_key_value_heads (the alias wins): both
+    written and different, its layers take the groups (2 KV heads); kvlayout refused the config."""
+    from tests.test_models_cov_s13 import _plan, _rows
+
+    types = {"sliding_window": 128, "layer_types": ["full_attention"] * 2}
+    both = {"num_attention_groups": 2, "num_key_value_heads": 4}
+    ms = _plan("Step3p5ForCausalLM", "step3p5", head_dim=64, **both, **types)
+    assert {r[2] for r in _rows(ms)} == {2}
+    assert (
+        "config.num_key_value_heads = 4 ignored: vLLM's config class sets it to num_attention_groups = 2, "
+        "the KV heads its layers take"
+    ) in ms.notes
+
+
+def test_glm5_on_blackwell_takes_vllms_fp8_e4m3_cache() -> None:
+    """vLLM's GlmMoeDsaForCausalLM.verify_and_update_config sets an auto cache to fp8_e4m3 on SM10x, which
+    FLASHMLA_SPARSE does not take: refused as vLLM would, where kvlayout planned a bf16 cache."""
+    from tests.test_models_published_s13 import GLM_5
+
+    with pytest.raises(SpecError) as e:
+        M.from_config(dict(GLM_5), device="blackwell", attention_backend="FLASHMLA_SPARSE")
+    assert str(e.value).endswith("vLLM refuses it on blackwell: kv_cache_dtype fp8_e4m3 not supported")
+    hopper = M.from_config(dict(GLM_5), device="hopper")
+    assert hopper.kv_cache_dtype == "bfloat16" and not any("blackwell" in n for n in hopper.notes)

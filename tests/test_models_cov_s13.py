@@ -93,7 +93,7 @@ def test_step3_text_has_one_kv_head() -> None:
 def test_step3p5_kv_heads_and_windows() -> None:
     """Step 3.5: KV heads num_attention_groups, windows only on layer_types' sliding layers (vLLM clears
     the engine's one window); read as written, layer_types and num_attention_groups are required, and
-    a num_key_value_heads unlike num_attention_groups is refused."""
+    a num_key_value_heads unlike num_attention_groups is ignored, as vLLM's config class does."""
     arch, mt = "Step3p5ForCausalLM", "step3p5"
     types = {"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"]}
     groups = {"num_attention_groups": 4, "num_key_value_heads": None}
@@ -108,8 +108,10 @@ def test_step3p5_kv_heads_and_windows() -> None:
         _plan(arch, mt, head_dim=64, sliding_window=128, **groups)
     with pytest.raises(SpecError, match=r"config\.num_attention_groups = None: missing"):
         _plan(arch, mt, head_dim=64, **types)
-    with pytest.raises(SpecError, match=r"config\.num_key_value_heads = 2: differs from num_attention_gro"):
-        _plan(arch, mt, head_dim=64, num_attention_groups=4, **types)
+    # both written and different: vLLM's Step3p7TextConfig sets num_key_value_heads to num_attention_groups
+    both = _plan(arch, mt, head_dim=64, num_attention_groups=4, **types)
+    assert {r[2] for r in _rows(both)} == {4}
+    assert any(n.startswith("config.num_key_value_heads = 2 ignored: ") for n in both.notes)
 
 
 def test_sarvam_moe_and_mla() -> None:

@@ -183,9 +183,11 @@ def _kv_total(cfg: Config, heads: int, how: str) -> tuple[int, str]:
     if how == "groups":  # Step3p5DecoderLayer: num_attention_groups (num_key_value_heads in transformers)
         total = cfg.req_int("num_attention_groups", "the KV heads of Step 3.5's layers")
         other = cfg.opt_int("num_key_value_heads")
-        if other is not None and other != total:
-            why = f"differs from num_attention_groups = {total} (its config class keeps one of them)"
-            raise spec_error(cfg.field("num_key_value_heads"), other, why)
+        if other is not None and other != total:  # vLLM's Step3p7TextConfig keeps num_attention_groups
+            cfg.notes.append(
+                f"{cfg.field('num_key_value_heads')} = {other} ignored: vLLM's config class sets it to "
+                f"num_attention_groups = {total}, the KV heads its layers take"
+            )
         return total, "num_attention_groups"
     if how == "chatglm":  # vLLM's GLMAttention
         if cfg.req_bool("multi_query_attention", "ChatGLM's KV heads depend on it"):

@@ -94,6 +94,11 @@ def build(
         text_arch, family = text_architecture(arch, top, text)
         notes.append(f"the language model is {text_arch}, built as language_model")
     model_dtype = resolve_model_dtype(top, text, dtype, notes)
+    if arch == "GlmMoeDsaForCausalLM" and device == "blackwell" and kv_cache_dtype in (None, "auto"):
+        # vLLM 0.33's GlmMoeDsaForCausalLM.verify_and_update_config (model_executor/models/config.py): on
+        # SM10x an auto cache is fp8_e4m3
+        kv_cache_dtype = "fp8_e4m3"
+        notes.append("GLM-5 on blackwell: vLLM 0.33 sets an auto KV cache to fp8_e4m3 (its config hook)")
     prefix = "language_model.model.layers" if arch.endswith("ForConditionalGeneration") else "model.layers"
     if family in ("generic", "generic_sw", "generic_mla"):  # vLLM's names for it (models/vllm_checked.py)
         prefix = GENERIC_ATTENTION[text_arch or WRAPPERS.get(arch, arch)][0]

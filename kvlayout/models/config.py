@@ -73,19 +73,23 @@ class Config:
         differs from vLLM's generic rule (:data:`.config_aliases.DEFAULTS`: MistralConfig's 8 KV heads);
         None where the class fills none or the config was read through transformers. A value the class
         computes from other fields is a :class:`MissingField` (the default reader asks transformers)."""
-        from .config_aliases import DEFAULTS
+        from .config_aliases import DEFAULTS, TEXT_TYPES, VLLM_TYPES
 
         if self.completed or self.model_type is None or key in self.data:
             return None  # a null written is read as absent by the generic rule, as those classes keep it
-        name, row = DEFAULTS.get(self.model_type, ("", {}))
+        mt = self.model_type
+        if mt not in DEFAULTS and "text_config" not in self.data:
+            # a multimodal config written flat (Qwen2-VL's published shape): its class builds the text config
+            # from these fields, and vLLM reads that one (get_text_config)
+            mt = TEXT_TYPES.get(mt, mt)
+        name, row = DEFAULTS.get(mt, ("", {}))
         if key not in row:
             return None
         value = row[key]
+        lib = "vLLM" if mt in VLLM_TYPES else "transformers"
         if value is None:
-            raise self.missing(key, f"transformers' {name} computes it from other fields")
-        self.notes.append(
-            f"{self.field(key)} left out: {name}'s default, {value} (transformers), as vLLM reads it"
-        )
+            raise self.missing(key, f"{lib}' {name} computes it from other fields".replace("vLLM'", "vLLM's"))
+        self.notes.append(f"{self.field(key)} left out: {name}'s default, {value} ({lib}), as vLLM reads it")
         return value
 
     def field(self, key: str) -> str:
@@ -239,7 +243,7 @@ def written_aliases(
     transformers, hence vLLM, refuses the config). Its ``text_config`` too, by its own model type, or the
     one its parent's class nests where it writes none. ``model_type``: the type to read ``data`` as where
     it writes none."""
-    from .config_aliases import ALIASES, NOT_NULL, TEXT_TYPES
+    from .config_aliases import ALIASES, NOT_NULL, TEXT_TYPES, VLLM_TYPES
 
     out = dict(data)
     mt = out.get("model_type")
@@ -254,8 +258,9 @@ def written_aliases(
     name, refused = NOT_NULL.get(mt, ("", ()))
     for key in refused:
         if key in out and out[key] is None:
+            whose = "vLLM's" if mt in VLLM_TYPES else "transformers'"
             why = (
-                f"transformers' {name} refuses null for it, and so vLLM 0.33 refuses the config: write a "
+                f"{whose} {name} refuses null for it, and so vLLM 0.33 refuses the config: write a "
                 "value, or leave the field out for the class default"
             )
             raise spec_error(f"{where}.{key}", None, why)
