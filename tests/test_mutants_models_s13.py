@@ -98,3 +98,37 @@ def test_step3p5_and_model_type_messages() -> None:
         "config.model_type = 'step3': this rule is vLLM 0.33's attention for model_type 'step3_text' only "
         "(the model class builds another attention for other types)"
     )
+
+
+def test_class_defaults_of_vllms_own_classes_and_of_wrappers() -> None:
+    from kvlayout.models.config import Config
+
+    beam = Config({"model_type": "beam"}, "config")
+    assert beam.class_default("num_key_value_heads") == 4
+    said = "config.num_key_value_heads left out: BeamConfig's default, 4 (vLLM), as vLLM reads it"
+    assert beam.notes == [said]
+    with pytest.raises(SpecError) as e:
+        written_aliases({"model_type": "hyperclovax", "num_hidden_layers": None}, [])
+    assert str(e.value).startswith("config.num_hidden_layers = None: vLLM's HyperCLOVAXConfig refuses null")
+    # a wrapper that nests its text config: its own type (no row) is not read as the text class's
+    nested = Config({"model_type": "gemma3", "text_config": {}}, "config")
+    assert nested.class_default("num_key_value_heads") is None
+    assert Config({"model_type": "gemma3"}, "config").class_default("num_key_value_heads") == 4
+
+
+def test_step3p5_says_nothing_of_a_num_key_value_heads_not_written() -> None:
+    from tests.test_models_cov_s13 import _plan
+
+    types = {"sliding_window": 128, "layer_types": ["full_attention"] * 2}
+    groups = {"num_attention_groups": 2, "num_key_value_heads": None}
+    ms = _plan("Step3p5ForCausalLM", "step3p5", head_dim=64, **groups, **types)
+    assert not any("ignored" in n for n in ms.notes)
+
+
+def test_glm5_on_blackwell_with_auto_written() -> None:
+    import kvlayout.models as M
+    from tests.test_models_published_s13 import GLM_5
+
+    with pytest.raises(SpecError, match="kv_cache_dtype fp8_e4m3 not supported"):
+        kw = {"device": "blackwell", "attention_backend": "FLASHMLA_SPARSE", "kv_cache_dtype": "auto"}
+        M.from_config(dict(GLM_5), **kw)
