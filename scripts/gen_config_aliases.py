@@ -37,6 +37,7 @@ import argparse
 import importlib.util
 import inspect
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,26 @@ def _read_types(only: frozenset[str] | None, vllm: tuple[str, ...]) -> list[str]
     return [mt for mt in sorted({*_types(), *vllm}) if only is None or mt in only]
 
 
+def _classes(vllm: tuple[str, ...], only: frozenset[str] | None) -> Iterator[tuple[str, Any]]:
+    """(model type, the class vLLM reads it with) for each type read (those not importable here left out),
+    with transformers' log records and warnings silenced while the caller builds them."""
+    import logging
+    import warnings
+
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for mt in _read_types(only, vllm):
+                try:
+                    cls = _class(mt, vllm)
+                except Exception:  # noqa: BLE001 - a class that cannot be imported here: not read
+                    continue
+                yield mt, cls
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 def _declared(cls: Any) -> set[str]:
     amap = getattr(cls, "attribute_map", None) or {}
     return (
@@ -138,34 +159,26 @@ def null_table(
 ) -> dict[str, tuple[str, tuple[str, ...]]]:
     """model type -> (class name, the cache fields its ``from_dict`` refuses as ``null``), read with the
     class vLLM reads it with."""
-    import logging
-    import warnings
-
     from huggingface_hub.errors import StrictDataclassFieldValidationError
 
     fields = cache_fields()
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
-    logging.disable(logging.CRITICAL)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for mt in _read_types(only, vllm):
+    for mt, cls in _classes(vllm, only):
+        try:
+            cls.from_dict({})
+        except Exception:  # noqa: BLE001 - its defaults do not build
+            continue
+        refused = []
+        for f in sorted(fields & _declared(cls)):
             try:
-                cls = _class(mt, vllm)
-                cls.from_dict({})
-            except Exception:  # noqa: BLE001 - not importable here, or its defaults do not build
-                continue
-            refused = []
-            for f in sorted(fields & _declared(cls)):
-                try:
-                    cls.from_dict({f: None})
-                except StrictDataclassFieldValidationError as e:  # the field's type refuses None, always
-                    if repr(f) in str(e):
-                        refused.append(f)
-                except Exception:  # noqa: BLE001 - arithmetic on None over the defaults: other fields may
-                    pass  # make it valid (Exaone4Config's null window beside layer_types): not recorded
-            if refused:
-                out[mt] = (cls.__name__, tuple(refused))
-    logging.disable(logging.NOTSET)
+                cls.from_dict({f: None})
+            except StrictDataclassFieldValidationError as e:  # the field's type refuses None, always
+                if repr(f) in str(e):
+                    refused.append(f)
+            except Exception:  # noqa: BLE001 - arithmetic on None over the defaults: other fields may
+                pass  # make it valid (Exaone4Config's null window beside layer_types): not recorded
+        if refused:
+            out[mt] = (cls.__name__, tuple(refused))
     return out
 
 
@@ -186,32 +199,24 @@ def default_table(
 ) -> dict[str, tuple[str, dict[str, int | None]]]:
     """model type -> (class name, {field: the value its class fills, None if computed}) for the KV heads
     and head size a class fills unlike vLLM's generic rule, read with the class vLLM reads it with."""
-    import logging
-    import warnings
-
     out: dict[str, tuple[str, dict[str, int | None]]] = {}
-    logging.disable(logging.CRITICAL)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for mt in _read_types(only, vllm):
-            try:
-                cls = _class(mt, vllm)
-                built = [cls.from_dict(dict(p)) for p in PROBES]
-                kv = [_first_kv(c) for c in built]
-                hd = [getattr(c, "head_dim", None) for c in built]
-            except Exception:  # noqa: BLE001 - not importable, the probes do not build, or per-layer fields
-                continue
-            row: dict[str, int | None] = {}
-            generic_kv = [p["num_attention_heads"] for p in PROBES]
-            generic_hd = [p["hidden_size"] // p["num_attention_heads"] for p in PROBES]
-            if all(x is not None for x in kv) and [x[1] for x in kv if x] != generic_kv:
-                key, v = kv[0]  # type: ignore[misc]
-                row[key] = v if all(x == kv[0] for x in kv) else None
-            if all(isinstance(x, int) for x in hd) and hd != generic_hd:
-                row["head_dim"] = hd[0] if hd[0] == hd[1] else None
-            if row:
-                out[mt] = (cls.__name__, row)
-    logging.disable(logging.NOTSET)
+    for mt, cls in _classes(vllm, only):
+        try:
+            built = [cls.from_dict(dict(p)) for p in PROBES]
+            kv = [_first_kv(c) for c in built]
+            hd = [getattr(c, "head_dim", None) for c in built]
+        except Exception:  # noqa: BLE001 - not importable, the probes do not build, or per-layer fields
+            continue
+        row: dict[str, int | None] = {}
+        generic_kv = [p["num_attention_heads"] for p in PROBES]
+        generic_hd = [p["hidden_size"] // p["num_attention_heads"] for p in PROBES]
+        if all(x is not None for x in kv) and [x[1] for x in kv if x] != generic_kv:
+            key, v = kv[0]  # type: ignore[misc]
+            row[key] = v if all(x == kv[0] for x in kv) else None
+        if all(isinstance(x, int) for x in hd) and hd != generic_hd:
+            row["head_dim"] = hd[0] if hd[0] == hd[1] else None
+        if row:
+            out[mt] = (cls.__name__, row)
     return out
 
 
