@@ -1,10 +1,10 @@
 """Standard attention: head size, KV heads per rank, sliding windows (vLLM 0.33's ModelConfig).
 
-- Head size: ``head_dim``, else ``hidden_size // num_attention_heads`` (Nemotron-H:
-  ``attention_head_dim``). KV heads: the first of ``n_head_kv``, ``num_kv_heads``,
-  ``num_key_value_heads``, ``multi_query_group_num`` (two written with different values are refused:
-  ModelConfig reads the first, most models' layers ``num_key_value_heads``), else
-  ``num_attention_heads``; per rank
+- Head size: ``head_dim``, else the config class's default where it fills one unlike the generic rule
+  (``Config.class_default``: Gemma 2's 256), else ``hidden_size // num_attention_heads``. KV heads: the
+  first of ``n_head_kv``, ``num_kv_heads``, ``num_key_value_heads``, ``multi_query_group_num`` (two
+  written with different values are refused: ModelConfig reads the first, most models' layers
+  ``num_key_value_heads``), else the class's default (Mistral's 8), else ``num_attention_heads``; per rank
   ``max(1, total // tp)`` (replicated when fewer than tp; ``tp`` must divide the heads or be a
   multiple of them).
 - Sliding windows: ``layer_types`` (``sliding_attention``/``full_attention``) when the config

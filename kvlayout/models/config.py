@@ -73,7 +73,7 @@ class Config:
         differs from vLLM's generic rule (:data:`.config_aliases.DEFAULTS`: MistralConfig's 8 KV heads);
         None where the class fills none or the config was read through transformers. A value the class
         computes from other fields is a :class:`MissingField` (the default reader asks transformers)."""
-        from .config_aliases import DEFAULTS, TEXT_TYPES, VLLM_TYPES
+        from .config_aliases import DEFAULTS, TEXT_TYPES
 
         if self.completed or self.model_type is None or key in self.data:
             return None  # a null written is read as absent by the generic rule, as those classes keep it
@@ -86,9 +86,9 @@ class Config:
         if key not in row:
             return None
         value = row[key]
-        lib = "vLLM" if mt in VLLM_TYPES else "transformers"
+        lib = _library(mt)
         if value is None:
-            raise self.missing(key, f"{lib}' {name} computes it from other fields".replace("vLLM'", "vLLM's"))
+            raise self.missing(key, f"{_possessive(lib)} {name} computes it from other fields")
         self.notes.append(f"{self.field(key)} left out: {name}'s default, {value} ({lib}), as vLLM reads it")
         return value
 
@@ -183,6 +183,18 @@ def transformers_installed() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
+def _library(model_type: str) -> str:
+    """Whose config class vLLM 0.33 reads ``model_type`` with: its own (:data:`.config_aliases.VLLM_TYPES`)
+    or transformers'."""
+    from .config_aliases import VLLM_TYPES
+
+    return "vLLM" if model_type in VLLM_TYPES else "transformers"
+
+
+def _possessive(library: str) -> str:
+    return "transformers'" if library == "transformers" else f"{library}'s"
+
+
 #: remote-code config classes (a model type transformers lacks) that subclass a transformers class and add
 #: no field deciding a cache: read as that class (XiaomiMiMo's MiMoConfig is a Qwen2Config with MTP fields)
 REMOTE_PARENTS: Mapping[str, str] = {"mimo": "qwen2"}
@@ -243,7 +255,7 @@ def written_aliases(
     transformers, hence vLLM, refuses the config). Its ``text_config`` too, by its own model type, or the
     one its parent's class nests where it writes none. ``model_type``: the type to read ``data`` as where
     it writes none."""
-    from .config_aliases import ALIASES, NOT_NULL, TEXT_TYPES, VLLM_TYPES
+    from .config_aliases import ALIASES, NOT_NULL, TEXT_TYPES
 
     out = dict(data)
     mt = out.get("model_type")
@@ -258,7 +270,7 @@ def written_aliases(
     name, refused = NOT_NULL.get(mt, ("", ()))
     for key in refused:
         if key in out and out[key] is None:
-            whose = "vLLM's" if mt in VLLM_TYPES else "transformers'"
+            whose = _possessive(_library(mt))
             why = (
                 f"{whose} {name} refuses null for it, and so vLLM 0.33 refuses the config: write a "
                 "value, or leave the field out for the class default"
