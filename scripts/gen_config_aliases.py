@@ -110,6 +110,23 @@ def vllm_types() -> tuple[str, ...]:
     return tuple(sorted(_CONFIG_REGISTRY))
 
 
+def vllm_transformers_classes(vllm: tuple[str, ...]) -> dict[str, str]:
+    """vLLM type -> the transformers model type whose class vLLM 0.33 reads it with, where that class is
+    transformers' own (``deepseek_v32`` and ``kimi_k2``: ``DeepseekV3Config``): the transformers reader
+    builds such a config with that class, not with the one transformers maps the type to."""
+    from transformers import CONFIG_MAPPING
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    out = {}
+    for mt in vllm:
+        cls = _CONFIG_REGISTRY[mt]
+        key = getattr(cls, "model_type", None)
+        ours = cls.__module__.startswith("transformers.")
+        if ours and key in CONFIG_MAPPING and CONFIG_MAPPING[key] is cls:
+            out[mt] = key
+    return out
+
+
 def _class(mt: str, vllm: tuple[str, ...]) -> Any:
     """The config class vLLM 0.33 reads model type ``mt`` with."""
     if mt in vllm:
@@ -266,6 +283,15 @@ def render_vllm(vllm: tuple[str, ...]) -> list[str]:
     return [*lines, row, "})"]
 
 
+def render_vllm_transformers(rows: dict[str, str]) -> list[str]:
+    return [
+        "#: the VLLM_TYPES vLLM 0.33 reads with a transformers class -> that class's transformers model type",
+        "VLLM_TRANSFORMERS_CLASSES: Mapping[str, str] = {",
+        *(f"    {mt!r}: {key!r}," for mt, key in rows.items()),
+        "}",
+    ]
+
+
 def render_nulls(rows: dict[str, tuple[str, tuple[str, ...]]], texts: dict[str, str]) -> list[str]:
     lines = [
         "",
@@ -356,6 +382,7 @@ def main() -> int:
             "",
             *render_defaults(default_table(vllm)),
             *render_vllm(vllm),
+            *render_vllm_transformers(vllm_transformers_classes(vllm)),
         ],
     )
     if args.check:

@@ -43,3 +43,23 @@ def ground_truth() -> ModuleType:
             else:
                 os.environ["KVLAYOUT_VLLM_DRIVER"] = before
     return sys.modules[name]
+
+
+def cpu_attention_takes_fp8() -> None:
+    """Stub: vLLM 0.33's CPU attention backend refuses an fp8 cache on a host without AVX-512 or AMX (its
+    kernel's instruction set: ``CPUAttentionBackend.supports_kv_cache_dtype``), where a GPU backend takes
+    it. The cache spec its layers build does not depend on the host, so on such a host the check takes
+    what the backend lists (the stub's assumption, asserted: fp8 is listed and the ISA is the only cause)."""
+    import torch
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    listed = [str(d) for d in CPUAttentionBackend.supported_kv_cache_dtypes]
+    assert "fp8" in listed or "fp8_e4m3" in listed, listed
+    if torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_supported():
+        return  # vLLM's own check passes here: nothing stubbed
+
+    def supports(cls: type, kv_cache_dtype: object) -> bool:
+        listed_here = cls.supported_kv_cache_dtypes  # type: ignore[attr-defined]
+        return kv_cache_dtype in (None, "auto", "bfloat16", "float16") or kv_cache_dtype in listed_here
+
+    CPUAttentionBackend.supports_kv_cache_dtype = classmethod(supports)  # type: ignore[method-assign,assignment]

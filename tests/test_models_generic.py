@@ -298,8 +298,8 @@ NOT_BUILT: dict[str, str] = {
 CAUSES: dict[str, str] = {
     "BeamForCausalLM": (
         "vLLM reads model_type beam through its own BeamConfig (head_dim None: hidden_size // "
-        "num_attention_heads; sliding_window 4096), transformers through its BeamConfig (head_dim 128, "
-        "sliding_window 512), whose defaults kvlayout's transformers reader fills in"
+        "num_attention_heads; sliding_window 4096), and kvlayout's readers read it as written (its "
+        "KV-head default from the table), without that class's window"
     ),
 }
 #: a case's key (not written to config.json) asking the driver to build the model as one rank of tp N
@@ -411,7 +411,7 @@ def _chunk(config: dict[str, Any], reader: str) -> int | None:
     from kvlayout.models.attention import chunk_size
     from kvlayout.models.config import Config, load_config, text_config, through_transformers
 
-    data = through_transformers(config, []) if reader == "transformers" else load_config(config)
+    data = through_transformers(config, [])[0] if reader == "transformers" else load_config(config)
     return chunk_size(text_config(Config(data, "config")))
 
 

@@ -395,6 +395,9 @@ def _driver() -> None:
     from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
     from vllm.v1.core import kv_cache_planning as P
 
+    from tests.driver import cpu_attention_takes_fp8
+
+    cpu_attention_takes_fp8()  # a host without AVX-512 refuses fp8 in the CPU backend
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(
             world_size=1, rank=0, distributed_init_method="tcp://127.0.0.1:0", local_rank=0, backend="gloo"

@@ -1951,7 +1951,8 @@ def test_reader_transformers_logic_with_a_stub(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "transformers", fake)
     notes: list[str] = []
     data = {"model_type": "fake", "dropped": 5, "written_only": [1], "text_config": {"keep": 2, "more": 3}}
-    out = through_transformers(data, notes)
+    out, built = through_transformers(data, notes)
+    assert built
     assert out == {
         "model_type": "fake",
         "num_attention_heads": 8,
@@ -1965,7 +1966,7 @@ def test_reader_transformers_logic_with_a_stub(monkeypatch: pytest.MonkeyPatch) 
     # an unknown model type is read as written, with a note
     for mt in ("other", None, 3):
         notes = []
-        assert through_transformers({"model_type": mt}, notes) == {"model_type": mt}
+        assert through_transformers({"model_type": mt}, notes) == ({"model_type": mt}, False)
         assert notes == [f"model_type {mt!r} is not a transformers config class: read as written"]
     # a layer count out of range is refused before transformers builds per-layer lists
     for where, d in (
@@ -1979,16 +1980,15 @@ def test_reader_transformers_logic_with_a_stub(monkeypatch: pytest.MonkeyPatch) 
             e.value
         )
     for n in (0, 10_000):
-        assert (
-            through_transformers({"model_type": "fake", "num_hidden_layers": n}, [])["num_hidden_layers"] == n
-        )
+        made, _ = through_transformers({"model_type": "fake", "num_hidden_layers": n}, [])
+        assert made["num_hidden_layers"] == n
     with pytest.raises(SpecError) as e:
         through_transformers({"model_type": "fake", "bad": True}, [])
     assert str(e.value) == "config = 'fake': transformers refuses it: ValueError: bad is not allowed"
     # no alias map, or a map that is not a mapping: nothing added
     monkeypatch.setattr(_FakeConfigClass, "attribute_map", None)
-    assert "n_head" in through_transformers({"model_type": "fake"}, []) and (
-        through_transformers({"model_type": "fake"}, [])["n_head"] is None
+    assert "n_head" in through_transformers({"model_type": "fake"}, [])[0] and (
+        through_transformers({"model_type": "fake"}, [])[0]["n_head"] is None
     )
     # without transformers: a clear refusal naming the reader
     monkeypatch.setitem(sys.modules, "transformers", None)
@@ -2019,15 +2019,19 @@ def test_which_mla_models_have_an_indexer_and_their_cache_dtypes() -> None:
         "index_head_dim": 128,
         "torch_dtype": "float16",
     }
-    # V3.2 by architecture (no index_topk written), or any MLA config writing index_topk (V2 here)
-    for cfg in (base, {**base, "architectures": ["DeepseekV2ForCausalLM"], "index_topk": 64}):
+    # V3.2 by architecture (vLLM asserts its index_topk), or any MLA config writing index_topk (V2 here)
+    with pytest.raises(SpecError, match=r"config\.index_topk = None: missing; vLLM 0.33 asserts it"):
+        J.from_config(base)
+    base = {**base, "index_topk": 64}
+    for cfg in (base, {**base, "architectures": ["DeepseekV2ForCausalLM"]}):
         ms = J.from_config(cfg)
         assert isinstance(ms, M.ModelSpec)
         assert sorted(set(ms.kinds.values())) == ["indexer", "mla"] and len(ms.spec.layers) == 4
-    ms = J.from_config({**base, "architectures": ["DeepseekV2ForCausalLM"]})
+    plain = {k: v for k, v in base.items() if k != "index_topk"}
+    ms = J.from_config({**plain, "architectures": ["DeepseekV2ForCausalLM"]})
     assert isinstance(ms, M.ModelSpec) and set(ms.kinds.values()) == {"mla"}
     # an explicit cache dtype wins over the model's (float16 here), with and without the indexer
-    for cfg in (base, {**base, "architectures": ["DeepseekV2ForCausalLM"]}):
+    for cfg in (base, {**plain, "architectures": ["DeepseekV2ForCausalLM"]}):
         for kv, want in (("bfloat16", "bfloat16"), (None, "float16"), ("auto", "float16")):
             ms = J.from_config(cfg, kv_cache_dtype=kv)
             assert isinstance(ms, M.ModelSpec) and ms.kv_cache_dtype == want
@@ -2643,7 +2647,7 @@ def test_last_rules_types_and_head_keys(monkeypatch: pytest.MonkeyPatch) -> None
     fake = types.ModuleType("transformers")
     fake.CONFIG_MAPPING = {"plain": Plain}  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "transformers", fake)
-    out = through_transformers({"model_type": "plain", "extra": {"a": 1}}, [])
+    out, _ = through_transformers({"model_type": "plain", "extra": {"a": 1}}, [])
     assert out == {"made": 1, "model_type": "plain", "extra": {"a": 1}}
 
 
@@ -2715,7 +2719,7 @@ def test_remaining_messages_labels_and_kept_fields(monkeypatch: pytest.MonkeyPat
     fake = types.ModuleType("transformers")
     fake.CONFIG_MAPPING = {"made": Made}  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "transformers", fake)
-    out = through_transformers({"model_type": "made", "made": 2}, [])
+    out, _ = through_transformers({"model_type": "made", "made": 2}, [])
     assert out["made"] == 1 and out["n_head"] == 5  # transformers' values and aliases already set are kept
     with pytest.raises(SpecError) as e:
         through_transformers({"model_type": "made", "num_hidden_layers": 10_001}, [])

@@ -199,7 +199,7 @@ def _kv_total(cfg: Config, heads: int, how: str) -> tuple[int, str]:
         attn = cfg.data.get("attn_config")
         if not isinstance(attn, Mapping):
             raise spec_error(cfg.field("attn_config"), attn, "must be an object holding kv_n_heads")
-        sub = Config(attn, cfg.field("attn_config"), completed=cfg.completed)
+        sub = Config(attn, cfg.field("attn_config"), completed=cfg.completed, final=cfg.final)
         return sub.req_int("kv_n_heads", "DBRX's KV heads"), "attn_config.kv_n_heads"
     if how == "falcon":  # vLLM's FalconAttention
         if cfg.req_bool("new_decoder_architecture", "Falcon's KV heads depend on it"):

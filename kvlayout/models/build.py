@@ -71,10 +71,11 @@ def build(
     written = load_config(config)
     if reader == "transformers":  # refuse an unknown architecture before importing transformers (seconds)
         architecture(Config(written, "config"))
-        data = through_transformers(written, notes)
+        data, completed = through_transformers(written, notes)
     else:
-        data = written_aliases(written, notes)
-    top = Config(data, "config", completed=reader == "transformers", notes=notes)  # no hint to use it again
+        data, completed = written_aliases(written, notes), False
+    # the transformers reader ran: no hint to use it again
+    top = Config(data, "config", completed=completed, notes=notes, final=reader == "transformers")
     arch, family = architecture(top)
     text = text_config(top)
     if text is not top and not arch.endswith("ForConditionalGeneration"):

@@ -59,10 +59,13 @@ class Config:
         completed: bool = False,
         model_type: str | None = None,
         notes: list[str] | None = None,
+        final: bool | None = None,
     ) -> None:
         self.data = data
         self.path = path
-        self.completed = completed  # read through transformers: no default left to suggest
+        self.completed = completed  # built by transformers' class: its defaults are in, none to add
+        # no reader left to try (the transformers reader ran): a missing field is refused without a hint
+        self.final = completed if final is None else final
         # the transformers class it is read as: its own model_type, else the one its parent's class nests
         mt = data.get("model_type")
         self.model_type = REMOTE_PARENTS.get(mt, mt) if isinstance(mt, str) else model_type
@@ -99,12 +102,16 @@ class Config:
         return self.data.get(key) is not None
 
     def missing(self, key: str, why: str) -> SpecError:
-        hint = ""
-        if not self.completed and key != "architectures":
+        mt = self.model_type
+        if key != "architectures" and mt is not None and not _transformers_reads(mt):
+            # transformers' class is not the one vLLM reads it with: no reader of kvlayout's has its defaults
+            own = f"; vLLM 0.33 reads model_type {mt!r} with its own config class: write it"
+            return spec_error(self.field(key), None, f"missing; {why}{own}")
+        if not self.final and key != "architectures":
             hint = "; reader='transformers' fills the config class's defaults, as vLLM does"
             err = spec_error(self.field(key), None, f"missing; {why}{hint}")
             return MissingField(str(err), field=err.field, value=None)
-        return spec_error(self.field(key), None, f"missing; {why}{hint}")
+        return spec_error(self.field(key), None, f"missing; {why}")
 
     def req_int(self, key: str, why: str, *, lo: int = 1) -> int:
         """A required integer ``>= lo``."""
@@ -191,6 +198,15 @@ def _library(model_type: str) -> str:
     return "vLLM" if model_type in VLLM_TYPES else "transformers"
 
 
+def _transformers_reads(model_type: str) -> str | None:
+    """The transformers model type whose class vLLM 0.33 reads ``model_type`` with, or None where vLLM's
+    own class reads it (:data:`.config_aliases.VLLM_TRANSFORMERS_CLASSES`: ``deepseek_v32`` as
+    ``deepseek_v3``)."""
+    from .config_aliases import VLLM_TRANSFORMERS_CLASSES
+
+    return model_type if _library(model_type) == "transformers" else VLLM_TRANSFORMERS_CLASSES.get(model_type)
+
+
 def _possessive(library: str) -> str:
     return "transformers'" if library == "transformers" else f"{library}'s"
 
@@ -200,12 +216,15 @@ def _possessive(library: str) -> str:
 REMOTE_PARENTS: Mapping[str, str] = {"mimo": "qwen2"}
 
 
-def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[str, Any]:
+def through_transformers(data: Mapping[str, Any], notes: list[str]) -> tuple[Mapping[str, Any], bool]:
     """``data`` as transformers' config class for its ``model_type`` makes it (vLLM's ``get_config``):
     its defaults filled in, ``text_config`` nested and completed, derived fields (``layer_types``)
     and the class's ``attribute_map`` aliases (``num_attention_heads`` for GPT-2's ``n_head``)
-    written. Needs the ``models`` extra (transformers, the version vLLM 0.33 pins); a model type
-    transformers does not know is read as written, with a note."""
+    written; and whether that class built it. Needs the ``models`` extra (transformers, the version
+    vLLM 0.33 pins). A model type transformers does not know is read as written, with a note; so is
+    one vLLM 0.33 reads with its own class (:data:`.config_aliases.VLLM_TYPES`: transformers' class,
+    where it has one, fills other defaults), as the json reader reads it (that class's KV heads and
+    head size where left out)."""
     model_type = data.get("model_type")
     for cfg, where in ((data, "config"), (data.get("text_config"), "config.text_config")):
         n = cfg.get("num_hidden_layers") if isinstance(cfg, Mapping) else None
@@ -214,7 +233,14 @@ def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[s
     _bounded_for_transformers(data, "config")  # before transformers is imported (seconds)
     if not isinstance(model_type, str):  # no class to look up: transformers is not imported (seconds)
         notes.append(f"model_type {model_type!r} is not a transformers config class: read as written")
-        return data
+        return data, False
+    read_as = _transformers_reads(model_type)
+    if read_as is None:
+        notes.append(
+            f"model_type {model_type!r}: vLLM 0.33 reads it with its own config class, not transformers': "
+            "read as written"
+        )
+        return written_aliases(data, notes), False
     try:
         from transformers import CONFIG_MAPPING
     except ImportError as e:
@@ -225,23 +251,28 @@ def through_transformers(data: Mapping[str, Any], notes: list[str]) -> Mapping[s
     if parent is not None and model_type not in CONFIG_MAPPING:
         said = f"model_type {model_type!r} read as transformers' {parent!r} class (its own is a subclass)"
         notes.append(said)
-        model_type = parent
-    if model_type not in CONFIG_MAPPING:
+        model_type = read_as = parent
+    if read_as not in CONFIG_MAPPING:
         notes.append(f"model_type {model_type!r} is not a transformers config class: read as written")
-        return data
-    cls = CONFIG_MAPPING[model_type]
+        return data, False
+    cls = CONFIG_MAPPING[read_as]
     try:
         with _transformers_log(notes):
             out = cls.from_dict(dict(data)).to_dict()
     except Exception as e:  # transformers refuses the config: its message names the field
         raise spec_error("config", model_type, f"transformers refuses it: {type(e).__name__}: {e}") from e
-    notes.append(f"read through transformers' {cls.__name__}")
+    if read_as != model_type:  # the class vLLM reads it with, under the model type written
+        out["model_type"] = model_type
+        said = f"read through transformers' {cls.__name__}, the class vLLM 0.33 reads {model_type!r} with"
+        notes.append(said)
+    else:
+        notes.append(f"read through transformers' {cls.__name__}")
     # the class's aliases, as vLLM reads them (GPT-2's num_attention_heads is its n_head)
     aliases = getattr(cls, "attribute_map", None)
     for alias, target in aliases.items() if isinstance(aliases, Mapping) else ():
         if out.get(alias) is None and isinstance(alias, str) and isinstance(target, str) and target in out:
             out[alias] = out[target]
-    return _keep_written(out, data)
+    return _keep_written(out, data), True
 
 
 def written_aliases(
@@ -379,7 +410,14 @@ def text_config(top: Config) -> Config:
     from .config_aliases import TEXT_TYPES
 
     nested = TEXT_TYPES.get(top.model_type) if top.model_type is not None else None
-    return Config(tc, top.field("text_config"), completed=top.completed, model_type=nested, notes=top.notes)
+    return Config(
+        tc,
+        top.field("text_config"),
+        completed=top.completed,
+        model_type=nested,
+        notes=top.notes,
+        final=top.final,
+    )
 
 
 # --------------------------------------------------------------------------- dtypes and tp

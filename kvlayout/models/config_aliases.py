@@ -769,3 +769,11 @@ VLLM_TYPES: frozenset[str] = frozenset({
     'ops_colqwen3', 'ovis', 'qwen3_asr', 'qwen3_vl_nemotron_embed', 'speculators', 'step3_text', 'step3_vl',
     'step3p5', 'step5', 'step5_vl', 'ultravbert', 'ultravox', 'unlimited-ocr', 'unlimited_ocr',
 })
+#: the VLLM_TYPES vLLM 0.33 reads with a transformers class -> that class's transformers model type
+VLLM_TRANSFORMERS_CLASSES: Mapping[str, str] = {
+    'deepseek_v32': 'deepseek_v3',
+    'hyperclovax': 'hyperclovax',
+    'kimi_k2': 'deepseek_v3',
+    'kimi_k25': 'kimi_k25',
+    'step3p5': 'step3p5',
+}

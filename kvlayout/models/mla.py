@@ -36,6 +36,10 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     bs = c.block(r.block_size)
     layers: list[LayerSpec] = []
     if v32:
+        if c.top.data["architectures"][0] == "DeepseekV32ForCausalLM":
+            # vLLM 0.33's config hook asserts it (DeepseekV32ForCausalLM.verify_and_update_config: its layers
+            # build the indexer where hasattr(config, "index_topk")); its config class fills none
+            c.cfg.req_int("index_topk", "vLLM 0.33 asserts it for DeepseekV32ForCausalLM")
         idx_dim = c.cfg.req_int(
             "index_head_dim", "the DeepSeek-V3.2 indexer key (index_head_dim + 4 B per 128)"
         )

@@ -78,11 +78,11 @@ NOT_GENERIC: Mapping[str, str] = {
     'BeamForCausalLM': (
         "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
         "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 4096, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 128, 128, 512, 'torch.bfloat16'] (name,"
-        " kind, KV heads, head size, V, window, dtype); vLLM reads model_type beam through its own "
-        "BeamConfig (head_dim None: hidden_size // num_attention_heads; sliding_window 4096), transformers "
-        "through its BeamConfig (head_dim 128, sliding_window 512), whose defaults kvlayout's transformers "
-        "reader fills in"
+        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'] (name, "
+        "kind, KV heads, head size, V, window, dtype); vLLM reads model_type beam through its own "
+        "BeamConfig (head_dim None: hidden_size // num_attention_heads; sliding_window 4096), and "
+        "kvlayout's readers read it as written (its KV-head default from the table), without that class's "
+        "window"
     ),
     'DeciLMForCausalLM': (
         "not built by the harness: vLLM's DeciLMDecoderLayer (nemotron_nas.py) reads "
@@ -108,9 +108,9 @@ NOT_GENERIC: Mapping[str, str] = {
         "s"
     ),
     'HYV4ForCausalLM': (
-        "kvlayout's generic rules refuse the defaults config (transformers): kv_cache_dtype = 'auto': no "
-        "vLLM sparse MLA backend on hopper takes it (FLASH_ATTN_MLA_SPARSE: block_size not supported; "
-        "FLASHMLA_SPARSE: block_size not supported)"
+        "kvlayout's generic rules refuse the defaults config (transformers): config.kv_lora_rank = None: "
+        "missing; the MLA latent (head size kv_lora_rank + qk_rope_head_dim); vLLM 0.33 reads model_type "
+        "'hy_v4' with its own config class: write it"
     ),
     'HrmTextForCausalLM': (
         "its attention layers are not one per decoder layer under one name (defaults: "
