@@ -62,4 +62,5 @@ def cpu_attention_takes_fp8() -> None:
         listed_here = cls.supported_kv_cache_dtypes  # type: ignore[attr-defined]
         return kv_cache_dtype in (None, "auto", "bfloat16", "float16") or kv_cache_dtype in listed_here
 
-    CPUAttentionBackend.supports_kv_cache_dtype = classmethod(supports)  # type: ignore[method-assign,assignment]
+    patched = classmethod(supports)
+    CPUAttentionBackend.supports_kv_cache_dtype = patched  # type: ignore[method-assign,assignment]
