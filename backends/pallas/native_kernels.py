@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -434,6 +434,16 @@ def _triton_kernel(
             _count_bad(ids_ref, bad_ref, ids_ref.shape[0], num_blocks)
 
 
+def _interpret_view(dtype: str) -> Any:
+    """The same-width unsigned type interpret mode runs a float leaf as, or ``None``.
+
+    On the CPU, XLA computes in float32 what it has no native support for (bfloat16, fp8),
+    so the interpreter's read-modify-write of a ref turned a NaN's payload into the canonical
+    NaN in pages no id named; an integer view moves the bits unchanged. Zero bits are +0.0."""
+    dt = np.dtype(dtype)
+    return _UINT.get(dt.itemsize) if jnp.issubdtype(dt, jnp.floating) else None
+
+
 def triton_native_call(
     plans: tuple[BoxPlan, ...],
     num_blocks: int,
@@ -449,14 +459,17 @@ def triton_native_call(
                 LayoutBufferError, "leaf.shape", bp.shape,
                 "the Pallas-Triton kernel indexes elements in int32: at most 2**31 - 1 elements per leaf",
             )
-    kernel = partial(_triton_kernel, plans=plans, num_blocks=num_blocks, direct=direct)
+    views = tuple(_interpret_view(bp.dtype) if interpret else None for bp in plans)
+    kplans = tuple(bp if v is None else replace(bp, dtype=np.dtype(v).name) for bp, v in zip(plans, views))
+    kernel = partial(_triton_kernel, plans=kplans, num_blocks=num_blocks, direct=direct)
     units = sum(bp.units for bp in plans)
 
     def f(ids: jax.Array, *args: jax.Array) -> Any:
         from jax.experimental.pallas import triton as pltriton
 
         prefetch = (ids,) if direct else (ids, *args[:2])
-        leaves = args if direct else args[2:]
+        given = args if direct else args[2:]
+        leaves = [x if v is None else jax.lax.bitcast_convert_type(x, v) for x, v in zip(given, views)]
         out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
         any_spec = pl.BlockSpec(memory_space=pl.ANY)
         if direct:
@@ -472,6 +485,9 @@ def triton_native_call(
             interpret=interpret,
         )
         out = list(call(*prefetch, *leaves))
+        for k, (x, v) in enumerate(zip(given, views)):
+            if v is not None:
+                out[k] = jax.lax.bitcast_convert_type(out[k], x.dtype)
         return (out[:-1], out[-1]) if direct else out
 
     return f
