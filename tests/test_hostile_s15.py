@@ -4,6 +4,7 @@ and loosely typed options are refused with the field and value named."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 
 from kvlayout.backends.pallas.native import CacheZeroer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # ---- 1: the Pallas-Triton interpreter keeps the bits of pages it does not zero ------------------------
 
@@ -39,3 +42,16 @@ def test_triton_interpret_keeps_nan_payloads_of_other_pages(dtype: str, device_i
         expect[2] = 0
         np.testing.assert_array_equal(np.asarray(got).view(udt), expect)
     z.check()
+
+
+# ---- 2: the int64 carve-out kvlayout cannot see is documented ---------------------------------------
+
+
+@pytest.mark.parametrize("doc", ["docs/reliability.md", "docs/tpu.md"])
+def test_int64_ids_narrowed_by_the_users_own_jit_are_documented(doc: str) -> None:
+    """JAX (x64 off) narrows NumPy int64 arguments of the user's own jit before ``apply`` sees them:
+    the docs say so, with the remedies (int32 ids checked on the host, or x64)."""
+    text = " ".join((ROOT / doc).read_text().split())
+    assert "narrowed by JAX itself" in text
+    for remedy in ("int32", "normalize_block_ids", "jax_enable_x64"):
+        assert remedy in text, remedy
