@@ -11,7 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import kvlayout as K
 from kvlayout.backends.pallas.native import CacheZeroer
+from kvlayout.errors import LayoutBufferError, SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,3 +57,97 @@ def test_int64_ids_narrowed_by_the_users_own_jit_are_documented(doc: str) -> Non
     assert "narrowed by JAX itself" in text
     for remedy in ("int32", "normalize_block_ids", "jax_enable_x64"):
         assert remedy in text, remedy
+
+
+# ---- 3, 4, 9c, 9e: KVBlockZeroer.from_kv_caches on a bad vLLM cache -------------------------------
+
+VLLM_NAMES = ["model.layers.0.attn", "model.layers.1.attn"]
+
+
+def _vllm(num_blocks: int = 4, lead: int = 0) -> tuple[Any, Any, dict[str, Any]]:
+    """vLLM 0.33's own objects (``kv_cache_interface``, a config of two bf16 layers under BLHNC) and its
+    views of the cache ``lead`` bytes into a zeroed storage."""
+    from tests.driver import ground_truth
+
+    ground_truth()  # imports vLLM on the CPU
+    import torch
+    from vllm.v1 import kv_cache_interface as iface
+
+    attn = iface.FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=8, dtype=torch.bfloat16)
+    tensor = iface.KVCacheTensor(
+        size=2048 * num_blocks, layers=VLLM_NAMES, layer_stride=1024, block_stride=2048
+    )
+    config = iface.KVCacheConfig(
+        num_blocks=num_blocks, kv_cache_tensors=[tensor],
+        kv_cache_groups=[iface.KVCacheGroupSpec(VLLM_NAMES, attn)], kv_cache_layout="BLHNC",
+    )
+    raw = torch.zeros(lead + 8192 + 64, dtype=torch.int8)[lead : lead + 8192]
+    views = iface.create_kv_cache_views(raw, attn, 4, iface.KVCacheLayout.BLHNC, replace_size(tensor, 8192))
+    return iface, config, dict(zip(VLLM_NAMES, views))
+
+
+def replace_size(tensor: Any, size: int) -> Any:
+    """The same ``KVCacheTensor`` of ``size`` bytes (views of a 4-block cache for any config)."""
+    from dataclasses import replace
+
+    return replace(tensor, size=size)
+
+
+def test_from_kv_caches_with_no_blocks_names_num_blocks() -> None:
+    """A config of 0 blocks over the views raised ZeroDivisionError (``shape[0] % num_blocks``)."""
+    from kvlayout.integrations.vllm import KVBlockZeroer
+
+    _, config, views = _vllm(num_blocks=0)
+    with pytest.raises(SpecError, match=r"^kv_cache_config\.num_blocks = 0: a cache of no blocks"):
+        KVBlockZeroer.from_kv_caches(config, views)
+
+
+def test_check_views_against_a_layout_of_no_blocks_names_num_blocks() -> None:
+    """The public check itself divided by the layout's 0 blocks."""
+    from kvlayout.integrations.vllm import check_views_against_layout, spec_from_kv_cache_config
+
+    _, config, views = _vllm(num_blocks=0)
+    layout = K.plan_layout(spec_from_kv_cache_config(config))
+    with pytest.raises(SpecError, match=r"^num_blocks = 0: a cache of no blocks"):
+        check_views_against_layout(layout, views, 1 << 20)
+
+
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_from_kv_caches_refuses_a_list_of_views(kind: type) -> None:
+    """The runner's list of bound tensors instead of vLLM's dict raised AttributeError ('.values')."""
+    from kvlayout.integrations.vllm import KVBlockZeroer, check_views_against_layout
+
+    _, config, views = _vllm()
+    want = rf"^kv_caches = {kind.__name__}: must map layer names to their tensors"
+    with pytest.raises(SpecError, match=want):
+        KVBlockZeroer.from_kv_caches(config, kind(views.values()))
+    with pytest.raises(SpecError, match=rf"^kv_caches = {kind.__name__}: must map layer names"):
+        check_views_against_layout(K.plan_layout(K.preset("llama-8b")), kind(views.values()), 1 << 20)
+
+
+@pytest.mark.parametrize("bad", ["model.layers.1.attn", b"model.layers.1.attn", 3, ["a", 1]])
+def test_runner_only_attn_layers_must_be_a_collection_of_names(bad: Any) -> None:
+    """A str was matched by substring (``"layers.1" in "model.layers.1.attn"``): refused, with the value."""
+    from kvlayout.integrations.vllm import KVBlockZeroer, spec_from_kv_cache_config
+
+    _, config, views = _vllm()
+    field = r"runner_only_attn_layers\[1\]" if isinstance(bad, list) else "runner_only_attn_layers"
+    with pytest.raises(SpecError, match=rf"^{field} = "):
+        spec_from_kv_cache_config(config, runner_only_attn_layers=bad)
+    with pytest.raises(SpecError, match=rf"^{field} = "):
+        KVBlockZeroer.from_kv_caches(config, views, runner_only_attn_layers=bad)
+    assert spec_from_kv_cache_config(config, runner_only_attn_layers={"other"}).num_blocks == 4
+
+
+@pytest.mark.parametrize("lead", [2, 6])
+def test_from_kv_caches_unaligned_start_is_said_in_bytes(lead: int) -> None:
+    """Views starting 2 bytes into their storage said ``offset = 2: must be a multiple of 4``, naming an
+    option the caller may not pass, in no unit; now the views' start, in bytes and elements."""
+    from kvlayout.integrations.vllm import KVBlockZeroer
+
+    _, config, views = _vllm(lead=lead)
+    assert views[VLLM_NAMES[0]].storage_offset() == lead // 2  # torch counts bf16 elements
+    want = (rf"^kv_caches\.storage_offset = {lead} B: the views put the cache at storage byte {lead} "
+            rf"\(element {lead // 2} of their 2-byte dtype\).*multiple of 4 bytes")
+    with pytest.raises(LayoutBufferError, match=want):
+        KVBlockZeroer.from_kv_caches(config, views)

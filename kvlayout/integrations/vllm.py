@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BlockIdError, SpecError, TableError, bad_value, spec_error
+from ..errors import BlockIdError, LayoutBufferError, SpecError, TableError, bad_value, spec_error
 from ..planner import Layout, plan, plan_layout
 from ..ranges import merge_ranges, round_up
 from ..reference import normalize_block_ids
@@ -271,6 +271,23 @@ def _check_layout_expresses(order: str, pages: dict[tuple[int, str], int], num_g
     )
 
 
+def _check_names(field: str, names: Any) -> None:
+    """A collection of layer names, never one ``str``: ``name in "layer.10"`` matched ``"layer.1"``."""
+    if isinstance(names, (str, bytes)) or not isinstance(names, Collection):
+        why = "must be a collection of layer names (a set, list or tuple), not a single name"
+        raise bad_value(SpecError, field, names, why)
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise bad_value(SpecError, f"{field}[{i}]", name, "must be a layer name (str)")
+
+
+def _check_views_mapping(where: str, views: Any) -> None:
+    """Views by layer name: vLLM's ``kv_caches`` dict, not the runner's list of bound tensors."""
+    if not isinstance(views, Mapping):
+        why = "must map layer names to their tensors (the dict vLLM's allocate_kv_cache returns)"
+        raise bad_value(SpecError, where, type(views).__name__, why, shown=type(views).__name__)
+
+
 def spec_from_kv_cache_config(
     kv_cache_config: Any,
     kv_cache_layout: Any = None,
@@ -288,6 +305,7 @@ def spec_from_kv_cache_config(
     Groups are named ``group0``, ``group1``, ... in vLLM's order; layers keep vLLM's names. The
     result is planned and checked against vLLM's ``KVCacheTensor`` placements before it is returned.
     """
+    _check_names("runner_only_attn_layers", runner_only_attn_layers)
     iface = _iface()
     order = _resolve_layout(kv_cache_config, kv_cache_layout)
     num_blocks = kv_cache_config.num_blocks
@@ -575,6 +593,10 @@ def check_views_against_layout(
     a nonzero offset is honoured exactly. Views are only checked: the table stays the planner's.
     Layers in ``optional`` (ones kvlayout plans no rows for, such as Mamba state) may lack a view.
     """
+    _check_views_mapping(where, views)
+    if layout.num_blocks == 0:
+        why = "a cache of no blocks has no views to check or block to zero"
+        raise bad_value(SpecError, "num_blocks", layout.num_blocks, why)
     checked: list[tuple[str, Any, np.ndarray, np.ndarray, bool]] = []  # name, tensor, ours, theirs, exact
     offsets: dict[int, int] = {}
     for p in layout.placements:
@@ -721,6 +743,7 @@ class KVBlockZeroer:
         if "offset" in kwargs:
             why = "taken from the views' storage offset; pass the buffer to KVBlockZeroer instead"
             raise bad_value(SpecError, "offset", kwargs["offset"], why)
+        _check_views_mapping("kv_caches", kv_caches)
         tensors = [t for v in kv_caches.values() for t in _walk_tensors(v)]
         if not tensors:
             raise bad_value(SpecError, "kv_caches", len(kv_caches), "holds no tensor")
@@ -736,7 +759,17 @@ class KVBlockZeroer:
             kernel_block_sizes=kwargs.get("kernel_block_sizes"),
             runner_only_attn_layers=kwargs.get("runner_only_attn_layers", ()),
         )
+        if spec.num_blocks == 0:
+            why = "a cache of no blocks has no views to check or block to zero"
+            raise bad_value(SpecError, "kv_cache_config.num_blocks", spec.num_blocks, why)
         base = check_views_against_layout(plan_layout(spec), kv_caches, storage.nbytes())
+        if base % 4:  # the kernel writes 4-byte words: say where the views start, in bytes
+            el = int(tensors[0].element_size())
+            why = (
+                f"the views put the cache at storage byte {base} (element {base / el:g} of their "
+                f"{el}-byte dtype): the zeroer writes 4-byte words, so it must start at a multiple of 4 bytes"
+            )
+            raise bad_value(LayoutBufferError, "kv_caches.storage_offset", base, why, shown=f"{base} B")
         backing = torch.empty(0, dtype=torch.uint8, device=tensors[0].device).set_(storage)
         return cls(kv_cache_config, backing, kv_cache_layout, offset=base, **kwargs)
 
