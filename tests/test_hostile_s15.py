@@ -4,9 +4,11 @@ and loosely typed options are refused with the field and value named."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,6 +18,15 @@ from kvlayout.backends.pallas.native import CacheZeroer
 from kvlayout.errors import LayoutBufferError, SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _reset_interpreter() -> Iterator[None]:
+    """TPU interpret mode keeps process-wide state: reset it after each test, as the other suites do."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    yield
+    pltpu.reset_tpu_interpret_mode_state()
 
 # ---- 1: the Pallas-Triton interpreter keeps the bits of pages it does not zero ------------------------
 
@@ -151,3 +162,65 @@ def test_from_kv_caches_unaligned_start_is_said_in_bytes(lead: int) -> None:
             rf"\(element {lead // 2} of their 2-byte dtype\).*multiple of 4 bytes")
     with pytest.raises(LayoutBufferError, match=want):
         KVBlockZeroer.from_kv_caches(config, views)
+
+
+# ---- 5: one array given as two leaves ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel", ["triton", "tpu"])
+def test_cache_zeroer_names_one_array_given_as_two_leaves(kernel: str) -> None:
+    """JAX refused to donate one buffer twice with its own INVALID_ARGUMENT error; now a
+    LayoutBufferError names both leaves, and nothing ran: the array is whole and not donated."""
+    a = jnp.ones((4, 8), jnp.float32)
+    z = CacheZeroer({"k": a, "v": a}, "g", kernel=kernel, interpret=True)
+    want = r"^leaf 'v' = 'same array': is the same jax.Array as leaf 'k'"
+    for ids in ([1], jnp.array([1], jnp.int32)):
+        with pytest.raises(LayoutBufferError, match=want):
+            z({"k": a, "v": a}, ids)
+        assert not a.is_deleted() and bool(jnp.all(a == 1))
+
+
+def test_tpu_inference_zeroer_names_one_array_given_twice() -> None:
+    """The adapter's leaves are the runner's indices: ``kv_caches[1]`` is ``kv_caches[0]``."""
+    from types import SimpleNamespace
+
+    from kvlayout.integrations.tpu_inference import TpuInferenceZeroer
+
+    a = jnp.ones((4, 8), jnp.bfloat16)
+    config = SimpleNamespace(kv_cache_groups=[SimpleNamespace(layer_names=["l0", "l1"])])
+    z = TpuInferenceZeroer([a, a], config, {"l0": 0, "l1": 1}, kernel="triton", interpret=True)
+    want = r"^leaf '1' = 'same array': is the same jax.Array as leaf '0'"
+    with pytest.raises(LayoutBufferError, match=want):
+        z([a, a], [2])
+    assert not a.is_deleted() and bool(jnp.all(a == 1))
+
+
+# ---- 6: a donated buffer ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel", ["triton", "tpu"])
+def test_pallas_zeroer_names_a_donated_buffer(kernel: str) -> None:
+    """The buffer an earlier call donated raised JAX's bare RuntimeError ('Array has been deleted')."""
+    from kvlayout.backends.pallas import PallasZeroer
+
+    z = PallasZeroer(K.plan(K.preset("dsv4-test").with_num_blocks(4)), kernel=kernel, interpret=True)
+    buf = jnp.zeros(z.buffer_shape, jnp.int32)
+    z(buf, [1])
+    for ids in ([1], jnp.array([1], jnp.int32)):
+        with pytest.raises(LayoutBufferError, match=r"^buffer = 'deleted': was donated to an earlier call"):
+            z(buf, ids)
+
+
+def test_sharded_pallas_zeroer_names_a_donated_buffer() -> None:
+    from jax.sharding import Mesh
+
+    from kvlayout.backends.pallas import ShardedPallasZeroer
+    from kvlayout.sharding import shard_spec
+
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(4), {"x": 1}, block_axes=("x",))
+    z = ShardedPallasZeroer(lay, Mesh(np.array(jax.devices()[:1]), ("x",)), kernel="triton", interpret=True)
+    buf = z.make_buffer()
+    z(buf, [1])
+    for ids in ([1], jnp.array([1], jnp.int32)):
+        with pytest.raises(LayoutBufferError, match=r"^buffer = 'deleted': was donated to an earlier call"):
+            z(buf, ids)

@@ -455,14 +455,23 @@ class CacheZeroer:
 
     def _diagnose(self, caches: Any, err: Exception) -> None:
         """After JAX refused a call: raise a :class:`LayoutBufferError` naming the leaf when the
-        cause is the caller's caches (a leaf donated by an earlier call, leaves on several
-        devices without a mesh); otherwise return and let JAX's error stand. Nothing ran."""
+        cause is the caller's caches (a leaf donated by an earlier call, one array given as two
+        leaves, leaves on several devices without a mesh); otherwise return and let JAX's error
+        stand. Nothing ran. Checked here, not before each call, so a good call pays nothing."""
         leaves = jax.tree_util.tree_leaves(caches)
         names = self.spec.names
         for name, leaf in zip(names, leaves):
             if isinstance(leaf, jax.Array) and leaf.is_deleted():
                 why = "was donated to an earlier call: pass the caches that call returned"
                 raise bad_value(LayoutBufferError, f"leaf {name!r}", "deleted", why) from err
+        seen: dict[int, str] = {}  # JAX refuses to donate one array twice, before anything runs
+        for name, leaf in zip(names, leaves):
+            if isinstance(leaf, jax.Array):
+                if id(leaf) in seen:
+                    why = (f"is the same jax.Array as leaf {seen[id(leaf)]!r}: every leaf is donated and "
+                           "written in place, so each must be an array of its own")
+                    raise bad_value(LayoutBufferError, f"leaf {name!r}", "same array", why) from err
+                seen[id(leaf)] = name
         if self.mesh is None:
             first: dict[Any, str] = {}  # device -> the first leaf on it
             for name, leaf in zip(names, leaves):

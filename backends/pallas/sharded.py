@@ -33,6 +33,7 @@ from .zeroer import (
     PallasZeroer,
     check_id_array,
     check_int32_array,
+    check_not_donated,
     check_num_ids,
     ids_in_range,
     run_step,
@@ -217,6 +218,7 @@ class ShardedPallasZeroer:
     def __call__(self, buf: jax.Array, block_ids: Any) -> jax.Array:
         """Zero global ``block_ids`` in the sharded ``buf`` (donated); returns the buffer."""
         self._check_buffer(buf)
+        check_not_donated(buf)
         if not isinstance(block_ids, jax.Array):
             local = self.route_host(block_ids)  # the global pool; raises before anything runs
             return buf if local is None else run_step(self.local.serialised, self._jitted_local, buf, local)

@@ -234,6 +234,14 @@ def interpret_params() -> Any:
     return pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan")
 
 
+def check_not_donated(buf: jax.Array) -> None:
+    """A concrete buffer donated to an earlier call (or deleted) is refused by name before anything
+    runs: JAX's own refusal was a bare ``RuntimeError`` ("Array has been deleted")."""
+    if not isinstance(buf, jax.core.Tracer) and buf.is_deleted():
+        why = "was donated to an earlier call (or deleted): pass the buffer that call returned"
+        raise bad_value(LayoutBufferError, "buffer", "deleted", why)
+
+
 def check_int32_array(buf: Any) -> None:
     """A zeroer's buffer is a ``jax.Array`` of int32 (shape and rows are checked by the caller)."""
     if not isinstance(buf, jax.Array):
@@ -451,6 +459,7 @@ class PallasZeroer:
         bad-id count stays on the device (no host read until :meth:`check`).
         """
         self._check_buffer(buf)
+        check_not_donated(buf)
         if isinstance(block_ids, jax.Array):
             ids: Any = block_ids
             check_id_array(ids)
