@@ -19,7 +19,7 @@ import numpy as np
 
 from . import registry
 from .conformance import GUARD_BYTES, run_case
-from .errors import KVLayoutError, SpecError, TableError, bad_value
+from .errors import BackendError, KVLayoutError, SpecError, TableError, bad_value, short
 from .planner import Layout, plan_layout
 from .presets import PRESETS, preset
 from .reference import normalize_block_ids, poison_pattern, range_count_bound
@@ -376,8 +376,19 @@ def _run_zero_with(
     name: str, cls: Any, table: SegmentTable, ids: np.ndarray, group: str | None = None
 ) -> dict[str, Any]:
     """:func:`run_zero` with the backend already resolved and imported (``name``, ``cls``): the
-    registry scans installed entry points on every lookup, too slow to repeat per native array."""
-    res = run_case(cls, table, ids, group=group)
+    registry scans installed entry points on every lookup, too slow to repeat per native array.
+
+    A backend that fails with anything but a :class:`KVLayoutError` (a ``module:attr`` class that
+    is no usable backend) is one :class:`BackendError` naming it and the exception (its traceback
+    logged under ``-v``), so the CLI prints one line and exits 2."""
+    try:
+        res = run_case(cls, table, ids, group=group)
+    except (KVLayoutError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001  # a user's backend class failing as it runs
+        logging.getLogger("kvlayout").info("backend %s raised", name, exc_info=True)
+        why = f"failed as it ran: {type(e).__name__}: {short(str(e))[1:-1]}"
+        raise bad_value(BackendError, "backend", name, why) from None
     return {
         "version": 1,
         "backend": res.backend if ":" in name else name,

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import hardware
 from .backend import Backend
-from .errors import BackendError, short
+from .errors import BackendError, bad_value, short
 
 ENV_VAR = "KVLAYOUT_BACKEND"
 ENTRY_POINT_GROUP = "kvlayout.backends"
@@ -61,8 +61,14 @@ def valid_options() -> str:
 
 
 def requested_name(name: str | None = None) -> tuple[str, str]:
-    """The backend asked for and where from: the argument, else ``KVLAYOUT_BACKEND``, else auto."""
+    """The backend asked for and where from: the argument, else ``KVLAYOUT_BACKEND``, else auto.
+
+    A name that is not a ``str`` (``3``, ``b"cuda"``) is refused here, naming it: it raised
+    ``TypeError`` from a ``in`` test further on."""
     if name is not None:
+        if not isinstance(name, str):
+            why = f"must be a backend name (a str: {valid_options()}) or None"
+            raise bad_value(BackendError, "backend", name, why)
         return name, "argument"
     env = os.environ.get(ENV_VAR, "").strip()
     if env:  # set but empty is unset, as KVLAYOUT_VLLM_MODE and vLLM's own variables read it

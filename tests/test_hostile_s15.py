@@ -4,6 +4,7 @@ and loosely typed options are refused with the field and value named."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ import pytest
 
 import kvlayout as K
 from kvlayout.backends.pallas.native import CacheZeroer
-from kvlayout.errors import LayoutBufferError, SpecError
+from kvlayout.errors import BackendError, LayoutBufferError, SpecError, short
+from kvlayout.reference import ReferenceBackend
 
 ROOT = Path(__file__).resolve().parent.parent
+TABLE = K.plan(K.preset("dsv4-test").with_num_blocks(4))
 
 
 @pytest.fixture(autouse=True)
@@ -224,3 +227,53 @@ def test_sharded_pallas_zeroer_names_a_donated_buffer() -> None:
     for ids in ([1], jnp.array([1], jnp.int32)):
         with pytest.raises(LayoutBufferError, match=r"^buffer = 'deleted': was donated to an earlier call"):
             z(buf, ids)
+
+
+# ---- 7: a backend name that is not a str ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [3, b"cuda", 1.5, ["cuda"], True])
+def test_backend_name_must_be_a_str(bad: Any) -> None:
+    """``3`` and ``b"cuda"`` raised TypeError from an ``in`` test (``["cuda"]``: unhashable)."""
+    from kvlayout import registry
+
+    want = rf"^backend = {re.escape(short(bad))}: must be a backend name \(a str: auto, reference"
+    for call in (registry.resolve, registry.load, lambda n: K.create_backend(TABLE, np.zeros(8), backend=n)):
+        with pytest.raises(BackendError, match=want):
+            call(bad)
+
+
+# ---- 8: a --backend that is no usable backend -------------------------------------------------------
+
+
+class BrokenInit(ReferenceBackend):
+    """A backend whose constructor fails as a user's might (``module:attr`` for the CLI)."""
+
+    def __init__(self, table: Any, buffer: Any, *, offset: int = 0) -> None:
+        raise TypeError("broken on purpose")
+
+
+@pytest.mark.parametrize(
+    ("backend", "needle"),
+    [
+        ("kvlayout.planted:PlantedBackend", "failed as it ran: AttributeError: type object 'PlantedBackend'"),
+        ("tests.test_hostile_s15:BrokenInit", "failed as it ran: TypeError: broken on purpose"),
+        ("no_such_module_s15:X", "cannot import"),
+        ("kvlayout.planted:Nope", "has no attribute 'Nope'"),
+        ("kvlayout.planted:PLANTED", "is not a kvlayout.Backend subclass"),
+        ("kvlayout.backend:Backend", "is abstract"),
+        ("kvlayout.planted:", "must be 'module:attr'"),
+    ],
+)
+def test_cli_zero_with_a_bad_backend_is_one_line_exit_2(
+    backend: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--backend kvlayout.planted:PlantedBackend`` (a Backend subclass with no planted bug) printed a
+    traceback and exited 1: every bad ``--backend`` is one line naming it, exit 2."""
+    from kvlayout.cli import main
+
+    rc = main(["zero", "--preset", "dsv4-test", "--num-blocks", "4", "--blocks", "1", "--backend", backend])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert needle in err and backend in err, err
