@@ -296,9 +296,13 @@ class NativeCacheSpec:
         raise spec_error("leaf", name, f"no such leaf; leaves: {', '.join(self.names)}")
 
     def check_group(self, group: str | None) -> str | None:
-        """``group`` if it names a group of this spec (or is ``None``: every group)."""
+        """``group`` if it names a group of this spec (or is ``None``: every group). Groups are named by
+        str: another type (``np.int64(0)``) is refused naming its type, not as a group that is missing."""
         if group is not None and group not in self.groups:
             valid = ", ".join(repr(g) for g in self.groups)
+            if not isinstance(group, str):
+                why = f"must be a group name (a str) or None, not {type(group).__name__}; valid groups: "
+                raise spec_error("group", group, why + valid)
             raise spec_error("group", group, f"no such group; valid groups: {valid}")
         return group
 

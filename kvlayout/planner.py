@@ -489,5 +489,7 @@ def _minus(g0: int, g1: int, starts: list[int], ends: list[int]) -> list[tuple[i
 
 def plan(spec: KVCacheSpec, *, coalesce: bool = False) -> SegmentTable:
     """Plan ``spec`` and return its segment table (coalesced for kernels if asked)."""
+    if not isinstance(coalesce, bool):  # "no" is truthy: a string would coalesce
+        raise spec_error("coalesce", coalesce, "must be True or False")
     table = plan_layout(spec).table()
     return table.coalesced() if coalesce else table

@@ -16,7 +16,7 @@ import pytest
 
 import kvlayout as K
 from kvlayout.backends.pallas.native import CacheZeroer
-from kvlayout.errors import BackendError, LayoutBufferError, SpecError, short
+from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, SpecError, short
 from kvlayout.reference import ReferenceBackend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -277,3 +277,82 @@ def test_cli_zero_with_a_bad_backend_is_one_line_exit_2(
     assert rc == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert needle in err and backend in err, err
+
+
+# ---- 9: loosely typed options ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["no", 0, 1, None])
+def test_coalesce_must_be_a_bool(bad: Any) -> None:
+    """``coalesce="no"`` is truthy: it coalesced. Every ``coalesce`` option refuses a non-bool."""
+    import torch
+
+    from kvlayout.backends.cuda import CudaZeroer
+    from kvlayout.backends.pallas import PallasZeroer
+
+    with pytest.raises(SpecError, match=rf"^coalesce = {re.escape(repr(bad))}: must be True or False"):
+        K.plan(K.preset("dsv4-test").with_num_blocks(4), coalesce=bad)
+    with pytest.raises(BackendError, match=rf"^coalesce = {re.escape(repr(bad))}: must be True or False"):
+        PallasZeroer(TABLE, coalesce=bad, kernel="triton", interpret=True)
+    buf = torch.full((TABLE.total_bytes,), 7, dtype=torch.uint8)
+    with pytest.raises(BackendError, match=rf"^coalesce = {re.escape(repr(bad))}: must be True or False"):
+        CudaZeroer(TABLE, buf, coalesce=bad)
+    assert bool((buf == 7).all())
+
+
+def test_a_numpy_integer_group_is_an_index_where_groups_are_indices() -> None:
+    """TpuInferenceZeroer's group ids are vLLM's indices: ``np.int64(0)`` (and ``0``) were refused with
+    "valid group ids: 0, 1", listing the value refused; now any integer is the index, as KVBlockZeroer
+    takes one."""
+    from types import SimpleNamespace
+
+    from kvlayout.integrations.tpu_inference import TpuInferenceZeroer
+
+    host = np.arange(32, dtype=np.float32).reshape(4, 8) + 1
+    config = SimpleNamespace(kv_cache_groups=[SimpleNamespace(layer_names=["l0"]),
+                                              SimpleNamespace(layer_names=["l1"])])
+    z = TpuInferenceZeroer([jnp.asarray(host), jnp.asarray(host)], config, {"l0": 0, "l1": 1},
+                           kernel="triton", interpret=True)
+    for g in (np.int64(1), np.int32(1), 1, "1"):
+        out = z([jnp.asarray(host), jnp.asarray(host)], [2], group=g)
+        want = host.copy()
+        want[2] = 0
+        np.testing.assert_array_equal(np.asarray(out[0]), host)  # group 0's array: untouched
+        np.testing.assert_array_equal(np.asarray(out[1]), want)
+    with pytest.raises(LayoutBufferError, match=r"^group = np.int64\(2\): valid group ids: 0, 1"):
+        z([jnp.asarray(host), jnp.asarray(host)], [2], group=np.int64(2))
+
+
+def test_kv_block_zeroer_takes_a_numpy_integer_group_index() -> None:
+    """``np.int64(0)`` was refused as "must be a cache group index in [0, 1)": 0 is in it."""
+    import torch
+
+    from kvlayout.integrations.vllm import KVBlockZeroer
+
+    z = KVBlockZeroer._from_table(TABLE, torch.zeros(TABLE.total_bytes, dtype=torch.uint8), max_batch=4)
+    assert z.group_name(np.int64(0)) == z.group_name(0) == TABLE.groups[0]
+    with pytest.raises(BlockIdError, match=r"^group = np.int64\(9\): must be a cache group index"):
+        z.group_name(np.int64(9))
+
+
+@pytest.mark.parametrize("bad", [np.int64(0), 0])
+def test_cache_zeroer_names_the_type_of_a_non_str_group(bad: Any) -> None:
+    """CacheZeroer's groups are names: ``np.int64(0)`` said "no such group; valid groups: '0', '1'",
+    as if group '0' did not exist; now the type is named."""
+    a = jnp.ones((4, 8), jnp.float32)
+    z = CacheZeroer([a, jnp.ones((4, 8), jnp.float32)], ["0", "1"], kernel="triton", interpret=True)
+    want = rf"^group = {re.escape(repr(bad))}: must be a group name \(a str\) or None, not "
+    want += type(bad).__name__
+    with pytest.raises(SpecError, match=want):
+        z([a, jnp.ones((4, 8), jnp.float32)], [1], group=bad)
+    assert not a.is_deleted() and bool(jnp.all(a == 1))
+
+
+@pytest.mark.parametrize("offset", [2**62, 2**40])
+def test_pallas_zeroer_names_an_offset_past_int32_rows(offset: int) -> None:
+    """``offset=2**62`` was blamed on ``table.total_bytes`` (599,040 B, which fits): the offset is named."""
+    from kvlayout.backends.pallas import PallasZeroer
+
+    want = rf"^offset = {offset}: the layout \(599040 B\) at this byte offset"
+    with pytest.raises(LayoutBufferError, match=want):
+        PallasZeroer(TABLE, offset=offset, kernel="triton", interpret=True)

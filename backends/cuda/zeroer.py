@@ -346,7 +346,7 @@ class CudaZeroer:
         ):
             if not isinstance(value, str) or value not in valid:
                 raise BackendError(f"{name} = {value!r}: must be one of {valid}", field=name, value=value)
-        for name, flag in (("graphs", graphs), ("small_batch", small_batch)):
+        for name, flag in (("coalesce", coalesce), ("graphs", graphs), ("small_batch", small_batch)):
             if not isinstance(flag, bool):
                 raise BackendError(f"{name} = {flag!r}: must be True or False", field=name, value=flag)
         require_safe(table)

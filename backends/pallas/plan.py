@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvlayout.errors import TableError
+from kvlayout.errors import LayoutBufferError, TableError, bad_value
 from kvlayout.ranges import INT32_MAX
 from kvlayout.table import SegmentTable
 from kvlayout.verify import overlaps_within_block
@@ -115,6 +115,13 @@ def plan_rows(table: SegmentTable, offset: int = 0, tile_rows: int = 64) -> RowP
                 full[c].append((r, qstride, min(tile_rows, fe - r)))
     last_word = max((b + (table.num_blocks - 1) * st + sp for b, st, sp in words), default=0)
     rows_needed = -(-max(last_word, (offset + table.total_bytes) // 4) // LANES)
+    alone = -(-max(last_word - offset // 4, table.total_bytes // 4) // LANES)  # the table at offset 0
+    if rows_needed > INT32_MAX and offset and alone <= INT32_MAX:  # the offset's fault: name it
+        raise bad_value(
+            LayoutBufferError, "offset", offset,
+            f"the layout ({table.total_bytes} B) at this byte offset needs a buffer of {rows_needed} rows "
+            f"of {ROW_BYTES} B, beyond int32 row offsets (at most {INT32_MAX})",
+        )
     if rows_needed > INT32_MAX:
         raise TableError(
             f"buffer of {rows_needed} rows exceeds int32 row offsets",

@@ -304,7 +304,8 @@ class PallasZeroer:
         self.num_warps = check_option("num_warps", num_warps, power_of_two=True, limit=32)
         #: GPU kernel: None = a program per (id slot, unit); N = N persistent programs over live items
         self.programs = None if programs is None else check_option("programs", programs)
-        flags = {"dedup": dedup, "vector": vector, "unit_major": unit_major, "evict_first": evict_first}
+        flags = {"coalesce": coalesce, "dedup": dedup, "vector": vector, "unit_major": unit_major,
+                 "evict_first": evict_first}
         for name, flag in flags.items():
             if not isinstance(flag, bool):
                 raise BackendError(f"{name} = {flag!r}: must be True or False", field=name, value=flag)

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..errors import LayoutBufferError, bad_value
 
 
@@ -146,10 +148,14 @@ class TpuInferenceZeroer:
         ``kv_cache_config`` and ``layer_name_to_kvcache_index``."""
         return cls(runner.kv_caches, runner.kv_cache_config, runner.layer_name_to_kvcache_index, **kwargs)
 
-    def _check_group(self, group: str | None) -> str | None:
-        if group is not None and group not in self.groups:
+    def _check_group(self, group: Any) -> str | None:
+        """The group id as the CacheZeroer names it: ``"1"``, or vLLM's index ``1`` (any integer type,
+        NumPy's too, as KVBlockZeroer takes it); ``None``: every group."""
+        index = isinstance(group, (int, np.integer)) and not isinstance(group, bool)
+        name = str(int(group)) if index else group
+        if name is not None and name not in self.groups:
             raise bad_value(LayoutBufferError, "group", group, f"valid group ids: {', '.join(self.groups)}")
-        return group
+        return name
 
     def _split(self, kv_caches: Sequence[Any]) -> list[Any]:
         if not isinstance(kv_caches, (list, tuple)) or len(kv_caches) != self.num_entries:
@@ -167,15 +173,15 @@ class TpuInferenceZeroer:
     def __call__(self, kv_caches: Sequence[Any], block_ids: Any, group: str | None = None) -> list[Any]:
         """Zero ``block_ids`` in every page array (of group id ``group``, when given); the arrays
         are donated and come back in a new list (assign it to ``runner.kv_caches``)."""
-        self._check_group(group)
-        return self._join(kv_caches, self.zeroer(self._split(kv_caches), block_ids, group=group))
+        name = self._check_group(group)
+        return self._join(kv_caches, self.zeroer(self._split(kv_caches), block_ids, group=name))
 
     def apply(
         self, kv_caches: Sequence[Any], block_ids: Any, group: str | None = None
     ) -> tuple[list[Any], Any]:
         """Traceable, for a jitted, donated model step: ``(kv_caches, number of ids outside the pool)``."""
-        self._check_group(group)
-        new, bad = self.zeroer.apply(self._split(kv_caches), block_ids, group=group)
+        name = self._check_group(group)
+        new, bad = self.zeroer.apply(self._split(kv_caches), block_ids, group=name)
         return self._join(kv_caches, new), bad
 
     def zero_scheduled(self, kv_caches: Sequence[Any], scheduler_output: Any) -> list[Any]:

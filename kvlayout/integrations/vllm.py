@@ -777,11 +777,13 @@ class KVBlockZeroer:
         """kvlayout's name of ``group``: vLLM's group index, a kvlayout group name, or ``None`` (all)."""
         if group is None or isinstance(group, str):
             return group
-        if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group < len(self.group_names):
+        # NumPy integers are indices too (np.int64(0) was refused as outside [0, n))
+        index = isinstance(group, (int, np.integer)) and not isinstance(group, bool)
+        if not index or not 0 <= group < len(self.group_names):
             raise bad_value(
                 BlockIdError, "group", group, f"must be a cache group index in [0, {len(self.group_names)})"
             )
-        return self.group_names[group]
+        return self.group_names[int(group)]
 
     def zero_block_ids(self, block_ids: Any, group: int | str | None = None) -> None:
         """Zero ``block_ids`` (a Python list, NumPy array or tensor) of every group, or of one ``group``.
