@@ -649,6 +649,21 @@ def test_named_variations_as_vllm_builds_them() -> None:
     assert swa == [(2, 32, 128), (2, 32, None)]
     with pytest.raises(SpecError, match="layer_types"):
         _rows("GraniteMoeSWAForCausalLM", "granitemoe_swa", sliding_window=128)
+    # Transformers backend: HunYuan's head_dim has no default (vLLM's construction fails without it)
+    with pytest.raises(SpecError, match=r"config\.head_dim = None: missing; this model's attention reads it"):
+        _rows("HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense", reader="transformers")
+    # GPT-BigCode without a KV field: one KV head with multi_query, else the query heads; read as written
+    # a missing multi_query is named (GPTBigCodeConfig defaults it to true)
+    bigcode = {"num_key_value_heads": None, "multi_query": True}
+    assert _rows("GPTBigCodeForCausalLM", "gpt_bigcode", **bigcode) == [(1, 32, None)] * 2
+    assert _rows("GPTBigCodeForCausalLM", "gpt_bigcode", tp=8, **bigcode) == [(1, 32, None)] * 2
+    mha = {**bigcode, "multi_query": False}
+    assert _rows("GPTBigCodeForCausalLM", "gpt_bigcode", tp=2, **mha) == [(4, 32, None)] * 2
+    with pytest.raises(SpecError, match=r"config\.multi_query = None: missing"):
+        _rows("GPTBigCodeForCausalLM", "gpt_bigcode", **{**bigcode, "multi_query": None})
+    # OLMo 3's config class derives layer_types (and a 4,096 window): read as written it must name them
+    with pytest.raises(SpecError, match=r"config\.layer_types = None: missing"):
+        _rows("Olmo3ForCausalLM", "olmo3", sliding_window=128)
     # GraniteMoE-Shared: per-layer windows, head_dim ignored
     assert _rows("GraniteMoeSharedForCausalLM", "granitemoeshared", head_dim=64, **types) == [
         (2, 32, 128),

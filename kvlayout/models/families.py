@@ -58,6 +58,10 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "Gemma4ForConditionalGeneration": "gemma4",
     "Gemma3nForCausalLM": "gemma3n",
     "Gemma3nForConditionalGeneration": "gemma3n",
+    # Kimi-K2.5: vLLM 0.33's kimi_k25.py builds its language model as DeepseekV2ForCausalLM under
+    # ``language_model`` from the text_config (a DeepSeek-V3 MLA config, model_type kimi_k2, which
+    # transformers' Kimi_K25Config, the class vLLM reads kimi_k25 with, makes deepseek_v3)
+    "KimiK25ForConditionalGeneration": "deepseek_v3",
     # multimodal wrappers whose language model vLLM 0.33 builds as a fixed text architecture under
     # ``language_model`` (qwen2_vl.py, qwen2_5_vl.py: Qwen2ForCausalLM; qwen3_vl.py: Qwen3ForCausalLM;
     # qwen3_vl_moe.py: Qwen3MoeForCausalLM), read through the text config (tests/test_models_vl_vllm.py);
@@ -82,6 +86,7 @@ MULTIMODAL: tuple[str, ...] = (
     "Qwen3_5ForConditionalGeneration",
     "Qwen3_5MoeForConditionalGeneration",
     "Llama4ForConditionalGeneration",
+    "KimiK25ForConditionalGeneration",
     *QWEN_VL,
     *TEXT_CONFIG_WRAPPERS,
 )
