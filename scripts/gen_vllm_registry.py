@@ -300,7 +300,8 @@ def main() -> int:
         return 0 if ok else 1
     OUT.write_text(text)
     rows = text.count(chr(10) + '    "')  # a row starts at 4 spaces; its wrapped lines at 8
-    print(f"wrote {OUT} ({rows} architectures)")
+    backend = len(transformers_backend_models(vllm_root()))
+    print(f"wrote {OUT} ({rows - backend} architectures, {backend} of the Transformers backend)")
     return 0
 
 
