@@ -10,6 +10,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 
 def start_driver(script: Path, name: str, env: Mapping[str, str]) -> subprocess.Popen[str] | None:
@@ -64,3 +65,27 @@ def cpu_attention_takes_fp8() -> None:
 
     patched = classmethod(supports)
     CPUAttentionBackend.supports_kv_cache_dtype = patched  # type: ignore[method-assign,assignment]
+
+
+def cpu_mla_takes_fp8() -> None:
+    """Stub: vLLM 0.33's CPU platform refuses an fp8 cache for MLA layers (its CPU MLA kernels:
+    ``CpuPlatform.get_attn_backend_cls``), where a GPU's MLA backends take it (FlashMLA on Hopper). The
+    layer's cache spec takes its dtype from the cache config, not from the backend, so the CPU backend is
+    chosen as for a bf16 cache (asserted: the refusal names the dtype and MLA, and bf16 is chosen)."""
+    from vllm.platforms.cpu import CpuPlatform
+
+    original = CpuPlatform.get_attn_backend_cls.__func__  # type: ignore[attr-defined]
+
+    def choose(
+        cls: type, selected_backend: Any, attn_selector_config: Any, num_heads: int | None = None
+    ) -> str:
+        config = attn_selector_config
+        if config.use_mla and config.kv_cache_dtype not in (None, "auto", "bfloat16", "float16"):
+            try:
+                original(cls, selected_backend, config, num_heads)
+            except ValueError as e:  # the refusal this stub stands in for, and no other
+                assert "not supported by MLA attention on CPU" in str(e), e
+            config = config._replace(kv_cache_dtype="auto")
+        return str(original(cls, selected_backend, config, num_heads))
+
+    CpuPlatform.get_attn_backend_cls = classmethod(choose)  # type: ignore[method-assign,assignment]

@@ -165,6 +165,12 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
         for a in ("BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "SarvamMoEForCausalLM")
     },
     "Param2MoEForCausalLM": {"head_dim": 48},
+    # Transformers-backend models whose config class's pad_token_id (SmolLM3's 128004) passes the
+    # harness's 1,024-token vocabulary (published configs' lie within theirs)
+    **{a: {"pad_token_id": 0} for a in ("SmolLM3ForCausalLM", "GlmForCausalLM", "FlexOlmoForCausalLM")},
+    # HunYuan's config classes have no head_dim default and its transformers attention reads it
+    # (tencent/Hunyuan-7B-Instruct writes 128)
+    **{a: {"head_dim": 48} for a in ("HunYuanDenseV1ForCausalLM", "HunYuanMoEV1ForCausalLM")},
     # stepfun-ai/Step-3.5-Flash's config.json: an fp32 router with a bias (vLLM asserts both); 8 experts,
     # for its layers built as one rank of tp 8 (its MoE refuses fewer experts than ranks)
     "Step3p5ForCausalLM": {"mlp_layer_types": ["dense", "sparse"], "use_moe_router_bias": True,
@@ -214,6 +220,12 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
         for a in ("LongcatFlashForCausalLM", "LongcatFlashNgramForCausalLM")
     },
 }
+#: a variant's key listing fields of the harness's base config it leaves out (not written to config.json)
+DROP_KEY = "kvlayout_harness_drop"
+_BIGCODE: dict[str, Any] = {
+    DROP_KEY: ["num_key_value_heads", "hidden_size", "num_attention_heads", "num_hidden_layers"],
+    "n_embd": 256, "n_head": 8, "n_layer": 2,
+}
 #: architecture -> variants of its own beyond :data:`VARIANTS` (name -> (extra fields, json reader
 #: compared too)): Llama 4's NoPE layer (full attention) beside a chunked one, by ``no_rope_layers``
 #: and by ``no_rope_layer_interval`` (an empty list is transformers' default), and no chunks at all
@@ -225,6 +237,12 @@ ARCH_VARIANTS: dict[str, dict[str, tuple[dict[str, Any], bool]]] = {
             True,
         ),
         "no_chunks": ({"head_dim": 64, "attention_chunk_size": None, "no_rope_layers": [1, 0]}, True),
+    },
+    # GPT-BigCode as published (bigcode/starcoder: n_embd, n_head, n_layer, no num_key_value_heads):
+    # multi_query gives one KV head, else the query heads
+    "GPTBigCodeForCausalLM": {
+        "multi_query": ({**_BIGCODE, "multi_query": True}, True),
+        "multi_head": ({**_BIGCODE, "multi_query": False}, True),
     },
 }
 #: architecture -> fields its config class cannot take (FalconConfig's head_dim is a property)
@@ -239,8 +257,7 @@ def candidates() -> dict[str, str]:
     class names, else a stand-in (:data:`STAND_IN`)."""
     from transformers.models.auto import modeling_auto as ma
 
-    from kvlayout.models.families import NAMED_FAMILIES
-    from kvlayout.models.registry_vllm import TEXT_GENERATION
+    from kvlayout.models.families import NAMED_FAMILIES, SERVED
 
     model_type: dict[str, str] = {}
     for names in (ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES):
@@ -248,7 +265,7 @@ def candidates() -> dict[str, str]:
             for c in [cls] if isinstance(cls, str) else cls:
                 model_type.setdefault(c, mt)
     ok: dict[str, str] = {}
-    for arch, (_, kind, _) in sorted(TEXT_GENERATION.items()):
+    for arch, (_, kind, _) in sorted(SERVED.items()):
         if kind not in ("attention", "sliding-window", "mla") or arch in NAMED_FAMILIES:
             continue
         ok[arch] = CONFIG_TYPES.get(arch) or model_type.get(arch) or STAND_IN + arch.lower()
@@ -265,6 +282,11 @@ NOT_BUILT: dict[str, str] = {
         "remote-code config class's block objects: layer i has num_attention_heads // n_heads_in_group KV "
         "heads, and no attention at all where no_op; kvlayout's rules give every decoder layer one "
         "attention layer of one KV-head count"
+    ),
+    "NanbeigeForCausalLM": (
+        "vLLM serves it through its Transformers modeling backend, whose model is transformers' class of "
+        "that name: the installed transformers has none, so vLLM builds it only from the checkpoint's "
+        "remote code (auto_map), which kvlayout does not run"
     ),
     "DomynEdgeForCausalLM": (
         "vLLM's DomynEdgeDecoderLayer takes layer i's head size from per_layer_config[i].head_dim and its "
@@ -324,7 +346,10 @@ def _layer_tp(arch: str) -> bool:
     from a variation (vLLM's ModelConfig reads the generic fields, its layers do not), or it is in
     :data:`MLA_BY_LAYERS`."""
     from kvlayout.models.attention import VARIATIONS
+    from kvlayout.models.registry_vllm import TRANSFORMERS_BACKEND
 
+    if arch in TRANSFORMERS_BACKEND:  # its layers take ModelConfig.get_num_kv_heads (transformers/base.py)
+        return False
     return arch in MLA_BY_LAYERS or arch in VARIATIONS and bool(VARIATIONS[arch].kv_heads)
 
 
@@ -336,7 +361,7 @@ def _variants(arch: str) -> dict[str, tuple[dict[str, Any], bool]]:
 def _configs(arch: str, model_type: str) -> dict[str, dict[str, Any]]:
     stand_in = model_type.startswith(STAND_IN) or arch in NAMED_STAND_INS
     fixed = {**(STAND_IN_FIELDS if stand_in else {}), **ARCH_FIELDS.get(arch, {})}
-    drop = ARCH_DROP.get(arch, ())
+    drop = (*ARCH_DROP.get(arch, ()), DROP_KEY)
     mla = _kind(arch) == "mla"
     if mla:  # a stand-in has no class defaults: its latent sizes are written in every variant
         fixed = {**MLA_FIXED, **({"kv_lora_rank": 128, "qk_rope_head_dim": 32} if stand_in else {}), **fixed}
@@ -348,6 +373,9 @@ def _configs(arch: str, model_type: str) -> dict[str, dict[str, Any]]:
         }
         for v, (extra, _) in _variants(arch).items()
     }
+    for v, (extra, _) in _variants(arch).items():
+        for k in extra.get(DROP_KEY, ()):
+            out[v].pop(k, None)
     if _layer_tp(arch):
         out.update({f"tp{t}": {**out["mla" if mla else "head_dim"], TP_KEY: t} for t in TPS})
     return out
@@ -438,7 +466,7 @@ def judge(
         if "error" in got:
             return f"vLLM's construction of a 2-layer config ({variant}) failed: {got['error']}"
         n = _names(got["layers"])
-        if n is None or len(got["layers"]) != config["num_hidden_layers"]:
+        if n is None or len(got["layers"]) != config.get("num_hidden_layers", config.get("n_layer")):
             shown = [row[0] for row in got["layers"]][:3]
             return f"its attention layers are not one per decoder layer under one name ({variant}: {shown})"
         names = names or n
@@ -621,6 +649,21 @@ def test_named_variations_as_vllm_builds_them() -> None:
     assert swa == [(2, 32, 128), (2, 32, None)]
     with pytest.raises(SpecError, match="layer_types"):
         _rows("GraniteMoeSWAForCausalLM", "granitemoe_swa", sliding_window=128)
+    # Transformers backend: HunYuan's head_dim has no default (vLLM's construction fails without it)
+    with pytest.raises(SpecError, match=r"config\.head_dim = None: missing; this model's attention reads it"):
+        _rows("HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense", reader="transformers")
+    # GPT-BigCode without a KV field: one KV head with multi_query, else the query heads; read as written
+    # a missing multi_query is named (GPTBigCodeConfig defaults it to true)
+    bigcode = {"num_key_value_heads": None, "multi_query": True}
+    assert _rows("GPTBigCodeForCausalLM", "gpt_bigcode", **bigcode) == [(1, 32, None)] * 2
+    assert _rows("GPTBigCodeForCausalLM", "gpt_bigcode", tp=8, **bigcode) == [(1, 32, None)] * 2
+    mha = {**bigcode, "multi_query": False}
+    assert _rows("GPTBigCodeForCausalLM", "gpt_bigcode", tp=2, **mha) == [(4, 32, None)] * 2
+    with pytest.raises(SpecError, match=r"config\.multi_query = None: missing"):
+        _rows("GPTBigCodeForCausalLM", "gpt_bigcode", **{**bigcode, "multi_query": None})
+    # OLMo 3's config class derives layer_types (and a 4,096 window): read as written it must name them
+    with pytest.raises(SpecError, match=r"config\.layer_types = None: missing"):
+        _rows("Olmo3ForCausalLM", "olmo3", sliding_window=128)
     # GraniteMoE-Shared: per-layer windows, head_dim ignored
     assert _rows("GraniteMoeSharedForCausalLM", "granitemoeshared", head_dim=64, **types) == [
         (2, 32, 128),

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 import kvlayout.models as M
-from kvlayout.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+from kvlayout.spec import FullAttentionSpec, MambaSpec, MLASpec, SlidingWindowSpec
 from tests.test_models_gemma3n import GEMMA3N
 from tests.test_models_gemma4 import GEMMA4, GEMMA4_SHARED
 from tests.test_models_mimo_v2 import MIMO_V2_FLASH
@@ -194,13 +194,14 @@ def _cases() -> dict[str, dict[str, Any]]:
 def _kvlayout(case: dict[str, Any]) -> dict[str, Any]:
     """kvlayout's plan of a case in the driver's answer's shape."""
     kv = None if case["kv_cache_dtype"] == "auto" else case["kv_cache_dtype"]
-    ms = M.from_config(case["config"], tp=case["tp"], kv_cache_dtype=kv)
+    ms = M.from_config(case["config"], tp=case["tp"], kv_cache_dtype=kv, device=case.get("device", "hopper"))
     assert isinstance(ms, M.ModelSpec)
     layers, blocks, windows = {}, {}, {}
     for _, x in ms.spec.layers:
         kind = "MambaSpec" if isinstance(x, MambaSpec) else type(x).__name__
+        kind = {"MLASpec": "MLAAttentionSpec"}.get(kind, kind)  # vLLM's name of the kind
         layers[x.name] = [kind, x.real_page, x.page]
-        if isinstance(x, FullAttentionSpec):
+        if isinstance(x, (FullAttentionSpec, MLASpec)):
             blocks[x.name] = x.block_size
         if isinstance(x, SlidingWindowSpec):
             windows[x.name] = x.window
@@ -301,11 +302,12 @@ def test_hybrid_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, 
 # --------------------------------------------------------------------------- the vLLM side
 def _on_gpu_backend(arch: str) -> bool:
     """Whether the driver moves ``arch``'s layers to the backend a Hopper GPU picks (:func:`_as_gpu_gemma4`):
-    Gemma 4, Gemma 3n and the vision-language wrappers (sliding layers, whose block the CPU backend sets
-    to 32)."""
+    Gemma 4, Gemma 3n, the vision-language wrappers and the architectures of vLLM's Transformers modeling
+    backend (sliding layers, whose block the CPU backend sets to 32)."""
     from kvlayout.models.families import VL_WRAPPERS
+    from kvlayout.models.registry_vllm import TRANSFORMERS_BACKEND
 
-    return arch.startswith(("Gemma4", "Gemma3n")) or arch in VL_WRAPPERS
+    return arch.startswith(("Gemma4", "Gemma3n")) or arch in VL_WRAPPERS or arch in TRANSFORMERS_BACKEND
 
 
 def _as_gpu_gemma4(vc: Any, layers: dict[str, Any]) -> None:
@@ -357,6 +359,8 @@ def _torchvision_without_ops() -> None:
 
 
 _KEEP: list[Any] = []  # the stub library above lives as long as the driver
+#: other multimodal architectures whose vLLM modules import torchvision (tests/test_models_backend_vllm.py)
+_TORCHVISION = ("KimiK25ForConditionalGeneration",)
 
 
 def _driver() -> None:
@@ -372,7 +376,7 @@ def _driver() -> None:
     cases = json.load(sys.stdin)
     from kvlayout.models.families import VL_WRAPPERS
 
-    if any(c["config"]["architectures"][0] in VL_WRAPPERS for c in cases.values()):
+    if any(c["config"]["architectures"][0] in (*VL_WRAPPERS, *_TORCHVISION) for c in cases.values()):
         _torchvision_without_ops()
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # vLLM's prints stay off the answer
@@ -395,9 +399,10 @@ def _driver() -> None:
     from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
     from vllm.v1.core import kv_cache_planning as P
 
-    from tests.driver import cpu_attention_takes_fp8
+    from tests.driver import cpu_attention_takes_fp8, cpu_mla_takes_fp8
 
     cpu_attention_takes_fp8()  # a host without AVX-512 refuses fp8 in the CPU backend
+    cpu_mla_takes_fp8()  # the CPU platform refuses fp8 for MLA (Kimi-K2.5's layers), a GPU takes it
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(
             world_size=1, rank=0, distributed_init_method="tcp://127.0.0.1:0", local_rank=0, backend="gloo"
@@ -438,13 +443,18 @@ def _driver() -> None:
                     if types is None or all(t == "sliding_attention" for t in types)
                     else None
                 )
-                cache = CacheConfig(block_size=16, cache_dtype=case["kv_cache_dtype"], sliding_window=window)
+                # what a GPU platform starts from: 16 tokens, or the case's (an MLA backend's block)
+                block = case.get("block_size", 16)
+                dtype = case["kv_cache_dtype"]
+                cache = CacheConfig(block_size=block, cache_dtype=dtype, sliding_window=window)
                 par = ParallelConfig(tensor_parallel_size=tp, distributed_executor_backend="mp")
                 vc = VllmConfig(model_config=mc, cache_config=cache, parallel_config=par)
-                cache.block_size, cache.mamba_page_size_padded = 16, None  # what a GPU platform starts from
+                cache.block_size, cache.mamba_page_size_padded = block, None
                 if mc.is_hybrid:
                     Platform._align_hybrid_block_size(vc, TritonAttentionBackend)
-                if cache.mamba_block_size is None:
+                # (VllmConfig refuses a mamba block size without prefix caching where it validates again:
+                # Kimi-K2.5's language model, built by with_hf_config)
+                if cache.mamba_block_size is None and (mc.is_hybrid or cache.enable_prefix_caching):
                     cache.mamba_block_size = cache.block_size
                 group = get_tp_group()
                 group.world_size = tp  # stub: one rank of tp N (construction only reads the size)

@@ -11,7 +11,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.models import families
-from kvlayout.models.registry_vllm import TEXT_GENERATION, VLLM_VERSION
+from kvlayout.models.registry_vllm import TEXT_GENERATION, TRANSFORMERS_BACKEND, VLLM_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,6 +65,7 @@ def test_coverage_and_stated_refusals() -> None:
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5MoeForConditionalGeneration",
         "Llama4ForConditionalGeneration",
+        "KimiK25ForConditionalGeneration",
         "Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
         "Qwen3VLForConditionalGeneration",
@@ -74,7 +75,9 @@ def test_coverage_and_stated_refusals() -> None:
         "LlavaOnevisionForConditionalGeneration",
         "Mistral3ForConditionalGeneration",
     }
-    assert set(M.ARCHITECTURES) - set(TEXT_GENERATION) == multimodal == set(families.MULTIMODAL)
+    backend, served = M.transformers_backend_coverage()
+    others = set(M.ARCHITECTURES) - set(TEXT_GENERATION) - set(backend)
+    assert others == multimodal == set(families.MULTIMODAL)
     # every hybrid refused has a reason of its own (what kvlayout would have to model), none stale
     hybrids = {a for a, (_, kind, _) in TEXT_GENERATION.items() if kind == "hybrid" and a not in covered}
     assert hybrids == set(families.HYBRID_REFUSALS)
@@ -88,11 +91,30 @@ def test_coverage_and_stated_refusals() -> None:
         assert f"({kind}, module {module})" in str(e.value) and families.refusal(arch) in str(e.value)
 
 
+def test_transformers_backend_coverage_and_refusals() -> None:
+    """The architectures vLLM 0.33 serves through its Transformers modeling backend: none is one of its
+    own text-generation classes (the native class would win), each one kvlayout plans is confirmed by
+    vLLM's construction (vllm_checked.py), and each other one is refused naming the backend and why."""
+    from kvlayout.models.vllm_checked import GENERIC_ATTENTION, NOT_GENERIC
+
+    covered, total = M.transformers_backend_coverage()
+    assert total == len(TRANSFORMERS_BACKEND) == 20 and not set(TRANSFORMERS_BACKEND) & set(TEXT_GENERATION)
+    assert set(covered) <= set(GENERIC_ATTENTION) and len(covered) == 19
+    assert {TRANSFORMERS_BACKEND[a][0] for a in TRANSFORMERS_BACKEND} == {"transformers"}
+    for arch in sorted(set(TRANSFORMERS_BACKEND) - set(covered)):
+        assert arch in NOT_GENERIC
+        with pytest.raises(SpecError, match="module transformers: its Transformers modeling backend"):
+            M.from_config({"architectures": [arch]})
+
+
 def test_docs_state_the_coverage() -> None:
     covered, total = M.vllm_coverage()
+    backend, served = M.transformers_backend_coverage()
     for doc in (ROOT / "docs" / "models.md", ROOT / "README.md"):
         text = " ".join(doc.read_text().split())
         assert f"Coverage: {len(covered)} of {total} architectures of vLLM 0.33" in text.replace("**", "")
+        line = f"{len(backend)} of {served} served through vLLM's Transformers backend"
+        assert line in text.replace("**", "")
     text = " ".join((ROOT / "docs" / "models.md").read_text().split())
     assert "--device hopper|blackwell|ampere" in text and "--attention-backend NAME" in text
     n = len(families.MULTIMODAL)

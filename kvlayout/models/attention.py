@@ -71,7 +71,7 @@ class Variation:
 
     kv_heads: str = ""  # "": the generic fields; "heads": the query heads (KV fields ignored); "falcon",
     # "chatglm", "dbrx": their attention classes' rules; "one": one KV head, replicated on every rank;
-    # "groups": num_attention_groups
+    # "groups": num_attention_groups; "bigcode": GPT-BigCode's multi_query where no KV field is written
     head_dim: bool = True  # False: a written head_dim is ignored (hidden_size // num_attention_heads)
     window: str = ""  # "": the registry kind's; "engine": the engine's one; "layer": per layer; "none";
     # "types": only the sliding layers of layer_types (none without it)
@@ -81,6 +81,7 @@ class Variation:
     chunked: bool = False  # True: layers with RoPE attend within chunks (Llama 4's ChunkedLocalAttention)
     head_size: str = ""  # "qk": qk_nope_head_dim + qk_rope_head_dim (MiniCPM3's decompressed MLA heads)
     head_dim_default: int = 0  # the head size without head_dim (vLLM's own config class's default)
+    head_dim_required: bool = False  # True: head_dim must be written (the model reads it; no default)
     model_type: str = ""  # the rule holds for this model_type only (vLLM builds another attention for others)
     refused: tuple[tuple[str, str], ...] = ()  # (field, what vLLM does with it): refused when written
 
@@ -119,6 +120,23 @@ VARIATIONS: Mapping[str, Variation] = {
     # Step 3's text model: one KV head (Step3TextAttention), head_dim 256 unless written (vLLM's
     # Step3TextConfig, which it reads model_type step3_text through)
     "Step3TextForCausalLM": Variation(kv_heads="one", head_dim_default=256, model_type="step3_text"),
+    # served by vLLM's Transformers modeling backend (transformers/base.py: a window on layer_types'
+    # sliding layers), whose transformers config classes derive layer_types when it is not written
+    # (OLMo 3, VaultGemma, CWM, Kolibri 1: sliding layers by a pattern; Mellum: all full; SmolLM3: by
+    # use_sliding_window and no_rope_layers)
+    **{
+        a: Variation(layer_types=True)
+        for a in (
+            "Olmo3ForCausalLM", "VaultGemmaForCausalLM", "CwmForCausalLM", "Kolibri1ForCausalLM",
+            "MellumForCausalLM", "SmolLM3ForCausalLM",
+        )
+    },
+    # GPT-BigCode (Transformers backend): one KV head with multi_query unless a KV field is written
+    "GPTBigCodeForCausalLM": Variation(kv_heads="bigcode"),
+    # HunYuan (Transformers backend): transformers' HunYuan attention reads head_dim, which its config
+    # classes leave None (vLLM's construction fails: None ** -0.5)
+    "HunYuanDenseV1ForCausalLM": Variation(head_dim_required=True),
+    "HunYuanMoEV1ForCausalLM": Variation(head_dim_required=True),
     # Step 3.5: KV heads num_attention_groups; windows only by layer_types (the engine's one is cleared)
     "Step3p5ForCausalLM": Variation(kv_heads="groups", layer_types=True),
     # DeepSeek-MoE: vLLM's DeepseekV2DecoderLayer takes DeepseekAttention for model_type "deepseek"
@@ -177,6 +195,12 @@ KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query
 def _kv_total(cfg: Config, heads: int, how: str) -> tuple[int, str]:
     """The total KV heads and the field they came from, by the generic fields or variation ``how``."""
     if how == "heads":
+        return heads, "num_attention_heads"
+    if how == "bigcode" and not any(cfg.has(key) for key in KV_HEAD_KEYS):
+        # GPTBigCodeConfig.__post_init__: num_key_value_heads = 1 if multi_query else n_head (a KV field
+        # written wins: set after it), which vLLM's ModelConfig and Transformers-backend layers take
+        if cfg.req_bool("multi_query", "GPT-BigCode's KV heads without num_key_value_heads"):
+            return 1, "multi_query"
         return heads, "num_attention_heads"
     if how == "one":  # Step3TextAttention: num_kv_heads=1 whatever the config writes
         return 1, "num_attention_heads"
@@ -238,6 +262,9 @@ def read_attention(
     if variation.head_size == "qk":  # MiniCPM3Attention: K and V of nope + rope channels, V padded to it
         why = "MiniCPM3's head size is qk_nope_head_dim + qk_rope_head_dim"
         head_size = cfg.req_int("qk_nope_head_dim", why) + cfg.req_int("qk_rope_head_dim", why)
+    if variation.head_dim_required and not cfg.has("head_dim"):  # no reader has a default for it
+        why = "missing; this model's attention reads it and its config class has no default"
+        raise spec_error(cfg.field("head_dim"), None, why)
     for key in head_keys if variation.head_dim and head_size is None else ():
         if cfg.has(key):
             head_size = cfg.req_int(key, "")

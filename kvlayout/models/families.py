@@ -15,7 +15,7 @@ from .gemma4 import gemma4_family
 from .hybrid import hybrid_family
 from .mimo_v2 import mimo_v2_family
 from .mla import mla_family
-from .registry_vllm import TEXT_GENERATION, VLLM_VERSION
+from .registry_vllm import TEXT_GENERATION, TRANSFORMERS_BACKEND, VLLM_VERSION
 from .vllm_checked import GENERIC_ATTENTION, NOT_GENERIC
 
 # architecture -> family, by hand (the rules named in the modules)
@@ -58,6 +58,10 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "Gemma4ForConditionalGeneration": "gemma4",
     "Gemma3nForCausalLM": "gemma3n",
     "Gemma3nForConditionalGeneration": "gemma3n",
+    # Kimi-K2.5: vLLM 0.33's kimi_k25.py builds its language model as DeepseekV2ForCausalLM under
+    # ``language_model`` from the text_config (a DeepSeek-V3 MLA config, model_type kimi_k2, which
+    # transformers' Kimi_K25Config, the class vLLM reads kimi_k25 with, makes deepseek_v3)
+    "KimiK25ForConditionalGeneration": "deepseek_v3",
     # multimodal wrappers whose language model vLLM 0.33 builds as a fixed text architecture under
     # ``language_model`` (qwen2_vl.py, qwen2_5_vl.py: Qwen2ForCausalLM; qwen3_vl.py: Qwen3ForCausalLM;
     # qwen3_vl_moe.py: Qwen3MoeForCausalLM), read through the text config (tests/test_models_vl_vllm.py);
@@ -82,6 +86,7 @@ MULTIMODAL: tuple[str, ...] = (
     "Qwen3_5ForConditionalGeneration",
     "Qwen3_5MoeForConditionalGeneration",
     "Llama4ForConditionalGeneration",
+    "KimiK25ForConditionalGeneration",
     *QWEN_VL,
     *TEXT_CONFIG_WRAPPERS,
 )
@@ -102,9 +107,14 @@ BUILT_KINDS: Mapping[str, str] = {
 }
 
 
+#: every text-generation architecture vLLM 0.33 serves: its own model classes', then those its
+#: Transformers modeling backend serves (registry_vllm.py; no architecture is in both)
+SERVED: Mapping[str, tuple[str, str, tuple[str, ...]]] = {**TEXT_GENERATION, **TRANSFORMERS_BACKEND}
+
+
 def built_kind(arch: str) -> str:
     """The cache kind of ``arch`` as vLLM 0.33 builds it (:data:`BUILT_KINDS`, else the registry's)."""
-    return BUILT_KINDS.get(arch, TEXT_GENERATION[arch][1])
+    return BUILT_KINDS.get(arch, SERVED[arch][1])
 
 
 # architecture -> family: the named ones, then the plain and sliding-window attention architectures
@@ -187,11 +197,13 @@ HYBRID_REFUSALS: Mapping[str, str] = {
 
 def refusal(arch: str) -> str:
     """The stated reason kvlayout refuses ``arch``."""
-    row = TEXT_GENERATION.get(arch)
+    row = SERVED.get(arch)
     if row is None:
         why = f"not one of vLLM {VLLM_VERSION}'s text-generation architectures"
         return f"unknown architecture ({why}); known: {', '.join(ARCHITECTURES)}"
     kind, module = built_kind(arch), row[0]
+    if arch in TRANSFORMERS_BACKEND:
+        module = f"{module}: its Transformers modeling backend"
     if arch in NOT_GENERIC:
         return (
             f"vLLM {VLLM_VERSION} serves it ({kind}, module {module}); kvlayout refuses it: the generic "
@@ -204,6 +216,12 @@ def refusal(arch: str) -> str:
 def vllm_coverage() -> tuple[tuple[str, ...], int]:
     """The text-generation architectures of vLLM's registry kvlayout plans, and how many there are."""
     return tuple(sorted(a for a in TEXT_GENERATION if a in FAMILIES)), len(TEXT_GENERATION)
+
+
+def transformers_backend_coverage() -> tuple[tuple[str, ...], int]:
+    """The architectures vLLM serves through its Transformers modeling backend that kvlayout plans,
+    and how many it serves so."""
+    return tuple(sorted(a for a in TRANSFORMERS_BACKEND if a in FAMILIES)), len(TRANSFORMERS_BACKEND)
 
 
 def family_rule(family: str) -> FamilyRule:

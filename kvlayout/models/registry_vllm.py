@@ -966,4 +966,149 @@ TEXT_GENERATION: Mapping[str, tuple[str, str, tuple[str, ...]]] = {
         ),
     ),
 }
+#: vLLM 0.33.0's text-generation architectures served by its Transformers modeling backend
+#: (``_TRANSFORMERS_SUPPORTED_MODELS``): same row; the fields from transformers' model code
+TRANSFORMERS_BACKEND: Mapping[str, tuple[str, str, tuple[str, ...]]] = {
+    "ArceeForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "CwmForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+            "sliding_window", "layer_types",
+        ),
+    ),
+    "FlexOlmoForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "GPTBigCodeForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "GPTNeoXForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "GlmForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "HunYuanDenseV1ForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "HunYuanMoEV1ForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "Jais2ForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "Kolibri1ForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+            "sliding_window", "layer_types",
+        ),
+    ),
+    "MellumForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+            "sliding_window", "layer_types",
+        ),
+    ),
+    "NanbeigeForCausalLM": ("transformers", "sliding-window", ()),
+    "Olmo2ForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "Olmo3ForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+            "sliding_window", "layer_types",
+        ),
+    ),
+    "OlmoForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "PhiForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "SeedOssForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+        ),
+    ),
+    "SmolLM3ForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+            "sliding_window", "layer_types", "use_sliding_window",
+        ),
+    ),
+    "Starcoder2ForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+            "sliding_window",
+        ),
+    ),
+    "VaultGemmaForCausalLM": (
+        "transformers",
+        "sliding-window",
+        (
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+            "sliding_window", "layer_types",
+        ),
+    ),
+}
 # fmt: on

@@ -68,6 +68,7 @@ from .base import DEFAULT_NUM_BLOCKS, fmt_int
 from .build import build
 from .config import MAX_CONFIG_INT
 from .families import VL_WRAPPERS
+from .registry_vllm import TRANSFORMERS_BACKEND
 
 #: tpu-inference pads the head size of its attention and MLA arrays to the TPU lane width.
 TPU_LANES = 128
@@ -316,7 +317,13 @@ def tpu_inference_from_config(
             "(vLLM unifies their pages; what tpu-inference allocates for them is not read here)"
         )
         raise spec_error("engine", "tpu-inference", why)
-    if probe.architecture in VL_WRAPPERS:
+    if probe.architecture in TRANSFORMERS_BACKEND:
+        why = (
+            f"tpu-inference's arrays for {probe.architecture}, which vLLM serves through its Transformers "
+            "modeling backend, are not checked against its code (vLLM's are: plan with engine vllm)"
+        )
+        raise spec_error("engine", "tpu-inference", why)
+    if probe.architecture in (*VL_WRAPPERS, "KimiK25ForConditionalGeneration"):
         why = (
             f"tpu-inference's arrays for the multimodal {probe.architecture} are not checked against its "
             "code (vLLM's are: plan with engine vllm)"
