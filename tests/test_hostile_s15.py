@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from kvlayout.backends.pallas.native import CacheZeroer
 
 import kvlayout as K
-from kvlayout.backends.pallas.native import CacheZeroer
 from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, SpecError, short
 from kvlayout.reference import ReferenceBackend
 
@@ -216,8 +216,8 @@ def test_pallas_zeroer_names_a_donated_buffer(kernel: str) -> None:
 
 def test_sharded_pallas_zeroer_names_a_donated_buffer() -> None:
     from jax.sharding import Mesh
-
     from kvlayout.backends.pallas import ShardedPallasZeroer
+
     from kvlayout.sharding import shard_spec
 
     lay = shard_spec(K.preset("dsv4-test").with_num_blocks(4), {"x": 1}, block_axes=("x",))
@@ -286,7 +286,6 @@ def test_cli_zero_with_a_bad_backend_is_one_line_exit_2(
 def test_coalesce_must_be_a_bool(bad: Any) -> None:
     """``coalesce="no"`` is truthy: it coalesced. Every ``coalesce`` option refuses a non-bool."""
     import torch
-
     from kvlayout.backends.cuda import CudaZeroer
     from kvlayout.backends.pallas import PallasZeroer
 
