@@ -40,6 +40,7 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
             # vLLM 0.33's config hook asserts it (DeepseekV32ForCausalLM.verify_and_update_config: its layers
             # build the indexer where hasattr(config, "index_topk")); its config class fills none
             c.cfg.req_int("index_topk", "vLLM 0.33 asserts it for DeepseekV32ForCausalLM")
+        _full_indexer_schedule(c, n)
         idx_dim = c.cfg.req_int(
             "index_head_dim", "the DeepSeek-V3.2 indexer key (index_head_dim + 4 B per 128)"
         )
@@ -82,3 +83,21 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
             c.kinds[att.name] = "mla"
             layers.append(att)
     return (GroupSpec("mla", tuple(layers)),), kv, bs
+
+
+def _full_indexer_schedule(c: Ctx, n: int) -> None:
+    """Refuse an IndexCache schedule (``index_topk_freq`` > 1, or an ``index_topk_pattern`` with an
+    ``S`` among the backbone layers): vLLM 0.33 then builds the indexer, and its cache, only on the
+    scheduled layers (``DeepseekV2MLAAttention``), which kvlayout does not plan; planning an indexer on
+    every layer would be another cache than vLLM's."""
+    why = "vLLM 0.33 then builds the indexer cache only on the layers it schedules; kvlayout plans it on each"
+    freq = c.cfg.opt_int("index_topk_freq")
+    if freq is not None and freq != 1:
+        raise spec_error(c.cfg.field("index_topk_freq"), freq, f"not planned: {why} layer")
+    if not c.cfg.has("index_topk_pattern"):
+        return
+    pattern = c.cfg.data["index_topk_pattern"]
+    if not isinstance(pattern, (str, list)):
+        raise spec_error(c.cfg.field("index_topk_pattern"), pattern, "must be a string of F and S per layer")
+    if any(x == "S" for x in list(pattern)[:n]):
+        raise spec_error(c.cfg.field("index_topk_pattern"), "an S", f"not planned: {why} layer")

@@ -1,0 +1,72 @@
+"""DeepSeek-V3.2's IndexCache schedule (hostile pass 13, F1): vLLM 0.33 builds the indexer cache only on
+the layers ``index_topk_freq`` / ``index_topk_pattern`` schedule; kvlayout refuses such a config, naming
+the field, instead of planning an indexer on every layer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kvlayout.models as M
+from kvlayout.errors import SpecError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "models" / "deepseek_v32" / "config.json"
+
+
+def _config(**extra: Any) -> dict[str, Any]:
+    data = json.loads(FIXTURE.read_text())
+    data.update(extra)
+    return data
+
+
+def _indexers(data: dict[str, Any]) -> int:
+    kinds = M.from_config(data).kinds
+    return sum(1 for name, kind in kinds.items() if kind == "indexer" and name.endswith("indexer.k_cache"))
+
+
+def test_every_layer_has_an_indexer_without_a_schedule() -> None:
+    n = _config()["num_hidden_layers"]
+    assert _indexers(_config()) == n
+    assert _indexers(_config(index_topk_freq=1)) == n  # freq 1: every layer, as vLLM builds it
+    assert _indexers(_config(index_topk_pattern="F" * n)) == n
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"index_topk_freq": 4}, "index_topk_freq"),
+        ({"index_topk_freq": 2, "index_skip_topk_offset": 0}, "index_topk_freq"),
+        ({"index_topk_pattern": "F" + "S" * 60}, "index_topk_pattern"),
+        ({"index_topk_pattern": ["F", "S"]}, "index_topk_pattern"),
+    ],
+)
+def test_a_scheduled_indexer_is_refused_naming_the_field(extra: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError, match=rf"config\.{field} = .*only on the layers it schedules"):
+        M.from_config(_config(**extra))
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, "4", True])
+def test_a_bad_frequency_is_named(bad: object) -> None:
+    with pytest.raises(SpecError, match=r"config\.index_topk_freq = "):
+        M.from_config(_config(index_topk_freq=bad))
+
+
+def test_a_pattern_of_another_type_is_named() -> None:
+    with pytest.raises(SpecError, match=r"config\.index_topk_pattern = 7: must be a string"):
+        M.from_config(_config(index_topk_pattern=7))
+
+
+def test_cli_refuses_a_scheduled_indexer_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_config(index_topk_freq=4)))
+    r = subprocess.run(
+        [sys.executable, "-m", "kvlayout", "plan", "--config", str(path)], capture_output=True, text=True
+    )
+    assert r.returncode == 2, r.stderr
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert len(lines) == 1 and "index_topk_freq = 4" in lines[0], lines
