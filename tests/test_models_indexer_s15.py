@@ -70,3 +70,11 @@ def test_cli_refuses_a_scheduled_indexer_in_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stderr
     lines = (r.stdout + r.stderr).strip().splitlines()
     assert len(lines) == 1 and "index_topk_freq = 4" in lines[0], lines
+
+
+def test_a_block_size_no_backend_takes_is_named_as_the_block_size() -> None:
+    """Hostile pass 13, F7: the block size the user set is the field no backend takes, not the cache dtype."""
+    llama = Path(__file__).parent / "fixtures" / "models" / "llama" / "config.json"
+    with pytest.raises(SpecError, match=r"^block_size = 7: no vLLM attention backend on hopper takes it"):
+        M.from_config(llama, block_size=7)
+    assert M.from_config(llama, block_size=16).block_size == 16

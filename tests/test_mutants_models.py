@@ -471,7 +471,8 @@ def test_backend_resolution_per_device_and_cache() -> None:
     assert r(mla=False, device="blackwell", kv_cache_dtype="auto", block_size=48) == ("FLASHINFER", 16)
     with pytest.raises(SpecError) as e:
         resolve(mla=True, device="hopper", kv_cache_dtype="fp8", block_size=8)
-    assert e.value.field == "kv_cache_dtype" and "block_size not supported" in str(e.value)
+    # FLASHMLA takes fp8 at its own 64: the block size is the field no backend takes (hostile pass 13, F7)
+    assert e.value.field == "block_size" and "block_size not supported" in str(e.value)
     assert "FLASHMLA: block_size not supported" in str(e.value) and "no vLLM MLA backend on hopper" in str(
         e.value
     )
@@ -2538,7 +2539,7 @@ def test_attention_and_backend_refusal_messages() -> None:
             "e5m2 not supported"
         ),
         "no_backend": (
-            "kv_cache_dtype = 'fp8': no vLLM MLA backend on hopper takes it (FLASH_ATTN_MLA: "
+            "block_size = 8: no vLLM MLA backend on hopper takes it (FLASH_ATTN_MLA: "
             "kv_cache_dtype fp8 not supported; FLASHMLA: block_size not supported; FLASHINFER"
             "_MLA: compute capability not supported; TRITON_MLA: block_size not supported)"
         ),
@@ -2548,7 +2549,7 @@ def test_attention_and_backend_refusal_messages() -> None:
             "not supported)"
         ),
         "mla_block": (
-            "kv_cache_dtype = 'fp8': no vLLM MLA backend on hopper takes it (FLASH_ATTN_MLA: "
+            "block_size = 8: no vLLM MLA backend on hopper takes it (FLASH_ATTN_MLA: "
             "kv_cache_dtype fp8 not supported; FLASHMLA: block_size not supported; FLASHINFER"
             "_MLA: compute capability not supported; TRITON_MLA: block_size not supported)"
         ),

@@ -218,6 +218,12 @@ def resolve(
             f"vLLM 0.33 passes over the sparse MLA backends modeled here ({'; '.join(skipped)}) to "
             "FLASHINFER_MLA_SPARSE_SM90 (FlashInfer's SM90 sparse MLA), whose cache kvlayout does not model"
         )
+    elif block_size is not None and any(
+        _why_not(BACKENDS[n], major, kv_cache_dtype, qk_nope_head_dim, sparse, None) is None
+        for n in _PRIORITY[(mla, major)]
+    ):
+        # a backend takes this cache at its own block size: the block size the user set is what no one takes
+        raise spec_error("block_size", block_size, why)
     raise spec_error("kv_cache_dtype", kv_cache_dtype, why)
 
 
