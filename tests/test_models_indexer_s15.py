@@ -1,6 +1,6 @@
 """DeepSeek-V3.2's IndexCache schedule (hostile pass 13, F1): vLLM 0.33 builds the indexer cache only on
 the layers ``index_topk_freq`` / ``index_topk_pattern`` schedule; kvlayout refuses such a config, naming
-the field, instead of planning an indexer on every layer."""
+the field, instead of planning an indexer on every layer; and the pass's two message findings (F6, F7)."""
 
 from __future__ import annotations
 
@@ -78,3 +78,10 @@ def test_a_block_size_no_backend_takes_is_named_as_the_block_size() -> None:
     with pytest.raises(SpecError, match=r"^block_size = 7: no vLLM attention backend on hopper takes it"):
         M.from_config(llama, block_size=7)
     assert M.from_config(llama, block_size=16).block_size == 16
+
+
+def test_an_unknown_tpu_inference_option_is_named() -> None:
+    """Hostile pass 13, F6: an option tpu-inference does not take is a SpecError naming it."""
+    llama = Path(__file__).parent / "fixtures" / "models" / "llama" / "config.json"
+    with pytest.raises(SpecError, match=r"^page_size = 0: not an option of engine tpu-inference \(valid: tp"):
+        M.from_config(llama, engine="tpu-inference", page_size=0)

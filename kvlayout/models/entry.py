@@ -6,6 +6,7 @@ Apart from :mod:`.build` so that :mod:`.tpu_inference` can use vLLM's reading of
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,11 @@ def from_config(
             raise spec_error("device", device, why)
         raise spec_error("attention_backend", attention_backend, why)
     if engine == "tpu-inference":
+        known = inspect.signature(tpu_inference_from_config).parameters
+        for key, value in tpu_options.items():
+            if key not in known:
+                valid = ", ".join(k for k, p in known.items() if p.kind is p.KEYWORD_ONLY)
+                raise spec_error(key, value, f"not an option of engine tpu-inference (valid: {valid})")
         return tpu_inference_from_config(
             config,
             tp=tp,
