@@ -85,3 +85,40 @@ def test_an_unknown_tpu_inference_option_is_named() -> None:
     llama = Path(__file__).parent / "fixtures" / "models" / "llama" / "config.json"
     with pytest.raises(SpecError, match=r"^page_size = 0: not an option of engine tpu-inference \(valid: tp"):
         M.from_config(llama, engine="tpu-inference", page_size=0)
+
+
+def _nested(kind: type, depth: int) -> Any:
+    top: Any = kind()
+    cur = top
+    for _ in range(depth):
+        nxt: Any = kind()
+        if kind is dict:
+            cur["text_config"] = nxt
+        else:
+            cur.append(nxt)
+        cur = nxt
+    return top
+
+
+@pytest.mark.parametrize("reader", ["json", "auto", "transformers"])
+def test_a_config_nested_past_the_recursion_limit_is_named(reader: str) -> None:
+    """Hostile pass 13, F4: 1,500 levels of text_config or of a list (and a dict that holds itself) are
+    refused naming the field, not a RecursionError; a 64-level bound, walked without recursion."""
+    if reader == "transformers":
+        pytest.importorskip("transformers")
+    llama = json.loads((Path(__file__).parent / "fixtures" / "models" / "llama" / "config.json").read_text())
+    cases = [
+        ({**llama, "text_config": _nested(dict, 1500)}, "config.text_config.text_config.text_config..."),
+        ({**llama, "rope_scaling": _nested(list, 1500)}, "config.rope_scaling[0][0]..."),
+    ]
+    cyclic = dict(llama)
+    cyclic["self"] = cyclic
+    cases.append((cyclic, "config.self.self.self..."))
+    for data, field in cases:
+        with pytest.raises(SpecError) as e:
+            M.from_config(data, reader=reader)
+        assert str(e.value) == f"{field} = '64 levels deep': a config nests at most that deep"
+    # the bound: a list 63 levels under the config's top is read, 64 are refused
+    assert M.from_config({**llama, "x": _nested(list, 62)}, reader="json").block_size == 16
+    with pytest.raises(SpecError, match="64 levels deep"):
+        M.from_config({**llama, "x": _nested(list, 63)}, reader="json")

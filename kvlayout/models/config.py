@@ -174,7 +174,36 @@ def load_config(config: Mapping[str, Any] | str | Path) -> Mapping[str, Any]:
     )
     if not isinstance(data, Mapping):
         raise spec_error("config", type(data).__name__, "must be a JSON object (a model's config.json)")
+    _check_depth(data)
     return data
+
+
+#: how deep a config may nest (published ones: 3 or 4 levels); deeper is refused before any recursive read
+MAX_CONFIG_DEPTH = 64
+
+
+def _check_depth(data: Mapping[str, Any]) -> None:
+    """Refuse, naming the field, a config nested deeper than :data:`MAX_CONFIG_DEPTH` (a dict from
+    Python may be nested past the interpreter's recursion limit, or hold itself): walked without
+    recursion and only through containers, so the check itself is bounded."""
+    # (container, depth, the key that led to it, its parent's entry): the path is built only to refuse
+    stack: list[tuple[Any, int, object, Any]] = [(data, 0, None, None)]
+    while stack:
+        entry = stack.pop()
+        value, depth = entry[0], entry[1]
+        if depth >= MAX_CONFIG_DEPTH:
+            keys: list[object] = []
+            node = entry
+            while node[3] is not None:
+                keys.append(node[2])
+                node = node[3]
+            top = reversed(keys[-3:])
+            path = "config" + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in top)
+            raise spec_error(
+                f"{path}...", f"{MAX_CONFIG_DEPTH} levels deep", "a config nests at most that deep"
+            )
+        items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        stack.extend((v, depth + 1, k, entry) for k, v in items if isinstance(v, (Mapping, list, tuple)))
 
 
 READERS = ("auto", "json", "transformers")
