@@ -180,6 +180,21 @@ def test_vllms_loader_runs_the_entry_point(monkeypatch: pytest.MonkeyPatch) -> N
         P.uninstall()
 
 
+def test_off_after_an_earlier_mode_puts_vllms_zeroer_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile pass 13, F8: ``register()`` with ``off`` after ``verify`` in one process leaves no kvlayout
+    zeroer (and no import hook) behind."""
+    try:
+        monkeypatch.setenv(P.ENV_VAR, "verify")
+        P.register()
+        assert P.installed_mode() == "verify" and U.KVBlockZeroer is not VLLM_ZEROER
+        monkeypatch.setenv(P.ENV_VAR, "off")
+        P.register()
+        assert P.installed_mode() is None and U.KVBlockZeroer is VLLM_ZEROER
+        assert RUNNER_V1.KVBlockZeroer is VLLM_ZEROER and P._state["hook"] is None
+    finally:
+        P.uninstall()
+
+
 # --------------------------------------------------------------------------- verify
 def _bind_mamba_as_vllm(built: Any) -> int:
     """Rebind Mamba layers with vLLM's own ``MambaBase.bind_kv_cache`` (a tuple of state views)."""

@@ -95,7 +95,8 @@ def register() -> None:
     """
     mode = mode_from_env()
     if mode == "off":
-        log.info("kvlayout vLLM plugin: %s=off, vLLM's KVBlockZeroer left as it is", ENV_VAR)
+        uninstall()  # a mode an earlier register() or install() put in this process goes too
+        log.info("kvlayout vLLM plugin: %s=off, vLLM's own KVBlockZeroer in place", ENV_VAR)
         return
     install(mode)
 
