@@ -21,16 +21,12 @@ case is the MLA backend's that kvlayout resolves for the device and cache dtype 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
 import kvlayout.models as M
-from tests.test_models_hybrid_vllm import _ENV, KV, ROOT, TPS, _kvlayout
+from tests.test_models_hybrid_vllm import KV, TPS, _kvlayout, vllm_answers
 
 #: Kimi-K2.5's config.json (moonshotai/Kimi-K2.5) in its structure, small: the text model a DeepSeek-V3
 #: MLA config of 2 layers (its latent 64 + rope 16), the vision tower one block
@@ -112,18 +108,7 @@ def _cases() -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def answers() -> dict[str, dict[str, Any]]:
-    env = {**os.environ, **_ENV, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "test_models_hybrid_vllm.py"), "--driver"],
-        input=json.dumps(_cases()),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-4000:]
-    out: dict[str, dict[str, Any]] = json.loads(res.stdout.splitlines()[-1])
-    return out
+    return vllm_answers(_cases())
 
 
 def test_backend_and_kimi_equal_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:

@@ -215,12 +215,13 @@ def _kvlayout(case: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def answers() -> dict[str, dict[str, Any]]:
+def vllm_answers(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """vLLM 0.33's own construction of ``cases`` (this file's ``--driver``, in a process of its own on the
+    CPU): one answer per case id. Shared by the hybrid, vision-language and Transformers-backend tests."""
     env = {**os.environ, **_ENV, "PYTHONPATH": str(ROOT)}
     res = subprocess.run(
         [sys.executable, __file__, "--driver"],
-        input=json.dumps(_cases()),
+        input=json.dumps(cases),
         capture_output=True,
         text=True,
         env=env,
@@ -229,6 +230,11 @@ def answers() -> dict[str, dict[str, Any]]:
     assert res.returncode == 0, res.stderr[-4000:]
     out: dict[str, dict[str, Any]] = json.loads(res.stdout.splitlines()[-1])
     return out
+
+
+@pytest.fixture(scope="module")
+def answers() -> dict[str, dict[str, Any]]:
+    return vllm_answers(_cases())
 
 
 def test_hybrids_equal_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:

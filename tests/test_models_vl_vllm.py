@@ -18,16 +18,12 @@ vLLM's multimodal modules import torchvision (.vl-deps, requirements-vl.txt; the
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
 import kvlayout.models as M
-from tests.test_models_hybrid_vllm import _ENV, KV, ROOT, TPS, _kvlayout
+from tests.test_models_hybrid_vllm import KV, TPS, _kvlayout, vllm_answers
 from tests.test_models_vl import CONFIGS, _config
 
 
@@ -42,18 +38,7 @@ def _cases() -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def answers() -> dict[str, dict[str, Any]]:
-    env = {**os.environ, **_ENV, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "test_models_hybrid_vllm.py"), "--driver"],
-        input=json.dumps(_cases()),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-4000:]
-    out: dict[str, dict[str, Any]] = json.loads(res.stdout.splitlines()[-1])
-    return out
+    return vllm_answers(_cases())
 
 
 def test_qwen_vl_equals_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:
