@@ -89,3 +89,36 @@ def cpu_mla_takes_fp8() -> None:
         return str(original(cls, selected_backend, config, num_heads))
 
     CpuPlatform.get_attn_backend_cls = classmethod(choose)  # type: ignore[method-assign,assignment]
+
+
+def cpu_sparse_mla() -> None:
+    """Stub: vLLM 0.33's CPU platform has no sparse MLA backend (``CpuPlatform.get_attn_backend_cls``
+    raises for DeepSeek-V3.2's layers), so a sparse layer gets CUDA's FlashMLA sparse backend, whose
+    constructor takes a workspace: the workspace manager starts on the CPU, and the accelerator cache it
+    empties is none here. The layers' cache specs come from the cache config and the config (the indexer's
+    head size, the latent) and the case's block size (the one kvlayout resolves for the GPU:
+    tests/test_models_backends.py), not from the backend; asserted: the CPU's refusal is the one for
+    sparse attention, and nothing else is stood in for."""
+    import torch
+    from vllm.platforms.cpu import CpuPlatform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.worker.workspace import init_workspace_manager
+
+    original = CpuPlatform.get_attn_backend_cls.__func__  # type: ignore[attr-defined]
+    sparse = AttentionBackendEnum.FLASHMLA_SPARSE.get_path()
+
+    def choose(
+        cls: type, selected_backend: Any, attn_selector_config: Any, num_heads: int | None = None
+    ) -> str:
+        if attn_selector_config.use_sparse:
+            try:
+                original(cls, selected_backend, attn_selector_config, num_heads)
+            except NotImplementedError as e:  # the refusal this stub stands in for, and no other
+                assert "Sparse Attention is not supported on CPU" in str(e), e
+            return str(sparse)
+        return str(original(cls, selected_backend, attn_selector_config, num_heads))
+
+    CpuPlatform.get_attn_backend_cls = classmethod(choose)  # type: ignore[method-assign,assignment]
+    assert not torch.cuda.is_available()
+    init_workspace_manager(torch.device("cpu"))
+    torch.accelerator.empty_cache = lambda: None  # type: ignore[assignment]  # no accelerator: none to free

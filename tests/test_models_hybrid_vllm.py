@@ -194,7 +194,10 @@ def _cases() -> dict[str, dict[str, Any]]:
 def _kvlayout(case: dict[str, Any]) -> dict[str, Any]:
     """kvlayout's plan of a case in the driver's answer's shape."""
     kv = None if case["kv_cache_dtype"] == "auto" else case["kv_cache_dtype"]
-    ms = M.from_config(case["config"], tp=case["tp"], kv_cache_dtype=kv, device=case.get("device", "hopper"))
+    ms = M.from_config(
+        case["config"], tp=case["tp"], kv_cache_dtype=kv, device=case.get("device", "hopper"),
+        attention_backend=case.get("attention_backend"),
+    )
     assert isinstance(ms, M.ModelSpec)
     layers, blocks, windows = {}, {}, {}
     for _, x in ms.spec.layers:
@@ -404,11 +407,13 @@ def _driver() -> None:
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
     from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
     from vllm.v1.core import kv_cache_planning as P
+    from vllm.v1.worker.utils import customize_attention_spec
 
-    from tests.driver import cpu_attention_takes_fp8, cpu_mla_takes_fp8
+    from tests.driver import cpu_attention_takes_fp8, cpu_mla_takes_fp8, cpu_sparse_mla
 
     cpu_attention_takes_fp8()  # a host without AVX-512 refuses fp8 in the CPU backend
     cpu_mla_takes_fp8()  # the CPU platform refuses fp8 for MLA (Kimi-K2.5's layers), a GPU takes it
+    cpu_sparse_mla()  # and sparse MLA (DeepSeek-V3.2's layers: tests/test_models_indexcache_vllm.py)
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(
             world_size=1, rank=0, distributed_init_method="tcp://127.0.0.1:0", local_rank=0, backend="gloo"
@@ -480,6 +485,13 @@ def _driver() -> None:
                             if not getattr(mod, "kv_sharing_target_layer_name", None)
                         }
                         specs = {name: mod.get_kv_cache_spec(vc) for name, mod in layers_of.items()}
+                        if case.get("attention_backend"):  # layers built on the GPU backend the case
+                            # names (DeepSeek-V3.2's, stood in: cpu_sparse_mla): what the model runner
+                            # then asks that backend (customize_attention_spec: its block stride alignment)
+                            for name, mod in layers_of.items():
+                                spec = specs[name]
+                                if isinstance(spec, I.AttentionSpec):
+                                    specs[name] = customize_attention_spec(mod.get_attn_backend(), spec)
                 finally:
                     group.world_size = 1
             # the layout vLLM's engine core resolves from the layers' backends (resolve_kv_cache_layout)
@@ -498,6 +510,10 @@ def _driver() -> None:
             names = [x.name for x in get_supported_kv_cache_layouts(backends)]
             cache.kv_cache_layout = None
             layout = resolve_kv_cache_layout(vc, [names], specs.values())
+            resolved = layout.name
+            if case.get("layout"):  # the user's VLLM_KV_CACHE_LAYOUT: vLLM takes one every backend takes
+                assert case["layout"] in names, (case["layout"], names)
+                layout = I.KVCacheLayout[case["layout"]]
             planning.cache_config.get_resolved_kv_cache_layout = lambda layout=layout: layout
             groups = P.get_kv_cache_groups(planning, dict(specs))
             # each layer as its group holds it (pages unified: a block made larger, or a page padded)
@@ -520,6 +536,7 @@ def _driver() -> None:
             out[case_id] = {
                 "block_size": cache.block_size,
                 "layout": layout.name,
+                "resolved_layout": resolved,  # without the case's layout
                 "layers": layers,
                 "blocks": blocks,
                 "windows": windows,
@@ -531,6 +548,10 @@ def _driver() -> None:
                 "groups": [list(g.layer_names) for g in groups],
                 "bytes_per_block": P._pool_bytes_per_block(planning, groups),
             }
+            planning.cache_config.get_resolved_kv_cache_layout = lambda r=resolved: I.KVCacheLayout[r]
+            out[case_id]["resolved_bytes_per_block"] = (  # under the layout vLLM resolves by itself
+                P._pool_bytes_per_block(planning, P.get_kv_cache_groups(planning, dict(specs)))
+            )
         except Exception as e:  # noqa: BLE001  # reported by the test
             import traceback
 

@@ -3,9 +3,10 @@ architectures whose cache vLLM 0.33's own model construction shows to be DeepSee
 head per layer under the layer names of :mod:`.vllm_checked`; tests/test_models_generic.py).
 
 The cache holds one latent head of ``kv_lora_rank + qk_rope_head_dim`` per token, on every
-rank. DeepSeek-V3.2 adds an indexer cache per layer (``index_head_dim + index_head_dim // 128
-* 4`` bytes per token) and stores an fp8 cache as ``fp8_ds_mla``, 656 B per token (512 fp8 +
-4 fp32 scales + 64 bf16 RoPE values). Every layer is an MLA spec, so the model is one group.
+rank. DeepSeek-V3.2 adds an indexer cache (``index_head_dim + index_head_dim // 128 * 4`` bytes per
+token) on each layer its IndexCache schedule runs an indexer on (every layer without one) and
+stores an fp8 cache as ``fp8_ds_mla``, 656 B per token (512 fp8 + 4 fp32 scales + 64 bf16 RoPE
+values). Every layer is an MLA spec, so the model is one group.
 Multi-token-prediction layers (``num_nextn_predict_layers``) get no cache: vLLM allocates
 them only with speculative decoding.
 """
@@ -16,7 +17,7 @@ from ..errors import spec_error
 from ..spec import DTYPE_SIZES, FP8_DS_MLA, GroupSpec, LayerSpec, MLASpec
 from .backends import block_stride_alignment
 from .base import Ctx
-from .config import resolve_kv_dtype
+from .config import MAX_CONFIG_INT, resolve_kv_dtype
 from .vllm_checked import GENERIC_ATTENTION
 
 
@@ -40,7 +41,7 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
             # vLLM 0.33's config hook asserts it (DeepseekV32ForCausalLM.verify_and_update_config: its layers
             # build the indexer where hasattr(config, "index_topk")); its config class fills none
             c.cfg.req_int("index_topk", "vLLM 0.33 asserts it for DeepseekV32ForCausalLM")
-        _full_indexer_schedule(c, n)
+        full = _indexer_layers(c, n)
         idx_dim = c.cfg.req_int(
             "index_head_dim", "the DeepSeek-V3.2 indexer key (index_head_dim + 4 B per 128)"
         )
@@ -51,10 +52,11 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         row = ds_bytes if fp8 else head * DTYPE_SIZES[kv]
         stride = block_stride_alignment(r.backend, c.device, raw, row) if c.device else None
         for i in range(n):
-            idx = MLASpec(
-                name=c.name(i, "self_attn.indexer.k_cache"), block_size=bs, head_size=idx_bytes, dtype="uint8"
-            )
-            c.kinds[idx.name] = "indexer"
+            if i in full:  # a layer the schedule shares has no indexer, and no indexer cache
+                idx_name = c.name(i, "self_attn.indexer.k_cache")
+                idx = MLASpec(name=idx_name, block_size=bs, head_size=idx_bytes, dtype="uint8")
+                c.kinds[idx.name] = "indexer"
+                layers.append(idx)
             if fp8:
                 att = MLASpec(
                     name=c.name(i, "self_attn.attn"),
@@ -73,7 +75,7 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
                     block_stride_alignment=stride,
                 )
             c.kinds[att.name] = "mla"
-            layers += [idx, att]
+            layers.append(att)
     else:
         kv = resolve_kv_dtype(raw, c.dtype)
         arch = c.top.data["architectures"][0]
@@ -85,19 +87,21 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     return (GroupSpec("mla", tuple(layers)),), kv, bs
 
 
-def _full_indexer_schedule(c: Ctx, n: int) -> None:
-    """Refuse an IndexCache schedule (``index_topk_freq`` > 1, or an ``index_topk_pattern`` with an
-    ``S`` among the backbone layers): vLLM 0.33 then builds the indexer, and its cache, only on the
-    scheduled layers (``DeepseekV2MLAAttention``), which kvlayout does not plan; planning an indexer on
-    every layer would be another cache than vLLM's."""
-    why = "vLLM 0.33 then builds the indexer cache only on the layers it schedules; kvlayout plans it on each"
+def _indexer_layers(c: Ctx, n: int) -> frozenset[int]:
+    """The backbone layers that hold an indexer cache under DeepSeek-V3.2's IndexCache schedule, as vLLM 0.33
+    builds them (``DeepseekV2MLAAttention``): an ``index_topk_pattern`` names each layer ``F`` (full: its
+    own indexer) or ``S`` (shared: it reuses an earlier layer's top-k and has no indexer; layers past the
+    pattern are full); without one, layer ``i`` is full where ``max(i - offset + 1, 0)`` is a multiple of
+    ``index_topk_freq`` (default 1: every layer), ``offset`` being ``index_skip_topk_offset`` (default 2)."""
+    if c.cfg.has("index_topk_pattern"):
+        pattern = c.cfg.data["index_topk_pattern"]
+        if not isinstance(pattern, (str, list)):
+            raise spec_error(
+                c.cfg.field("index_topk_pattern"), pattern, "must be a string of F and S per layer"
+            )
+        return frozenset(i for i in range(n) if i >= len(pattern) or pattern[i] != "S")
     freq = c.cfg.opt_int("index_topk_freq")
-    if freq is not None and freq != 1:
-        raise spec_error(c.cfg.field("index_topk_freq"), freq, f"not planned: {why} layer")
-    if not c.cfg.has("index_topk_pattern"):
-        return
-    pattern = c.cfg.data["index_topk_pattern"]
-    if not isinstance(pattern, (str, list)):
-        raise spec_error(c.cfg.field("index_topk_pattern"), pattern, "must be a string of F and S per layer")
-    if any(x == "S" for x in list(pattern)[:n]):
-        raise spec_error(c.cfg.field("index_topk_pattern"), "an S", f"not planned: {why} layer")
+    offset = c.cfg.opt_int("index_skip_topk_offset", lo=-MAX_CONFIG_INT)
+    freq = 1 if freq is None else freq
+    offset = 2 if offset is None else offset
+    return frozenset(i for i in range(n) if max(i - offset + 1, 0) % freq == 0)
