@@ -163,9 +163,10 @@ def _vllm_cases(quick: bool) -> list[Case]:
 
 
 def run_battery(
-    backend: type[Backend], cases: list[Case] | None = None
+    backend: type[Backend], cases: list[Case] | None = None, *, label: str | None = None
 ) -> tuple[list[Failure], dict[str, np.ndarray]]:
-    """Run every case on ``backend``; return failures and the byte images (for cross-checks)."""
+    """Run every case on ``backend``; return failures and the byte images (for cross-checks). ``label``:
+    the name the backend was loaded by (``module:Class``), which the replay commands then name."""
     from .errors import KVLayoutError
     from .planner import plan
 
@@ -173,7 +174,7 @@ def run_battery(
     images: dict[str, np.ndarray] = {}
     for case in cases if cases is not None else battery():
         table = plan(case.spec, coalesce=case.coalesce)
-        name = getattr(backend, "name", "") or backend.__name__
+        name = label or getattr(backend, "name", "") or backend.__name__
 
         def fail(detail: str, case: Case = case, name: str = name) -> None:
             failures.append(Failure(name, case.name, case.spec.to_json(), case.block_ids, detail, case.group))
@@ -209,7 +210,7 @@ def run_conformance(backends: dict[str, type[Backend]], quick: bool = False) -> 
     images: dict[str, dict[str, np.ndarray]] = {}
     for name, cls in backends.items():
         print(f"conformance: {name}: {len(cases)} cases ...", file=sys.stderr, flush=True)
-        found, imgs = run_battery(cls, cases)
+        found, imgs = run_battery(cls, cases, label=name)
         print(
             f"conformance: {name}: {len(cases) - len({f.case for f in found})} passed, {len(found)} failures",
             file=sys.stderr,

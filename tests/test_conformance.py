@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import kvlayout as K
@@ -41,6 +43,22 @@ def test_cli_conformance_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert "all passed" in capsys.readouterr().out
     assert main(["conformance", "--backend", "kvlayout.planted:ReferenceBackend", "--quick"]) == 0
     capsys.readouterr()
+
+
+def test_replay_names_the_backend_as_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``module:Class`` backend's replay command names it so, not by the class's own ``name`` (which
+    ``kvlayout zero --backend`` cannot load)."""
+    (tmp_path / "my_backends.py").write_text(
+        "from kvlayout.planted import PLANTED\nBad = PLANTED['overrun-4']\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["conformance", "--backend", "my_backends:Bad", "--quick"]) == 1
+    out = capsys.readouterr().out
+    replays = [line for line in out.splitlines() if "replay:" in line]
+    assert replays and all("--backend my_backends:Bad" in line for line in replays), replays[:2]
+    assert "backend=my_backends:Bad" in out
 
 
 def test_pytest_fixture(kvlayout_conformance) -> None:  # type: ignore[no-untyped-def]
