@@ -422,7 +422,8 @@ def _driver() -> None:
     Platform._find_non_ssm_backends = classmethod(lambda cls, vc: [TritonAttentionBackend])  # type: ignore
     # the model classes imported here, where the stub above exists (vLLM would inspect a lazily
     # registered class in a subprocess without it): the same classes, registered directly
-    for arch in sorted({c["config"]["architectures"][0] for c in cases.values()}):
+    # (an architecture vLLM does not register is left to its resolution, which refuses it per case)
+    for arch in sorted({c["config"]["architectures"][0] for c in cases.values()} & set(ModelRegistry.models)):
         ModelRegistry.register_model(arch, ModelRegistry.models[arch].load_model_cls())
     planning = NS(
         cache_config=NS(
@@ -466,12 +467,12 @@ def _driver() -> None:
                 group.world_size = tp  # stub: one rank of tp N (construction only reads the size)
                 try:
                     assert get_tensor_model_parallel_world_size() == tp and group.rank_in_group == 0
-                    with set_current_vllm_config(vc), torch.device("cpu"):
+                    with set_current_vllm_config(vc), torch.device(case.get("torch_device", "cpu")):
                         cls, _ = ModelRegistry.resolve_model_cls(case["config"]["architectures"], mc)
                         cls(vllm_config=vc, prefix="")
                         # what the model runner asks (its get_kv_cache_spec): every registered layer
                         layers_of = get_layers_from_vllm_config(vc, AttentionLayerBase)  # type: ignore
-                        if _on_gpu_backend(case["config"]["architectures"][0]):
+                        if _on_gpu_backend(case["config"]["architectures"][0]) or case.get("gpu_backend"):
                             _as_gpu_gemma4(vc, layers_of)
                         # a layer reading another's cache gets none (the runner: kv_sharing_target_layer_name)
                         layers_of = {
@@ -489,7 +490,7 @@ def _driver() -> None:
                 if b.get_name().endswith("_DIFFKV"):
                     fa = FlashAttentionDiffKVBackend.supported_kv_cache_layouts()
                     assert b.supported_kv_cache_layouts() == fa, (b.get_name(), fa)
-            if _on_gpu_backend(case["config"]["architectures"][0]):
+            if _on_gpu_backend(case["config"]["architectures"][0]) or case.get("gpu_backend"):
                 # built on the CPU with its own backend; on a Hopper GPU vLLM runs the layers on
                 # FlashAttention (4) or TRITON_ATTN, which declare the same layouts (_as_gpu_gemma4)
                 fa = FlashAttentionBackend.supported_kv_cache_layouts()
@@ -535,7 +536,7 @@ def _driver() -> None:
             import traceback
 
             traceback.print_exc()
-            out[case_id] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+            out[case_id] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"}
     real_stdout.write(json.dumps(out) + "\n")
     real_stdout.flush()
     os._exit(0)  # skip vLLM's teardown of the gloo group
