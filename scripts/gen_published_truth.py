@@ -95,15 +95,23 @@ def summary(answer: dict[str, Any]) -> dict[str, Any]:
 def vllm_cases(cfgs: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The driver's cases (one per model, tp, cache dtype and starting block) and, per case id of the
     table (model-tpN-kv-device), the driver case that answers it."""
+    from transformers import CONFIG_MAPPING
+
+    from kvlayout.models.config_aliases import VLLM_TYPES
+
     cases: dict[str, dict[str, Any]] = {}
     which: dict[str, str] = {}
     for name, cfg in cfgs.items():
+        # a remote-code config class (no class of transformers' or vLLM's): the driver's stand-in, the
+        # fields as written (vLLM serves these with --trust-remote-code, the class fetched from the hub)
+        stand_in = cfg["model_type"] not in CONFIG_MAPPING and cfg["model_type"] not in VLLM_TYPES
         for tp in TPS:
             for kv in KVS:
                 for device in DEVICES:
                     block = block_of(cfg, tp, kv, device)
                     key = f"{name}-tp{tp}-{kv}" + (f"-b{block}" if block else "")
-                    case: dict[str, Any] = {"config": cfg, "tp": tp, "kv_cache_dtype": kv, "torch_device": "meta"}
+                    case: dict[str, Any] = {"config": cfg, "tp": tp, "kv_cache_dtype": kv}
+                    case.update(torch_device="meta", stand_in=stand_in)
                     if block:
                         case["block_size"] = block
                     else:  # standard attention on the backend a GPU picks, not the CPU's (its sliding

@@ -365,6 +365,44 @@ def _torchvision_without_ops() -> None:
 
 
 _KEEP: list[Any] = []  # the stub library above lives as long as the driver
+
+
+def _activation_schemas() -> None:
+    """Stub: GPT-2's and GPT-J's MLPs take ``gelu_new`` (and others ``gelu_fast``), which look up vLLM's
+    compiled ``_C`` operator when built (vllm._C is not in the CPU install): the operators' schemas only,
+    with no kernel, so any call of one raises (construction runs nothing; the MLP holds no cache)."""
+    import torch
+
+    for op in ("gelu_new", "gelu_fast"):
+        if not hasattr(torch.ops._C, op):
+            lib = torch.library.Library("_C", "FRAGMENT")
+            lib.define(f"{op}(Tensor(a!) out, Tensor input) -> ()")
+            _KEEP.append(lib)
+
+
+def _stand_ins(model_types: set[str]) -> None:
+    """Stub: a remote-code config class (hub code, not fetched offline, never run here) stands in as a plain
+    ``PretrainedConfig`` holding the fields as written, registered with transformers' AutoConfig, as
+    tests/test_models_generic.py's driver does; the fields vLLM's model reads beyond the cache's, where the
+    file leaves them to the class, are the stand-in's class attributes (:data:`STAND_IN_DEFAULTS`), never
+    written into the config. Asserted: transformers and vLLM have no class of their own for the type."""
+    from transformers import CONFIG_MAPPING, AutoConfig, PretrainedConfig
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    for mt in sorted(model_types):
+        assert mt not in CONFIG_MAPPING and mt not in _CONFIG_REGISTRY, mt
+        stand_in = type(f"StandIn_{mt}", (PretrainedConfig,), {"model_type": mt, **STAND_IN_DEFAULTS})
+        AutoConfig.register(mt, stand_in)
+
+
+#: a stand-in's class defaults (what a remote-code class fills that vLLM's model reads, not the cache's)
+STAND_IN_DEFAULTS: dict[str, Any] = {
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+}
 #: other multimodal architectures whose vLLM modules import torchvision (tests/test_models_backend_vllm.py)
 _TORCHVISION = ("KimiK25ForConditionalGeneration",)
 
@@ -384,6 +422,8 @@ def _driver() -> None:
 
     if any(c["config"]["architectures"][0] in (*VL_WRAPPERS, *_TORCHVISION) for c in cases.values()):
         _torchvision_without_ops()
+    _activation_schemas()
+    _stand_ins({c["config"]["model_type"] for c in cases.values() if c.get("stand_in")})
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # vLLM's prints stay off the answer
     import torch
