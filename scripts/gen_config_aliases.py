@@ -90,6 +90,49 @@ def table() -> dict[str, dict[str, str]]:
     return out
 
 
+def vllm_alias_table(vllm: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """vLLM type -> {alias: target} of vLLM's own config class (``ChatGLMConfig``: ``num_hidden_layers`` is
+    its ``num_layers``), by :func:`table`'s rule; the type's transformers class, where vLLM reads it with
+    one, is in :data:`ALIASES` already."""
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    fields = cache_fields()
+    out: dict[str, dict[str, str]] = {}
+    for mt, cls in _classes(vllm, frozenset(vllm)):
+        if mt not in _CONFIG_REGISTRY or cls.__module__.startswith("transformers."):
+            continue
+        amap = getattr(cls, "attribute_map", None) or {}
+        declared = set(getattr(cls, "__dataclass_fields__", None) or ()) | set(
+            inspect.signature(cls.__init__).parameters
+        )
+        row = {
+            a: t
+            for a, t in sorted(amap.items())
+            if isinstance(a, str) and isinstance(t, str) and a != t and a not in declared
+            and (a in fields or t in fields)
+        }
+        if row:
+            out[mt] = row
+    return out
+
+
+def render_vllm_aliases(rows: dict[str, dict[str, str]]) -> list[str]:
+    return [
+        "#: the VLLM_TYPES read with vLLM's own class -> {alias: target} of that class (as ALIASES)",
+        "VLLM_ALIASES: Mapping[str, Mapping[str, str]] = {",
+        *(line for mt, row in rows.items() for line in _row_lines(mt, row)),
+        "}",
+    ]
+
+
+def _row_lines(mt: str, row: dict[str, str]) -> list[str]:
+    """One table row on a line, or one entry a line where it would pass 110 characters."""
+    one = f"    {mt!r}: {{{', '.join(f'{a!r}: {t!r}' for a, t in row.items())}}},"
+    if len(one) <= 110:
+        return [one]
+    return [f"    {mt!r}: {{", *(f"        {a!r}: {t!r}," for a, t in row.items()), "    },"]
+
+
 def _types() -> list[str]:
     """The model types a generating model is read from: causal LMs, multimodal models, text configs."""
     from transformers import CONFIG_MAPPING
@@ -383,6 +426,7 @@ def main() -> int:
             *render_defaults(default_table(vllm)),
             *render_vllm(vllm),
             *render_vllm_transformers(vllm_transformers_classes(vllm)),
+            *render_vllm_aliases(vllm_alias_table(vllm)),
         ],
     )
     if args.check:

@@ -368,6 +368,44 @@ def _torchvision_without_ops() -> None:
 
 
 _KEEP: list[Any] = []  # the stub library above lives as long as the driver
+
+
+def _activation_schemas() -> None:
+    """Stub: GPT-2's and GPT-J's MLPs take ``gelu_new`` (and others ``gelu_fast``), which look up vLLM's
+    compiled ``_C`` operator when built (vllm._C is not in the CPU install): the operators' schemas only,
+    with no kernel, so any call of one raises (construction runs nothing; the MLP holds no cache)."""
+    import torch
+
+    for op in ("gelu_new", "gelu_fast"):
+        if not hasattr(torch.ops._C, op):
+            lib = torch.library.Library("_C", "FRAGMENT")
+            lib.define(f"{op}(Tensor(a!) out, Tensor input) -> ()")
+            _KEEP.append(lib)
+
+
+def _stand_ins(model_types: set[str]) -> None:
+    """Stub: a remote-code config class (hub code, not fetched offline, never run here) stands in as a plain
+    ``PretrainedConfig`` holding the fields as written, registered with transformers' AutoConfig, as
+    tests/test_models_generic.py's driver does; the fields vLLM's model reads beyond the cache's, where the
+    file leaves them to the class, are the stand-in's class attributes (:data:`STAND_IN_DEFAULTS`), never
+    written into the config. Asserted: transformers and vLLM have no class of their own for the type."""
+    from transformers import CONFIG_MAPPING, AutoConfig, PretrainedConfig
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    for mt in sorted(model_types):
+        assert mt not in CONFIG_MAPPING and mt not in _CONFIG_REGISTRY, mt
+        stand_in = type(f"StandIn_{mt}", (PretrainedConfig,), {"model_type": mt, **STAND_IN_DEFAULTS})
+        AutoConfig.register(mt, stand_in)
+
+
+#: a stand-in's class defaults (what a remote-code class fills that vLLM's model reads, not the cache's)
+STAND_IN_DEFAULTS: dict[str, Any] = {
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+}
 #: other multimodal architectures whose vLLM modules import torchvision (tests/test_models_backend_vllm.py)
 _TORCHVISION = ("KimiK25ForConditionalGeneration",)
 
@@ -387,6 +425,8 @@ def _driver() -> None:
 
     if any(c["config"]["architectures"][0] in (*VL_WRAPPERS, *_TORCHVISION) for c in cases.values()):
         _torchvision_without_ops()
+    _activation_schemas()
+    _stand_ins({c["config"]["model_type"] for c in cases.values() if c.get("stand_in")})
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # vLLM's prints stay off the answer
     import torch
@@ -427,7 +467,8 @@ def _driver() -> None:
     Platform._find_non_ssm_backends = classmethod(lambda cls, vc: [TritonAttentionBackend])  # type: ignore
     # the model classes imported here, where the stub above exists (vLLM would inspect a lazily
     # registered class in a subprocess without it): the same classes, registered directly
-    for arch in sorted({c["config"]["architectures"][0] for c in cases.values()}):
+    # (an architecture vLLM does not register is left to its resolution, which refuses it per case)
+    for arch in sorted({c["config"]["architectures"][0] for c in cases.values()} & set(ModelRegistry.models)):
         ModelRegistry.register_model(arch, ModelRegistry.models[arch].load_model_cls())
     planning = NS(
         cache_config=NS(
@@ -471,12 +512,12 @@ def _driver() -> None:
                 group.world_size = tp  # stub: one rank of tp N (construction only reads the size)
                 try:
                     assert get_tensor_model_parallel_world_size() == tp and group.rank_in_group == 0
-                    with set_current_vllm_config(vc), torch.device("cpu"):
+                    with set_current_vllm_config(vc), torch.device(case.get("torch_device", "cpu")):
                         cls, _ = ModelRegistry.resolve_model_cls(case["config"]["architectures"], mc)
                         cls(vllm_config=vc, prefix="")
                         # what the model runner asks (its get_kv_cache_spec): every registered layer
                         layers_of = get_layers_from_vllm_config(vc, AttentionLayerBase)  # type: ignore
-                        if _on_gpu_backend(case["config"]["architectures"][0]):
+                        if _on_gpu_backend(case["config"]["architectures"][0]) or case.get("gpu_backend"):
                             _as_gpu_gemma4(vc, layers_of)
                         # a layer reading another's cache gets none (the runner: kv_sharing_target_layer_name)
                         layers_of = {
@@ -501,7 +542,7 @@ def _driver() -> None:
                 if b.get_name().endswith("_DIFFKV"):
                     fa = FlashAttentionDiffKVBackend.supported_kv_cache_layouts()
                     assert b.supported_kv_cache_layouts() == fa, (b.get_name(), fa)
-            if _on_gpu_backend(case["config"]["architectures"][0]):
+            if _on_gpu_backend(case["config"]["architectures"][0]) or case.get("gpu_backend"):
                 # built on the CPU with its own backend; on a Hopper GPU vLLM runs the layers on
                 # FlashAttention (4) or TRITON_ATTN, which declare the same layouts (_as_gpu_gemma4)
                 fa = FlashAttentionBackend.supported_kv_cache_layouts()
@@ -556,7 +597,7 @@ def _driver() -> None:
             import traceback
 
             traceback.print_exc()
-            out[case_id] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+            out[case_id] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"}
     real_stdout.write(json.dumps(out) + "\n")
     real_stdout.flush()
     os._exit(0)  # skip vLLM's teardown of the gloo group

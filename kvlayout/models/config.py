@@ -315,7 +315,7 @@ def written_aliases(
     transformers, hence vLLM, refuses the config). Its ``text_config`` too, by its own model type, or the
     one its parent's class nests where it writes none. ``model_type``: the type to read ``data`` as where
     it writes none."""
-    from .config_aliases import ALIASES, NOT_NULL, TEXT_TYPES
+    from .config_aliases import ALIASES, NOT_NULL, TEXT_TYPES, VLLM_ALIASES, VLLM_TYPES
 
     out = dict(data)
     mt = out.get("model_type")
@@ -336,7 +336,8 @@ def written_aliases(
                 "value, or leave the field out for the class default"
             )
             raise spec_error(f"{where}.{key}", None, why)
-    for alias, target in ALIASES.get(mt, {}).items():
+    rows = VLLM_ALIASES.get(mt, {}) if mt in VLLM_TYPES else ALIASES.get(mt, {})
+    for alias, target in rows.items():
         value = out.get(alias)
         lo = 0 if "window" in alias else 1  # a window of 0 is none; the others are sizes and counts, or lists
         sized = target not in ("layer_types", "layers_block_type")
@@ -351,6 +352,11 @@ def written_aliases(
                 f"{was}, as vLLM reads it"
             )
             out[target] = out[alias]
+    # an alias left out reads its target, as the class's attribute does (ChatGLM's num_hidden_layers is the
+    # num_layers written: vLLM 0.33's ChatGLMConfig); the json reader refused it as missing (issue 23)
+    for alias, target in rows.items():
+        if alias not in out and out.get(target) is not None:  # (a null alias is read as not written)
+            out[alias] = out[target]
     return out
 
 

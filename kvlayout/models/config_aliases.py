@@ -777,3 +777,17 @@ VLLM_TRANSFORMERS_CLASSES: Mapping[str, str] = {
     'kimi_k25': 'kimi_k25',
     'step3p5': 'step3p5',
 }
+#: the VLLM_TYPES read with vLLM's own class -> {alias: target} of that class (as ALIASES)
+VLLM_ALIASES: Mapping[str, Mapping[str, str]] = {
+    'RefinedWeb': {
+        'num_attention_heads': 'n_head',
+        'num_hidden_layers': 'n_layer',
+        'num_kv_heads': 'n_head_kv',
+    },
+    'RefinedWebModel': {
+        'num_attention_heads': 'n_head',
+        'num_hidden_layers': 'n_layer',
+        'num_kv_heads': 'n_head_kv',
+    },
+    'chatglm': {'n_head_kv': 'multi_query_group_num', 'num_hidden_layers': 'num_layers'},
+}

@@ -1,0 +1,101 @@
+"""Published config.json files checked against vLLM 0.33's own construction (issue 23): 29 models of other
+families than tests/fixtures/models/ and tests/test_models_published_s13.py (tests/fixtures/published/,
+each with its source in SOURCES.json), at tp 1, 2 and 8, with a bf16 and an fp8 cache, on Hopper and
+Blackwell: 348 cases.
+
+vLLM's answer for each (its cache: block size, groups, every layer's kind and pages, windows, bytes per
+block; or the error its construction raises) is pinned in tests/fixtures/published/truth.json by
+scripts/gen_published_truth.py, which builds every model in vLLM on the CPU
+(tests/test_models_hybrid_vllm.py's driver, on the meta device: the published models' weights do not fit;
+remote-code config classes as stand-ins holding the fields as written). kvlayout must give the same
+cache, or refuse exactly where vLLM refuses. The slow test builds a few of them again in vLLM, so the
+pins cannot rot.
+
+Found on the way: ChatGLM (THUDM/chatglm3-6b) writes ``num_layers``, which vLLM 0.33 reads through its own
+ChatGLMConfig as ``num_hidden_layers`` (the class's ``attribute_map``); kvlayout refused it as missing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kvlayout.models as M
+from scripts.gen_published_truth import DEVICES, KVS, TPS, TRUTH, compare, configs, digest, kvlayout_answer
+
+CONFIGS = configs()
+PINNED: dict[str, Any] = json.loads(TRUTH.read_text())
+CASES = [
+    (name, tp, kv, device) for name in CONFIGS for tp in TPS for kv in KVS for device in DEVICES
+]
+
+
+def test_the_set_is_whole() -> None:
+    assert len(CONFIGS) == 29 and len(CASES) == 348
+    assert set(PINNED["cases"]) == {f"{n}-tp{tp}-{kv}-{d}" for n, tp, kv, d in CASES}
+    sources = json.loads((Path(TRUTH).parent / "SOURCES.json").read_text())
+    assert set(sources) == set(CONFIGS)
+
+
+@pytest.mark.parametrize(("name", "tp", "kv", "device"), CASES, ids=["-".join(map(str, c)) for c in CASES])
+def test_published_equals_vllm(name: str, tp: int, kv: str, device: str) -> None:
+    pinned = PINNED["answers"][PINNED["cases"][f"{name}-tp{tp}-{kv}-{device}"]]
+    mine = kvlayout_answer(CONFIGS[name], tp, kv, device)
+    verdict = compare(mine, pinned)
+    assert verdict in ("agree", "refused-both"), (verdict, mine.get("refused"), pinned)
+
+
+def test_pins_are_the_hand_computed_ones() -> None:
+    """vLLM's numbers by hand, so that the comparison cannot pass on two equal wrong pins."""
+    def pin(case: str) -> dict[str, Any]:
+        out: dict[str, Any] = PINNED["answers"][PINNED["cases"][case]]
+        return out
+
+    # ChatGLM3-6B: 28 layers, 2 KV groups of 128 on every rank up to tp 2, K and V, 16 tokens, 2 B
+    assert pin("chatglm3_6b-tp1-auto-hopper")["bytes_per_block"] == 28 * 2 * 2 * 128 * 16 * 2
+    assert pin("chatglm3_6b-tp8-auto-hopper")["bytes_per_block"] == 28 * 1 * 2 * 128 * 16 * 2  # replicated
+    # Phi-3.5-mini: the config's window on all 32 layers, 32 KV heads of 96
+    phi = pin("phi3_5_mini-tp1-auto-blackwell")
+    assert phi["windows"] == [262_144] and phi["pages"] == [["SlidingWindowSpec", 196_608, 196_608]]
+    # Gemma 3 1B: 5 sliding layers to 1 full, one KV head of 256; 4 query heads: tp 8 refused
+    assert pin("gemma3_1b-tp1-fp8-hopper")["bytes_per_block"] == 4 * 2 * 256 * 16
+    assert "error" in pin("gemma3_1b-tp8-auto-hopper")
+    # DeepSeek-V2-Lite: MLA 576 per token; FLASH_ATTN_MLA's 16 tokens (Hopper, bf16), FlashMLA's 64 (fp8)
+    assert pin("deepseek_v2_lite-tp2-auto-hopper")["bytes_per_block"] == 27 * 576 * 16 * 2
+    assert pin("deepseek_v2_lite-tp2-fp8-hopper")["bytes_per_block"] == 27 * 576 * 64
+    # Baichuan and Qwen (1): vLLM 0.33 no longer serves them
+    assert "not supported anymore" in pin("baichuan2_7b-tp1-auto-hopper")["error"]
+
+
+@pytest.mark.parametrize("reader", ["json", "auto", "transformers"])
+def test_chatglm_reads_num_layers_as_vllms_chatglmconfig(reader: str) -> None:
+    """THUDM/chatglm3-6b writes num_layers; vLLM 0.33's ChatGLMConfig reads it as num_hidden_layers."""
+    cfg = CONFIGS["chatglm3_6b"]
+    assert "num_hidden_layers" not in cfg and cfg["num_layers"] == 28
+    ms = M.from_config(cfg, reader=reader)
+    assert isinstance(ms, M.ModelSpec) and len(ms.spec.layers) == 28
+    assert ms.bytes_per_block == 28 * 2 * 2 * 128 * 16 * 2
+    # written beside it, num_hidden_layers is the class's alias: it sets num_layers (the alias wins)
+    both = M.from_config({**cfg, "num_hidden_layers": 2}, reader="json")
+    assert isinstance(both, M.ModelSpec) and len(both.spec.layers) == 2
+
+
+@pytest.mark.slow
+def test_pins_are_vllms_live() -> None:
+    """A few cases built again in vLLM now (one process): the same answers as pinned."""
+    from scripts.gen_published_truth import summary, vllm_cases
+    from tests.test_models_hybrid_vllm import vllm_answers
+
+    few = {n: CONFIGS[n] for n in ("chatglm3_6b", "deepseek_v2_lite", "phi3_5_mini", "internlm2_5_7b")}
+    cases, which = vllm_cases(few)
+    keep = {k: v for k, v in cases.items() if "-tp2-" in k}
+    answers = vllm_answers(keep)
+    for key, answer in answers.items():
+        got = summary(answer)
+        assert got == PINNED["answers"][key], key
+        if "error" not in got:
+            assert got["digest"] == digest(answer)
+    assert len(keep) >= 8 and all(which[c] in PINNED["answers"] for c in which)
