@@ -19,8 +19,38 @@ from .ranges import INT32_MAX, MAX_BLOCKS, MAX_BYTES
 
 
 def is_int(v: object) -> bool:
-    """A real integer (bools are not, nor NumPy timedeltas: a subclass of ``np.integer``)."""
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_, np.timedelta64))
+    """A real integer (bools are not, nor NumPy timedeltas: a subclass of ``np.integer``, nor an ``int``
+    subclass whose readings disagree: :func:`honest_int`)."""
+    if type(v) is int:
+        return True
+    if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_, np.timedelta64)):
+        return False
+    return not isinstance(v, int) or honest_int(v)
+
+
+#: Why an ``int`` subclass that :func:`honest_int` refuses is no integer.
+LYING_INT_WHY = "an int subclass whose value, int() and __index__() disagree is no integer"
+
+
+def honest_int(v: int) -> bool:
+    """Whether an ``int`` (subclass) reads the same every way: its stored value (torch, ``int.__int__``),
+    ``int()`` and ``__index__()`` (NumPy). An object where they disagree would be a different id on
+    different paths (the vLLM plugin's torch check and the JAX zeroers' NumPy check), so it is refused."""
+    try:
+        kind = type(v)  # the slots themselves: int() and operator.index() skip them on an int subclass
+        readings = (int.__int__(v), kind.__int__(v), kind.__index__(v))
+        return all(isinstance(x, int) for x in readings) and len({int.__int__(x) for x in readings}) == 1
+    except Exception:  # a reading that raises (user code): not an integer
+        return False
+
+
+def id_element_why(v: object, why: str = "must be an integer block id") -> str:
+    """Why ``v``, an element of a list of block ids, is refused (``why``, more precisely where it can be)."""
+    if isinstance(v, (bool, np.bool_)):
+        return f"{why}, not a bool"
+    if isinstance(v, int):
+        return f"{why}: {LYING_INT_WHY}"
+    return why
 
 
 def plain_ints(obj: Any) -> None:
@@ -93,10 +123,10 @@ def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
         types = set(map(type, ids))  # C-speed pass; timedelta64 is an np.integer subclass (issue 25)
         if not all(t is int or (issubclass(t, np.integer) and t is not np.timedelta64) for t in types):
             odd = next(((i, v) for i, v in enumerate(ids) if not is_int(v)), None)
-            if odd is not None:  # else int subclasses (IntEnum): integers, taken by value
-                raise bad_value(
-                    BlockIdError, f"block_ids[{odd[0]}]", odd[1], "must be an integer (nothing was written)"
-                )
+            if odd is not None:  # else int subclasses (IntEnum) that read the same every way (is_int)
+                lying = isinstance(odd[1], int) and not isinstance(odd[1], bool)
+                why = f"must be an integer{': ' + LYING_INT_WHY if lying else ''} (nothing was written)"
+                raise bad_value(BlockIdError, f"block_ids[{odd[0]}]", odd[1], why)
         try:
             arr = np.array(ids, dtype=np.int64) if ids else np.zeros(0, np.int64)
         except OverflowError:

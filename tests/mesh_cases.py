@@ -223,3 +223,20 @@ def test_apply_inside_a_user_jit() -> None:
     out, bad = step(z.make_buffer(data), jnp.array([1, 6], jnp.int32))
     assert int(bad) == 0 and out.sharding.is_equivalent_to(z.sharding, 2)
     assert lay.compare(data, z.to_host(out), [1, 6]).matches
+
+
+@pytest.mark.parametrize("extra", [8, -8])
+def test_sharded_apply_refuses_a_buffer_of_other_rows(extra: int) -> None:
+    """Hostile pass 16, H1: 8 rows more or fewer per shard shifted every shard's writes (block 5 zeroed
+    4,096 B off, inside its neighbours' rows); apply in a user's jit now refuses the shape, buffer intact."""
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(6), {"x": 2}, block_axes=("x",))
+    z = kp.ShardedPallasZeroer(lay, mesh(x=2), kernel="triton", interpret=True)
+    rows = z.buffer_shape[0] + 2 * extra
+    host = np.full((rows, 128), 0x5A5A5A5A, np.int32)
+    buf = jax.device_put(jnp.asarray(host), z.sharding)
+    with pytest.raises(K.LayoutBufferError) as e:
+        jax.jit(z.apply, donate_argnums=0)(buf, jnp.array([5], jnp.int32))
+    assert e.value.field == "buffer.shape" and str(e.value) == (
+        f"buffer shape = {(rows, 128)}: must be {z.buffer_shape} (2 shards x {z.shard_rows} rows)"
+    )
+    assert not buf.is_deleted() and np.array_equal(np.asarray(buf), host)

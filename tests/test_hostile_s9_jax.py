@@ -24,16 +24,15 @@ def test_pallas_apply_narrows_host_ids_of_every_kind_without_wrapping() -> None:
         return int(bad), [i for i in range(8) if float(out[0][i].sum()) == 0]
 
     big = 2**32 + 3  # block 3 once narrowed
-    for ids in (
-        torch.tensor([big]),
-        [np.array(big)],
-        [torch.tensor(big)],
-        array.array("q", [big]),
-        torch.tensor([2**63], dtype=torch.uint64),
-    ):
+    for ids in ([big], [np.int64(big)], np.array([big]), np.array([2**63], np.uint64)):
         assert zeroed(ids) == (1, []), ids
-    assert zeroed(torch.tensor([big, 5])) == (1, [5])
-    assert zeroed([np.array(2), torch.tensor(6)]) == (0, [2, 6])
+    assert zeroed(np.array([big, 5])) == (1, [5])
+    # torch tensors, array.array and 0-d arrays in a list are no ids (as in __call__; hostile pass 16, L1):
+    # refused by name, so none is narrowed either
+    for ids in (torch.tensor([big]), [np.array(big)], [torch.tensor(big)], array.array("q", [big])):
+        with pytest.raises(K.BlockIdError) as e:
+            zeroed(ids)
+        assert e.value.field in ("block_ids", "block_ids[0]"), ids
 
 
 def test_pallas_step_ids_in_a_traced_list_with_host_ids() -> None:

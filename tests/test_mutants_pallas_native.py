@@ -689,8 +689,7 @@ def test_plan_names_the_leaf_and_takes_tile_bytes(monkeypatch: pytest.MonkeyPatc
     refusals name the leaf, not its position in the call)."""
     odd = jnp.zeros((PAGES, 256), jnp.bfloat16)
     caches = {"a": jnp.zeros(A[0], jnp.float32), "odd": odd}
-    z = Z(caches, kernel="tpu", interpret=True)
-    e = raises(K.LayoutBufferError, z, caches, [1])
+    e = raises(K.LayoutBufferError, Z, caches, kernel="tpu", interpret=True)  # at construction (pass 16)
     assert e.field == "leaf 'odd'.shape" and not odd.is_deleted()
     plans: list[Any] = []
     monkeypatch.setattr(N, "tpu_native_call", lambda plan, *a: plans.append(plan) or "f")

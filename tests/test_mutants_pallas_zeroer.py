@@ -174,15 +174,21 @@ def test_step_ids_host_paths() -> None:
         e = raises(K.BlockIdError, Z.step_ids, ids)  # a bool beside ints became block 0 or 1 (issue 25)
         assert e.field == f"block_ids[{at}]" and str(e).endswith(": must be an integer block id, not a bool")
     assert Z.step_ids([2, jnp.array(3)]).tolist() == [2, 3]  # a device scalar beside ints: not a bool
-    assert Z.step_ids(np.array([True])).dtype == jnp.bool_  # a bool array: refused later by check_id_array
-    assert Z.step_ids(np.array([1.5])).dtype == jnp.float32  # refused later by check_id_array
+    for arr in (np.array([True]), np.array([1.5])):  # refused by the dtype given (hostile pass 16, L2)
+        e = raises(K.BlockIdError, Z.step_ids, arr)
+        assert str(e) == f"block_ids.dtype = {arr.dtype}: must be an integer array, got dtype {arr.dtype}"
     e = raises(K.BlockIdError, Z.step_ids, np.array([1, None], dtype=object))
     assert str(e) == "block_ids.dtype = object: must be an integer array, got dtype object"
     assert e.field == "block_ids.dtype" and e.value == "object"
-    why = "must be a 1-D integer array of block ids (nothing was written)"
-    for bad in ("ab", None, {"a": 1}, 2**40, ["x"], [None]):
+    why = Z.IDS_WHY  # what __call__ takes, or a jax.Array (hostile pass 16, L1)
+    for bad in ("ab", None, {"a": 1}, 2**40):
         e = raises(K.BlockIdError, Z.step_ids, bad)
-        assert str(e) == f"block_ids = {bad!r}: {why}" and e.field == "block_ids" and e.value == bad
+        assert str(e) == f"block_ids = {bad!r}: {why}; got a {type(bad).__name__}"
+        assert e.field == "block_ids" and e.value == bad
+    for bad in (["x"], [None]):
+        e = raises(K.BlockIdError, Z.step_ids, bad)
+        assert str(e) == f"block_ids[0] = {bad[0]!r}: must be an integer block id"
+        assert e.field == "block_ids[0]"
 
 
 def test_check_id_array_and_buffer_type() -> None:

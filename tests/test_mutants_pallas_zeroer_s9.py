@@ -1,5 +1,5 @@
 """The Pallas zeroer's host-id paths added by issue 25's fourth and fifth passes (``step_ids`` for ids
-that are neither NumPy nor a list of ints, ``_fit_host_id`` for host ids beside JAX values) and
+that are neither NumPy nor a list of ints, host ids beside JAX values) and
 ``check_num_ids``: every refusal's field, value and message, and the int32 bounds."""
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def test_host_ids_beside_jax_values_fit_int32_or_become_minus_one() -> None:
     one = jnp.asarray(1, jnp.int32)
     ids = [one, np.int64(LO), np.int64(HI), np.int64(LO - 1), np.int64(HI + 1), 7]
     assert Z.step_ids(ids).tolist() == [1, LO, HI, -1, -1, 7]
-    assert Z.step_ids([one, 1.5]).dtype == jnp.float32  # a float id: refused later by check_id_array
+    e = _err(Z.step_ids, [one, 1.5])  # a float id: refused by its index (hostile pass 16, L2)
+    assert (e.field, e.value) == ("block_ids[1]", 1.5)
+    assert str(e) == "block_ids[1] = 1.5: must be an integer block id"
     e = _err(Z.step_ids, [one, "x"])
     assert (e.field, e.value) == ("block_ids[1]", "x")
     assert str(e) == "block_ids[1] = 'x': must be an integer block id"
@@ -46,9 +48,10 @@ def test_a_list_jax_cannot_convert_is_named() -> None:
 
 
 def test_host_ids_numpy_cannot_convert_are_named() -> None:
-    ragged = [[1], [1, 2]]  # NumPy's ValueError
+    ragged = [[1], [1, 2]]  # a list in the list: refused by its index before NumPy sees it (hostile pass 16)
     e = _err(Z.step_ids, ragged)
-    assert (e.field, e.value, str(e)) == ("block_ids", ragged, f"block_ids = {ragged!r}: {WHY}")
+    assert (e.field, e.value) == ("block_ids[0]", [1])
+    assert str(e) == "block_ids[0] = [1]: must be an integer block id"
     assert type(e) is K.BlockIdError
 
 

@@ -153,6 +153,11 @@ class CacheZeroer:
             self._init_mesh(mesh, leaves, partition_specs)
         elif partition_specs is not None:
             raise bad_value(LayoutBufferError, "partition_specs", partition_specs, "needs a mesh")
+        if self.kernel == "tpu":  # the TPU kernel's limits (a rank-2 8/16-bit leaf's page count) refused now,
+            # naming the leaf, not at the first call from inside JAX's trace
+            live = [i for i, leaf in enumerate(self.spec.leaves) if leaf.zeroed]  # leaves a call may zero
+            plan_tpu([(self.local_shapes[i], self.spec.leaves[i].dtype) for i in live],
+                     tile_bytes=tile_bytes, names=[self.spec.names[i] for i in live])
         self._lock = threading.Lock()
         self._calls: dict[tuple[Any, ...], Any] = {}
         self._bad = BadIdCount()

@@ -152,7 +152,8 @@ class ShardedPallasZeroer:
         """Global ``int32[num_shards * shard_rows, 128]`` shape of the sharded buffer."""
         return (self.layout.num_shards * self.shard_rows, LANES)
 
-    def _check_buffer(self, buf: Any) -> None:
+    def _check_buffer_shape(self, buf: Any) -> None:
+        """Type, dtype and exact global shape: static, so also checked on a traced buffer (apply)."""
         check_int32_array(buf)
         if tuple(buf.shape) != self.buffer_shape:
             raise LayoutBufferError(
@@ -161,6 +162,20 @@ class ShardedPallasZeroer:
                 field="buffer.shape",
                 value=tuple(buf.shape),
             )
+
+    def _check_shard_rows(self, buf: Any) -> None:
+        """Inside shard_map: this shard's block must be exactly the ``[shard_rows, 128]`` the plan assumes
+        (a wrong global shape shifts every shard's rows: the plan's writes land in other bytes)."""
+        if tuple(buf.shape) != (self.shard_rows, LANES):
+            raise LayoutBufferError(
+                f"buffer shard shape = {tuple(buf.shape)}: must be {(self.shard_rows, LANES)} "
+                f"(the global buffer must be {self.buffer_shape}, sharded as {self.spec})",
+                field="buffer.shape",
+                value=tuple(buf.shape),
+            )
+
+    def _check_buffer(self, buf: Any) -> None:
+        self._check_buffer_shape(buf)
         sh = getattr(buf, "sharding", None)
         if not isinstance(sh, jax.sharding.Sharding) or not sh.is_equivalent_to(self.sharding, 2):
             raise LayoutBufferError(
@@ -174,6 +189,7 @@ class ShardedPallasZeroer:
     def _shard_step(self, buf: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Inside shard_map: ``buf`` int32 ``[shard_rows, 128]`` (this shard), ``ids`` int32 ``[n]``
         (global)."""
+        self._check_shard_rows(buf)
         lay = self.layout
         nbad = jnp.sum((ids < 0) | (ids >= lay.num_blocks)).astype(jnp.int32)
         if ids.shape[0] == 0:
@@ -188,6 +204,7 @@ class ShardedPallasZeroer:
 
     def _shard_step_local(self, buf: jax.Array, local: jax.Array) -> jax.Array:
         """Inside shard_map: ``local`` int32 ``[bucket]`` this shard's local ids, ``-1`` padding."""
+        self._check_shard_rows(buf)
         keep = local >= 0
         return self.local.apply_masked(buf, jnp.where(keep, local, 0), keep)
 
@@ -208,7 +225,12 @@ class ShardedPallasZeroer:
         return jax.device_put(arr.reshape(-1), self.routed_sharding)
 
     def apply(self, buf: jax.Array, block_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Traceable: ``(buf, global ids int[n]) -> (buf, number of ids outside the pool)``."""
+        """Traceable: ``(buf, global ids int[n]) -> (buf, number of ids outside the pool)``.
+
+        The buffer's dtype and exact global shape are checked first (static under trace), as
+        :meth:`__call__` checks them: a buffer of other rows would shift every shard's layout.
+        """
+        self._check_buffer_shape(buf)
         ids = step_ids(block_ids)
         check_id_array(ids)
         ids32, ok = ids_in_range(ids, self.layout.num_blocks)  # no wide id wraps into the pool

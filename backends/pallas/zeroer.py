@@ -25,7 +25,7 @@ from kvlayout.hardware import jax_platform
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable, check_table
-from kvlayout.validate import check_int, check_option, is_int
+from kvlayout.validate import check_int, check_option, id_element_why, is_int
 from kvlayout.verify import require_safe
 
 from .kernels import (
@@ -73,48 +73,33 @@ def ids_in_range(ids: jax.Array, limit: int) -> tuple[jax.Array, jax.Array]:
     return jnp.where(ok, ids, 0).astype(jnp.int32), ok
 
 
+#: What a traced step takes as block ids (the contract of ``__call__``, :func:`kvlayout.validate.block_ids`,
+#: plus JAX values): anything else is refused by name, never converted.
+IDS_WHY = "must be a list, tuple or integer NumPy array of block ids, or a jax.Array (nothing was written)"
+
+
 def step_ids(block_ids: Any) -> Any:
     """``block_ids`` as an array for a traced step, host ids narrowed to int32 without wrapping.
 
     A ``jax.Array`` (or tracer) is returned as is: its values are checked in the traced
-    code (:func:`ids_in_range`). Host ids of any kind (a NumPy array or scalar, a list or tuple of
-    integers, a torch CPU tensor, an ``array.array``, a list of 0-d arrays) are made a NumPy array
-    and checked there first, because ``jnp.asarray`` narrows 64-bit ids to int32 with x64 off, at
-    trace time too (``2**32 + 3`` would become block 3): every id outside int32 becomes ``-1``, a
-    bad id the step counts and never writes. A list holding JAX values (tracers) is JAX's to
-    convert; its host integers are narrowed the same way first.
+    code (:func:`ids_in_range`). Host ids are what ``__call__`` takes: a list or tuple of
+    integers (Python or NumPy; JAX scalars may stand beside them) or an integer NumPy array;
+    anything else (a torch tensor, ``array.array``, ``range``, bytes-like objects, floats,
+    bools, int subclasses whose ``int()`` and ``__index__()`` disagree) is refused naming the
+    field. Host ids are checked in NumPy first, because ``jnp.asarray`` narrows 64-bit ids to
+    int32 with x64 off, at trace time too (``2**32 + 3`` would become block 3): every id outside
+    int32 becomes ``-1``, a bad id the step counts and never writes.
     """
     if isinstance(block_ids, jax.Array):
         return block_ids
     if isinstance(block_ids, (list, tuple)):
-        if not block_ids:
-            return jnp.zeros((0,), jnp.int32)
-        if all(type(v) is int or is_int(v) for v in block_ids):  # no bools, no tracers, no timedeltas
-            fit = [int(v) if INT32_MIN <= v <= INT32_MAX else -1 for v in block_ids]
-            return jnp.asarray(np.array(fit, np.int32))
-        for i, v in enumerate(block_ids):  # a bool beside ints would become block 0 or 1 (issue 25)
-            dt = getattr(v, "dtype", None)
-            if isinstance(v, (bool, np.bool_)) or isinstance(dt, np.dtype) and dt.kind == "b":
-                raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer block id, not a bool")
-        if any(isinstance(v, jax.Array) for v in block_ids):  # tracers: JAX converts the list
-            fit = [_fit_host_id(i, v) for i, v in enumerate(block_ids)]
-            try:
-                return jnp.asarray(fit)
-            except (OverflowError, TypeError, ValueError):
-                why = "must be a 1-D integer array of block ids (nothing was written)"
-                raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
-    if isinstance(block_ids, (np.ndarray, np.generic)):
-        arr = np.asarray(block_ids)
-    else:  # NumPy first (torch CPU tensors, array.array, 0-d arrays in a list): never narrowed by JAX
-        why = "must be a 1-D integer array of block ids (nothing was written)"
-        try:
-            arr = np.asarray(block_ids)
-        except (OverflowError, TypeError, ValueError, RuntimeError):  # too-large ints, CUDA tensors, ...
-            raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
-        if arr.ndim != 1 or arr.dtype.kind not in "iufb":  # strings, None, dicts, scalars
-            raise bad_value(BlockIdError, "block_ids", block_ids, why)
-    if arr.dtype.kind not in "iufb":  # object, timedelta64 (an np.integer subdtype), datetime64,
-        # strings, bytes, records, complex (issue 25): floats and bools fail check_id_array's dtype
+        return _list_ids(block_ids)
+    if not isinstance(block_ids, (np.ndarray, np.generic)):  # torch, array.array, range, bytes, ...
+        kind = type(block_ids).__name__
+        raise bad_value(BlockIdError, "block_ids", block_ids, f"{IDS_WHY}; got a {kind}")
+    arr = np.asarray(block_ids)  # a subclass (masked, matrix) as its data, as __call__ reads it
+    if arr.dtype.kind not in "iu":  # object, timedelta64 (an np.integer subdtype), datetime64, strings,
+        # bytes, records, complex (issue 25), floats, bools: named by the dtype given, before JAX narrows it
         why = f"must be an integer array, got dtype {arr.dtype}"
         raise bad_value(BlockIdError, "block_ids.dtype", str(arr.dtype), why, shown=str(arr.dtype))
     if arr.ndim != 1:  # before narrowing, so the message shows the dtype given
@@ -123,7 +108,7 @@ def step_ids(block_ids: Any) -> Any:
             field="block_ids",
             value=str(arr.dtype),
         )
-    if arr.dtype.kind in "iu" and np.iinfo(arr.dtype).max > INT32_MAX:
+    if np.iinfo(arr.dtype).max > INT32_MAX:
         fits = arr <= INT32_MAX if arr.dtype.kind == "u" else (arr >= INT32_MIN) & (arr <= INT32_MAX)
         out = np.full(arr.shape, -1, np.int32)  # not np.where(fits, arr, -1): NumPy 2 refuses -1 as uint64
         out[fits] = arr[fits]
@@ -131,17 +116,27 @@ def step_ids(block_ids: Any) -> Any:
     return jnp.asarray(arr)
 
 
-def _fit_host_id(i: int, v: Any) -> Any:
-    """One host id of a list that also holds JAX values: an integer outside int32 becomes ``-1``."""
-    if isinstance(v, jax.Array):
-        return v
-    x = np.asarray(v)
-    if x.ndim or x.dtype.kind not in "iu":
-        if x.dtype.kind in "f":  # a float id: JAX makes the array float, which check_id_array refuses
-            return v
-        raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer block id")
-    n = int(x)
-    return n if INT32_MIN <= n <= INT32_MAX else -1
+def _list_ids(block_ids: list[Any] | tuple[Any, ...]) -> Any:
+    """A list or tuple of host integers (JAX values may stand beside them) as ids; ids outside int32
+    become ``-1``. An element that is neither is refused by its index, before anything is converted."""
+    if not block_ids:
+        return jnp.zeros((0,), jnp.int32)
+    if all(type(v) is int or is_int(v) for v in block_ids):  # no bools, no tracers, no timedeltas
+        host = [int(v) if INT32_MIN <= v <= INT32_MAX else -1 for v in block_ids]
+        return jnp.asarray(np.array(host, np.int32))
+    for i, v in enumerate(block_ids):
+        if isinstance(v, jax.Array):
+            if v.dtype == jnp.bool_:  # a bool beside ints would become block 0 or 1 (issue 25)
+                raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer block id, not a bool")
+        elif not is_int(v):  # 0-d arrays, torch tensors, floats, strings, None, lying int subclasses
+            raise bad_value(BlockIdError, f"block_ids[{i}]", v, id_element_why(v))
+    fit: list[Any] = [v if isinstance(v, jax.Array) else int(v) if INT32_MIN <= v <= INT32_MAX else -1
+                      for v in block_ids]
+    try:  # JAX values (tracers): JAX converts the list
+        return jnp.asarray(fit)
+    except (OverflowError, TypeError, ValueError):  # a 1-D JAX value beside scalars
+        why = "must be a 1-D integer array of block ids (nothing was written)"
+        raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
 
 
 def check_num_ids(num_ids: Any) -> int:
@@ -427,8 +422,10 @@ class PallasZeroer:
     def apply_masked(self, buf: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.Array:
         """Traceable: zero ``ids[valid]`` (int32 ``[n]``, bool ``[n]``); invalid slots are skipped.
 
-        Used by the sharded zeroer, where ids owned by other shards are not errors.
+        Used by the sharded zeroer, where ids owned by other shards are not errors. The buffer is
+        checked as :meth:`apply` checks it (int32, ``(rows >= buffer_shape[0], 128)``; static under trace).
         """
+        self._check_buffer(buf)
         if len(self.kernel_table) == 0:  # only mamba layers: no rows, nothing to write
             return buf
         n = ids.shape[0]

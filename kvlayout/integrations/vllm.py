@@ -610,7 +610,7 @@ def check_views_against_layout(
         ours = merge_ranges(lo, lo + np.array([q.span for q in p.parts], np.int64))
         value = views[name]
         exact = not isinstance(value, (list, tuple))
-        tensors = [value] if exact else list(_walk_tensors(value))
+        tensors = [value] if exact else list(_walk_tensors(value, f"{where}[{name!r}]"))
         if not tensors or not all(hasattr(t, "untyped_storage") for t in tensors):
             why = "must be a tensor or a list/tuple of tensors, and holds no tensor"
             raise spec_error(f"{where}[{name!r}]", type(value).__name__, why)
@@ -666,13 +666,31 @@ def check_views_against_layout(
     return base
 
 
-def _walk_tensors(value: Any) -> Iterator[Any]:
-    """Tensors inside a layer's cache (a tensor, or vLLM's per-state lists/tuples for Mamba)."""
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _walk_tensors(v)
-    elif hasattr(value, "untyped_storage"):
-        yield value
+#: Deepest nesting of lists/tuples a layer's cache may have (vLLM's Mamba states nest one or two).
+MAX_VIEW_DEPTH = 16
+
+
+def _walk_tensors(value: Any, where: str = "kv_caches") -> Iterator[Any]:
+    """Tensors inside a layer's cache (a tensor, or vLLM's per-state lists/tuples for Mamba), in order.
+
+    Walked without recursion; a value nested deeper than :data:`MAX_VIEW_DEPTH` lists (or holding
+    itself) is a :class:`SpecError` naming ``where`` (a ``RecursionError`` before).
+    """
+    stack: list[Iterator[Any]] = [iter((value,))]
+    while stack:
+        v = next(stack[-1], _END)
+        if v is _END:
+            stack.pop()
+        elif isinstance(v, (list, tuple)):
+            if len(stack) > MAX_VIEW_DEPTH:
+                why = f"nests lists/tuples more than {MAX_VIEW_DEPTH} deep (vLLM's caches nest at most two)"
+                raise bad_value(SpecError, where, len(stack), why, shown=f"lists nested {len(stack)} deep")
+            stack.append(iter(v))
+        elif hasattr(v, "untyped_storage"):
+            yield v
+
+
+_END = object()
 
 
 class KVBlockZeroer:
@@ -744,12 +762,12 @@ class KVBlockZeroer:
             why = "taken from the views' storage offset; pass the buffer to KVBlockZeroer instead"
             raise bad_value(SpecError, "offset", kwargs["offset"], why)
         _check_views_mapping("kv_caches", kv_caches)
-        tensors = [t for v in kv_caches.values() for t in _walk_tensors(v)]
+        tensors = [t for k, v in kv_caches.items() for t in _walk_tensors(v, f"kv_caches[{k!r}]")]
         if not tensors:
             raise bad_value(SpecError, "kv_caches", len(kv_caches), "holds no tensor")
         storage = tensors[0].untyped_storage()
         for name, v in kv_caches.items():
-            for t in _walk_tensors(v):
+            for t in _walk_tensors(v, f"kv_caches[{name!r}]"):
                 if t.untyped_storage().data_ptr() != storage.data_ptr() or t.device != tensors[0].device:
                     why = "all layers must view one allocation"
                     raise bad_value(SpecError, f"kv_caches[{name!r}]", "another storage", why)

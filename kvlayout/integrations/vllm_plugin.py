@@ -42,6 +42,7 @@ import numpy as np
 from ..errors import BlockIdError, SpecError, TableError, bad_value, short
 from ..planner import Layout, plan_layout
 from ..table import SegmentTable
+from ..validate import LYING_INT_WHY, is_int
 from ..verify import verify
 from .vllm import (
     VLLM_VERSION,
@@ -244,7 +245,8 @@ def _manager_views(
     for p in layout.placements:
         name = p.layer.name
         kv = getattr(static_forward_context.get(name), "kv_cache", None)
-        if not any(True for _ in _walk_tensors(kv)):  # no tensor: vLLM's zeroer skips the layer too,
+        where = f"static_forward_context[{name!r}].kv_cache"
+        if not any(True for _ in _walk_tensors(kv, where)):  # no tensor: vLLM's zeroer skips the layer too,
             continue  # and check_views_against_layout refuses it if kvlayout zeroes rows of it
         g = group_of.get(name)
         if g is not None and bool(getattr(g, "kernel_block_stride", 0)) and hasattr(kv, "as_strided"):
@@ -257,10 +259,10 @@ def _storage_base(views: Mapping[str, Any], layout: Layout) -> tuple[Any, int]:
     """(uint8 tensor over the views' one storage, byte of the plan's byte 0 in it), views checked."""
     import torch
 
-    tensors = [t for v in views.values() for t in _walk_tensors(v)]
+    tensors = [t for k, v in views.items() for t in _walk_tensors(v, f"kv_caches[{k!r}]")]
     storage = tensors[0].untyped_storage()
     for name, v in views.items():
-        for t in _walk_tensors(v):
+        for t in _walk_tensors(v, f"kv_caches[{name!r}]"):
             if t.untyped_storage().data_ptr() != storage.data_ptr():
                 raise SpecError(
                     f"static_forward_context[{name!r}].kv_cache: views another storage than "
@@ -397,6 +399,11 @@ def verify_vllm_table(vt: SegmentTable, layout: Layout, ours: SegmentTable, base
 _NOT_IDS = (bool, float, np.bool_, np.floating)
 
 
+def _not_an_id(x: Any, not_ids: tuple[type, ...]) -> bool:
+    """A float, bool or tensor, or an ``int`` subclass whose readings disagree (``validate.honest_int``)."""
+    return isinstance(x, not_ids) or isinstance(x, int) and not is_int(x)
+
+
 def checked_step_ids(block_ids: Sequence[int], num_blocks: int, pin_memory: bool = False) -> Any:
     """The host int64 tensor vLLM's step builds from the scheduler's list, its ids bounds-checked.
 
@@ -413,10 +420,13 @@ def checked_step_ids(block_ids: Sequence[int], num_blocks: int, pin_memory: bool
         raise bad_value(BlockIdError, "block_ids", type(block_ids).__name__, why)
     kinds = set(map(type, block_ids))  # one C pass: torch would truncate 2.7 to block 2, take True as 1
     not_ids = (*_NOT_IDS, torch.Tensor)  # tensor(True) was block 1, tensor([3]) block 3 (issue 25)
-    if not kinds <= {int} and any(issubclass(t, not_ids) for t in kinds):
-        i = next(i for i, x in enumerate(block_ids) if isinstance(x, not_ids))
-        why = "must be an integer (nothing was written)"
-        raise bad_value(BlockIdError, f"block_ids[{i}]", block_ids[i], why)
+    # an int subclass must read the same as torch (its stored value) and NumPy (__index__) read it
+    if not kinds <= {int} and any(issubclass(t, (*not_ids, int)) and t is not int for t in kinds):
+        i = next((i for i, x in enumerate(block_ids) if _not_an_id(x, not_ids)), -1)
+        if i >= 0:  # else honest int subclasses (IntEnum): integers
+            lying = isinstance(block_ids[i], int) and not isinstance(block_ids[i], bool)
+            why = f"must be an integer{': ' + LYING_INT_WHY if lying else ''} (nothing was written)"
+            raise bad_value(BlockIdError, f"block_ids[{i}]", block_ids[i], why)
     try:  # the dtype is given, as vLLM's own step gives it (inferring it doubles the cost at 1,024 ids)
         ids = torch.tensor(block_ids, dtype=torch.int64, pin_memory=pin_memory, device="cpu")
     except (TypeError, ValueError, RuntimeError, OverflowError) as e:  # None, '1', 2**63
