@@ -1,7 +1,7 @@
-"""Published config.json files checked against vLLM 0.33's own construction (issue 23): 31 models of other
+"""Published config.json files checked against vLLM 0.33's own construction (issue 23): 32 models of other
 families than tests/fixtures/models/ and tests/test_models_published_s13.py (tests/fixtures/published/,
-each with its source in SOURCES.json; gpt-oss-20b and -120b as published, mxfp4 experts and all), at tp
-1, 2 and 8, with a bf16 and an fp8 cache, on Hopper and Blackwell: 372 cases.
+each with its source in SOURCES.json; gpt-oss-20b and -120b as published, mxfp4 experts and all, and
+SmolLM3-3B), at tp 1, 2 and 8, with a bf16 and an fp8 cache, on Hopper and Blackwell: 384 cases.
 
 vLLM's answer for each (its cache: block size, groups, every layer's kind and pages, windows, bytes per
 block; or the error its construction raises) is pinned in tests/fixtures/published/truth.json by
@@ -34,7 +34,7 @@ CASES = [
 
 
 def test_the_set_is_whole() -> None:
-    assert len(CONFIGS) == 31 and len(CASES) == 372
+    assert len(CONFIGS) == 32 and len(CASES) == 384
     assert set(PINNED["cases"]) == {f"{n}-tp{tp}-{kv}-{d}" for n, tp, kv, d in CASES}
     sources = json.loads((Path(TRUTH).parent / "SOURCES.json").read_text())
     assert set(sources) == set(CONFIGS)
