@@ -13,6 +13,7 @@ groups, every layer's kind and pages, windows, bytes per block) or the error its
 
     .venv/bin/python scripts/gen_published_truth.py            # writes truth.json, prints the table
     .venv/bin/python scripts/gen_published_truth.py --check    # compares only, writes nothing
+    .venv/bin/python scripts/gen_published_truth.py --only a,b # builds configs a and b, keeps the other pins
 """
 
 from __future__ import annotations
@@ -164,9 +165,17 @@ def main() -> None:
     else:
         from tests.test_models_hybrid_vllm import vllm_answers
 
-        cases, which = vllm_cases(cfgs)
-        answers = vllm_answers(cases)
-        truth = {"cases": which, "answers": {k: summary(v) for k, v in sorted(answers.items())}}
+        only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+        built = {n: c for n, c in cfgs.items() if only is None or n in only}
+        assert only is None or set(only) == set(built), set(only or ()) - set(built)
+        cases, which = vllm_cases(built)
+        answers = {k: summary(v) for k, v in vllm_answers(cases).items()}
+        if only is not None:  # the other configs keep their pins (a config's cases are its own)
+            old = json.loads(TRUTH.read_text())
+            keep = {c: k for c, k in old["cases"].items() if c.rsplit("-", 3)[0] not in only}
+            which = {**keep, **which}
+            answers = {**{k: old["answers"][k] for k in set(keep.values())}, **answers}
+        truth = {"cases": which, "answers": dict(sorted(answers.items()))}
         TRUTH.write_text(json.dumps(truth, indent=0, sort_keys=True) + "\n")
     table(cfgs, truth)
 

@@ -122,3 +122,40 @@ def cpu_sparse_mla() -> None:
     assert not torch.cuda.is_available()
     init_workspace_manager(torch.device("cpu"))
     torch.accelerator.empty_cache = lambda: None  # type: ignore[assignment]  # no accelerator: none to free
+
+
+def cpu_mxfp4_experts() -> None:
+    """Stub: vLLM 0.33 has no MXFP4 MoE kernel for a CPU (``select_mxfp4_moe_backend`` raises for gpt-oss's
+    experts, quantized ``mxfp4`` in the published config), where a GPU picks one. The experts hold weights,
+    not cache: the quantization gives attention layers no method (``Mxfp4Config.get_quant_method`` returns
+    None for them; their cache spec is the cache config's), so the experts are built unquantized (asserted:
+    the refusal is the one for the MXFP4 kernel, and nothing but the routed experts is stood in for; where
+    the CPU's unquantized kernel refuses the experts' shard as well, they are built with no kernel)."""
+    import vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method as U
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+    from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4Config
+
+    original = Mxfp4Config.get_quant_method
+
+    def method(self: Any, layer: Any, prefix: str) -> Any:
+        if not isinstance(layer, RoutedExperts):
+            return original(self, layer, prefix)
+        try:
+            return original(self, layer, prefix)
+        except NotImplementedError as e:  # the refusal this stub stands in for, and no other
+            assert "No MXFP4 MoE backend supports" in str(e), e
+        return UnquantizedFusedMoEMethod(layer.moe_config)
+
+    def backend(moe_config: Any) -> Any:
+        # the CPU's unquantized kernel refuses some expert shards too (gpt-oss at tp 8: 2,880 / 8 wide);
+        # the method then has no kernel, which construction does not call
+        try:
+            return chosen(moe_config=moe_config)
+        except NotImplementedError as e:  # the refusal this stub stands in for, and no other
+            assert "No Unquantized MoE backend supports" in str(e), e
+        return None, None
+
+    chosen = U.select_unquantized_moe_backend
+    U.select_unquantized_moe_backend = backend
+    Mxfp4Config.get_quant_method = method  # type: ignore[method-assign]

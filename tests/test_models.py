@@ -827,6 +827,13 @@ def _stub_compressed_tensors() -> None:
         def __getattr__(cls, key: str) -> Any:
             return _Anything(key, (), {})
 
+    def _name(key: str) -> Any:
+        # a dunder is a module's own attribute, absent here: a stand-in for __file__ broke the source lookup
+        # of torch.library.custom_op (inspect walks every module's __file__), reached by gpt-oss's mxfp4
+        if key.startswith("__") and key.endswith("__"):
+            raise AttributeError(key)
+        return _Anything(key, (), {})
+
     class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
             if name.split(".")[0] != "compressed_tensors":
@@ -836,7 +843,7 @@ def _stub_compressed_tensors() -> None:
         def create_module(self, spec: Any) -> Any:
             module = types.ModuleType(spec.name)
             module.__path__ = []
-            module.__getattr__ = lambda key: _Anything(key, (), {})  # type: ignore[method-assign]
+            module.__getattr__ = _name  # type: ignore[method-assign]
             return module
 
         def exec_module(self, module: Any) -> None:

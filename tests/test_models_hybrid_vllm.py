@@ -449,11 +449,12 @@ def _driver() -> None:
     from vllm.v1.core import kv_cache_planning as P
     from vllm.v1.worker.utils import customize_attention_spec
 
-    from tests.driver import cpu_attention_takes_fp8, cpu_mla_takes_fp8, cpu_sparse_mla
+    from tests.driver import cpu_attention_takes_fp8, cpu_mla_takes_fp8, cpu_mxfp4_experts, cpu_sparse_mla
 
     cpu_attention_takes_fp8()  # a host without AVX-512 refuses fp8 in the CPU backend
     cpu_mla_takes_fp8()  # the CPU platform refuses fp8 for MLA (Kimi-K2.5's layers), a GPU takes it
     cpu_sparse_mla()  # and sparse MLA (DeepSeek-V3.2's layers: tests/test_models_indexcache_vllm.py)
+    cpu_mxfp4_experts()  # and has no MXFP4 MoE kernel (gpt-oss's experts; they hold no cache)
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(
             world_size=1, rank=0, distributed_init_method="tcp://127.0.0.1:0", local_rank=0, backend="gloo"
