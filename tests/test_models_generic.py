@@ -415,6 +415,11 @@ def _kvlayout(
         mp.setattr("kvlayout.models.attention.GENERIC_ATTENTION", gen)
         mp.setattr("kvlayout.models.build.GENERIC_ATTENTION", gen)
         mp.setattr("kvlayout.models.mla.GENERIC_ATTENTION", gen)
+        mt = str(config.get("model_type"))
+        if mt.startswith(STAND_IN) or mt in NAMED_STAND_INS.values():
+            # a remote-code checkpoint names its class (vLLM's AutoConfig refuses a model_type it has no class
+            # for otherwise): kvlayout reads it as written (issue 25, sixteenth pass)
+            config = {**config, "auto_map": {"AutoConfig": "configuration_stand_in.StandInConfig"}}
         ms = J.from_config(config, reader=reader, block_size=16, tp=tp)
     assert isinstance(ms, M.ModelSpec)
     rows: list[list[Any]] = []

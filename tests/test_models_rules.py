@@ -49,7 +49,8 @@ def test_nemotron_h_groups_not_divisible_by_tp_are_refused() -> None:
 
 def test_kv_heads_at_least_tp_must_divide() -> None:
     # Llama with 12 KV heads at tp 8: vLLM refuses (it does not floor 12 // 8 = 1); 12 at tp 4 is 3 per rank
-    cfg = config("llama", num_attention_heads=48, num_key_value_heads=12)
+    # hidden 6144: LlamaConfig refuses heads that do not divide hidden_size (issue 25, sixteenth pass)
+    cfg = config("llama", num_attention_heads=48, num_key_value_heads=12, hidden_size=6144)
     with pytest.raises(SpecError) as e:
         J.from_config(cfg, tp=8)
     assert e.value.field == "config.num_key_value_heads"

@@ -454,7 +454,8 @@ def test_backend_resolution_per_device_and_cache() -> None:
     # vLLM 0.33's priority lists (module docstring): the first backend that takes the cache
     assert r(mla=False, device="hopper", kv_cache_dtype="auto") == ("FLASH_ATTN", 16)
     assert r(mla=False, device="blackwell", kv_cache_dtype="auto") == ("FLASHINFER", 16)
-    assert r(mla=False, device="ampere", kv_cache_dtype="fp8") == ("FLASH_ATTN", 16)
+    # FA2 on SM80 takes no fp8 cache: the next backend (issue 25, sixteenth pass, F5)
+    assert r(mla=False, device="ampere", kv_cache_dtype="fp8") == ("FLASHINFER", 16)
     # fp8_e5m2: FLASH_ATTN does not take it, FLASHINFER does
     assert r(mla=False, device="hopper", kv_cache_dtype="fp8_e5m2") == ("FLASHINFER", 16)
     assert r(mla=True, device="hopper", kv_cache_dtype="auto") == ("FLASH_ATTN_MLA", 16)
@@ -1964,11 +1965,16 @@ def test_reader_transformers_logic_with_a_stub(monkeypatch: pytest.MonkeyPatch) 
         "text_config": {"filled": 1, "keep": 2, "more": 3},
     }
     assert notes == ["read through transformers' _FakeConfigClass"]
-    # an unknown model type is read as written, with a note
-    for mt in ("other", None, 3):
+    # a model type that is not a string is read as written, with a note (build refuses it first); an unknown
+    # one is refused as vLLM's AutoConfig refuses it, unless config.json names remote code (issue 25, pass 16)
+    for mt, extra in (("other", {"auto_map": {"AutoConfig": "m.C"}}), (None, {}), (3, {})):
         notes = []
-        assert through_transformers({"model_type": mt}, notes) == ({"model_type": mt}, False)
+        written = {"model_type": mt, **extra}
+        assert through_transformers(written, notes) == (written, False)
         assert notes == [f"model_type {mt!r} is not a transformers config class: read as written"]
+    with pytest.raises(SpecError, match="AutoConfig refuses it") as e:
+        through_transformers({"model_type": "other"}, [])
+    assert e.value.field == "config.model_type"
     # a layer count out of range is refused before transformers builds per-layer lists
     for where, d in (
         ("config", {"num_hidden_layers": 10_001}),
@@ -1985,7 +1991,10 @@ def test_reader_transformers_logic_with_a_stub(monkeypatch: pytest.MonkeyPatch) 
         assert made["num_hidden_layers"] == n
     with pytest.raises(SpecError) as e:
         through_transformers({"model_type": "fake", "bad": True}, [])
-    assert str(e.value) == "config = 'fake': transformers refuses it: ValueError: bad is not allowed"
+    assert str(e.value) == (
+        "config = 'fake': transformers refuses it (_FakeConfigClass, vLLM 0.33's class for model_type "
+        "'fake'): bad is not allowed"
+    )
     # no alias map, or a map that is not a mapping: nothing added
     monkeypatch.setattr(_FakeConfigClass, "attribute_map", None)
     assert "n_head" in through_transformers({"model_type": "fake"}, [])[0] and (

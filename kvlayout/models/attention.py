@@ -281,7 +281,48 @@ def read_attention(
         if head_size < 1:  # no head size: hybrids divided by the 0-byte page (issue 25)
             why = f"below num_attention_heads = {heads}: the head size hidden_size // heads is 0"
             raise spec_error(cfg.field("hidden_size"), hidden, why)
+    _check_as_transformers(cfg, heads)
     return Attention(heads, max(1, total // tp), head_size)
+
+
+def _check_as_transformers(cfg: Config, heads: int) -> None:
+    """What transformers' config class refuses in the fields read here, checked without transformers (the
+    json reader; with transformers installed the default reader runs the class itself): a ``hidden_size``
+    the heads do not divide where the class validates it (:data:`.config.HEADS_DIVIDE_HIDDEN`,
+    ``LlamaConfig.validate_architecture``), and an odd written ``head_dim`` above 4 fully rotated by RoPE
+    (``RotaryEmbeddingConfigMixin.validate_rope`` in ``modeling_rope_utils``: "RoPE requires an even rotary
+    dimension"; the config writes RoPE: ``rope_theta``, ``rope_scaling`` or ``rope_parameters``). vLLM
+    0.33 reads the config through that class and fails to load it."""
+    from .config import HEADS_DIVIDE_HIDDEN, _transformers_reads
+
+    mt = cfg.model_type
+    read_as = _transformers_reads(mt) if mt is not None else None
+    if read_as is None or cfg.completed:
+        return
+    if read_as in HEADS_DIVIDE_HIDDEN and cfg.has("hidden_size"):
+        hidden = cfg.req_int("hidden_size", "")
+        if hidden % heads:
+            why = (
+                f"does not divide hidden_size = {hidden}: transformers' config class for {read_as!r} refuses "
+                "it (validate_architecture), and vLLM 0.33 reads the config through it"
+            )
+            raise spec_error(cfg.field("num_attention_heads"), heads, why)
+    rope = next((cfg.data[k] for k in ("rope_parameters", "rope_scaling") if cfg.has(k)), None)
+    if not cfg.has("head_dim") or not (rope is not None or cfg.has("rope_theta")):
+        return
+    head_dim = cfg.req_int("head_dim", "")
+    factor = cfg.data.get("partial_rotary_factor", 1.0)
+    if isinstance(rope, Mapping) and "partial_rotary_factor" in rope:
+        factor = rope["partial_rotary_factor"]
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+        return  # transformers refuses the factor itself: not a check on the fields read here
+    if head_dim > 4 and head_dim % 2 and int(head_dim * factor) == head_dim:
+        why = (
+            f"odd, and RoPE rotates all of it (partial_rotary_factor {factor}): transformers refuses it "
+            "(validate_rope: RoPE requires an even rotary dimension), and vLLM 0.33 reads the config "
+            "through it"
+        )
+        raise spec_error(cfg.field("head_dim"), head_dim, why)
 
 
 def token_bytes(att: Attention, kv_dtype: str) -> int:

@@ -36,6 +36,8 @@ DEFAULT_DEVICE = "hopper"
 
 _HALF = ("auto", "float16", "bfloat16")
 _FP8 = ("fp8", "fp8_e4m3")
+#: compute-capability majors where FLASH_ATTN takes an fp8 cache (FA3 on Hopper, FA4 on Blackwell)
+_FA_FP8_MAJORS = (9, 10)
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,10 @@ def _why_not(
         return "compute capability not supported"
     if kv not in b.kv_dtypes:
         return f"kv_cache_dtype {kv} not supported"
+    if b.name == "FLASH_ATTN" and kv in _FP8 and major not in _FA_FP8_MAJORS:
+        # FlashAttentionBackend.supports_kv_cache_dtype -> fa_utils.flash_attn_supports_kv_cache_dtype: an fp8
+        # cache needs FA3 on SM90 or FA4 on SM100; get_flash_attn_version gives FA2 elsewhere
+        return f"kv_cache_dtype {kv} not supported (FlashAttention 2 on SM{major}x has no fp8 cache)"
     if b.qk_nope is not None and qk_nope not in b.qk_nope:
         return f"qk_nope_head_dim {qk_nope} not in {list(b.qk_nope)}"
     if block_size is not None and not b.accepts(block_size):

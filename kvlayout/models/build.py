@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import spec_error
 from ..spec import KVCacheSpec
-from .attention import WRAPPERS
+from .attention import CAUSAL_LM_TYPES, WRAPPERS
 from .backends import check_device
 from .base import Ctx, ModelSpec
 from .config import (
@@ -18,7 +18,9 @@ from .config import (
     Config,
     MissingField,
     check_kv_cache_dtype,
+    check_model_type,
     check_tp,
+    check_with_transformers,
     load_config,
     resolve_model_dtype,
     text_config,
@@ -28,6 +30,34 @@ from .config import (
 )
 from .families import architecture, family_rule, text_architecture
 from .vllm_checked import GENERIC_ATTENTION
+
+
+class OtherClass(MissingField):
+    """A ``model_type`` whose transformers config class is not the architecture's own (a Llama config
+    with ``"model_type": "mistral"``): that class's defaults fill what config.json leaves out (the ``auto``
+    reader reads it through that class)."""
+
+
+def _class_of_model_type(top: Config, arch: str) -> None:
+    """Refuse, for the reader as written, a ``model_type`` that selects another architecture's config
+    class: transformers' AutoConfig, hence vLLM 0.33 (``HFConfigParser.parse``), builds the config with the
+    class ``model_type`` names, whose defaults differ (``MistralConfig``'s ``sliding_window`` 4096 where
+    ``LlamaConfig`` has none), while vLLM builds the model ``architectures`` names. The json reader holds
+    only the architecture's rules; the default reader reads it through that class (issue 25, sixteenth
+    pass, F3)."""
+    mt = top.data.get("model_type")
+    own = [t for t, a in CAUSAL_LM_TYPES.items() if a == arch]
+    if not own or not isinstance(mt, str) or mt in own or mt not in CAUSAL_LM_TYPES:
+        return
+    why = (
+        f"{arch}'s own model_type is {own[0]!r}: vLLM 0.33 builds {arch} with the config class of {mt!r} "
+        f"({CAUSAL_LM_TYPES[mt]}'s), whose defaults fill what config.json leaves out"
+    )
+    if top.final:
+        raise spec_error(top.field("model_type"), mt, why)
+    hint = "; reader='transformers' (or the default, auto) reads it through that class, as vLLM does"
+    field = top.field("model_type")
+    raise OtherClass(f"{field} = {mt!r}: {why}{hint}", field=field, value=mt)
 
 
 def build(
@@ -49,7 +79,11 @@ def build(
         args = (config, tp, dtype, kv_cache_dtype, block_size, num_blocks, mamba_ssm_cache_dtype)
         kw: dict[str, Any] = {"device": device, "attention_backend": attention_backend}
         try:
-            return build(*args, **kw, reader="json")
+            ms, c = build(*args, **kw, reader="json")
+            # vLLM reads every config through its class: what that class refuses, vLLM refuses (issue 25,
+            # sixteenth pass, F2); transformers is imported only where it is installed
+            check_with_transformers(load_config(config))
+            return ms, c
         except MissingField as e:
             if not transformers_installed():
                 raise MissingField(
@@ -57,6 +91,11 @@ def build(
                 ) from None
             ms, c = build(*args, **kw, reader="transformers")
             note = f"config.json has no {e.field}: read through transformers' config class (reader auto)"
+            if isinstance(e, OtherClass):
+                note = (
+                    f"{e.field} = {e.value!r} is another architecture's: read through that transformers "
+                    "config class, as vLLM 0.33 reads it (reader auto)"
+                )
             c.notes.insert(0, note)
             return replace(ms, notes=(note, *ms.notes)), c
     tp = check_tp(tp)
@@ -69,6 +108,7 @@ def build(
         raise spec_error("mamba_ssm_cache_dtype", ssm, f"valid: auto, {', '.join(MODEL_DTYPES)}")
     notes: list[str] = []
     written = load_config(config)
+    check_model_type(written)
     if reader == "transformers":  # refuse an unknown architecture before importing transformers (seconds)
         architecture(Config(written, "config"))
         data, completed = through_transformers(written, notes)
@@ -77,6 +117,8 @@ def build(
     # the transformers reader ran: no hint to use it again
     top = Config(data, "config", completed=completed, notes=notes, final=reader == "transformers")
     arch, family = architecture(top)
+    if not completed:
+        _class_of_model_type(top, arch)
     text = text_config(top)
     if text is not top and not arch.endswith("ForConditionalGeneration"):
         # transformers' get_text_config hands vLLM a text model only where the class nests one; a plain
