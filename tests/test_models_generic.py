@@ -728,12 +728,14 @@ def test_generic_mla_is_deepseek_v2s_latent_rule() -> None:
 
 def test_transformers_reader_takes_the_config_class_aliases() -> None:
     """GPT-2's published config names n_head, n_embd, n_layer: read through GPT2Config, its
-    attribute_map gives vLLM's num_attention_heads etc.; read as written the field is missing."""
+    attribute_map gives vLLM's num_attention_heads etc.; the json reader reads the same aliases by that
+    map (config_aliases.py, since the sixteenth session), and without them the field is missing."""
     gpt2 = {"n_head": 12, "n_embd": 768, "n_layer": 3, "torch_dtype": "float16"}
     base = {k: None for k in _BASE}
     assert _rows("GPT2LMHeadModel", "gpt2", reader="transformers", **{**base, **gpt2}) == [(12, 64, None)] * 3
+    assert _rows("GPT2LMHeadModel", "gpt2", **{**base, **gpt2}) == [(12, 64, None)] * 3
     with pytest.raises(SpecError, match=r"config\.num_hidden_layers = None: missing"):
-        _rows("GPT2LMHeadModel", "gpt2", **{**base, **gpt2})
+        _rows("GPT2LMHeadModel", "gpt2", **{**base, **gpt2, "n_layer": None})
 
 
 # --------------------------------------------------------------------------- the vLLM side
