@@ -38,6 +38,9 @@ def test_the_set_is_whole() -> None:
     assert set(PINNED["cases"]) == {f"{n}-tp{tp}-{kv}-{d}" for n, tp, kv, d in CASES}
     sources = json.loads((Path(TRUTH).parent / "SOURCES.json").read_text())
     assert set(sources) == set(CONFIGS)
+    # what the README says of the set
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert f"On {len(CONFIGS)} published config.json files ({len(CASES)} cases" in readme
 
 
 @pytest.mark.parametrize(("name", "tp", "kv", "device"), CASES, ids=["-".join(map(str, c)) for c in CASES])
