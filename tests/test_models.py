@@ -114,14 +114,15 @@ EXPECTED: dict[str, tuple[str, int, str, dict[str, tuple[int, int, int]], list[t
     ),
     # sparse: FLASH_ATTN_MLA_SPARSE (MultipleOf(64): 64-token blocks) + the indexer: (128 + 128 // 128 * 4)
     # = 132 B per token * 64 = 8,448; one group of 122 layers: 61 * (73,728 + 8,448) = 61 * 82,176
-    # = 5,012,736, rounded up to whole 1,152 B token rows (align_blocks_to_rows): 4,352 * 1,152 = 5,013,504
+    # = 5,012,736 under LBNHC, the layout vLLM resolves (no backend of V3.2's declares one), which pads each
+    # layer's stride alone to whole 1,152 B token rows (align_blocks_to_rows): a 64-token page already is
     "deepseek_v32": (
         "DeepseekV32ForCausalLM",
         64,
         "bfloat16",
         {"indexer": (61, 8_448, 8_448), "mla": (61, 73_728, 73_728)},
         [("mla", 122)],
-        5_013_504,
+        5_012_736,
     ),
     # fp8_ds_mla, pages padded to 576 B:
     #   swa: 64 tokens * 584 = 37,376 -> 65 * 576 = 37,440 (43 layers)
@@ -788,14 +789,19 @@ def test_groups_pages_and_bytes_per_block_match_vllm(case_id: str, vllm: dict[st
     assert "error" not in got, got.get("error")
     assert [[x.name for x in g.layers] for g in ms.spec.groups] == got["groups"]  # members and order
     assert {x.name: [x.real_page, x.page] for _, x in ms.spec.layers} == got["pages"]
-    assert ms.bytes_per_block == got["bytes_per_block"]
-    # kvlayout plans every family "packed" (block-outermost); vLLM's other layouts take the same bytes
-    # per block where vLLM accepts them (DeepSeek-V4's mixed pages: block-outermost layouts only), except
-    # that a layer-outermost layout pads each layer's stride alone, not the block row (DeepSeek-V3.2 bf16)
+    # kvlayout's bytes per block are vLLM's under the layout vLLM resolves: the first of its default
+    # preference that takes the model (no backend of these families declares a layout of its own, but
+    # DeepSeek-V4's, which vLLM accepts only block-outermost). Every family is planned "packed"; vLLM's
+    # other layouts take the same bytes where it accepts them, except that a block-outermost layout rounds
+    # the block row up to whole token rows where a layer-outermost one pads each layer's stride alone
+    # (DeepSeek-V3.2 bf16: 5,013,504 against vLLM's default 5,012,736)
     by_layout = got["bytes_per_block_by_layout"]
     accepted = {k for k, v in by_layout.items() if isinstance(v, int)}
+    resolved = next(k for k in got["default_layouts"] if k in accepted)
+    assert ms.bytes_per_block == by_layout[resolved], resolved
     block_outermost = {k for k in by_layout if k.startswith("B")}  # BLHNC, BLNHC, BHLNC
-    assert {by_layout[k] for k in accepted & block_outermost} == {ms.bytes_per_block}
+    assert len({by_layout[k] for k in accepted & block_outermost}) == 1
+    assert by_layout["BLHNC"] == got["bytes_per_block"]
     per_layer = max(
         sum(-(-x.page // x.stride_alignment) * x.stride_alignment for x in g.layers) for g in ms.spec.groups
     )
@@ -1043,6 +1049,9 @@ def _vllm_answer(case: dict[str, Any]) -> dict[str, Any]:
         except Exception as e:  # a layout vLLM refuses for this model
             per_layout[lay.name] = f"refused: {type(e).__name__}"
     out["bytes_per_block_by_layout"] = per_layout
+    from vllm.v1.attention.backends.utils import _DEFAULT_LAYOUT_PREFERENCE
+
+    out["default_layouts"] = [lay.name for lay in _DEFAULT_LAYOUT_PREFERENCE]  # when no backend declares one
     planning = planning_for(next(m for m in I.KVCacheLayout if m.is_block_outermost))
     groups = P.get_kv_cache_groups(planning, specs)
     out["groups"] = [list(g.layer_names) for g in groups]
@@ -1069,6 +1078,8 @@ def _flash_attn_mla_sparse_customize(spec: Any) -> Any:
         "        return align_blocks_to_rows(spec)"
     )
     assert body in src, "FLASH_ATTN_MLA_SPARSE.customize_spec changed"
+    # and it declares no layout: vLLM resolves its default preference's first (LBNHC) for V3.2's layers
+    assert "supported_kv_cache_layouts" not in src, "FLASH_ATTN_MLA_SPARSE declares its layouts now"
     return align_blocks_to_rows(spec)
 
 

@@ -78,10 +78,11 @@ def test_backend_rules_that_move_the_choice() -> None:
     for device, backend in (("hopper", "FLASH_ATTN"), ("blackwell", "FLASHINFER"), ("ampere", "FLASH_ATTN")):
         ms = M.from_config(FIXTURES / "llama" / "config.json", device=device)
         assert isinstance(ms, M.ModelSpec) and (ms.attention_backend, ms.block_size) == (backend, 16)
-    # DeepSeek-V3.2 (sparse): FLASH_ATTN_MLA_SPARSE pads the block row to whole 1,152 B token rows
+    # DeepSeek-V3.2 (sparse): FLASH_ATTN_MLA_SPARSE, 64-token blocks, pages of whole 1,152 B token rows
     ms = M.from_config(FIXTURES / "deepseek_v32" / "config.json")
     assert isinstance(ms, M.ModelSpec) and ms.attention_backend == "FLASH_ATTN_MLA_SPARSE"
-    assert ms.bytes_per_block == 5_013_504 == 4_352 * 1_152  # 61 * (73,728 + 8,448) = 5,012,736 rounded up
+    # 61 * (73,728 + 8,448): vLLM's LBNHC pads each layer's stride to whole 1,152 B rows, which a page is
+    assert ms.bytes_per_block == 5_012_736 == 61 * (64 * 1_152 + 64 * 132)
 
 
 def test_refusals_name_the_field() -> None:

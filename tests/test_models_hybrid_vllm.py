@@ -552,10 +552,6 @@ def _driver() -> None:
             names = [x.name for x in get_supported_kv_cache_layouts(backends)]
             cache.kv_cache_layout = None
             layout = resolve_kv_cache_layout(vc, [names], specs.values())
-            resolved = layout.name
-            if case.get("layout"):  # the user's VLLM_KV_CACHE_LAYOUT: vLLM takes one every backend takes
-                assert case["layout"] in names, (case["layout"], names)
-                layout = I.KVCacheLayout[case["layout"]]
             planning.cache_config.get_resolved_kv_cache_layout = lambda layout=layout: layout
             groups = P.get_kv_cache_groups(planning, dict(specs))
             # each layer as its group holds it (pages unified: a block made larger, or a page padded)
@@ -578,7 +574,6 @@ def _driver() -> None:
             out[case_id] = {
                 "block_size": cache.block_size,
                 "layout": layout.name,
-                "resolved_layout": resolved,  # without the case's layout
                 "layers": layers,
                 "blocks": blocks,
                 "windows": windows,
@@ -590,10 +585,6 @@ def _driver() -> None:
                 "groups": [list(g.layer_names) for g in groups],
                 "bytes_per_block": P._pool_bytes_per_block(planning, groups),
             }
-            planning.cache_config.get_resolved_kv_cache_layout = lambda r=resolved: I.KVCacheLayout[r]
-            out[case_id]["resolved_bytes_per_block"] = (  # under the layout vLLM resolves by itself
-                P._pool_bytes_per_block(planning, P.get_kv_cache_groups(planning, dict(specs)))
-            )
         except Exception as e:  # noqa: BLE001  # reported by the test
             import traceback
 

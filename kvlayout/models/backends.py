@@ -53,8 +53,6 @@ class Backend:
     block_sizes: tuple[tuple[int, bool], ...]
     #: the R1 MLA dimensions (qk_nope_head_dim in this set), None: any
     qk_nope: tuple[int, ...] | None = None
-    #: ``customize_spec`` pads a block stride to whole token rows (``align_blocks_to_rows``)
-    stride_rows: bool = False
 
     def accepts(self, block_size: int) -> bool:
         """``supports_block_size``: a multiple of one kernel size (a fixed size included)."""
@@ -88,7 +86,7 @@ BACKENDS: Mapping[str, Backend] = {
         Backend("TOKENSPEED_MLA", True, False, (10,), _FP8, ((32, False), (64, False)), (128,)),
         Backend("CUTLASS_MLA", True, False, (10,), _HALF + _FP8, ((128, False),)),
         Backend("TRITON_MLA", True, False, None, _HALF + _FP8, ((16, True),)),
-        Backend("FLASH_ATTN_MLA_SPARSE", True, True, (9,), _HALF, ((64, True),), stride_rows=True),
+        Backend("FLASH_ATTN_MLA_SPARSE", True, True, (9,), _HALF, ((64, True),)),
         Backend(
             "FLASHMLA_SPARSE", True, True, (9, 10), ("auto", "bfloat16", "fp8_ds_mla", "fp8"), ((64, True),)
         ),
@@ -231,12 +229,3 @@ def resolve(
         # a backend takes this cache at its own block size: the block size the user set is what no one takes
         raise spec_error("block_size", block_size, why)
     raise spec_error("kv_cache_dtype", kv_cache_dtype, why)
-
-
-def block_stride_alignment(backend: Backend, device: str, kv_cache_dtype: str, row_bytes: int) -> int | None:
-    """Bytes a block stride must be a multiple of for the backend's layers (its ``customize_spec``):
-    one token row for FLASH_ATTN_MLA_SPARSE, and for FLASHMLA_SPARSE except with a quantized cache
-    off Blackwell (64-token kernel blocks there, which a 64-token block already is)."""
-    if backend.name == "FLASHMLA_SPARSE" and kv_cache_dtype.startswith("fp8") and DEVICES[device][0] != 10:
-        return None
-    return row_bytes if backend.stride_rows or backend.name == "FLASHMLA_SPARSE" else None

@@ -6,7 +6,11 @@ The cache holds one latent head of ``kv_lora_rank + qk_rope_head_dim`` per token
 rank. DeepSeek-V3.2 adds an indexer cache (``index_head_dim + index_head_dim // 128 * 4`` bytes per
 token) on each layer its IndexCache schedule runs an indexer on (every layer without one) and
 stores an fp8 cache as ``fp8_ds_mla``, 656 B per token (512 fp8 + 4 fp32 scales + 64 bf16 RoPE
-values). Every layer is an MLA spec, so the model is one group.
+values). Every layer is an MLA spec, so the model is one group. The sparse backends pad a block
+stride to whole token rows or 64-token kernel blocks (their ``customize_spec``), but none declares a
+layout, so vLLM 0.33 resolves ``LBNHC`` and pads each layer's stride alone; a page of a whole number of
+64-token blocks already is one, so the plan takes the sum of the pages, vLLM's bytes per block (a
+block-outermost layout, which vLLM takes only under ``VLLM_KV_CACHE_LAYOUT``, would round the row up).
 Multi-token-prediction layers (``num_nextn_predict_layers``) get no cache: vLLM allocates
 them only with speculative decoding.
 """
@@ -14,8 +18,7 @@ them only with speculative decoding.
 from __future__ import annotations
 
 from ..errors import spec_error
-from ..spec import DTYPE_SIZES, FP8_DS_MLA, GroupSpec, LayerSpec, MLASpec
-from .backends import block_stride_alignment
+from ..spec import FP8_DS_MLA, GroupSpec, LayerSpec, MLASpec
 from .base import Ctx
 from .config import MAX_CONFIG_INT, resolve_kv_dtype
 from .vllm_checked import GENERIC_ATTENTION
@@ -49,8 +52,6 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         fp8 = raw.startswith("fp8")
         kv = FP8_DS_MLA if fp8 else resolve_kv_dtype(raw, c.dtype)
         ds_bytes = rank + rank // 128 * 4 + 2 * rope  # 512 fp8 + 16 B scales + 128 B bf16 RoPE = 656
-        row = ds_bytes if fp8 else head * DTYPE_SIZES[kv]
-        stride = block_stride_alignment(r.backend, c.device, raw, row) if c.device else None
         for i in range(n):
             if i in full:  # a layer the schedule shares has no indexer, and no indexer cache
                 idx_name = c.name(i, "self_attn.indexer.k_cache")
@@ -64,7 +65,6 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
                     head_size=head,
                     cache_dtype=FP8_DS_MLA,
                     token_bytes=ds_bytes,
-                    block_stride_alignment=stride,
                 )
             else:
                 att = MLASpec(
@@ -72,7 +72,6 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
                     block_size=bs,
                     head_size=head,
                     dtype=kv,
-                    block_stride_alignment=stride,
                 )
             c.kinds[att.name] = "mla"
             layers.append(att)
