@@ -43,7 +43,7 @@ def test_cache_zeroer_refuses_a_dtype_without_zero() -> None:
     from kvlayout.errors import LayoutBufferError
     from kvlayout.native import NativeLeaf
 
-    caches = {"k": jnp.zeros((4, 2, 8), "float8_e8m0fnu"), "v": jnp.zeros((4, 16), "bfloat16")}
+    caches = {"k": jnp.zeros((4, 2, 8), "float8_e8m0fnu"), "v": jnp.zeros((4, 16, 2), "bfloat16")}
     with pytest.raises(LayoutBufferError) as e:
         native.CacheZeroer(caches)
     assert (e.value.field, e.value.value) == ("leaf 'k'.dtype", "float8_e8m0fnu")
@@ -59,8 +59,9 @@ def test_cache_zeroer_refuses_a_dtype_without_zero() -> None:
         run_case(native.leaf_backend(leaf), leaf.table(), [1])
     # a state leaf zeroing never touches may be of that dtype; every other dtype zeroes to zero bytes
     spec = K.NativeCacheSpec((NativeLeaf("s", (4, 8), "float8_e8m0fnu", zeroed=False),
-                              NativeLeaf("v", (4, 16), "bfloat16")))
-    z = native.CacheZeroer([jnp.zeros((4, 8), "float8_e8m0fnu"), jnp.zeros((4, 16), "bfloat16")], spec=spec)
+                              NativeLeaf("v", (4, 16, 2), "bfloat16")))
+    leaves = [jnp.zeros((4, 8), "float8_e8m0fnu"), jnp.zeros((4, 16, 2), "bfloat16")]
+    z = native.CacheZeroer(leaves, spec=spec)
     assert z.spec.leaves[0].zeroed is False
     for dtype in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "int8"):
         leaf = NativeLeaf("k", (4, 2, 16), dtype)
