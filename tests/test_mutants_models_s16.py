@@ -383,3 +383,10 @@ def test_tpu_inference_refuses_transformers_backend() -> None:
         "engine",
         "tpu-inference",
     )
+
+
+def test_through_transformers_notes_aliases() -> None:
+    notes: list[str] = []
+    out, done = C.through_transformers({"model_type": "chatglm", "n_head_kv": 4}, notes)
+    assert (out["multi_query_group_num"], done, len(notes)) == (4, False, 2)
+    assert notes[1].startswith("config.n_head_kv is chatglm's alias of multi_query_group_num")
