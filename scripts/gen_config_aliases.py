@@ -61,6 +61,21 @@ def cache_fields() -> frozenset[str]:
     return frozenset((*mod.CACHE_FIELDS, *EXTRA_FIELDS))
 
 
+def _alias_row(cls: type, fields: frozenset[str]) -> dict[str, str]:
+    """{alias: target} of a config class's ``attribute_map`` where the alias is not itself a declared
+    field (a declared field wins over the map) and either side is a field the cache reads."""
+    amap = getattr(cls, "attribute_map", None) or {}
+    declared = set(getattr(cls, "__dataclass_fields__", None) or ()) | set(
+        inspect.signature(cls.__init__).parameters
+    )
+    return {
+        a: t
+        for a, t in sorted(amap.items())
+        if isinstance(a, str) and isinstance(t, str) and a != t and a not in declared
+        and (a in fields or t in fields)
+    }
+
+
 def table() -> dict[str, dict[str, str]]:
     """model type -> {alias: target} for the aliases that win over a written target."""
     from transformers import CONFIG_MAPPING
@@ -75,16 +90,7 @@ def table() -> dict[str, dict[str, str]]:
             cls = CONFIG_MAPPING[mt]
         except Exception:  # noqa: BLE001 - a class transformers cannot import here: not read
             continue
-        amap = getattr(cls, "attribute_map", None) or {}
-        declared = set(getattr(cls, "__dataclass_fields__", None) or ()) | set(
-            inspect.signature(cls.__init__).parameters
-        )
-        row = {
-            a: t
-            for a, t in sorted(amap.items())
-            if isinstance(a, str) and isinstance(t, str) and a != t and a not in declared
-            and (a in fields or t in fields)
-        }
+        row = _alias_row(cls, fields)
         if row:
             out[mt] = row
     return out
@@ -101,16 +107,7 @@ def vllm_alias_table(vllm: tuple[str, ...]) -> dict[str, dict[str, str]]:
     for mt, cls in _classes(vllm, frozenset(vllm)):
         if mt not in _CONFIG_REGISTRY or cls.__module__.startswith("transformers."):
             continue
-        amap = getattr(cls, "attribute_map", None) or {}
-        declared = set(getattr(cls, "__dataclass_fields__", None) or ()) | set(
-            inspect.signature(cls.__init__).parameters
-        )
-        row = {
-            a: t
-            for a, t in sorted(amap.items())
-            if isinstance(a, str) and isinstance(t, str) and a != t and a not in declared
-            and (a in fields or t in fields)
-        }
+        row = _alias_row(cls, fields)
         if row:
             out[mt] = row
     return out

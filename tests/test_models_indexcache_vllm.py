@@ -16,7 +16,7 @@ import pytest
 
 import kvlayout.models as M
 from kvlayout.errors import SpecError
-from tests.test_models_hybrid_vllm import _BASE, _kvlayout, vllm_answers
+from tests.test_models_hybrid_vllm import _BASE, each_agrees, vllm_answers
 
 #: deepseek-ai/DeepSeek-V3.2's shape (its latent, RoPE and indexer heads), 6 layers, small elsewhere
 V32: dict[str, Any] = {
@@ -83,13 +83,7 @@ def _indexed(layers: dict[str, Any]) -> list[int]:
 
 
 def test_schedules_equal_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:
-    cases = _cases()
-    assert set(answers) == set(cases)
-    for case_id, case in cases.items():
-        got = answers[case_id]
-        assert "error" not in got, (case_id, got.get("error"))
-        mine = _kvlayout(case)
-        assert mine == {k: got[k] for k in mine}, case_id
+    for case_id, _, got in each_agrees(answers, _cases()):
         assert _indexed(got["layers"]) == EXPECTED[case_id.rsplit("-", 1)[0]], case_id
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import kvlayout.models as M
-from tests.test_models_hybrid_vllm import KV, TPS, _kvlayout, vllm_answers
+from tests.test_models_hybrid_vllm import KV, TPS, each_agrees, vllm_answers
 from tests.test_models_vl import CONFIGS, _config
 
 
@@ -42,13 +42,7 @@ def answers() -> dict[str, dict[str, Any]]:
 
 
 def test_qwen_vl_equals_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:
-    cases = _cases()
-    assert set(answers) == set(cases)
-    for case_id, case in cases.items():
-        got = answers[case_id]
-        assert "error" not in got, (case_id, got.get("error"))
-        mine = _kvlayout(case)
-        assert mine == {k: got[k] for k in mine}, case_id
+    for case_id, case, _ in each_agrees(answers, _cases()):
         kv = None if case["kv_cache_dtype"] == "auto" else case["kv_cache_dtype"]
         read = M.from_config(case["config"], tp=case["tp"], kv_cache_dtype=kv, reader="transformers")
         assert isinstance(read, M.ModelSpec) and read.spec == M.from_config(

@@ -25,24 +25,8 @@ import kvlayout as K  # noqa: E402
 from kvlayout.errors import LayoutBufferError, SpecError  # noqa: E402
 from kvlayout.integrations import vllm as V  # noqa: E402
 
-NAMES = ["model.layers.0.attn", "model.layers.1.attn"]
-ATTN = I.FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=8, dtype=torch.bfloat16)  # 1,024 B
-TENSOR = I.KVCacheTensor(size=8192, layers=NAMES, layer_stride=1024, block_stride=2048)
-CONFIG = I.KVCacheConfig(
-    num_blocks=4,
-    kv_cache_tensors=[TENSOR],
-    kv_cache_groups=[I.KVCacheGroupSpec(NAMES, ATTN)],
-    kv_cache_layout="BLHNC",
-)
-LEAD = 4096
-
-
-def refused(exc: type[Exception], call: Any, field: Any, value: Any, message: str) -> None:
-    """``call()`` raises ``exc`` with exactly ``message``, naming ``field`` and ``value``."""
-    with pytest.raises(exc) as info:
-        call()
-    assert str(info.value) == message
-    assert (info.value.field, info.value.value) == (field, value)  # type: ignore[attr-defined]
+# the fixture of tests/test_mutants_vllm.py: two layers, one tensor at storage byte LEAD
+from tests.test_mutants_vllm import ATTN, CONFIG, LEAD, NAMES, TENSOR, refused  # noqa: E402
 
 
 def views(lead: int = LEAD) -> tuple[torch.Tensor, dict[str, Any]]:
