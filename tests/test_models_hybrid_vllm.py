@@ -417,6 +417,7 @@ _TORCHVISION = (  # the wrappers whose vLLM module imports torchvision (its proc
     "Qwen3_5ForConditionalGeneration",
     "Qwen3_5MoeForConditionalGeneration",
     "Llama4ForConditionalGeneration",
+    "Gemma3ForConditionalGeneration",
 )
 
 

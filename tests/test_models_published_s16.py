@@ -1,9 +1,10 @@
-"""Published config.json files checked against vLLM 0.33's own construction (issue 23): 44 models
+"""Published config.json files checked against vLLM 0.33's own construction (issue 23): 45 models
 (tests/fixtures/published/, each with its source in SOURCES.json; gpt-oss-20b and -120b as published, mxfp4
-experts and all, and SmolLM3-3B; and, verbatim, Kimi-K2-Instruct, DeepSeek-V3 and -R1 with their fp8
-quantization_config, Nemotron-H-56B, Nemotron-3-Nano-30B-A3B, Llama 4 Scout, Llama 3.1 8B, Mistral 7B v0.1,
-Qwen3-8B, Qwen3.5-27B and -35B-A3B, Gemma 4 26B-A4B), at tp 1, 2 and 8, with a bf16 and an fp8 cache, on
-Hopper and Blackwell: 528 cases.
+experts and all, SmolLM3-3B and Gemma 3 12B, whose text_config leaves out what its class fills; and, verbatim,
+Kimi-K2-Instruct, DeepSeek-V3 and -R1 with their fp8 quantization_config, Nemotron-H-56B,
+Nemotron-3-Nano-30B-A3B, Llama 4 Scout, Llama 3.1 8B, Mistral 7B v0.1, Qwen3-8B, Qwen3.5-27B and -35B-A3B,
+Gemma 4 26B-A4B), at tp 1, 2 and 8, with a bf16 and an fp8 cache, on
+Hopper and Blackwell: 540 cases.
 
 vLLM's answer for each (its cache: block size, groups, every layer's kind and pages, windows, bytes per
 block; or the error its construction raises) is pinned in tests/fixtures/published/truth.json by
@@ -40,7 +41,7 @@ CASES = [
 
 
 def test_the_set_is_whole() -> None:
-    assert len(CONFIGS) == 44 and len(CASES) == 528
+    assert len(CONFIGS) == 45 and len(CASES) == 540
     assert set(PINNED["cases"]) == {f"{n}-tp{tp}-{kv}-{d}" for n, tp, kv, d in CASES}
     sources = json.loads((Path(TRUTH).parent / "SOURCES.json").read_text())
     assert set(sources) == set(CONFIGS)
@@ -96,6 +97,11 @@ def test_pins_are_the_hand_computed_ones() -> None:
     l4 = pin("llama4_scout-tp1-auto-hopper")
     assert l4["groups"] == [12] * 4 and l4["bytes_per_block"] == 12 * 2 * 8 * 128 * 16 * 2
     assert [p[0] for p in l4["pages"]] == ["ChunkedLocalAttentionSpec", "FullAttentionSpec"]
+    # Gemma 3 12B: text_config names no head_dim nor layer pattern; the class's 256 and 5 sliding (1,024
+    # tokens) to 1 full: 40 sliding and 8 full layers of 8 KV heads, in six groups of 8
+    g12 = pin("gemma3_12b-tp1-auto-hopper")
+    assert g12["groups"] == [8] * 6 and g12["windows"] == [1_024]
+    assert g12["bytes_per_block"] == 8 * 2 * 8 * 256 * 16 * 2
     # Mistral 7B v0.1: the 4,096-token window on all 32 layers
     m7 = pin("mistral_7b_v0_1-tp1-auto-hopper")
     assert m7["windows"] == [4_096] and m7["bytes_per_block"] == 32 * 2 * 8 * 128 * 16 * 2
