@@ -124,6 +124,47 @@ def cpu_sparse_mla() -> None:
     torch.accelerator.empty_cache = lambda: None  # type: ignore[assignment]  # no accelerator: none to free
 
 
+def cpu_fp8_block_linear() -> None:
+    """Stub: vLLM 0.33 has no FP8 block-scaled matmul kernel for a CPU without AMX
+    (``init_fp8_linear_kernel`` raises for the linear layers of a checkpoint quantized ``fp8`` in its
+    published config: DeepSeek-V3's, Kimi-K2's), where a GPU picks one. The linear layers hold weights,
+    not cache, and their quantization method builds its weights before it asks for a kernel, which
+    construction never calls: the layer is built with none (asserted: the refusal is the one for the
+    kernel, and no other). Attention keeps the config's own method (``Fp8KVCacheMethod``; its cache spec
+    is the cache config's), and the routed experts take the CPU's own answer (no FP8 MoE backend)."""
+    import vllm.model_executor.layers.quantization.fp8 as F
+
+    chosen = F.init_fp8_linear_kernel
+
+    def kernel(**kwargs: Any) -> Any:
+        try:
+            return chosen(**kwargs)
+        except ValueError as e:  # the refusal this stub stands in for, and no other
+            assert "Failed to find a kernel that can implement the ScaledMM linear layer" in str(e), e
+        return None
+
+    F.init_fp8_linear_kernel = kernel  # type: ignore[assignment]
+
+
+def cpu_ungated_experts() -> None:
+    """Stub: vLLM 0.33's MoE config refuses experts of an ungated activation on a CPU
+    (``FusedMoEConfig.__post_init__`` raises, last, for ``is_act_and_mul=False``: Nemotron-3 Nano's
+    relu2 experts), where CUDA takes them. The experts hold weights, not cache: the refusal is let pass
+    (asserted: it is that refusal, and no other; it is the last thing the method does, so the config is
+    the one a GPU would have)."""
+    from vllm.model_executor.layers.fused_moe.config import FusedMoEConfig
+
+    original = FusedMoEConfig.__post_init__
+
+    def post_init(self: Any) -> None:
+        try:
+            original(self)
+        except NotImplementedError as e:  # the refusal this stub stands in for, and no other
+            assert "is_act_and_mul=False is supported only for CUDA" in str(e), e
+
+    FusedMoEConfig.__post_init__ = post_init  # type: ignore[method-assign]
+
+
 def cpu_mxfp4_experts() -> None:
     """Stub: vLLM 0.33 has no MXFP4 MoE kernel for a CPU (``select_mxfp4_moe_backend`` raises for gpt-oss's
     experts, quantized ``mxfp4`` in the published config), where a GPU picks one. The experts hold weights,

@@ -204,6 +204,8 @@ def _kvlayout(case: dict[str, Any]) -> dict[str, Any]:
     for _, x in ms.spec.layers:
         kind = "MambaSpec" if isinstance(x, MambaSpec) else type(x).__name__
         kind = {"MLASpec": "MLAAttentionSpec"}.get(kind, kind)  # vLLM's name of the kind
+        if ms.kinds.get(x.name) == "chunked":  # Llama 4's chunked local layers: full attention's page in
+            kind = "ChunkedLocalAttentionSpec"  # kvlayout's spec, vLLM's kind (tests/test_models_generic.py)
         layers[x.name] = [kind, x.real_page, x.page]
         if isinstance(x, (FullAttentionSpec, MLASpec)):
             blocks[x.name] = x.block_size
@@ -346,6 +348,8 @@ def _as_gpu_gemma4(vc: Any, layers: dict[str, Any]) -> None:
     sizes = [str(x) for x in TritonAttentionBackend.get_supported_kernel_block_sizes()]
     assert sizes == [str(x) for x in FlashAttentionBackend.get_supported_kernel_block_sizes()], sizes
     for mod in layers.values():
+        if not hasattr(mod, "attn_backend"):  # a hybrid's Mamba mixers: a state, no attention backend
+            continue
         assert mod.attn_backend.get_name() == "CPU_ATTN", mod.attn_backend.get_name()
         mod.attn_backend = gpu
 
@@ -417,7 +421,14 @@ STAND_IN_DEFAULTS: dict[str, Any] = {
     "attention_bias": False,
 }
 #: other multimodal architectures whose vLLM modules import torchvision (tests/test_models_backend_vllm.py)
-_TORCHVISION = ("KimiK25ForConditionalGeneration",)
+_TORCHVISION = (  # the wrappers whose vLLM module imports torchvision (its processor's), beside VL_WRAPPERS
+    "KimiK25ForConditionalGeneration",
+    "Gemma4ForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+    "Llama4ForConditionalGeneration",
+    "Gemma3ForConditionalGeneration",
+)
 
 
 def _driver() -> None:
@@ -459,12 +470,21 @@ def _driver() -> None:
     from vllm.v1.core import kv_cache_planning as P
     from vllm.v1.worker.utils import customize_attention_spec
 
-    from tests.driver import cpu_attention_takes_fp8, cpu_mla_takes_fp8, cpu_mxfp4_experts, cpu_sparse_mla
+    from tests.driver import (
+        cpu_attention_takes_fp8,
+        cpu_fp8_block_linear,
+        cpu_mla_takes_fp8,
+        cpu_mxfp4_experts,
+        cpu_sparse_mla,
+        cpu_ungated_experts,
+    )
 
     cpu_attention_takes_fp8()  # a host without AVX-512 refuses fp8 in the CPU backend
     cpu_mla_takes_fp8()  # the CPU platform refuses fp8 for MLA (Kimi-K2.5's layers), a GPU takes it
     cpu_sparse_mla()  # and sparse MLA (DeepSeek-V3.2's layers: tests/test_models_indexcache_vllm.py)
     cpu_mxfp4_experts()  # and has no MXFP4 MoE kernel (gpt-oss's experts; they hold no cache)
+    cpu_fp8_block_linear()  # nor, without AMX, an FP8 block-scaled matmul (DeepSeek-V3's linear layers)
+    cpu_ungated_experts()  # and refuses ungated experts (Nemotron-3 Nano's relu2; they hold no cache)
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(
             world_size=1, rank=0, distributed_init_method="tcp://127.0.0.1:0", local_rank=0, backend="gloo"

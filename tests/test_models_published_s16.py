@@ -1,7 +1,10 @@
-"""Published config.json files checked against vLLM 0.33's own construction (issue 23): 32 models of other
-families than tests/fixtures/models/ and tests/test_models_published_s13.py (tests/fixtures/published/,
-each with its source in SOURCES.json; gpt-oss-20b and -120b as published, mxfp4 experts and all, and
-SmolLM3-3B), at tp 1, 2 and 8, with a bf16 and an fp8 cache, on Hopper and Blackwell: 384 cases.
+"""Published config.json files checked against vLLM 0.33's own construction (issue 23): 45 models
+(tests/fixtures/published/, each with its source in SOURCES.json; gpt-oss-20b and -120b as published, mxfp4
+experts and all, SmolLM3-3B and Gemma 3 12B, whose text_config leaves out what its class fills; and, verbatim,
+Kimi-K2-Instruct, DeepSeek-V3 and -R1 with their fp8 quantization_config, Nemotron-H-56B,
+Nemotron-3-Nano-30B-A3B, Llama 4 Scout, Llama 3.1 8B, Mistral 7B v0.1, Qwen3-8B, Qwen3.5-27B and -35B-A3B,
+Gemma 4 26B-A4B), at tp 1, 2 and 8, with a bf16 and an fp8 cache, on
+Hopper and Blackwell: 540 cases.
 
 vLLM's answer for each (its cache: block size, groups, every layer's kind and pages, windows, bytes per
 block; or the error its construction raises) is pinned in tests/fixtures/published/truth.json by
@@ -13,6 +16,10 @@ pins cannot rot.
 
 Found on the way: ChatGLM (THUDM/chatglm3-6b) writes ``num_layers``, which vLLM 0.33 reads through its own
 ChatGLMConfig as ``num_hidden_layers`` (the class's ``attribute_map``); kvlayout refused it as missing.
+The CPU driver builds the fp8 checkpoints' linear layers without a kernel (tests/driver.py's
+cpu_fp8_block_linear) and Nemotron-3 Nano's ungated experts past the CPU's refusal (cpu_ungated_experts):
+they hold weights, not cache. Llama 4's chunked local layers are full attention's pages in kvlayout's spec,
+named by vLLM's kind from ``ModelSpec.kinds``.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ CASES = [
 
 
 def test_the_set_is_whole() -> None:
-    assert len(CONFIGS) == 32 and len(CASES) == 384
+    assert len(CONFIGS) == 45 and len(CASES) == 540
     assert set(PINNED["cases"]) == {f"{n}-tp{tp}-{kv}-{d}" for n, tp, kv, d in CASES}
     sources = json.loads((Path(TRUTH).parent / "SOURCES.json").read_text())
     assert set(sources) == set(CONFIGS)
@@ -75,6 +82,29 @@ def test_pins_are_the_hand_computed_ones() -> None:
     assert oss["bytes_per_block"] == 12 * 2 * 8 * 64 * 16 * 2 and oss["groups"] == [12, 12]
     assert oss["windows"] == [128]
     assert pin("gpt_oss_120b-tp8-fp8-hopper")["bytes_per_block"] == 18 * 2 * 1 * 64 * 16  # one KV head a rank
+    # Kimi-K2 and DeepSeek-V3: 61 MLA layers of 576 a token, replicated at tp 8; 16 tokens (bf16), 64 (fp8)
+    assert pin("kimi_k2_instruct-tp8-auto-hopper")["bytes_per_block"] == 61 * 576 * 16 * 2
+    assert pin("deepseek_v3-tp2-fp8-hopper")["bytes_per_block"] == 61 * 576 * 64
+    # Nemotron-H-56B: 10 attention layers (8 KV heads of 128) and 54 Mamba2 mixers in 7 groups; a mixer's
+    # conv (3, 16,384 + 2 * 8 * 256) bf16 and ssm (256, 64, 256) float32 fit a block of 4,128 tokens
+    nh = pin("nemotron_h_56b-tp1-auto-hopper")
+    assert nh["groups"] == [9] * 6 + [10] and nh["block_size"] == 4_128
+    page = 4_128 * 2 * 8 * 128 * 2  # the attention page; the mixers' state padded to it
+    mixer = 3 * (16_384 + 2 * 8 * 256) * 2 + 256 * 64 * 256 * 4
+    assert nh["pages"] == [["FullAttentionSpec", page, page], ["MambaSpec", mixer, page]]
+    assert nh["bytes_per_block"] == 10 * page
+    # Llama 4 Scout: 36 chunked local layers and 12 NoPE full ones, 8 KV heads of 128, four groups of 12
+    l4 = pin("llama4_scout-tp1-auto-hopper")
+    assert l4["groups"] == [12] * 4 and l4["bytes_per_block"] == 12 * 2 * 8 * 128 * 16 * 2
+    assert [p[0] for p in l4["pages"]] == ["ChunkedLocalAttentionSpec", "FullAttentionSpec"]
+    # Gemma 3 12B: text_config names no head_dim nor layer pattern; the class's 256 and 5 sliding (1,024
+    # tokens) to 1 full: 40 sliding and 8 full layers of 8 KV heads, in six groups of 8
+    g12 = pin("gemma3_12b-tp1-auto-hopper")
+    assert g12["groups"] == [8] * 6 and g12["windows"] == [1_024]
+    assert g12["bytes_per_block"] == 8 * 2 * 8 * 256 * 16 * 2
+    # Mistral 7B v0.1: the 4,096-token window on all 32 layers
+    m7 = pin("mistral_7b_v0_1-tp1-auto-hopper")
+    assert m7["windows"] == [4_096] and m7["bytes_per_block"] == 32 * 2 * 8 * 128 * 16 * 2
     # Baichuan and Qwen (1): vLLM 0.33 no longer serves them
     assert "not supported anymore" in pin("baichuan2_7b-tp1-auto-hopper")["error"]
 
