@@ -921,7 +921,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("spec", "table", "config"):  # an empty path read as "not given" (issue 25)
             if getattr(args, name, None) == "":
                 raise UsageError(f"{name} = '': an empty path", field=name, value="")
-        return int(args.func(args))
+        rc = int(args.func(args))
+        sys.stdout.flush()  # a write that fails (a full disk, /dev/full) fails here, inside the try
+        return rc
     except KVLayoutError as e:
         print(f"kvlayout {args.cmd}: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
@@ -930,6 +932,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # pragma: no cover - e.g. `kvlayout plan | head`
         return 0
+    except OSError as e:  # the output could not be written (issue 25, seventeenth pass): one line
+        _drop_stdout()
+        print(f"kvlayout {args.cmd}: error: writing the output: {e.strerror or e}", file=sys.stderr)
+        return 2
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's flush at exit does not fail on the
+    unwritten rest again (a traceback after the one-line error)."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):  # no file descriptor (a test's captured output): nothing to drop
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -264,8 +264,8 @@ def _json_int(literal: str) -> int:
         raise _LongInt(literal) from None
 
 
-def _read_capped(path: str) -> bytes:
-    """At most ``MAX_JSON_BYTES + 1`` bytes of ``path``. Opened without blocking, then read blocking:
+def _read_capped(path: str, cap: int) -> bytes:
+    """At most ``cap + 1`` bytes of ``path``. Opened without blocking, then read blocking:
     a FIFO nobody writes to reads as empty instead of hanging in ``open`` forever (issue 25), and a
     pipe with a writer (``<(cat spec.json)``) is read whole."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -274,20 +274,21 @@ def _read_capped(path: str) -> bytes:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         os.set_blocking(fd, True)
         with open(fd, "rb", closefd=False) as f:
-            return f.read(MAX_JSON_BYTES + 1)
+            return f.read(cap + 1)
     finally:
         os.close(fd)
 
 
-def read_json_file(cls: type[KVLayoutError], what: str, path: str) -> Any:
-    """Read and parse a JSON file of at most :data:`MAX_JSON_BYTES` (an endless ``/dev/zero`` is refused
-    once one byte past the cap is read: about 0.2 s and 100 MB)."""
+def read_json_file(cls: type[KVLayoutError], what: str, path: str, max_bytes: int | None = None) -> Any:
+    """Read and parse a JSON file of at most ``max_bytes`` (default :data:`MAX_JSON_BYTES`; an endless
+    ``/dev/zero`` is refused once one byte past the cap is read: about 0.2 s and 100 MB)."""
+    cap = MAX_JSON_BYTES if max_bytes is None else max_bytes
     try:
-        data = _read_capped(path)
+        data = _read_capped(path, cap)
     except OSError as e:
         raise bad_value(cls, what, path, e.strerror or str(e)) from None
-    if len(data) > MAX_JSON_BYTES:
-        raise bad_value(cls, what, path, f"larger than {MAX_JSON_BYTES} B")
+    if len(data) > cap:
+        raise bad_value(cls, what, path, f"larger than {cap} B")
     return parse_json(cls, f"{what} {path!r}", data)
 
 

@@ -171,7 +171,9 @@ def test_check_model_type() -> None:
 
 def test_check_with_transformers_too_large() -> None:
     big = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "layer_list": [0] * 10**6}
-    assert C.check_with_transformers(big) is None  # the json reader's checks stand
+    said = C.check_with_transformers(big)  # the json reader's checks stand, and a note says so
+    assert said is not None
+    assert said.startswith("transformers' check of the config left out: config.layer_list")
     assert (
         C.check_with_transformers({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4})
         is None

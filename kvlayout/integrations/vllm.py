@@ -43,6 +43,7 @@ from ..spec import (
     SlidingWindowSpec,
 )
 from ..table import Segment, SegmentTable
+from ..validate import is_int
 
 #: The vLLM release whose objects this adapter reads.
 VLLM_VERSION = "0.33.0"
@@ -670,11 +671,13 @@ def check_views_against_layout(
 MAX_VIEW_DEPTH = 16
 
 
-def _walk_tensors(value: Any, where: str = "kv_caches") -> Iterator[Any]:
+def _walk_tensors(value: Any, where: str = "kv_caches", strict: bool = False) -> Iterator[Any]:
     """Tensors inside a layer's cache (a tensor, or vLLM's per-state lists/tuples for Mamba), in order.
 
     Walked without recursion; a value nested deeper than :data:`MAX_VIEW_DEPTH` lists (or holding
-    itself) is a :class:`SpecError` naming ``where`` (a ``RecursionError`` before).
+    itself) is a :class:`SpecError` naming ``where`` (a ``RecursionError`` before), and so is a tensor
+    that is not dense and strided (a sparse one has no storage to check). ``strict``: anything else
+    that is not a tensor is refused too (a user's ``kv_caches``; vLLM's forward context may hold none).
     """
     stack: list[Iterator[Any]] = [iter((value,))]
     while stack:
@@ -687,7 +690,14 @@ def _walk_tensors(value: Any, where: str = "kv_caches") -> Iterator[Any]:
                 raise bad_value(SpecError, where, len(stack), why, shown=f"lists nested {len(stack)} deep")
             stack.append(iter(v))
         elif hasattr(v, "untyped_storage"):
+            layout = str(getattr(v, "layout", "torch.strided"))
+            if layout != "torch.strided":
+                why = "must be a dense, strided tensor, as vLLM's cache views are"
+                raise bad_value(SpecError, where, layout, why, shown=f"a {layout} tensor")
             yield v
+        elif strict:
+            why = "must hold tensors (or lists/tuples of them) only, as vLLM's caches do"
+            raise bad_value(SpecError, where, type(v).__name__, why, shown=f"a {type(v).__name__}")
 
 
 _END = object()
@@ -762,7 +772,9 @@ class KVBlockZeroer:
             why = "taken from the views' storage offset; pass the buffer to KVBlockZeroer instead"
             raise bad_value(SpecError, "offset", kwargs["offset"], why)
         _check_views_mapping("kv_caches", kv_caches)
-        tensors = [t for k, v in kv_caches.items() for t in _walk_tensors(v, f"kv_caches[{k!r}]")]
+        tensors = [
+            t for k, v in kv_caches.items() for t in _walk_tensors(v, f"kv_caches[{k!r}]", strict=True)
+        ]
         if not tensors:
             raise bad_value(SpecError, "kv_caches", len(kv_caches), "holds no tensor")
         storage = tensors[0].untyped_storage()
@@ -796,12 +808,13 @@ class KVBlockZeroer:
         if group is None or isinstance(group, str):
             return group
         # NumPy integers are indices too (np.int64(0) was refused as outside [0, n))
-        index = isinstance(group, (int, np.integer)) and not isinstance(group, bool)
-        if not index or not 0 <= group < len(self.group_names):
+        # read as a plain int first: an int subclass's own comparisons may lie (issue 25, seventeenth pass)
+        index = int.__int__(int(group)) if is_int(group) else None
+        if index is None or not 0 <= index < len(self.group_names):
             raise bad_value(
                 BlockIdError, "group", group, f"must be a cache group index in [0, {len(self.group_names)})"
             )
-        return self.group_names[int(group)]
+        return self.group_names[index]
 
     def zero_block_ids(self, block_ids: Any, group: int | str | None = None) -> None:
         """Zero ``block_ids`` (a Python list, NumPy array or tensor) of every group, or of one ``group``.

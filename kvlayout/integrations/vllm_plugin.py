@@ -260,6 +260,9 @@ def _storage_base(views: Mapping[str, Any], layout: Layout) -> tuple[Any, int]:
     import torch
 
     tensors = [t for k, v in views.items() for t in _walk_tensors(v, f"kv_caches[{k!r}]")]
+    if not tensors:  # vLLM binds every layer's cache before it builds the zeroer
+        why = "binds no tensor to any planned layer (kv_cache): nothing to check the plan against"
+        raise bad_value(SpecError, "static_forward_context", len(views), why, shown=f"{len(views)} views")
     storage = tensors[0].untyped_storage()
     for name, v in views.items():
         for t in _walk_tensors(v, f"kv_caches[{name!r}]"):
@@ -553,6 +556,9 @@ class ReplacedKVBlockZeroer(KVBlockZeroer):
             runner_only_attn_layers=runner_only,
         )
         layout = plan_layout(spec)
+        if not is_int(num_blocks):
+            why = "must be an integer (the KVCacheConfig's num_blocks)"
+            raise bad_value(SpecError, "num_blocks", num_blocks, why)
         if int(num_blocks) != layout.num_blocks:
             raise SpecError(
                 f"num_blocks = {num_blocks}: the KVCacheConfig plans {layout.num_blocks}",

@@ -52,6 +52,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -312,10 +313,17 @@ def _check_as_transformers(cfg: Config, heads: int) -> None:
         return
     head_dim = cfg.req_int("head_dim", "")
     factor = cfg.data.get("partial_rotary_factor", 1.0)
+    where = cfg.field("partial_rotary_factor")
     if isinstance(rope, Mapping) and "partial_rotary_factor" in rope:
         factor = rope["partial_rotary_factor"]
+        where = cfg.field(next(k for k in ("rope_parameters", "rope_scaling") if cfg.has(k))) + (
+            ".partial_rotary_factor"
+        )
     if isinstance(factor, bool) or not isinstance(factor, (int, float)):
         return  # transformers refuses the factor itself: not a check on the fields read here
+    if not math.isfinite(factor):  # NaN, Infinity, 1e309 as written: int() of it raises
+        why = "must be a finite number (the rotary dimension is int(head_dim * it): validate_rope)"
+        raise spec_error(where, factor, why)
     if head_dim > 4 and head_dim % 2 and int(head_dim * factor) == head_dim:
         why = (
             f"odd, and RoPE rotates all of it (partial_rotary_factor {factor}): transformers refuses it "

@@ -82,7 +82,10 @@ def build(
             ms, c = build(*args, **kw, reader="json")
             # vLLM reads every config through its class: what that class refuses, vLLM refuses (issue 25,
             # sixteenth pass, F2); transformers is imported only where it is installed
-            check_with_transformers(load_config(config))
+            skipped = check_with_transformers(load_config(config))
+            if skipped is not None:
+                c.notes.append(skipped)
+                ms = replace(ms, notes=(*ms.notes, skipped))
             return ms, c
         except MissingField as e:
             if not transformers_installed():
@@ -147,7 +150,7 @@ def build(
         prefix = GENERIC_ATTENTION[text_arch or WRAPPERS.get(arch, arch)][0]
         if arch in WRAPPERS or text_arch:  # the text model is built as the wrapper's language_model
             prefix = f"language_model.{prefix}"
-    if family == "deepseek_v3" and text.has("index_topk"):
+    if family == "deepseek_v3" and "index_topk" in text.data:  # written, even null: vLLM's hasattr
         family = "deepseek_v32"
     c = Ctx(
         top,

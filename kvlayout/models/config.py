@@ -184,9 +184,17 @@ class Config:
         return list(v[:n])
 
 
+#: Largest config.json read from a file: published ones are a few KB (the largest of tests/fixtures: 4 KB;
+#: a long quantization ignore list, tens of KB); a 22 MB file of junk keys took 15 s and 500 MB to refuse
+#: (issue 25, seventeenth pass), 2 MiB under a second
+MAX_CONFIG_BYTES = 2 * 2**20
+
+
 def load_config(config: Mapping[str, Any] | str | Path) -> Mapping[str, Any]:
     data = (
-        read_json_file(SpecError, "config file", str(config)) if isinstance(config, (str, Path)) else config
+        read_json_file(SpecError, "config file", str(config), MAX_CONFIG_BYTES)
+        if isinstance(config, (str, Path))
+        else config
     )
     if not isinstance(data, Mapping):
         raise spec_error("config", type(data).__name__, "must be a JSON object (a model's config.json)")
@@ -373,18 +381,21 @@ def _transformers_refusal(data: Mapping[str, Any], cls: type, model_type: str, e
     return spec_error(f"config.{written[0]}", data[written[0]], f"{whose}: {cause}")
 
 
-def check_with_transformers(data: Mapping[str, Any]) -> None:
+def check_with_transformers(data: Mapping[str, Any]) -> str | None:
     """Refuse, naming the field and the value, a config transformers' config class refuses (its strict
     field types and validators: ``LlamaConfig.validate_architecture``, ``validate_rope``'s even rotary
     dimension, ...), as vLLM 0.33 reads it through that class and fails to load it. Nothing where
-    transformers is not installed (the ``models`` extra) or vLLM reads the type with its own class."""
+    transformers is not installed (the ``models`` extra) or vLLM reads the type with its own class; a
+    note where a value too large to hand transformers safely left the check out (the json reader's
+    checks stand)."""
     if not transformers_installed():
-        return
+        return None
     try:
         _bounded_for_transformers(data, "config")
-    except SpecError:  # too large to hand transformers safely: the json reader's checks stand
-        return
+    except SpecError as e:
+        return f"transformers' check of the config left out: {e} (the json reader's checks stand)"
     through_transformers(data, [])
+    return None
 
 
 def written_aliases(

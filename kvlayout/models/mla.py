@@ -24,6 +24,19 @@ from .config import MAX_CONFIG_INT, resolve_kv_dtype
 from .vllm_checked import GENERIC_ATTENTION
 
 
+def _not_null(c: Ctx, keys: tuple[str, ...]) -> None:
+    """DeepSeek-V3.2's fields vLLM 0.33 reads by ``hasattr`` / ``getattr`` with a default: a ``null``
+    written is not absent there (``DeepseekV2MLAAttention``: an indexer with no top-k, ``layer % None``),
+    and the model fails to build."""
+    for key in keys:
+        if key in c.cfg.data and c.cfg.data[key] is None:
+            why = (
+                "vLLM 0.33 reads the field wherever it is written (hasattr/getattr, not a default) and "
+                "fails to build DeepSeek-V3.2's indexer on null: write an integer, or leave the field out"
+            )
+            raise spec_error(c.cfg.field(key), None, why)
+
+
 def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
     heads = c.cfg.req_int("num_attention_heads", "the query heads")
@@ -33,7 +46,8 @@ def mla_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     rope = c.cfg.req_int("qk_rope_head_dim", "the MLA RoPE part (head size kv_lora_rank + qk_rope_head_dim)")
     head = rank + rope
     c.mla_dims = (rank, rope)
-    v32 = c.family == "deepseek_v32" or c.cfg.has("index_topk")
+    v32 = c.family == "deepseek_v32" or "index_topk" in c.cfg.data
+    _not_null(c, ("index_topk", "index_topk_freq", "index_skip_topk_offset") if v32 else ())
     raw = "auto" if c.kv_cache_dtype is None else c.kv_cache_dtype
     nope = c.cfg.opt_int("qk_nope_head_dim", lo=0)
     r = c.backend(mla=True, sparse=v32, qk_nope_head_dim=1 if nope is None else nope)
