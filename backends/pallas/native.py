@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from kvlayout.backend import Backend, validate_host_buffer
-from kvlayout.errors import BackendError, LayoutBufferError, bad_value
+from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, bad_value
 from kvlayout.native import (
     NativeCacheSpec,
     NativeLeaf,
@@ -56,11 +56,14 @@ from .zeroer import (
     BadIdCount,
     bucket_ids,
     check_id_array,
+    check_ids_devices,
     check_num_ids,
     default_kernel,
+    device_order,
     ids_in_range,
     interpret_params,
     kernel_mode,
+    masked_ids,
     run_step,
     step_ids,
 )
@@ -322,22 +325,56 @@ class CacheZeroer:
 
     def zero_local(self, leaves: Sequence[jax.Array], sel: tuple[int, ...], ids: jax.Array,
                    valid: jax.Array) -> list[jax.Array]:
-        """Traceable, one device: zero ``ids[valid]`` (int32 ``[n]``, bool ``[n]``) in ``leaves``
-        (those of ``sel``, local shapes); invalid slots are skipped without an error."""
-        n = ids.shape[0]
+        """Traceable, one device: zero ``ids[valid]`` (integer ``[n]``, bool ``[n]``) in ``leaves``
+        (those of ``sel``, local shapes); invalid slots are skipped without an error.
+
+        Checked as :meth:`apply` checks its input (static under trace): each leaf's local shape and
+        dtype, and ids of an integer dtype; an id outside ``[0, local pages)`` (int32 included) writes
+        nothing, checked before any narrowing."""
+        sel = self._check_local(leaves, sel)
         num_blocks = self.local_shapes[sel[0]][0]
+        ids32, ok = masked_ids(ids, valid, num_blocks)  # int32; ok: valid and in [0, num_blocks)
+        n = ids32.shape[0]
         if self.kernel == "triton":  # direct: invalid slots become -1 and write nothing; no sort
-            out, _ = self._direct_call(sel)(jnp.where(valid, ids, -1).astype(jnp.int32), *leaves)
+            out, _ = self._direct_call(sel)(jnp.where(ok, ids32, -1), *leaves)
             return list(out)
         # invalid slots become num_blocks and sort last; equal ids side by side are taken once
-        s = jnp.sort(jnp.where(valid, ids, num_blocks).astype(jnp.int32))
+        s = jnp.sort(jnp.where(ok, ids32, num_blocks))
         take = jnp.concatenate([jnp.ones((1,), jnp.int32), (s[1:] != s[:-1]).astype(jnp.int32)])
-        count = jnp.sum(valid.astype(jnp.int32)).reshape(1)
+        count = jnp.sum(ok.astype(jnp.int32)).reshape(1)
         f, n_pad = self._call_for(sel, n)
         if n_pad != n:
             s = jnp.concatenate([s, jnp.full((n_pad - n,), num_blocks, jnp.int32)])
             take = jnp.concatenate([take, jnp.zeros((n_pad - n,), jnp.int32)])
         return list(f(s, take, count, *leaves))
+
+    def _check_local(self, leaves: Any, sel: Any) -> tuple[int, ...]:
+        """:meth:`zero_local`'s leaves and ``sel``: distinct leaf indices, one leaf each, every leaf in
+        its local shape and dtype, all with one page count (one kernel call)."""
+        count = len(self.spec.leaves)
+        if not isinstance(sel, (tuple, list)) or not sel or any(
+            type(i) is not int or not 0 <= i < count for i in sel
+        ) or len(set(sel)) != len(sel):
+            why = f"must be a non-empty tuple of distinct leaf indices in [0, {count})"
+            raise bad_value(LayoutBufferError, "sel", sel, why)
+        sel = tuple(sel)
+        if not isinstance(leaves, (list, tuple)) or len(leaves) != len(sel):
+            given = len(leaves) if isinstance(leaves, (list, tuple)) else type(leaves).__name__
+            why = f"must be a list of {len(sel)} arrays (one per sel)"
+            raise bad_value(LayoutBufferError, "leaves", given, why)
+        for i, x in zip(sel, leaves):
+            name, want = self.spec.names[i], (self.local_shapes[i], self.spec.leaves[i].dtype)
+            shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+            got = (None if shape is None else tuple(shape), None if dtype is None else jnp.dtype(dtype).name)
+            if got != want:
+                shown = f"{got[1]}{got[0]}"
+                why = f"must be {want[1]}{want[0]} (this device's part of the leaf)"
+                raise bad_value(LayoutBufferError, f"leaf {name!r}", shown, why, shown=shown)
+        pages = {self.local_shapes[i][0] for i in sel}
+        if len(pages) != 1:
+            why = f"the leaves have different local page counts {sorted(pages)}: one call per page count"
+            raise bad_value(LayoutBufferError, "sel", sel, why)
+        return sel
 
     def _shard_body(self, sel: tuple[int, ...], mesh: Mesh, pspecs: tuple[P, ...]) -> Any:
         """Inside shard_map: route the global ids to each leaf's shard, then zero locally.
@@ -454,6 +491,7 @@ class CacheZeroer:
             return self._bad.step(lambda acc: run_step(self.serialised, step, caches, ids, acc))
         except (ValueError, RuntimeError) as e:  # JAX's own refusal: name the leaf if it is one of these
             self._diagnose(caches, e)
+            self._diagnose_ids(caches, block_ids, e)
             raise
 
     zero_blocks = __call__
@@ -487,6 +525,20 @@ class CacheZeroer:
                 where = ", ".join(f"leaf {n!r} on {d}" for d, n in list(first.items())[:3])
                 why = f"leaves are on several devices ({where}); give a mesh to zero a sharded cache"
                 raise bad_value(LayoutBufferError, "caches", "several devices", why) from err
+
+    def _diagnose_ids(self, caches: Any, block_ids: Any, err: Exception) -> None:
+        """After JAX refused a call: a :class:`BlockIdError` when the cause is device ids committed to
+        other devices than the caches' (or the mesh's); otherwise return. Nothing ran."""
+        try:
+            if self.mesh is not None:
+                check_ids_devices(block_ids, tuple(self.mesh.devices.flat), "the mesh")
+                return
+            leaves = jax.tree_util.tree_leaves(caches)
+            leaf0 = next((x for x in leaves if isinstance(x, jax.Array) and x.committed), None)
+            if leaf0 is not None:
+                check_ids_devices(block_ids, device_order(leaf0.sharding), "the caches")
+        except BlockIdError as e:
+            raise e from err
 
     def check(self) -> None:
         """Raise if any device id so far was outside ``[0, num_blocks)`` (synchronises; resets)."""

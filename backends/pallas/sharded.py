@@ -32,9 +32,11 @@ from .zeroer import (
     BadIdCount,
     PallasZeroer,
     check_id_array,
+    check_ids_devices,
     check_int32_array,
     check_not_donated,
     check_num_ids,
+    device_order,
     ids_in_range,
     run_step,
     step_ids,
@@ -104,6 +106,7 @@ class ShardedPallasZeroer:
         self.spec = P(layout.shard_axes or None, None)
         self.sharding = NamedSharding(mesh, self.spec)
         self.ids_sharding = NamedSharding(mesh, P())
+        self._devices = tuple(mesh.devices.flat)  # the mesh's device order, as JAX compares it
         self._check_interpret_mesh()
         self._step = jax.shard_map(
             self._shard_step,
@@ -178,12 +181,27 @@ class ShardedPallasZeroer:
         self._check_buffer_shape(buf)
         sh = getattr(buf, "sharding", None)
         if not isinstance(sh, jax.sharding.Sharding) or not sh.is_equivalent_to(self.sharding, 2):
+            self._check_buffer_devices(buf)
             raise LayoutBufferError(
                 f"buffer sharding = {sh}: must be {self.sharding} "
                 "(use make_buffer or jax.device_put(buf, zeroer.sharding))",
                 field="buffer.sharding",
                 value=str(sh),
             )
+
+    def _check_buffer_devices(self, buf: Any) -> None:
+        """A concrete buffer on the mesh's devices in another order (whose sharding prints like the mesh's)
+        is refused saying so; JAX's own refusal was a raw ``ValueError``. Tracers are left to JAX."""
+        if isinstance(buf, jax.core.Tracer) or not isinstance(buf, jax.Array):
+            return
+        got, want = device_order(buf.sharding), self._devices
+        if got is None or got == want or set(got) != set(want):
+            return
+        ids = [d.id for d in got]
+        why = (f"its devices are the mesh's in another order (device ids {ids}; the mesh's "
+               f"{[d.id for d in want]}): jax.device_put(buf, zeroer.sharding)")
+        raise LayoutBufferError(f"buffer sharding = {buf.sharding}: {why}", field="buffer.sharding",
+                                value=str(buf.sharding))
 
     # ---- the per-shard step --------------------------------------------------------------
     def _shard_step(self, buf: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -231,8 +249,10 @@ class ShardedPallasZeroer:
         :meth:`__call__` checks them: a buffer of other rows would shift every shard's layout.
         """
         self._check_buffer_shape(buf)
+        self._check_buffer_devices(buf)
         ids = step_ids(block_ids)
         check_id_array(ids)
+        check_ids_devices(ids, self._devices, "the mesh")
         ids32, ok = ids_in_range(ids, self.layout.num_blocks)  # no wide id wraps into the pool
         out, bad = self._step(buf, jnp.where(ok, ids32, -1))
         return out, bad
@@ -246,6 +266,7 @@ class ShardedPallasZeroer:
             return buf if local is None else run_step(self.local.serialised, self._jitted_local, buf, local)
         ids = block_ids
         check_id_array(ids)
+        check_ids_devices(ids, self._devices, "the mesh")
         if ids.shape[0] == 0:
             return buf
         out, err = run_step(self.local.serialised, self._jitted, buf, ids)

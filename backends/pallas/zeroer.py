@@ -13,8 +13,9 @@ and ids of wider dtypes are range-checked before they are narrowed, so none wrap
 
 from __future__ import annotations
 
+import operator
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -116,27 +117,50 @@ def step_ids(block_ids: Any) -> Any:
     return jnp.asarray(arr)
 
 
+def _plain(v: Any) -> int:
+    """An integer element (checked by :func:`is_int`) as a plain ``int``: its comparisons are Python's own,
+    not those of an ``int`` subclass that may override them."""
+    return int.__int__(operator.index(v))
+
+
+def _fit32(v: int) -> int:
+    """A plain int id, or ``-1`` (a bad id) where it does not fit int32."""
+    return v if INT32_MIN <= v <= INT32_MAX else -1
+
+
 def _list_ids(block_ids: list[Any] | tuple[Any, ...]) -> Any:
     """A list or tuple of host integers (JAX values may stand beside them) as ids; ids outside int32
     become ``-1``. An element that is neither is refused by its index, before anything is converted."""
     if not block_ids:
         return jnp.zeros((0,), jnp.int32)
     if all(type(v) is int or is_int(v) for v in block_ids):  # no bools, no tracers, no timedeltas
-        host = [int(v) if INT32_MIN <= v <= INT32_MAX else -1 for v in block_ids]
-        return jnp.asarray(np.array(host, np.int32))
+        return jnp.asarray(np.array([_fit32(_plain(v)) for v in block_ids], np.int32))
     for i, v in enumerate(block_ids):
         if isinstance(v, jax.Array):
             if v.dtype == jnp.bool_:  # a bool beside ints would become block 0 or 1 (issue 25)
                 raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer block id, not a bool")
         elif not is_int(v):  # 0-d arrays, torch tensors, floats, strings, None, lying int subclasses
             raise bad_value(BlockIdError, f"block_ids[{i}]", v, id_element_why(v))
-    fit: list[Any] = [v if isinstance(v, jax.Array) else int(v) if INT32_MIN <= v <= INT32_MAX else -1
-                      for v in block_ids]
+    fit: list[Any] = [v if isinstance(v, jax.Array) else _fit32(_plain(v)) for v in block_ids]
     try:  # JAX values (tracers): JAX converts the list
         return jnp.asarray(fit)
-    except (OverflowError, TypeError, ValueError):  # a 1-D JAX value beside scalars
-        why = "must be a 1-D integer array of block ids (nothing was written)"
-        raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
+    except (OverflowError, TypeError, ValueError):
+        _refuse_mixed(block_ids, fit)
+
+
+def _refuse_mixed(block_ids: list[Any] | tuple[Any, ...], fit: list[Any]) -> NoReturn:
+    """Why JAX could not convert a list of JAX values and integers, naming the element."""
+    arrays = [v for v in block_ids if isinstance(v, jax.Array)]
+    if all(v.ndim == 0 and jnp.issubdtype(v.dtype, jnp.integer) for v in arrays):
+        dt = jnp.result_type(*arrays)  # the list's dtype: Python ints beside JAX values take theirs
+        info = jnp.iinfo(dt)
+        for i, (v, f) in enumerate(zip(block_ids, fit)):
+            if not isinstance(v, jax.Array) and not info.min <= f <= info.max:
+                why = (f"does not fit {dt}, the dtype of the JAX values beside it (JAX converts the list "
+                       "to it): pass the ids as one integer array (nothing was written)")
+                raise bad_value(BlockIdError, f"block_ids[{i}]", _plain(v), why) from None
+    why = "must be a 1-D integer array of block ids (nothing was written)"  # e.g. a 1-D JAX value beside
+    raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
 
 
 def check_num_ids(num_ids: Any) -> int:
@@ -145,14 +169,63 @@ def check_num_ids(num_ids: Any) -> int:
     return check_int(BlockIdError, "num_ids", num_ids, lo=0, hi=INT32_MAX)
 
 
-def check_id_array(ids: Any) -> None:
+def check_id_array(ids: Any, field: str = "block_ids") -> None:
     """Device ids must be a 1-D integer array (values are checked in the kernel)."""
     if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
         raise BlockIdError(
-            f"block_ids: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}",
-            field="block_ids",
+            f"{field}: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}",
+            field=field,
             value=str(ids.dtype),
         )
+
+
+def masked_ids(ids: Any, valid: Any, limit: int) -> tuple[jax.Array, jax.Array]:
+    """Traceable: ``(int32 ids, slots to write)`` for ``ids`` masked by ``valid``, as the public
+    masked entries take them. ``ids``: a 1-D integer array of any integer dtype (else refused at trace
+    time, naming ``ids``); ``valid``: bool (or integer, nonzero = valid) of the same shape. A slot is
+    written only where valid and its id is in ``[0, limit)``, checked in the ids' own dtype before
+    narrowing, so no wide id wraps into the pool."""
+    for name, x in (("ids", ids), ("valid", valid)):
+        if not isinstance(x, (jax.Array, np.ndarray)):
+            raise bad_value(BlockIdError, name, type(x).__name__, "must be a jax.Array")
+    check_id_array(ids, "ids")
+    if valid.dtype != jnp.bool_ and not jnp.issubdtype(valid.dtype, jnp.integer):
+        shown = f"{valid.dtype}{tuple(valid.shape)}"
+        raise bad_value(BlockIdError, "valid", shown, "must be a bool array", shown=shown)
+    if tuple(valid.shape) != tuple(ids.shape):
+        why = f"must have the shape of ids {tuple(ids.shape)} (a mask is never broadcast)"
+        raise bad_value(BlockIdError, "valid.shape", tuple(valid.shape), why)
+    ids32, ok = ids_in_range(ids, limit)
+    return ids32, ok & (valid if valid.dtype == jnp.bool_ else valid != 0)
+
+
+def device_order(sharding: Any) -> tuple[Any, ...] | None:
+    """The devices of a single-device or named sharding, in order (``None``: another kind, left to JAX)."""
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        return tuple(sharding.device_set)
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        return tuple(sharding.mesh.devices.flat)
+    return None
+
+
+def check_ids_devices(ids: Any, want: tuple[Any, ...] | None, where: str) -> None:
+    """Concrete device ids committed to other devices than ``want`` (those of ``where``) are refused by
+    name before dispatch: JAX's own refusal was a raw ``ValueError`` ("incompatible devices"). Uncommitted
+    ids, tracers and shardings of other kinds are left to JAX (it moves uncommitted ids)."""
+    if want is None or not isinstance(ids, jax.Array) or isinstance(ids, jax.core.Tracer):
+        return
+    if not ids.committed:
+        return
+    got = device_order(ids.sharding)
+    if got is None or got == want:
+        return
+    shown = ", ".join(str(d) for d in got)
+    if set(got) == set(want):
+        why = f"are committed to the devices of {where} in another order ({shown})"
+    else:
+        why = f"are committed to {shown}, not the devices of {where} ({', '.join(str(d) for d in want)})"
+    why += ": jax.device_put them there, or pass host ids (nothing was written)"
+    raise bad_value(BlockIdError, "block_ids", shown, why, shown=f"<{shown}>")
 
 
 def bucket_ids(host: np.ndarray) -> np.ndarray:
@@ -409,6 +482,7 @@ class PallasZeroer:
         self._check_buffer(buf)
         ids = step_ids(block_ids)
         check_id_array(ids)
+        self._check_ids_devices(buf, ids)
         if ids.shape[0] == 0:
             return buf, jnp.zeros((), jnp.int32)
         if self.direct and len(self.kernel_table) and jnp.iinfo(ids.dtype).max <= INT32_MAX:
@@ -417,15 +491,22 @@ class PallasZeroer:
             return out, bad[0]
         ids32, ok = ids_in_range(ids, self.table.num_blocks)
         bad = jnp.sum(~ok).astype(jnp.int32)
-        return self.apply_masked(buf, ids32, ok), bad
+        return self._zero_masked(buf, ids32, ok), bad
 
     def apply_masked(self, buf: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.Array:
-        """Traceable: zero ``ids[valid]`` (int32 ``[n]``, bool ``[n]``); invalid slots are skipped.
+        """Traceable: zero ``ids[valid]`` (integer ``[n]``, bool ``[n]``); invalid slots are skipped.
 
         Used by the sharded zeroer, where ids owned by other shards are not errors. The buffer is
-        checked as :meth:`apply` checks it (int32, ``(rows >= buffer_shape[0], 128)``; static under trace).
+        checked as :meth:`apply` checks it (int32, ``(rows >= buffer_shape[0], 128)``; static under trace),
+        the ids as :meth:`apply` takes them: an integer dtype (else refused), and an id outside
+        ``[0, num_blocks)`` (int32 included) writes nothing, checked before any narrowing.
         """
         self._check_buffer(buf)
+        ids32, ok = masked_ids(ids, valid, self.table.num_blocks)
+        return self._zero_masked(buf, ids32, ok)
+
+    def _zero_masked(self, buf: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.Array:
+        """:meth:`apply_masked` on checked input: int32 ids, bool ``valid`` only where in range."""
         if len(self.kernel_table) == 0:  # only mamba layers: no rows, nothing to write
             return buf
         n = ids.shape[0]
@@ -448,6 +529,13 @@ class PallasZeroer:
             take = jnp.concatenate([take, jnp.zeros((n_pad - n,), jnp.int32)])
         return self._call_for(n_pad, buf.shape[0])(s, take, count, buf)
 
+    @staticmethod
+    def _check_ids_devices(buf: Any, ids: Any) -> None:
+        """Concrete ids committed to other devices than a concrete committed buffer: refused by name."""
+        if isinstance(buf, jax.core.Tracer) or not buf.committed:
+            return
+        check_ids_devices(ids, device_order(buf.sharding), "the buffer")
+
     # ---- per step -------------------------------------------------------------------------
     def __call__(self, buf: jax.Array, block_ids: Any) -> jax.Array:
         """Zero ``block_ids`` in ``buf`` (donated) and return the buffer.
@@ -461,6 +549,7 @@ class PallasZeroer:
         if isinstance(block_ids, jax.Array):
             ids: Any = block_ids
             check_id_array(ids)
+            self._check_ids_devices(buf, ids)
         else:
             host = np.unique(normalize_block_ids(block_ids, self.table.num_blocks))
             if host.size == 0:
