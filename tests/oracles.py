@@ -471,3 +471,20 @@ def merged_block_ranges(table: SegmentTable, b: int) -> list[tuple[int, int]]:
 def union_bytes(ranges: Sequence[tuple[int, int]]) -> set[int]:
     """The bytes of half-open ranges."""
     return {x for a, b in ranges for x in range(a, b)}
+
+
+class LyingInt(int):
+    """An int whose value, int() and __index__ agree (honest to ``is_int``) and whose comparisons all say
+    True: a range check must compare its plain int, not ask it (issue 25, seventeenth pass)."""
+
+    def __le__(self, o: object) -> bool:
+        return True
+
+    def __ge__(self, o: object) -> bool:
+        return True
+
+    def __lt__(self, o: object) -> bool:
+        return True
+
+    def __gt__(self, o: object) -> bool:
+        return True

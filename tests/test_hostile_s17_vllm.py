@@ -21,23 +21,8 @@ import torch  # noqa: E402
 from kvlayout.errors import BlockIdError, SpecError  # noqa: E402
 from kvlayout.integrations import vllm as V  # noqa: E402
 from kvlayout.integrations import vllm_plugin as P  # noqa: E402
+from tests.oracles import LyingInt  # noqa: E402
 from tests.test_mutants_vllm import ATTN, CONFIG, NAMES, views_of  # noqa: E402
-
-
-class LyingInt(int):
-    """An int whose value, int() and __index__ agree, and whose comparisons say it is in every range."""
-
-    def __lt__(self, other: object) -> bool:
-        return False
-
-    def __le__(self, other: object) -> bool:
-        return True
-
-    def __ge__(self, other: object) -> bool:
-        return True
-
-    def __gt__(self, other: object) -> bool:
-        return False
 
 
 def _untouched(storage: torch.Tensor, call: Any, exc: type[Exception], field: str, words: str) -> None:

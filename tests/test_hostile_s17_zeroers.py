@@ -23,6 +23,8 @@ import jax.numpy as jnp  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
+from tests.oracles import LyingInt  # noqa: E402
+
 NUM_BLOCKS = 6
 KERNELS = (("triton", {"dedup": False}), ("triton", {"dedup": True}), ("tpu", {}))
 
@@ -177,29 +179,13 @@ def test_f1_zero_local_checks_its_leaves(kernel: str) -> None:
 
 
 # ---- F4: an int subclass whose comparisons lie ------------------------------------------------------
-class Cmp(int):
-    """Value, int() and __index__ agree (an honest int to is_int); its comparisons always say True."""
-
-    def __le__(self, o: object) -> bool:
-        return True
-
-    def __ge__(self, o: object) -> bool:
-        return True
-
-    def __lt__(self, o: object) -> bool:
-        return True
-
-    def __gt__(self, o: object) -> bool:
-        return True
-
-
 def test_f4_lying_comparisons_are_not_asked() -> None:
     """_list_ids compared the subclass itself: 2**40+3 passed as in int32 and NumPy raised OverflowError."""
     t = _table()
-    v = Cmp(2**40 + 3)
+    v = LyingInt(2**40 + 3)
     z = kp.PallasZeroer(t, kernel="triton", interpret=True)
     host = _poisoned(z)
-    for ids, expect in (([v], []), ([v, 5], [5]), ([jnp.int32(1), v], [1]), ([Cmp(4)], [4])):
+    for ids, expect in (([v], []), ([v, 5], [5]), ([jnp.int32(1), v], [1]), ([LyingInt(4)], [4])):
         out, bad = z.apply(_dev(host, z), ids)
         assert _same(out, host, t, expect) and int(bad) == len(ids) - len(expect)
         out, bad = jax.jit(lambda b, ids=ids: z.apply(b, ids))(_dev(host, z))
