@@ -922,7 +922,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if getattr(args, name, None) == "":
                 raise UsageError(f"{name} = '': an empty path", field=name, value="")
         rc = int(args.func(args))
-        sys.stdout.flush()  # a write that fails (a full disk, /dev/full) fails here, inside the try
+        flush = getattr(sys.stdout, "flush", None)  # None where fd 1 was closed (`>&-`)
+        if flush is not None:
+            flush()  # a write that fails (a full disk, /dev/full) fails here, inside the try
         return rc
     except KVLayoutError as e:
         print(f"kvlayout {args.cmd}: error: {_one_line(str(e))}", file=sys.stderr)

@@ -74,7 +74,7 @@ def test_f2_the_command_line_says_it_in_one_line(tmp_path: Path) -> None:
     p.write_text(json.dumps(odd).replace('"rope_theta"', '"partial_rotary_factor": NaN, "rope_theta"'))
     res = _cli("plan", "--config", str(p), "--reader", "json")
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
-    assert "config.partial_rotary_factor = nan: must be a finite number" in res.stderr
+    assert "config.partial_rotary_factor = nan: head_dim (129) times it must be finite" in res.stderr
 
 
 # --------------------------------------------------------------------------- F7
@@ -133,3 +133,44 @@ def test_f9_an_output_that_cannot_be_written_is_one_line_and_exit_2() -> None:
         res = _cli("plan", "--preset", "dsv4", stdout=full)
     assert res.returncode == 2, res.stderr
     assert res.stderr == "kvlayout plan: error: writing the output: No space left on device\n", res.stderr
+
+
+# --------------------------------------------------------------------------- the eighteenth pass
+def test_h18_a_closed_stdout_is_not_a_traceback() -> None:
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; os.close(1); sys.stdout = None; "
+            "from kvlayout.cli import main; sys.exit(main(['plan', '--preset', 'dsv4-test']))",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+
+
+def test_h18_a_factor_whose_product_overflows_is_refused_and_a_huge_int_is_read() -> None:
+    odd = _config("llama3_2_1b", head_dim=129, num_attention_heads=16, hidden_size=2064)
+    _refused(
+        {**odd, "partial_rotary_factor": 1e308},
+        "config.partial_rotary_factor",
+        1e308,
+        "finite",
+        reader="json",
+    )
+    M.from_config({**odd, "partial_rotary_factor": 10**330}, reader="json")  # an int: int() of it is exact
+
+
+def test_h18_the_auto_reader_reads_a_pipe_once(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    text = (PUBLISHED / "llama3_2_1b.json").read_text()
+    res = subprocess.run(
+        [sys.executable, "-m", "kvlayout", "plan", "--config", "/dev/stdin"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0 and "LlamaForCausalLM" in res.stdout, res.stderr

@@ -60,6 +60,9 @@ def test_f3_the_plugins_zeroer_refuses_an_empty_context_and_a_bad_num_blocks() -
     with pytest.raises(SpecError) as info:
         P.ReplacedKVBlockZeroer(dev, [], [16], {}, 4, kv_cache_config=CONFIG)
     assert info.value.field == "static_forward_context" and "binds no tensor" in str(info.value)
+    with pytest.raises(SpecError) as info:  # vLLM's is a dict (eighteenth pass: a raw AttributeError)
+        P.ReplacedKVBlockZeroer(dev, [], [16], [], 4, kv_cache_config=CONFIG)
+    assert info.value.field == "static_forward_context" and info.value.value == "list"
     for bad in ("x", 4.5, True, None):
         with pytest.raises(SpecError) as info:
             P.ReplacedKVBlockZeroer(dev, [], [16], {}, bad, kv_cache_config=CONFIG)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -203,20 +204,57 @@ def test_f4_lying_comparisons_are_not_asked() -> None:
 
 
 # ---- F9: a Python int that does not fit the dtype of a JAX value beside it --------------------------
-def test_f9_mixed_list_names_the_element_that_does_not_fit() -> None:
+def test_f9_mixed_lists_narrow_each_element_on_its_own() -> None:
+    """JAX promoted [int8 3, 300] to int8 (an OverflowError) and [uint4 0, 19] to uint4, silently: 19 became
+    block 3 (eighteenth pass, H1). Each element is now an int32 id on its own, JAX values checked in their
+    own dtype: ids that do not fit are bad ids, counted, never written."""
     t = _table()
+    for kernel, kw in KERNELS:
+        z = kp.PallasZeroer(t, kernel=kernel, interpret=True, **kw)
+        host = _poisoned(z)
+        for ids, expect in (
+            ([jnp.int8(3), 300], [3]),  # 300 is outside the pool: one bad id
+            ([jnp.uint8(3), -1], [3]),
+            ([jnp.array(0, jnp.uint4), 19], [0]),  # 19 wrapped to block 3 under uint4
+            ([jnp.array(0, jnp.int4), 18], [0]),
+            ([jnp.array(1, jnp.uint4), 5], [1, 5]),
+            ([jnp.uint32(2**31), 2], [2]),  # outside int32 in its own dtype: bad
+        ):
+            out, bad = z.apply(_dev(host, z), ids)
+            assert _same(out, host, t, expect) and int(bad) == len(ids) - len(expect), (kernel, ids)
     z = kp.PallasZeroer(t, kernel="triton", interpret=True)
     host = _poisoned(z)
     buf = _dev(host, z)
-    e = _raises(K.BlockIdError, z.apply, buf, [jnp.int8(3), 300])
-    assert e.field == "block_ids[1]" and str(e).startswith("block_ids[1] = 300: does not fit int8")
-    e = _raises(K.BlockIdError, z.apply, buf, [jnp.uint8(3), -1])
-    assert e.field == "block_ids[1]" and "does not fit uint8" in str(e)
     e = _raises(K.BlockIdError, z.apply, buf, [jnp.arange(2), 1])  # as before (test_mutants_pallas_zeroer_s9)
     assert e.field == "block_ids" and "must be a 1-D integer array of block ids" in str(e)
     assert not buf.is_deleted() and _same(buf, host, t, [])
-    out, bad = z.apply(buf, [jnp.int8(3), 100])  # valid input as before: 100 fits int8, counted bad
-    assert int(bad) == 1 and _same(out, host, t, [3])
+
+
+def test_h18_cache_zeroer_mixed_list_and_masked_edges() -> None:
+    """CacheZeroer.apply([uint4 0, 21]) zeroed page 5; timedelta64 ids passed the integer check and raised
+    JAX's ValueError; empty ids on the triton kernel raised JAX's TypeError; a torch dtype leaf raised
+    TypeError (eighteenth pass)."""
+    for kernel in ("triton", "tpu"):
+        host = _leaf_host()
+        z = kp.CacheZeroer([jnp.asarray(host)], kernel=kernel, interpret=True)
+        out, bad = z.apply([jnp.asarray(host)], [jnp.array(0, jnp.uint4), 21])
+        assert _pages(out[0], host) == [0] and int(bad) == 1
+        leaf = jnp.asarray(host)
+        none = z.zero_local([leaf], (0,), jnp.zeros((0,), jnp.int32), jnp.zeros((0,), bool))
+        assert _pages(none[0], host) == []
+        e = _raises(K.BlockIdError, z.zero_local, [leaf], (0,), np.array([1], "m8[s]"), np.ones(1, bool))
+        assert e.field == "ids"
+        alien = SimpleNamespace(shape=leaf.shape, dtype="torch.bfloat16")  # a dtype JAX cannot read
+        e = _raises(K.LayoutBufferError, z.zero_local, [alien], (0,), jnp.array([1]), jnp.ones(1, bool))
+        assert "torch.bfloat16" in str(e)
+    t = _table()
+    for kernel, kw in KERNELS:
+        z = kp.PallasZeroer(t, kernel=kernel, interpret=True, **kw)
+        host = _poisoned(z)
+        out = z.apply_masked(_dev(host, z), jnp.zeros((0,), jnp.int32), jnp.zeros((0,), bool))
+        assert _same(out, host, t, [])
+        e = _raises(K.BlockIdError, z.apply_masked, _dev(host, z), np.array([1], "m8[s]"), np.ones(1, bool))
+        assert e.field == "ids"
 
 
 # ---- F8: ids or a buffer on other devices (9 host devices, in a subprocess) -------------------------
@@ -272,6 +310,12 @@ for kernel in ("triton", "tpu"):
     refused(K.BlockIdError, lambda: single(buf, ids), "block_ids", "committed", "cpu:0")
     refused(K.BlockIdError, lambda: single.apply(buf, ids), "block_ids", "committed", "cpu:0")
     assert not buf.is_deleted() and np.array_equal(np.asarray(buf).reshape(-1).view(np.uint8), raw)
+    # apply_masked, eager: ids or mask elsewhere were JAX's raw ValueError (eighteenth pass, M5)
+    on0 = jax.device_put(jnp.ones(2, bool), DEVS[0])
+    on1 = jax.device_put(jnp.ones(2, bool), DEVS[1])
+    refused(K.BlockIdError, lambda: single.apply_masked(buf, ids, on1), "ids", "committed", "cpu:0")
+    ids1 = jax.device_put(jnp.array([3, 9], jnp.int32), DEVS[1])
+    refused(K.BlockIdError, lambda: single.apply_masked(buf, ids1, on0), "valid", "committed", "cpu:0")
     out = single(buf, jax.device_put(jnp.array([3], jnp.int32), DEVS[1]))  # ids beside the buffer
     ref = raw.copy(); K.zero_blocks_numpy(ref, t, [3])
     assert np.array_equal(np.asarray(out).reshape(-1).view(np.uint8), ref)
@@ -281,6 +325,14 @@ zc = kp.CacheZeroer([leaf], kernel="triton", interpret=True)
 refused(K.BlockIdError, lambda: zc([leaf], jax.device_put(jnp.array([3], jnp.int32), DEVS[0])),
         "block_ids", "committed")
 assert not leaf.is_deleted()
+# CacheZeroer.apply, eager, with and without a mesh (eighteenth pass, M5)
+refused(K.BlockIdError, lambda: zc.apply([leaf], jax.device_put(jnp.array([3], jnp.int32), DEVS[0])),
+        "block_ids", "committed")
+m = Mesh(np.array(DEVS[1:3]), ("dp",))
+mk = lambda: [jax.device_put(np.ones((8, 2, 128), np.float32), NamedSharding(m, P("dp")))]
+zm = kp.CacheZeroer(mk(), mesh=m, kernel="triton", interpret=True)
+refused(K.BlockIdError, lambda: zm.apply(mk(), jax.device_put(jnp.array([1, 2], jnp.int32), DEVS[0])),
+        "block_ids", "committed")
 print("F8 OK")
 """
 

@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from kvlayout.backend import Backend, validate_host_buffer
-from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, bad_value
+from kvlayout.errors import BackendError, BlockIdError, KVLayoutError, LayoutBufferError, bad_value
 from kvlayout.native import (
     NativeCacheSpec,
     NativeLeaf,
@@ -335,6 +335,8 @@ class CacheZeroer:
         num_blocks = self.local_shapes[sel[0]][0]
         ids32, ok = masked_ids(ids, valid, num_blocks)  # int32; ok: valid and in [0, num_blocks)
         n = ids32.shape[0]
+        if n == 0:  # no ids (static): nothing to write, no kernel of zero ids
+            return list(leaves)
         if self.kernel == "triton":  # direct: invalid slots become -1 and write nothing; no sort
             out, _ = self._direct_call(sel)(jnp.where(ok, ids32, -1), *leaves)
             return list(out)
@@ -365,7 +367,7 @@ class CacheZeroer:
         for i, x in zip(sel, leaves):
             name, want = self.spec.names[i], (self.local_shapes[i], self.spec.leaves[i].dtype)
             shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
-            got = (None if shape is None else tuple(shape), None if dtype is None else jnp.dtype(dtype).name)
+            got = (None if shape is None else tuple(shape), _dtype_name(dtype))
             if got != want:
                 shown = f"{got[1]}{got[0]}"
                 why = f"must be {want[1]}{want[0]} (this device's part of the leaf)"
@@ -406,7 +408,14 @@ class CacheZeroer:
     def apply(self, caches: Any, block_ids: Any, group: str | None = None) -> tuple[Any, jax.Array]:
         """Traceable: ``(caches, global ids int[n]) -> (caches, number of ids outside the pool)``."""
         leaves = self.check_caches(caches)
-        out, bad = self._apply_leaves(leaves, step_ids(block_ids), group)
+        ids = step_ids(block_ids)
+        try:
+            out, bad = self._apply_leaves(leaves, ids, group)
+        except KVLayoutError:
+            raise
+        except (ValueError, RuntimeError) as e:  # eager, JAX's refusal: ids committed elsewhere, by name
+            self._diagnose_ids(caches, ids, e)
+            raise
         return self.treedef.unflatten(out), bad
 
     def _apply_leaves(self, leaves: list[Any], ids: Any, group: str | None) -> tuple[list[Any], jax.Array]:
@@ -534,7 +543,8 @@ class CacheZeroer:
                 check_ids_devices(block_ids, tuple(self.mesh.devices.flat), "the mesh")
                 return
             leaves = jax.tree_util.tree_leaves(caches)
-            leaf0 = next((x for x in leaves if isinstance(x, jax.Array) and x.committed), None)
+            concrete = (x for x in leaves if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer))
+            leaf0 = next((x for x in concrete if x.committed), None)
             if leaf0 is not None:
                 check_ids_devices(block_ids, device_order(leaf0.sharding), "the caches")
         except BlockIdError as e:
@@ -609,3 +619,14 @@ def leaf_backend(leaf: NativeLeaf, **kwargs: Any) -> type[Backend]:
             return out
 
     return LeafBackend
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    """A leaf's dtype as JAX names it, or its text where JAX cannot read it (a torch dtype): refused by the
+    caller's comparison, naming the leaf, instead of JAX's TypeError."""
+    if dtype is None:
+        return None
+    try:
+        return jnp.dtype(dtype).name
+    except TypeError:
+        return str(dtype)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import operator
 import threading
-from typing import Any, NoReturn
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -141,26 +141,25 @@ def _list_ids(block_ids: list[Any] | tuple[Any, ...]) -> Any:
                 raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer block id, not a bool")
         elif not is_int(v):  # 0-d arrays, torch tensors, floats, strings, None, lying int subclasses
             raise bad_value(BlockIdError, f"block_ids[{i}]", v, id_element_why(v))
-    fit: list[Any] = [v if isinstance(v, jax.Array) else _fit32(_plain(v)) for v in block_ids]
-    try:  # JAX values (tracers): JAX converts the list
-        return jnp.asarray(fit)
-    except (OverflowError, TypeError, ValueError):
-        _refuse_mixed(block_ids, fit)
+    if not all(v.ndim == 0 and _integer_dtype(v.dtype) for v in block_ids if isinstance(v, jax.Array)):
+        why = "must be a 1-D integer array of block ids (nothing was written)"  # e.g. a 1-D JAX value beside
+        raise bad_value(BlockIdError, "block_ids", block_ids, why)
+    # each element narrowed to int32 on its own, never by JAX's promotion of the list: an int4 scalar beside
+    # 19 made the list int4 and 19 block 3 (issue 25, eighteenth pass); a JAX id outside int32 becomes -1
+    return jnp.stack(
+        [_fit32_jax(v) if isinstance(v, jax.Array) else np.int32(_fit32(_plain(v))) for v in block_ids]
+    )
 
 
-def _refuse_mixed(block_ids: list[Any] | tuple[Any, ...], fit: list[Any]) -> NoReturn:
-    """Why JAX could not convert a list of JAX values and integers, naming the element."""
-    arrays = [v for v in block_ids if isinstance(v, jax.Array)]
-    if all(v.ndim == 0 and jnp.issubdtype(v.dtype, jnp.integer) for v in arrays):
-        dt = jnp.result_type(*arrays)  # the list's dtype: Python ints beside JAX values take theirs
-        info = jnp.iinfo(dt)
-        for i, (v, f) in enumerate(zip(block_ids, fit)):
-            if not isinstance(v, jax.Array) and not info.min <= f <= info.max:
-                why = (f"does not fit {dt}, the dtype of the JAX values beside it (JAX converts the list "
-                       "to it): pass the ids as one integer array (nothing was written)")
-                raise bad_value(BlockIdError, f"block_ids[{i}]", _plain(v), why) from None
-    why = "must be a 1-D integer array of block ids (nothing was written)"  # e.g. a 1-D JAX value beside
-    raise bad_value(BlockIdError, "block_ids", block_ids, why) from None
+def _integer_dtype(dtype: Any) -> bool:
+    """An integer dtype of ids: not bool, not NumPy's timedelta64 (a subclass of its signed integers)."""
+    return bool(jnp.issubdtype(dtype, jnp.integer)) and np.dtype(dtype).kind != "m"  # int4 is kind "V"
+
+
+def _fit32_jax(v: jax.Array) -> jax.Array:
+    """Traceable: a 0-d integer JAX id as int32, ``-1`` where it does not fit (checked in its own dtype)."""
+    ids32, ok = ids_in_range(v.reshape(1), INT32_MAX)  # [0, 2**31 - 1): the largest valid id is below it
+    return jnp.where(ok, ids32, -1)[0]
 
 
 def check_num_ids(num_ids: Any) -> int:
@@ -171,7 +170,7 @@ def check_num_ids(num_ids: Any) -> int:
 
 def check_id_array(ids: Any, field: str = "block_ids") -> None:
     """Device ids must be a 1-D integer array (values are checked in the kernel)."""
-    if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
+    if ids.ndim != 1 or not _integer_dtype(ids.dtype):
         raise BlockIdError(
             f"{field}: must be a 1-D integer array, got {ids.dtype}{tuple(ids.shape)}",
             field=field,
@@ -208,7 +207,7 @@ def device_order(sharding: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def check_ids_devices(ids: Any, want: tuple[Any, ...] | None, where: str) -> None:
+def check_ids_devices(ids: Any, want: tuple[Any, ...] | None, where: str, field: str = "block_ids") -> None:
     """Concrete device ids committed to other devices than ``want`` (those of ``where``) are refused by
     name before dispatch: JAX's own refusal was a raw ``ValueError`` ("incompatible devices"). Uncommitted
     ids, tracers and shardings of other kinds are left to JAX (it moves uncommitted ids)."""
@@ -225,7 +224,7 @@ def check_ids_devices(ids: Any, want: tuple[Any, ...] | None, where: str) -> Non
     else:
         why = f"are committed to {shown}, not the devices of {where} ({', '.join(str(d) for d in want)})"
     why += ": jax.device_put them there, or pass host ids (nothing was written)"
-    raise bad_value(BlockIdError, "block_ids", shown, why, shown=f"<{shown}>")
+    raise bad_value(BlockIdError, field, shown, why, shown=f"<{shown}>")
 
 
 def bucket_ids(host: np.ndarray) -> np.ndarray:
@@ -499,17 +498,22 @@ class PallasZeroer:
         Used by the sharded zeroer, where ids owned by other shards are not errors. The buffer is
         checked as :meth:`apply` checks it (int32, ``(rows >= buffer_shape[0], 128)``; static under trace),
         the ids as :meth:`apply` takes them: an integer dtype (else refused), and an id outside
-        ``[0, num_blocks)`` (int32 included) writes nothing, checked before any narrowing.
+        ``[0, num_blocks)`` (int32 included) writes nothing, checked before kvlayout narrows it (a NumPy
+        int64 array passed through the user's own jit with x64 off is narrowed by JAX at that boundary,
+        before kvlayout sees it: pass a ``jax.Array`` made with x64 on, or host ids outside the jit).
         """
         self._check_buffer(buf)
+        if not isinstance(buf, jax.core.Tracer) and buf.committed:  # eager: JAX's refusal was raw
+            for name, x in (("ids", ids), ("valid", valid)):
+                check_ids_devices(x, device_order(buf.sharding), "the buffer", name)
         ids32, ok = masked_ids(ids, valid, self.table.num_blocks)
         return self._zero_masked(buf, ids32, ok)
 
     def _zero_masked(self, buf: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.Array:
         """:meth:`apply_masked` on checked input: int32 ids, bool ``valid`` only where in range."""
-        if len(self.kernel_table) == 0:  # only mamba layers: no rows, nothing to write
-            return buf
         n = ids.shape[0]
+        if len(self.kernel_table) == 0 or n == 0:  # only mamba layers (no rows), or no ids: nothing to write
+            return buf
         if self.direct and self.programs is None:
             # invalid slots become -1: skipped by the kernel (its bad count is not wanted here).
             # The persistent grid keeps the sorted path below: sorting puts the live slots

@@ -240,6 +240,9 @@ def _manager_views(
 ) -> dict[str, Any]:
     """The bound cache of every planned layer that holds tensors, in manager blocks (vLLM's own
     mapping of packed views)."""
+    if not isinstance(static_forward_context, Mapping):  # vLLM's is a dict: name -> attention layer
+        why = "must be a mapping of layer names to layers (vLLM's static_forward_context)"
+        raise bad_value(SpecError, "static_forward_context", type(static_forward_context).__name__, why)
     group_of = {name: g for g in groups for name in g.layer_names}
     views: dict[str, Any] = {}
     for p in layout.placements:

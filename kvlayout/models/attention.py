@@ -321,8 +321,8 @@ def _check_as_transformers(cfg: Config, heads: int) -> None:
         )
     if isinstance(factor, bool) or not isinstance(factor, (int, float)):
         return  # transformers refuses the factor itself: not a check on the fields read here
-    if not math.isfinite(factor):  # NaN, Infinity, 1e309 as written: int() of it raises
-        why = "must be a finite number (the rotary dimension is int(head_dim * it): validate_rope)"
+    if isinstance(factor, float) and not math.isfinite(head_dim * factor):  # NaN, Infinity, 1e308
+        why = f"head_dim ({head_dim}) times it must be finite (the rotary dimension: validate_rope)"
         raise spec_error(where, factor, why)
     if head_dim > 4 and head_dim % 2 and int(head_dim * factor) == head_dim:
         why = (

@@ -76,13 +76,14 @@ def build(
     """vLLM's spec for ``config`` and the context it was read in. ``device`` None (tpu-inference):
     no CUDA backend is resolved, attention takes 16-token blocks and MLA 64."""
     if reader == "auto":  # as written; where config.json leaves out a field, as transformers fills it
+        config = load_config(config)  # read once: a pipe (--config /dev/stdin) reads empty the second time
         args = (config, tp, dtype, kv_cache_dtype, block_size, num_blocks, mamba_ssm_cache_dtype)
         kw: dict[str, Any] = {"device": device, "attention_backend": attention_backend}
         try:
             ms, c = build(*args, **kw, reader="json")
             # vLLM reads every config through its class: what that class refuses, vLLM refuses (issue 25,
             # sixteenth pass, F2); transformers is imported only where it is installed
-            skipped = check_with_transformers(load_config(config))
+            skipped = check_with_transformers(config)
             if skipped is not None:
                 c.notes.append(skipped)
                 ms = replace(ms, notes=(*ms.notes, skipped))
