@@ -43,7 +43,7 @@ declare -A TARGETS=(
   [cuda-zeroer]=kvlayout/backends/cuda/zeroer.py
   [pallas-zeroer]=kvlayout/backends/pallas/zeroer.py
   [pallas-native]=kvlayout/backends/pallas/native.py
-  [models]="kvlayout/models/attention.py kvlayout/models/backends.py kvlayout/models/base.py kvlayout/models/build.py kvlayout/models/config.py kvlayout/models/deepseek_v4.py kvlayout/models/entry.py kvlayout/models/families.py kvlayout/models/grouping.py kvlayout/models/hybrid.py kvlayout/models/mla.py kvlayout/models/summary.py kvlayout/models/tpu_inference.py tests/test_mutants_s17_models.py"
+  [models]="kvlayout/models/attention.py kvlayout/models/backends.py kvlayout/models/base.py kvlayout/models/build.py kvlayout/models/config.py kvlayout/models/deepseek_v4.py kvlayout/models/entry.py kvlayout/models/families.py kvlayout/models/grouping.py kvlayout/models/hybrid.py kvlayout/models/mla.py kvlayout/models/summary.py kvlayout/models/tpu_inference.py"
   [models-mimo]=kvlayout/models/mimo_v2.py
   [models-gemma4]=kvlayout/models/gemma4.py
   [models-gemma3n]=kvlayout/models/gemma3n.py
@@ -69,7 +69,7 @@ declare -A TESTS=(
   [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_mutants_pallas_zeroer_s9.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s9_jax.py"
   # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)
   [pallas-native]="tests/test_mutants_pallas_native.py"
-  [models]="tests/test_mutants_models.py tests/test_mutants_models_hybrid.py tests/test_models_vl.py tests/test_mutants_models_s11.py tests/test_models_gemma4.py tests/test_models_gemma3n.py tests/test_models_mimo_v2.py tests/test_hostile_s12.py tests/test_hostile_s13.py tests/test_models_cov_s13.py tests/test_models_published_s13.py tests/test_models_aliases.py tests/test_mutants_models_s13.py tests/test_models_indexer_s15.py tests/test_models_validation_s16.py tests/test_mutants_models_s16.py"
+  [models]="tests/test_mutants_models.py tests/test_mutants_models_hybrid.py tests/test_models_vl.py tests/test_mutants_models_s11.py tests/test_models_gemma4.py tests/test_models_gemma3n.py tests/test_models_mimo_v2.py tests/test_hostile_s12.py tests/test_hostile_s13.py tests/test_models_cov_s13.py tests/test_models_published_s13.py tests/test_models_aliases.py tests/test_mutants_models_s13.py tests/test_models_indexer_s15.py tests/test_models_validation_s16.py tests/test_mutants_models_s16.py tests/test_mutants_s17_models.py"
   [models-mimo]="tests/test_models_mimo_v2.py"
   [models-gemma4]="tests/test_models_gemma4.py tests/test_models_gemma3n.py"
   [models-gemma3n]="tests/test_models_gemma3n.py"
