@@ -54,3 +54,30 @@ def test_a_row_past_the_table_at_offset_0_is_not_blamed_on_the_offset() -> None:
     t = K.SegmentTable(MOST * ROW, 1, (K.Segment(0, 0, 4),))  # its one row at the start
     with pytest.raises(LayoutBufferError):
         pallas_plan.plan_rows(t, ROW)
+
+
+@pytest.mark.parametrize(
+    "total, row_at, offset",
+    [
+        (MOST * ROW, "end", 2**62),  # a huge offset: the words' float rounding must not decide
+        (MOST * ROW, "end", 2**62 + 4),
+        (MOST * ROW + 2, "start", ROW),  # 2 bytes past whole words: the table alone still plans
+        ((MOST + 1) * ROW, "start", ROW),  # past the limit alone, its one row at the start
+        ((MOST + 1) * ROW, "start", 2**62),
+        (MOST * ROW, "start", 4),
+    ],
+)
+def test_the_offset_is_named_exactly_when_the_table_plans_at_offset_0(
+    total: int, row_at: str, offset: int
+) -> None:
+    base = total // 4 * 4 - 4 if row_at == "end" else 0
+    t = K.SegmentTable(total, 1, (K.Segment(base, 0, 4),))
+    try:
+        pallas_plan.plan_rows(t)
+        alone_fits = True
+    except TableError:
+        alone_fits = False
+    with pytest.raises((LayoutBufferError, TableError)) as e:
+        pallas_plan.plan_rows(t, offset)
+    assert isinstance(e.value, LayoutBufferError) is alone_fits, (alone_fits, str(e.value))
+    assert e.value.field == ("offset" if alone_fits else "table.total_bytes")
