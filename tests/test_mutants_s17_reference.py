@@ -132,7 +132,7 @@ def test_range_count_bound_is_exact_where_rows_do_not_merge() -> None:
         n = len(set(ids))
         assert R.range_count_bound(sparse, ids) == 2 * n == len(R.expected_zeroed(sparse, ids))
         assert R.range_count_bound(dense, ids) == runs == len(R.expected_zeroed(dense, ids))
-    assert R.range_count_bound(sparse, []) == 0
+    assert R.range_count_bound(sparse, []) == 0 and R.range_count_bound(dense, []) == 0  # no ids: no range
     assert R.range_count_bound(K.SegmentTable(64, 2, ()), [1]) == 0
     rows = (K.Segment(0, 32, 4, "g"), K.Segment(8, 32, 4, "h"), K.Segment(16, 32, 4, "h"))
     groups = K.SegmentTable(256, 8, rows)
@@ -191,6 +191,8 @@ def test_origin_must_be_an_integer(bad: object) -> None:
         assert e.value.field == "origin"
     assert R.ranges_to_mask(np.array([[0, 2]]), 4, np.int64(1)).tolist() == [False, True, True, False]
     assert R.ranges_to_mask(np.array([[0, 2]]), 4, -(2**62)).tolist() == [False] * 4
+    for origin in (-1000, -(2**62)):  # the layout may start before the images: any origin down to -2**62
+        assert R.compare_to_ranges(img, img, np.zeros((0, 2), np.int64), origin).matches
 
 
 def _splitmix(nbytes: int, seed: int) -> bytes:
@@ -263,3 +265,18 @@ def test_reference_backend_offset_is_a_python_int() -> None:
     assert type(b.offset) is int and b.offset == 16
     b.zero([1])
     assert np.flatnonzero(b.to_host() == 0).tolist() == list(range(48, 56))
+
+
+def test_union_of_rows_is_exact_integer_arithmetic_up_to_2_62() -> None:
+    """Every input is taken as int64, whatever its dtype: uint64 (or float-free int64) values past 2**53
+    must not go through float64 (uint64 + int64 does in NumPy), where 2**56 + 4 rounds to 2**56."""
+    base, stride, span, bid, shift = 2**56 + 4, 2**43 + 4, 8, 2**13 + 1, 4
+    start = base + bid * stride + shift
+    for dt in (np.uint64, np.int64):
+        got = R.union_of_rows(np.array([base], dt), np.array([stride], dt), np.array([span], dt),
+                              np.array([bid], dt), np.array([shift], dt))
+        assert got.dtype == np.int64 and got.tolist() == [[start, start + span]], dt
+        got = R.union_of_rows(np.array([base], dt), np.array([stride], dt), np.array([span], dt),
+                              np.array([bid, bid + 1], dt))
+        first = start - shift
+        assert got.tolist() == [[first, first + span], [first + stride, first + stride + span]]
