@@ -81,9 +81,13 @@ def _u(bases: list[int], strides: list[int], spans: list[int], ids: list[int], s
 
 def test_union_of_rows_edges() -> None:
     one = np.array([0], np.int64)
-    assert R.union_of_rows(one, np.array([8]), np.array([4]), np.zeros(0, np.int64)).shape == (0, 2)
+    none = R.union_of_rows(one, np.array([8]), np.array([4]), np.zeros(0, np.int64))
+    assert none.shape == (0, 2) and none.dtype == np.int64
     empty = np.zeros(0, np.int64)
-    assert R.union_of_rows(empty, empty, empty, np.array([1])).shape == (0, 2)
+    none = R.union_of_rows(empty, empty, empty, np.array([1]))
+    assert none.shape == (0, 2) and none.dtype == np.int64
+    # consecutive ids under shifts one apart are two runs, not one
+    assert _u([0], [8], [8], [0, 1], [0, 1]) == [[0, 8], [9, 17]]
     # a dense row (span = stride) over a run of ids is one range; a sparse one a range per id
     assert _u([0], [8], [8], [2, 3, 4, 6]) == [[16, 40], [48, 56]]
     assert _u([0], [8], [4], [2, 3]) == [[16, 20], [24, 28]]
