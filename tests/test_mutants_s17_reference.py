@@ -119,6 +119,10 @@ def test_coalesce_rows_joins_touching_rows_of_one_stride() -> None:
     )
     got = sorted(zip(b.tolist(), st.tolist(), sp.tolist()))
     assert got == [(0, 64, 16), (4, 32, 4), (20, 64, 4), (100, 64, 4)]
+    two = R._coalesce_rows(np.array([8, 0]), np.array([64, 64]), np.array([8, 8]))  # two rows that touch
+    assert [x.tolist() for x in two] == [[0], [64], [16]]
+    pair = K.SegmentTable(256, 4, (K.Segment(0, 64, 8), K.Segment(8, 64, 8)))  # one range per id, not two
+    assert R.range_count_bound(pair, [0, 2]) == 2 == len(R.expected_zeroed(pair, [0, 2]))
     one = R._coalesce_rows(np.array([12]), np.array([8]), np.array([4]))
     assert [x.tolist() for x in one] == [[12], [8], [4]]
     # a row inside an earlier longer one: the chain keeps the longer end; a row is compared with the
