@@ -18,18 +18,9 @@ import kvlayout as K
 from kvlayout import reference as R
 from kvlayout.errors import LayoutBufferError, TableError
 from kvlayout.testing import random_safe_table
+from tests.test_mutants_reference import _ranges
 
 M64 = 2**64 - 1
-
-
-def _ranges(xs: set[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for x in sorted(xs):
-        if out and out[-1][1] == x:
-            out[-1][1] += 1
-        else:
-            out.append([x, x + 1])
-    return out
 
 
 def _union(
