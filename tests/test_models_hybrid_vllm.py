@@ -176,6 +176,24 @@ CONFIGS["gemma3n_first1"] = {**GEMMA3N, "num_kv_shared_layers": 9}
 #: no attention layer at all (issue 25's hostile pass: planned, never compared): vLLM still pads the
 #: Mamba page to the attention page its config would have (Platform._align_hybrid_block_size)
 CONFIGS["granite_all_mamba"] = {**CONFIGS["granitemoehybrid"], "layer_types": ["mamba"] * 8}
+# Mamba-only models (vLLM registers them attention-free; their layers hold Mamba states): Mamba1 with its
+# inner size from expand (state-spaces/mamba-*-hf), FalconMamba with intermediate_size written (tiiuae/
+# falcon-mamba-7b writes 8192 beside expand 16: the written size stands), Mamba2 with one B/C group
+# (replicated to every rank) and with 8 (mistralai/Mamba-Codestral-7B-v0.1's shape)
+CONFIGS["mamba"] = {
+    "architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 256, "num_hidden_layers": 4,
+    "state_size": 16, "conv_kernel": 4, "expand": 2,
+}
+CONFIGS["falcon_mamba"] = {
+    "architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba", "hidden_size": 256,
+    "num_hidden_layers": 4, "state_size": 16, "conv_kernel": 4, "expand": 16, "intermediate_size": 512,
+}
+CONFIGS["mamba2"] = {
+    "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidden_size": 256,
+    "num_hidden_layers": 4, "expand": 2, "num_heads": 8, "head_dim": 64, "n_groups": 1, "state_size": 64,
+    "conv_kernel": 4,
+}
+CONFIGS["mamba2_g8"] = {**CONFIGS["mamba2"], "n_groups": 8}
 TPS = (1, 2, 8)
 KV = ("auto", "fp8")
 #: name -> its tensor-parallel sizes where not TPS
@@ -318,6 +336,17 @@ def test_hybrid_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, 
     z = answers["zamba2-tp1-fp8"]
     assert list(z["layers"]) == ["model.attn.0", "model.attn.1", *(f"{2 + i}.mixer" for i in range(6))]
     assert z["block_size"] == 32 and z["layers"]["2.mixer"][1:] == [19_648, 32_768]
+    # Mamba1, inner 2 * 256 = 512: conv (3, 512) + ssm (512, 16), bf16; 16-token blocks, one group, no padding
+    mb = answers["mamba-tp1-auto"]
+    assert mb["block_size"] == 16 and mb["groups"] == [[f"backbone.layers.{i}.mixer" for i in range(4)]]
+    assert mb["layers"]["backbone.layers.0.mixer"] == ["MambaSpec", 19_456, 19_456] == [
+        "MambaSpec", 3 * 512 * 2 + 512 * 16 * 2, 19_456]
+    # FalconMamba: the written intermediate_size 512, not expand * hidden_size = 4096
+    fm = answers["falcon_mamba-tp2-fp8"]["layers"]["backbone.layers.3.mixer"]
+    assert fm[1] == 3 * 256 * 2 + 256 * 16 * 2
+    # Mamba2 at tp 8: one group replicated to 8: conv (3, (512 + 2 * 8 * 64) / 8), ssm (1, 64, 64)
+    m2 = answers["mamba2-tp8-auto"]["layers"]["backbone.layers.0.mixer"]
+    assert m2[1] == 3 * (512 + 2 * 8 * 64) // 8 * 2 + 64 * 64 * 2
 
 
 # --------------------------------------------------------------------------- the vLLM side

@@ -1227,10 +1227,15 @@ def test_refusal_reasons_and_coverage() -> None:
         head = f"vLLM {VLLM_VERSION} serves it (hybrid, module {module}); kvlayout refuses it: "
         assert refusal(arch) == head + why
     free = next(a for a, row in TEXT_GENERATION.items() if row[1] == "attention-free")
-    assert refusal(free).endswith("it has no KV cache (attention-free): nothing to plan")
+    assert refusal(free).endswith(
+        "vLLM registers it attention-free; its layers' per-block states are not yet modeled"
+    )
     names = {
         f: family_rule(f).__name__
-        for f in ("llama", "generic_sw", "deepseek_v2", "generic_mla", "deepseek_v4", "jamba", "qwen3_5")
+        for f in (
+            "llama", "generic_sw", "deepseek_v2", "generic_mla", "deepseek_v4", "jamba", "qwen3_5", "mamba",
+            "mamba2",
+        )
     }
     assert names == {
         "llama": "attention_family",
@@ -1238,6 +1243,8 @@ def test_refusal_reasons_and_coverage() -> None:
         "deepseek_v2": "mla_family",
         "generic_mla": "mla_family",
         "deepseek_v4": "dsv4_family",
+        "mamba": "mamba_only_family",
+        "mamba2": "mamba_only_family",
         "jamba": "hybrid_family",
         "qwen3_5": "hybrid_family",
     }

@@ -12,7 +12,7 @@ from .config import Config
 from .deepseek_v4 import dsv4_family
 from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
-from .hybrid import hybrid_family
+from .hybrid import MAMBA_ONLY, hybrid_family, mamba_only_family
 from .mimo_v2 import mimo_v2_family
 from .mla import mla_family
 from .registry_vllm import TEXT_GENERATION, TRANSFORMERS_BACKEND, VLLM_VERSION
@@ -52,6 +52,10 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "Lfm2MoeForCausalLM": "lfm2",
     "OlmoHybridForCausalLM": "olmo_hybrid",
     "Zamba2ForCausalLM": "zamba2",
+    # Mamba-only models: vLLM 0.33 registers them attention-free, but they hold Mamba states per block
+    "MambaForCausalLM": "mamba",
+    "FalconMambaForCausalLM": "mamba",
+    "Mamba2ForCausalLM": "mamba2",
     "MiMoV2FlashForCausalLM": "mimo_v2",
     "MiMoV2ForCausalLM": "mimo_v2",
     "Gemma4ForCausalLM": "gemma4",
@@ -143,7 +147,7 @@ ATTENTION_FAMILIES = (
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "generic_mla")
 HYBRID_FAMILIES = (
     "jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5", "granitemoehybrid", "lfm2", "olmo_hybrid",
-    "zamba2",
+    "zamba2", *MAMBA_ONLY,
 )
 
 #: A family's rule: the groups, the KV cache dtype and the (main) block size.
@@ -168,7 +172,8 @@ _NOT_YET = {
     "sliding-window": "its sliding-window layout is not yet checked against vLLM's code for it",
     "mla": "its latent-attention cache is not yet checked against vLLM's code for it",
     "hybrid": "its Mamba / linear-attention states are not yet modeled",
-    "attention-free": "it has no KV cache (attention-free): nothing to plan",
+    # vLLM's attention-free models still hold per-block states (Mamba's): none is left unmodeled today
+    "attention-free": "vLLM registers it attention-free; its layers' per-block states are not yet modeled",
 }
 
 
@@ -238,6 +243,8 @@ def family_rule(family: str) -> FamilyRule:
         return gemma4_family
     if family == "gemma3n":
         return gemma3n_family
+    if family in MAMBA_ONLY:
+        return mamba_only_family
     return hybrid_family
 
 

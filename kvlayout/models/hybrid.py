@@ -1,5 +1,5 @@
 """Mamba and linear-attention hybrids: Jamba, Nemotron-H, Falcon-H1, Qwen3-Next, Qwen3.5, Granite 4.0-H,
-LFM2, LFM2-MoE, OLMo hybrid and Zamba2 (vLLM 0.33).
+LFM2, LFM2-MoE, OLMo hybrid and Zamba2; and the Mamba-only models (Mamba, FalconMamba, Mamba2) (vLLM 0.33).
 
 - Hybrid alignment (``Platform._align_hybrid_block_size``): with ``unit = max(16, block_size)``
   the attention block becomes ``unit * ceil(mamba_page / (unit * attention_bytes_per_token))``
@@ -33,6 +33,14 @@ LFM2, LFM2-MoE, OLMo hybrid and Zamba2 (vLLM 0.33).
   (vLLM's own numbering), and one attention layer per hybrid layer, ``model.attn.{j}``, numbered by
   shared block (``num_mem_blocks``), ``num_attention_heads`` KV heads of ``attention_head_dim``.
   Shown by vLLM's own construction: tests/test_models_hybrid_vllm.py.
+- Mamba-only models (``MambaForCausalLM``, ``FalconMambaForCausalLM``: Mamba1; ``Mamba2ForCausalLM``):
+  vLLM 0.33 registers them attention-free, yet their layers hold a cache: one Mamba state per layer
+  and block (``MambaSpec``), named ``backbone.layers.{i}.mixer``, in one group. Mamba1's inner size is
+  ``intermediate_size`` where written, else ``expand * hidden_size`` (transformers' MambaConfig);
+  Mamba2's is ``expand * hidden_size``, which must be ``num_heads * head_dim`` (Mamba2Config refuses
+  otherwise). No attention layer: no hybrid alignment, no padding; the block size is the cache's (16
+  tokens unless given), and with prefix caching off (vLLM's default for attention-free models) a
+  request holds one block of states (``mamba_block_size = max_model_len``).
 - Mamba states take their page in every block and are never zeroed (GEOMETRY.md section 1).
 """
 
@@ -398,4 +406,55 @@ def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
                 ),
                 bucket,
             )
+    return vllm_groups(list(bucket.items())), kv, bs
+
+
+#: the Mamba-only families (no attention layer): vLLM's architectures MambaForCausalLM and
+#: FalconMambaForCausalLM (mamba), Mamba2ForCausalLM (mamba2)
+MAMBA_ONLY = ("mamba", "mamba2")
+
+
+def _mamba_only_state(c: Ctx) -> int:
+    """Bytes of one layer's state per rank (``MambaStateShapeCalculator.mamba1_state_shape`` /
+    ``mamba2_state_shape`` over the config as transformers' Mamba / Mamba2 config classes read it)."""
+    cfg, tp = c.cfg, c.tp
+    why = "the Mamba inner size is expand * hidden_size"
+    if c.family == "mamba":
+        inner = cfg.opt_int("intermediate_size")  # written: it stands (MambaConfig sets it after expand)
+        if inner is None:
+            inner = cfg.req_int("expand", why) * cfg.req_int("hidden_size", why)
+        inner_rank = per_rank(cfg, "intermediate_size", inner, tp)
+        k = cfg.req_int("conv_kernel", "the Mamba conv state keeps conv_kernel - 1 steps")
+        d_state = cfg.req_int("state_size", "the Mamba ssm state size")
+        ssm = ssm_dtype(c, (), c.dtype)
+        return (k - 1) * inner_rank * DTYPE_SIZES[c.dtype] + inner_rank * d_state * DTYPE_SIZES[ssm]
+    inner = cfg.req_int("expand", why) * cfg.req_int("hidden_size", why)
+    heads = cfg.req_int("num_heads", "the Mamba2 heads")
+    hdim = cfg.req_int("head_dim", "the Mamba2 head size")
+    if heads * hdim != inner:  # Mamba2Config.validate_architecture refuses it
+        raise spec_error(
+            cfg.field("num_heads"), heads, f"num_heads * head_dim = {heads} * {hdim}: must be expand * "
+            f"hidden_size = {inner} (transformers' Mamba2Config refuses otherwise)"
+        )
+    written = cfg.opt_int("intermediate_size")
+    if written is not None and written != inner:  # vLLM's mixer would read it, its state shapes would not
+        why = f"vLLM 0.33's Mamba2 layers read it and its state shapes expand * hidden_size = {inner}"
+        raise spec_error(cfg.field("intermediate_size"), written, f"{why}: they must agree")
+    return _mamba2_state(c, inner, heads, hdim, "n_groups", "state_size", "conv_kernel", "num_heads")
+
+
+def mamba_only_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
+    """A Mamba-only model: one Mamba state per layer and block, no attention (module docstring)."""
+    n = c.num_layers()
+    state = _mamba_only_state(c)
+    bs = c.block(HYBRID_BLOCK_UNIT)  # CacheConfig's 16 tokens (no attention layer to align to)
+    c.notes.append(
+        f"Mamba only (vLLM registers it attention-free): {n} layers of one {state:,} B state per block, "
+        "never zeroed; no prefix caching by default, so a request holds one block (mamba_block_size = "
+        "max_model_len)"
+    )
+    bucket: dict[str, list[LayerSpec]] = {}
+    for i in range(n):
+        c.add("mamba", MambaSpec(name=f"backbone.layers.{i}.mixer", state_bytes=state), bucket)
+    kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)  # no attention layer stores it
     return vllm_groups(list(bucket.items())), kv, bs
