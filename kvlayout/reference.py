@@ -154,8 +154,9 @@ def _changes(b: np.ndarray, a: np.ndarray, origin: int) -> tuple[np.ndarray, boo
     Window by window (:data:`_CHUNK_WORDS` * 8 bytes), so the masks stay chunk-sized
     whatever the buffer's size.
     """
-    if a.shape != b.shape:
-        raise ValueError(f"before has {b.size} bytes, after {a.size}")
+    if a.shape != b.shape:  # a KVLayoutError naming the field (a bare ValueError before: issue 25)
+        why = f"must have as many bytes as before ({b.size})"
+        raise bad_value(LayoutBufferError, "after", f"{a.size} B", why, shown=f"{a.size} B")
     window = _CHUNK_WORDS * 8
     parts, nonzero = [], False
     for w0 in range(0, b.size, window):
@@ -345,13 +346,24 @@ def compare_to_contract(
     group: str | None = None,
 ) -> ZeroCheck:
     """Compare two byte images (guard bands included, layout at ``origin``) with the contract."""
-    return compare_to_ranges(before, after, expected_zeroed(table, block_ids, group), origin)
+    return compare_to_ranges(
+        before, after, expected_zeroed(table, block_ids, group), origin, layout_bytes=table.total_bytes
+    )
 
 
-def compare_to_ranges(before: np.ndarray, after: np.ndarray, exp: np.ndarray, origin: int = 0) -> ZeroCheck:
-    """Compare two byte images with expected merged ranges ``exp`` (relative to ``origin``)."""
+def compare_to_ranges(
+    before: np.ndarray, after: np.ndarray, exp: np.ndarray, origin: int = 0, *, layout_bytes: int = 0
+) -> ZeroCheck:
+    """Compare two byte images with expected merged ranges ``exp`` (relative to ``origin``). The images
+    must hold the layout (``layout_bytes`` from ``origin``) and every expected range: a truncated image
+    dropped the ranges past its end and the check passed on 3 bytes (issue 25, nineteenth pass)."""
     origin = validate.check_int(LayoutBufferError, "origin", origin, lo=-(2**62))  # not uint64: floats
     b, a = _bytes(before), _bytes(after)
+    exp = np.asarray(exp, np.int64).reshape(-1, 2)
+    need = max(origin + layout_bytes, origin + int(exp[:, 1].max()) if exp.size else 0)
+    if origin < 0 or b.size < need:
+        why = f"must hold the layout at origin {origin}: {need} B (the whole buffer, guard bands included)"
+        raise bad_value(LayoutBufferError, "before", f"{b.size} B", why, shown=f"{b.size} B")
     zeroed, nonzero = _changes(b, a, origin)
     empty = np.zeros((0, 2), np.int64)
     if zeroed.shape == exp.shape and (zeroed == exp).all() and not nonzero:

@@ -386,7 +386,9 @@ class ShardedLayout:
 
     def compare(self, before: np.ndarray, after: np.ndarray, block_ids: Any, origin: int = 0) -> ZeroCheck:
         """Every changed byte of a gathered image against this contract (guard bands before ``origin``)."""
-        return compare_to_ranges(before, after, self.expected_zeroed(block_ids), origin)
+        return compare_to_ranges(
+            before, after, self.expected_zeroed(block_ids), origin, layout_bytes=self.gathered_bytes
+        )
 
     # ---- safety -------------------------------------------------------------------------
     def verify(self) -> VerifyReport:

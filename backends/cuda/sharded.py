@@ -116,8 +116,11 @@ class ShardedCudaZeroer:
         if isinstance(block_ids, torch.Tensor):
             block_ids = host_ids(block_ids)
         ids = self.layout.validate_ids(block_ids)  # once, against the global pool
+        owned = {k: self.layout._owned(k, ids) for k in self.zeroers}
+        for k, z in self.zeroers.items():  # every shard's batch fits before any shard is written (a
+            z.check_batch(owned[k].size)  # shard past max_batch refused after shard 0 ran: issue 25)
         for k, z in self.zeroers.items():
-            z.zero_validated(self.layout._owned(k, ids), group)
+            z.zero_validated(owned[k], group)
 
     def _zero_device(self, ids: torch.Tensor, group: str | None = None) -> None:
         check_id_tensor(ids)

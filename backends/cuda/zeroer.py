@@ -669,14 +669,16 @@ class CudaZeroer:
                 dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group) if self.small_batch else dplan
             )
 
+    def check_batch(self, n: int) -> None:
+        """Refuse a host batch of ``n`` ids larger than ``max_batch`` (the staging buffers' size)."""
+        if n > self.max_batch:
+            raise BlockIdError(
+                f"block_ids: batch of {n} exceeds max_batch {self.max_batch}", field="block_ids", value=n
+            )
+
     def zero_validated(self, ids: np.ndarray, group: str | None = None) -> None:
         """Zero host ids already validated against ``[0, num_blocks)`` (int64 ``[n]``): stage, launch."""
-        if ids.size > self.max_batch:
-            raise BlockIdError(
-                f"block_ids: batch of {ids.size} exceeds max_batch {self.max_batch}",
-                field="block_ids",
-                value=ids.size,
-            )
+        self.check_batch(ids.size)
         self.zero(ids, group)
 
     # ---- native host batches: graph replay --------------------------------------------

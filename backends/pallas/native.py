@@ -266,6 +266,15 @@ class CacheZeroer:
     def _selected(self, group: str | None) -> tuple[int, ...]:
         return tuple(i for i, z in enumerate(self.spec.zeroed_mask(group)) if z)
 
+    def _check_leaf_types(self, leaves: list[Any]) -> None:
+        """Every leaf an array (or abstract, for :meth:`lower`): a torch tensor, an int or a string got JAX's
+        raw TypeError / AttributeError (issue 25, nineteenth pass)."""
+        for name, leaf, x in zip(self.spec.names, self.spec.leaves, leaves):
+            if not isinstance(x, (jax.Array, np.ndarray, jax.ShapeDtypeStruct)):
+                kind = type(x).__name__
+                why = f"must be a jax.Array of {leaf.dtype}{leaf.shape}"
+                raise bad_value(LayoutBufferError, f"leaf {name!r}", kind, why, shown=kind)
+
     def check_caches(self, caches: Any, *, shardings: bool = False) -> list[Any]:
         """The leaves of ``caches``, checked against the construction pytree (structure,
         shapes, dtypes; with ``shardings``, the shardings of concrete arrays too)."""
@@ -273,9 +282,11 @@ class CacheZeroer:
         if treedef != self.treedef:
             why = f"must have the structure {self.treedef}"
             raise bad_value(LayoutBufferError, "caches", str(treedef), why)
+        self._check_leaf_types(leaves)
         for name, leaf, x in zip(self.spec.names, self.spec.leaves, leaves):
-            if tuple(x.shape) != leaf.shape or jnp.dtype(x.dtype).name != leaf.dtype:
-                got = f"{jnp.dtype(x.dtype).name}{tuple(x.shape)}"
+            dtype = _dtype_name(x.dtype)
+            if tuple(x.shape) != leaf.shape or dtype != leaf.dtype:
+                got = f"{dtype}{tuple(x.shape)}"
                 why = f"must be {leaf.dtype}{leaf.shape}"
                 raise bad_value(LayoutBufferError, f"leaf {name!r}", got, why, shown=got)
         if shardings and self.shardings is not None:
@@ -413,7 +424,10 @@ class CacheZeroer:
             out, bad = self._apply_leaves(leaves, ids, group)
         except KVLayoutError:
             raise
-        except (ValueError, RuntimeError) as e:  # eager, JAX's refusal: ids committed elsewhere, by name
+        except (ValueError, RuntimeError, TypeError) as e:  # eager, JAX's refusal: a donated or abstract
+            if isinstance(e, TypeError):  # leaf, or ids committed elsewhere, by name
+                self._diagnose_leaves(caches, e)
+            self._diagnose(caches, e)
             self._diagnose_ids(caches, ids, e)
             raise
         return self.treedef.unflatten(out), bad
@@ -498,12 +512,28 @@ class CacheZeroer:
                 return run_step(self.serialised, functools.partial(self._host_step, group=group), caches, ids)
             step = self._step if group is None else functools.partial(self._step, group=group)
             return self._bad.step(lambda acc: run_step(self.serialised, step, caches, ids, acc))
-        except (ValueError, RuntimeError) as e:  # JAX's own refusal: name the leaf if it is one of these
+        except (ValueError, RuntimeError, TypeError) as e:  # JAX's own refusal: name the leaf if it is one
+            if isinstance(e, TypeError):  # of these (TypeError: a leaf jit cannot take)
+                self._diagnose_leaves(caches, e)
             self._diagnose(caches, e)
             self._diagnose_ids(caches, block_ids, e)
             raise
 
     zero_blocks = __call__
+
+    def _diagnose_leaves(self, caches: Any, err: Exception) -> None:
+        """After jit refused an argument (TypeError): a :class:`LayoutBufferError` naming the leaf when it is
+        not an array of its shape and dtype (a torch tensor, a string, an object array) or is abstract (a
+        ``jax.ShapeDtypeStruct``, which :meth:`check_caches` takes for :meth:`lower`); JAX's raw TypeError
+        before (issue 25, nineteenth pass). Nothing ran."""
+        try:
+            leaves = self.check_caches(caches)
+        except LayoutBufferError as bad:
+            raise bad from err
+        for name, leaf in zip(self.spec.names, leaves):
+            if isinstance(leaf, jax.ShapeDtypeStruct):
+                why = "is abstract (jax.ShapeDtypeStruct): zeroing needs the arrays"
+                raise bad_value(LayoutBufferError, f"leaf {name!r}", "ShapeDtypeStruct", why) from err
 
     def _diagnose(self, caches: Any, err: Exception) -> None:
         """After JAX refused a call: raise a :class:`LayoutBufferError` naming the leaf when the

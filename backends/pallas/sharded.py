@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from kvlayout.errors import BackendError, LayoutBufferError, TableError
+from kvlayout.errors import BackendError, LayoutBufferError, TableError, bad_value
 from kvlayout.sharding import ShardedLayout
 
 from .plan import LANES, ROW_BYTES
@@ -249,6 +249,7 @@ class ShardedPallasZeroer:
         :meth:`__call__` checks them: a buffer of other rows would shift every shard's layout.
         """
         self._check_buffer_shape(buf)
+        check_not_donated(buf)
         self._check_buffer_devices(buf)
         ids = step_ids(block_ids)
         check_id_array(ids)
@@ -296,6 +297,11 @@ class ShardedPallasZeroer:
         rows = self.buffer_shape[0]
         host = np.zeros((rows, LANES), np.int32)
         if gathered is not None:
+            if not isinstance(gathered, np.ndarray) or gathered.dtype.hasobject:  # NumPy's raw TypeError
+                is_array = isinstance(gathered, np.ndarray)
+                kind = f"{gathered.dtype} array" if is_array else type(gathered).__name__
+                why = "must be a NumPy array of plain data (the gathered bytes, uint8 [gathered_bytes])"
+                raise bad_value(LayoutBufferError, "gathered", kind, why, shown=kind)
             raw = np.ascontiguousarray(gathered).reshape(-1).view(np.uint8)
             if raw.size != self.layout.gathered_bytes:
                 raise LayoutBufferError(

@@ -427,6 +427,7 @@ class PallasZeroer:
 
     def _check_buffer(self, buf: Any) -> None:
         check_int32_array(buf)
+        check_not_donated(buf)  # apply and apply_masked too (JAX's raw RuntimeError before: issue 25)
         if buf.shape == self._buffer_ok:
             return
         if buf.ndim != 2 or buf.shape[1] != LANES:
@@ -549,7 +550,6 @@ class PallasZeroer:
         bad-id count stays on the device (no host read until :meth:`check`).
         """
         self._check_buffer(buf)
-        check_not_donated(buf)
         if isinstance(block_ids, jax.Array):
             ids: Any = block_ids
             check_id_array(ids)

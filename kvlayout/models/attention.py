@@ -253,6 +253,10 @@ def read_attention(
     if heads % tp:
         raise spec_error(cfg.field("num_attention_heads"), heads, f"not divisible by tp = {tp}")
     total, kv_key = _kv_total(cfg, heads, variation.kv_heads)
+    if total > heads:  # vLLM's Attention asserts num_heads % num_kv_heads == 0 per rank; 2**40 KV heads
+        # were blamed on num_blocks (the layout's size) before (issue 25, nineteenth pass)
+        why = f"more than num_attention_heads = {heads}: each KV head serves whole query heads"
+        raise spec_error(cfg.field(kv_key), total, why)
     if total >= tp and total % tp:
         raise spec_error(cfg.field(kv_key), total, f"not divisible by tp = {tp}")
     if total < tp and tp % total:
