@@ -14,6 +14,11 @@ groups, every layer's kind and pages, windows, bytes per block) or the error its
     .venv/bin/python scripts/gen_published_truth.py            # writes truth.json, prints the table
     .venv/bin/python scripts/gen_published_truth.py --check    # compares only, writes nothing
     .venv/bin/python scripts/gen_published_truth.py --only a,b # builds configs a and b, keeps the other pins
+    .venv/bin/python scripts/gen_published_truth.py --block-sizes  # pins truth_block_sizes.json
+
+With ``--block-sizes``, a few configs of every cache kind (plain, sliding, sinks, MLA, Mamba and gated-delta-
+net hybrids, per-layer head sizes, Mamba only) are built with the block size a user sets (``--block-size``:
+vLLM's CacheConfig.block_size, kvlayout's ``block_size``) at tp 1 and 2, bf16 and fp8, on Hopper.
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ if str(ROOT) not in sys.path:
 
 FIXTURES = ROOT / "tests" / "fixtures" / "published"
 TRUTH = FIXTURES / "truth.json"
+TRUTH_BLOCKS = FIXTURES / "truth_block_sizes.json"
+#: the user-block-size cases: these configs, at these block sizes, tp 1 and 2, bf16 and fp8, on Hopper
+BLOCK_MODELS = (
+    "llama3_1_8b", "mistral_7b_v0_1", "gemma3_12b", "gpt_oss_20b", "deepseek_v2_lite", "kimi_k2_instruct",
+    "jamba_1_5_mini", "qwen3_next_80b_a3b_instruct", "nemotron_h_56b", "gemma4_26b_a4b", "mamba_codestral_7b",
+)
+BLOCK_SIZES = (32, 64, 128)
 TPS = (1, 2, 8)
 KVS = ("auto", "fp8")
 DEVICES = ("hopper", "blackwell")
@@ -38,7 +50,7 @@ DEVICES = ("hopper", "blackwell")
 def configs() -> dict[str, dict[str, Any]]:
     """name -> the published config, as stored."""
     return {p.stem: json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))
-            if p.name not in ("truth.json", "SOURCES.json")}
+            if p.name not in ("truth.json", "truth_block_sizes.json", "SOURCES.json")}
 
 
 def kvlayout_answer(config: dict[str, Any], tp: int, kv: str, device: str) -> dict[str, Any]:
@@ -158,8 +170,46 @@ def table(cfgs: dict[str, dict[str, Any]], truth: dict[str, Any]) -> dict[str, d
     return rows
 
 
+def block_cases(cfgs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The user-block-size cases, for the driver (``block_size``: vLLM's CacheConfig.block_size) and for
+    kvlayout (``user_block_size``), by id model-tpN-kv-bB."""
+    cases = {}
+    for name in BLOCK_MODELS:
+        cfg = cfgs[name]
+        mla = "kv_lora_rank" in cfg
+        for tp in (1, 2):
+            for kv in KVS:
+                for bs in BLOCK_SIZES:
+                    case: dict[str, Any] = {"config": cfg, "tp": tp, "kv_cache_dtype": kv, "block_size": bs}
+                    case.update(user_block_size=bs, torch_device="meta", stand_in=False, device="hopper")
+                    if not mla:  # standard attention on the backend a GPU picks (as vllm_cases)
+                        case["gpu_backend"] = True
+                    cases[f"{name}-tp{tp}-{kv}-b{bs}"] = case
+    return cases
+
+
+def block_answer(case: dict[str, Any]) -> dict[str, Any]:
+    """kvlayout's plan of a user-block-size case, or ``{"refused": reason}``."""
+    from kvlayout.errors import SpecError
+    from tests.test_models_hybrid_vllm import _kvlayout
+
+    try:
+        return _kvlayout(case)
+    except SpecError as e:
+        return {"refused": str(e).splitlines()[0][:300]}
+
+
 def main() -> None:
     cfgs = configs()
+    if "--block-sizes" in sys.argv:  # the user-block-size pins
+        from tests.test_models_hybrid_vllm import vllm_answers
+
+        cases = block_cases(cfgs)
+        pins = {k: summary(v) for k, v in vllm_answers(cases).items()}
+        TRUTH_BLOCKS.write_text(json.dumps(pins, indent=0, sort_keys=True) + "\n")
+        verdicts = [compare(block_answer(c), pins[k]) for k, c in cases.items()]
+        print({v: verdicts.count(v) for v in sorted(set(verdicts))})
+        return
     if "--check" in sys.argv:
         truth = json.loads(TRUTH.read_text())
     else:

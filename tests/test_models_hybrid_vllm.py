@@ -211,11 +211,12 @@ def _cases() -> dict[str, dict[str, Any]]:
 
 
 def _kvlayout(case: dict[str, Any]) -> dict[str, Any]:
-    """kvlayout's plan of a case in the driver's answer's shape."""
+    """kvlayout's plan of a case in the driver's answer's shape (``user_block_size``: the block size the user
+    sets, as vLLM's CacheConfig.block_size)."""
     kv = None if case["kv_cache_dtype"] == "auto" else case["kv_cache_dtype"]
     ms = M.from_config(
         case["config"], tp=case["tp"], kv_cache_dtype=kv, device=case.get("device", "hopper"),
-        attention_backend=case.get("attention_backend"),
+        attention_backend=case.get("attention_backend"), block_size=case.get("user_block_size"),
     )
     assert isinstance(ms, M.ModelSpec)
     layers, blocks, windows = {}, {}, {}

@@ -34,7 +34,19 @@ from typing import Any
 import pytest
 
 import kvlayout.models as M
-from scripts.gen_published_truth import DEVICES, KVS, TPS, TRUTH, compare, configs, digest, kvlayout_answer
+from scripts.gen_published_truth import (
+    DEVICES,
+    KVS,
+    TPS,
+    TRUTH,
+    TRUTH_BLOCKS,
+    block_answer,
+    block_cases,
+    compare,
+    configs,
+    digest,
+    kvlayout_answer,
+)
 
 CONFIGS = configs()
 PINNED: dict[str, Any] = json.loads(TRUTH.read_text())
@@ -110,6 +122,32 @@ def test_pins_are_the_hand_computed_ones() -> None:
     assert m7["windows"] == [4_096] and m7["bytes_per_block"] == 32 * 2 * 8 * 128 * 16 * 2
     # Baichuan and Qwen (1): vLLM 0.33 no longer serves them
     assert "not supported anymore" in pin("baichuan2_7b-tp1-auto-hopper")["error"]
+
+
+BLOCK_CASES = block_cases(CONFIGS)
+BLOCK_PINS: dict[str, Any] = json.loads(TRUTH_BLOCKS.read_text())
+
+
+def test_block_size_pins_are_whole_and_hand_checked() -> None:
+    """The user-block-size set (scripts/gen_published_truth.py --block-sizes): 11 configs of every cache
+    kind at 32, 64 and 128 tokens, tp 1 and 2, bf16 and fp8; a few of vLLM's answers by hand."""
+    assert len(BLOCK_CASES) == 132 and set(BLOCK_PINS) == set(BLOCK_CASES)
+    # Llama 3.1 8B at 64 tokens: 32 layers of 8 KV heads of 128, K and V, bf16
+    assert BLOCK_PINS["llama3_1_8b-tp1-auto-b64"]["bytes_per_block"] == 32 * 2 * 8 * 128 * 64 * 2
+    # Jamba 1.5 Mini, 4,096 B a token: a user's 32 tokens are raised to the smallest multiple of 32 whose
+    # page holds the 311,296 B Mamba state (96: 393,216 B; 16-token default: 80); 128 already holds it
+    assert BLOCK_PINS["jamba_1_5_mini-tp1-auto-b32"]["block_size"] == 96
+    assert BLOCK_PINS["jamba_1_5_mini-tp1-auto-b128"]["block_size"] == 128
+    # DeepSeek-V2-Lite, fp8 at 32 tokens: 27 MLA layers of 576 B a token
+    assert BLOCK_PINS["deepseek_v2_lite-tp2-fp8-b32"]["bytes_per_block"] == 27 * 576 * 32
+    # Mamba-Codestral: the block size changes no state (64 layers of 2,158,592 B)
+    assert BLOCK_PINS["mamba_codestral_7b-tp1-fp8-b128"]["bytes_per_block"] == 64 * 2_158_592
+
+
+@pytest.mark.parametrize("case_id", list(BLOCK_CASES))
+def test_user_block_size_equals_vllm(case_id: str) -> None:
+    verdict = compare(block_answer(BLOCK_CASES[case_id]), BLOCK_PINS[case_id])
+    assert verdict == "agree", (verdict, BLOCK_PINS[case_id])
 
 
 @pytest.mark.parametrize("reader", ["json", "auto", "transformers"])
