@@ -354,15 +354,18 @@ def compare_to_contract(
 def compare_to_ranges(
     before: np.ndarray, after: np.ndarray, exp: np.ndarray, origin: int = 0, *, layout_bytes: int = 0
 ) -> ZeroCheck:
-    """Compare two byte images with expected merged ranges ``exp`` (relative to ``origin``). The images
-    must hold the layout (``layout_bytes`` from ``origin``) and every expected range: a truncated image
-    dropped the ranges past its end and the check passed on 3 bytes (issue 25, nineteenth pass)."""
+    """Compare two byte images with expected merged ranges ``exp`` (relative to ``origin``, which may lie
+    outside the images: they can be a window). Every expected range must lie in the images, and with
+    ``layout_bytes`` the whole layout from ``origin``: a truncated image dropped the ranges past its end
+    and the check passed on 3 bytes (issue 25, nineteenth pass)."""
     origin = validate.check_int(LayoutBufferError, "origin", origin, lo=-(2**62))  # not uint64: floats
     b, a = _bytes(before), _bytes(after)
     exp = np.asarray(exp, np.int64).reshape(-1, 2)
-    need = max(origin + layout_bytes, origin + int(exp[:, 1].max()) if exp.size else 0)
-    if origin < 0 or b.size < need:
-        why = f"must hold the layout at origin {origin}: {need} B (the whole buffer, guard bands included)"
+    lo, hi = (origin, origin + layout_bytes) if layout_bytes else (b.size, 0)  # (b.size, 0): no layout bound
+    if exp.size:
+        lo, hi = min(lo, origin + int(exp[:, 0].min())), max(hi, origin + int(exp[:, 1].max()))
+    if lo < 0 or hi > b.size:
+        why = f"must hold bytes [{lo}, {hi}) (the layout at origin {origin} and the ranges expected zeroed)"
         raise bad_value(LayoutBufferError, "before", f"{b.size} B", why, shown=f"{b.size} B")
     zeroed, nonzero = _changes(b, a, origin)
     empty = np.zeros((0, 2), np.int64)

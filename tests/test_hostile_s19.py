@@ -44,7 +44,7 @@ def test_f6_a_truncated_image_is_refused_not_passed() -> None:
     expected ranges past the image's end were dropped)."""
     t = K.plan(K.preset("dsv4-test").with_num_blocks(4))
     img = np.zeros(3, np.uint8)
-    with pytest.raises(LayoutBufferError, match=r"^before = 3 B: must hold the layout at origin 0"):
+    with pytest.raises(LayoutBufferError, match=r"^before = 3 B: must hold bytes \[0, 599040\)"):
         compare_to_contract(img, img.copy(), t, [1])
     lay = shard_spec(K.preset("dsv4-test").with_num_blocks(16), {"dp": 1}, block_axes=("dp",))
     with pytest.raises(LayoutBufferError, match=r"^before = 3 B"):
@@ -54,10 +54,17 @@ def test_f6_a_truncated_image_is_refused_not_passed() -> None:
     after = full.copy()
     K.ReferenceBackend(t, after, offset=64).zero([1])
     assert compare_to_contract(full, after, t, [1], origin=64).matches
-    with pytest.raises(LayoutBufferError, match="must hold the layout at origin 65"):
+    with pytest.raises(LayoutBufferError, match=r"must hold bytes \[65, 599105\) \(the layout at origin 65"):
         compare_to_contract(full, after, t, [1], origin=65)
     with pytest.raises(LayoutBufferError, match="^before"):
         compare_to_contract(full, after, t, [1], origin=-1)
+    # the lower-level compare_to_ranges takes a window (any origin), but not expected ranges past it
+    from kvlayout.reference import compare_to_ranges
+
+    img8 = K.poison_pattern(8)
+    assert compare_to_ranges(img8, img8.copy(), np.zeros((0, 2), np.int64), -1000).matches
+    with pytest.raises(LayoutBufferError, match=r"^before = 8 B: must hold bytes \[0, 16\)"):
+        compare_to_ranges(img8, img8.copy(), np.array([[0, 16]]), 0)
 
 
 def test_f7_changed_ranges_of_unequal_images_names_the_field() -> None:
@@ -79,6 +86,11 @@ def test_f8_more_kv_heads_than_query_heads_is_refused_by_name() -> None:
     with pytest.raises(SpecError, match=r"^config\.num_key_value_heads = 9: more than num_attention_heads"):
         M.from_config(_llama(num_key_value_heads=9), reader="json")
     assert M.from_config(_llama(num_key_value_heads=8), reader="json").spec.layers  # type: ignore[union-attr]
+    # per rank, as vLLM's Attention asserts num_heads % num_kv_heads == 0: 12 query heads over 8 KV heads
+    # (vLLM's construction: "num_heads (12) is not divisible by num_kv_heads (8)"); 8 over 4 at tp 2 builds
+    with pytest.raises(SpecError, match=r"^config\.num_key_value_heads = 8: the 12 query heads per rank"):
+        M.from_config(_llama(num_attention_heads=12, hidden_size=768, num_key_value_heads=8), reader="json")
+    assert M.from_config(_llama(num_key_value_heads=4), reader="json", tp=2).spec.layers  # type: ignore[union-attr]
     res = subprocess.run(
         [sys.executable, "-m", "kvlayout", "plan", "--config", "/dev/stdin", "--reader", "json"],
         input=__import__("json").dumps(_llama(num_key_value_heads=2**40)), capture_output=True, text=True,

@@ -202,7 +202,8 @@ def test_compare_to_ranges_reports_each_kind_of_error() -> None:
     missing = before.copy()
     chk = R.compare_to_ranges(before, missing, exp, 2)
     assert chk.describe() == "not cleared: [4, 8)" and chk.zeroed_bytes == 0 and chk.zeroed.shape == (0, 2)
-    with pytest.raises(ValueError, match=r"^before has 16 bytes, after 15$"):
+    said = r"^after = 15 B: must have as many bytes as before \(16\)$"
+    with pytest.raises(K.LayoutBufferError, match=said):
         R.compare_to_ranges(before, before[:15], exp)
 
 

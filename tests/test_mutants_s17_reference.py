@@ -160,7 +160,7 @@ def test_changes_window_by_window(monkeypatch: pytest.MonkeyPatch, words: int) -
         assert R.changed_ranges(before, after, origin).tolist() == want
         ranges, nonzero = R._changes(before, after, origin)
         assert ranges.tolist() == want and nonzero is bool((after[after != before] != 0).any())
-    with pytest.raises(ValueError, match=r"^before has 4 bytes, after 8$"):
+    with pytest.raises(LayoutBufferError, match=r"^after = 8 B: must have as many bytes as before \(4\)$"):
         R.changed_ranges(np.zeros(4, np.uint8), np.zeros(8, np.uint8))
     same = np.ones(24, np.uint8)
     none, nonzero = R._changes(same, same.copy(), 0)

@@ -263,6 +263,10 @@ def read_attention(
         raise spec_error(
             cfg.field(kv_key), total, f"tp = {tp} is not a multiple of it (KV heads are replicated)"
         )
+    if (heads // tp) % max(1, total // tp):  # vLLM's Attention asserts num_heads % num_kv_heads == 0 (per
+        # rank): Qwen2Config's default of 32 KV heads beside 28 query heads was planned, vLLM refuses it
+        why = f"the {heads // tp} query heads per rank are not a multiple of its {max(1, total // tp)}"
+        raise spec_error(cfg.field(kv_key), total, f"{why} (vLLM's Attention asserts it)")
     head_size = None
     if variation.head_size == "qk":  # MiniCPM3Attention: K and V of nope + rope channels, V padded to it
         why = "MiniCPM3's head size is qk_nope_head_dim + qk_rope_head_dim"
