@@ -141,11 +141,20 @@ def range_count_bound(table: SegmentTable, block_ids: BlockIds, group: str | Non
 
 def changed_ranges(before: np.ndarray, after: np.ndarray, origin: int = 0) -> np.ndarray:
     """Merged ``[k, 2]`` ranges where two byte buffers differ, shifted by ``-origin``."""
-    return _changes(_bytes(before), _bytes(after), origin)[0]
+    return _changes(_bytes(before, "before"), _bytes(after, "after"), origin)[0]
 
 
-def _bytes(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x).reshape(-1).view(np.uint8)
+def _bytes(x: np.ndarray, name: str = "image") -> np.ndarray:
+    """An image's bytes (uint8 ``[n]``); anything that is not plain data refused by name (None, an object
+    array: NumPy's raw TypeError before, issue 25, twentieth pass)."""
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise bad_value(LayoutBufferError, name, type(x).__name__, f"must be an array of bytes ({e})") from e
+    if arr.dtype.hasobject or arr.dtype.kind not in "biufcmMV":  # plain data only
+        why = "must be an array of plain data (bytes)"
+        raise bad_value(LayoutBufferError, name, str(arr.dtype), why, shown=str(arr.dtype))
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
 
 
 def _changes(b: np.ndarray, a: np.ndarray, origin: int) -> tuple[np.ndarray, bool]:
@@ -359,8 +368,16 @@ def compare_to_ranges(
     ``layout_bytes`` the whole layout from ``origin``: a truncated image dropped the ranges past its end
     and the check passed on 3 bytes (issue 25, nineteenth pass)."""
     origin = validate.check_int(LayoutBufferError, "origin", origin, lo=-(2**62))  # not uint64: floats
-    b, a = _bytes(before), _bytes(after)
-    exp = np.asarray(exp, np.int64).reshape(-1, 2)
+    b, a = _bytes(before, "before"), _bytes(after, "after")
+    try:  # [k, 2] int64 ranges (a malformed list got NumPy's raw error: issue 25, twentieth pass)
+        exp = np.asarray(exp, np.int64)
+        ok = exp.ndim == 2 and exp.shape[1] == 2 or exp.size == 0
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        why = "must be [k, 2] integer [start, end) ranges (int64)"
+        raise bad_value(LayoutBufferError, "expected", type(exp).__name__, why)
+    exp = exp.reshape(-1, 2)
     lo, hi = (origin, origin + layout_bytes) if layout_bytes else (b.size, 0)  # (b.size, 0): no layout bound
     if exp.size:
         lo, hi = min(lo, origin + int(exp[:, 0].min())), max(hi, origin + int(exp[:, 1].max()))

@@ -194,11 +194,16 @@ CONFIGS["mamba2"] = {
     "conv_kernel": 4,
 }
 CONFIGS["mamba2_g8"] = {**CONFIGS["mamba2"], "n_groups": 8}
+# a written intermediate_size the mixer takes (getattr) beside expand * hidden_size = 512 (issue 25, pass 20)
+CONFIGS["mamba2_inner640"] = {**CONFIGS["mamba2"], "intermediate_size": 640}
+# no attention layer: the per-rank head rule does not run in vLLM (no Attention is built), its block alignment
+# still reads the 3 KV heads (issue 25, twentieth pass)
+CONFIGS["granite_all_mamba_kv3"] = {**CONFIGS["granite_all_mamba"], "num_key_value_heads": 3}
 TPS = (1, 2, 8)
 KV = ("auto", "fp8")
 #: name -> its tensor-parallel sizes where not TPS
-_TPS = {"zamba2_mem2": (1,), "granite_all_mamba": (1,), "gemma4_padded": (1,), "gemma4_bidi": (1,),
-        "gemma4_plc_null": (1,), "gemma3n_first1": (1,)}
+_TPS = {"zamba2_mem2": (1,), "granite_all_mamba": (1,), "granite_all_mamba_kv3": (1,), "gemma4_padded": (1,),
+        "gemma4_bidi": (1,), "gemma4_plc_null": (1,), "gemma3n_first1": (1,)}
 
 
 def _cases() -> dict[str, dict[str, Any]]:

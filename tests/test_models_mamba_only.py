@@ -59,7 +59,6 @@ def test_mamba_only_spec_names_groups_and_nothing_zeroed() -> None:
     ("cfg", "field"),
     [
         ({**MAMBA2, "num_heads": 4}, "config.num_heads"),  # 4 * 64 != 2 * 256: Mamba2Config refuses
-        ({**MAMBA2, "intermediate_size": 1024}, "config.intermediate_size"),  # the layer's and the state's
         ({**MAMBA2, "n_groups": 2}, "config.n_groups"),  # 2 groups on 8 ranks: vLLM asserts
         ({**MAMBA, "expand": 3, "hidden_size": 3}, "config.intermediate_size"),  # 9 channels on 2 ranks
         ({k: v for k, v in MAMBA.items() if k != "state_size"}, "config.state_size"),

@@ -266,11 +266,14 @@ class CacheZeroer:
     def _selected(self, group: str | None) -> tuple[int, ...]:
         return tuple(i for i, z in enumerate(self.spec.zeroed_mask(group)) if z)
 
-    def _check_leaf_types(self, leaves: list[Any]) -> None:
-        """Every leaf an array (or abstract, for :meth:`lower`): a torch tensor, an int or a string got JAX's
-        raw TypeError / AttributeError (issue 25, nineteenth pass)."""
+    def _check_leaf_types(self, leaves: list[Any], *, zeroing: bool = False) -> None:
+        """Every leaf an array (a host one, or abstract, checked as :meth:`check_caches` checks them): a torch
+        tensor, an int or a string got JAX's raw TypeError / AttributeError (issue 25, nineteenth pass). With
+        ``zeroing`` (a call that zeroes), a ``jax.Array``: a NumPy leaf cannot be zeroed in place (jit
+        copied it, narrowed float64 to float32 and refused a masked one raw: twentieth pass)."""
+        kinds = (jax.Array,) if zeroing else (jax.Array, np.ndarray, jax.ShapeDtypeStruct)
         for name, leaf, x in zip(self.spec.names, self.spec.leaves, leaves):
-            if not isinstance(x, (jax.Array, np.ndarray, jax.ShapeDtypeStruct)):
+            if not isinstance(x, kinds):
                 kind = type(x).__name__
                 why = f"must be a jax.Array of {leaf.dtype}{leaf.shape}"
                 raise bad_value(LayoutBufferError, f"leaf {name!r}", kind, why, shown=kind)
@@ -419,13 +422,14 @@ class CacheZeroer:
     def apply(self, caches: Any, block_ids: Any, group: str | None = None) -> tuple[Any, jax.Array]:
         """Traceable: ``(caches, global ids int[n]) -> (caches, number of ids outside the pool)``."""
         leaves = self.check_caches(caches)
+        self._check_leaf_types(leaves, zeroing=True)
         ids = step_ids(block_ids)
         try:
             out, bad = self._apply_leaves(leaves, ids, group)
         except KVLayoutError:
             raise
         except (ValueError, RuntimeError, TypeError) as e:  # eager, JAX's refusal: a donated or abstract
-            if isinstance(e, TypeError):  # leaf, or ids committed elsewhere, by name
+            if not isinstance(e, KVLayoutError):  # leaf, or ids committed elsewhere, by name
                 self._diagnose_leaves(caches, e)
             self._diagnose(caches, e)
             self._diagnose_ids(caches, ids, e)
@@ -513,8 +517,8 @@ class CacheZeroer:
             step = self._step if group is None else functools.partial(self._step, group=group)
             return self._bad.step(lambda acc: run_step(self.serialised, step, caches, ids, acc))
         except (ValueError, RuntimeError, TypeError) as e:  # JAX's own refusal: name the leaf if it is one
-            if isinstance(e, TypeError):  # of these (TypeError: a leaf jit cannot take)
-                self._diagnose_leaves(caches, e)
+            if not isinstance(e, KVLayoutError):  # of these (a leaf jit cannot take: TypeError, a masked
+                self._diagnose_leaves(caches, e)  # array's ValueError)
             self._diagnose(caches, e)
             self._diagnose_ids(caches, block_ids, e)
             raise
@@ -522,15 +526,20 @@ class CacheZeroer:
     zero_blocks = __call__
 
     def _diagnose_leaves(self, caches: Any, err: Exception) -> None:
-        """After jit refused an argument (TypeError): a :class:`LayoutBufferError` naming the leaf when it is
-        not an array of its shape and dtype (a torch tensor, a string, an object array) or is abstract (a
-        ``jax.ShapeDtypeStruct``, which :meth:`check_caches` takes for :meth:`lower`); JAX's raw TypeError
-        before (issue 25, nineteenth pass). Nothing ran."""
+        """After jit refused an argument (a TypeError; a masked array's ValueError): a
+        :class:`LayoutBufferError` naming the leaf when it is not a ``jax.Array`` of its shape and dtype (a
+        torch tensor, a string, a NumPy array) or is abstract (a ``jax.ShapeDtypeStruct``, which
+        :meth:`check_caches` takes for :meth:`lower`); JAX's raw error before (issue 25, nineteenth and
+        twentieth passes). Nothing ran."""
         try:
             leaves = self.check_caches(caches)
         except LayoutBufferError as bad:
             raise bad from err
         for name, leaf in zip(self.spec.names, leaves):
+            if isinstance(leaf, np.ndarray):  # a host leaf jit refused (a masked array)
+                kind = type(leaf).__name__
+                why = "must be a jax.Array (a host array cannot be zeroed in place)"
+                raise bad_value(LayoutBufferError, f"leaf {name!r}", kind, why, shown=kind) from err
             if isinstance(leaf, jax.ShapeDtypeStruct):
                 why = "is abstract (jax.ShapeDtypeStruct): zeroing needs the arrays"
                 raise bad_value(LayoutBufferError, f"leaf {name!r}", "ShapeDtypeStruct", why) from err

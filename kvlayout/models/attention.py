@@ -247,14 +247,20 @@ def _kv_total(cfg: Config, heads: int, how: str) -> tuple[int, str]:
 
 
 def read_attention(
-    cfg: Config, tp: int, *, head_keys: Sequence[str] = ("head_dim",), variation: Variation = NO_VARIATION
+    cfg: Config,
+    tp: int,
+    *,
+    head_keys: Sequence[str] = ("head_dim",),
+    variation: Variation = NO_VARIATION,
+    built: bool = True,
 ) -> Attention:
     heads = cfg.req_int("num_attention_heads", "the query heads")
     if heads % tp:
         raise spec_error(cfg.field("num_attention_heads"), heads, f"not divisible by tp = {tp}")
     total, kv_key = _kv_total(cfg, heads, variation.kv_heads)
-    if total > heads:  # vLLM's Attention asserts num_heads % num_kv_heads == 0 per rank; 2**40 KV heads
-        # were blamed on num_blocks (the layout's size) before (issue 25, nineteenth pass)
+    if built and total > heads:  # vLLM's Attention asserts num_heads % num_kv_heads == 0 per rank (a
+        # hybrid with no attention layer builds none: ``built`` false); 2**40 KV heads were blamed on
+        # num_blocks (the layout's size) before (issue 25, nineteenth pass)
         why = f"more than num_attention_heads = {heads}: each KV head serves whole query heads"
         raise spec_error(cfg.field(kv_key), total, why)
     if total >= tp and total % tp:
@@ -263,7 +269,7 @@ def read_attention(
         raise spec_error(
             cfg.field(kv_key), total, f"tp = {tp} is not a multiple of it (KV heads are replicated)"
         )
-    if (heads // tp) % max(1, total // tp):  # vLLM's Attention asserts num_heads % num_kv_heads == 0 (per
+    if built and (heads // tp) % max(1, total // tp):  # vLLM's Attention asserts it (per
         # rank): Qwen2Config's default of 32 KV heads beside 28 query heads was planned, vLLM refuses it
         why = f"the {heads // tp} query heads per rank are not a multiple of its {max(1, total // tp)}"
         raise spec_error(cfg.field(kv_key), total, f"{why} (vLLM's Attention asserts it)")

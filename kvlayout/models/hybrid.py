@@ -258,7 +258,11 @@ def _mamba2_state(
         raise spec_error(cfg.field(groups_key), groups, f"vLLM needs it divisible by tp = {tp} (or 1)")
     if groups % tp:
         groups = tp  # one group replicated to every head shard (extra_groups_for_head_shards)
-    conv_dim = per_rank(cfg, groups_key, inner + 2 * groups * d_state, tp)
+    conv = inner + 2 * groups * d_state
+    if conv % tp:  # the conv channels, named by what makes them (the total was shown as n_groups: issue 25)
+        why = f"conv channels {inner} + 2 * {groups} groups * {d_state} = {conv}: not divisible by tp = {tp}"
+        raise spec_error(cfg.field(groups_key), cfg.data.get(groups_key), why)
+    conv_dim = conv // tp
     ssm = ssm_dtype(c, (), c.dtype)
     conv = (k - 1) * conv_dim * DTYPE_SIZES[c.dtype]
     return conv + per_rank(cfg, heads_key, heads, tp) * hdim * d_state * DTYPE_SIZES[ssm]
@@ -317,8 +321,12 @@ def _zamba2_attention_names(cfg: Config, n: int) -> list[str]:
 
 def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
+    keep, is_attn, state, mkind, mtail = mamba_layers(c, n)
+    # vLLM builds no Attention where no layer is one (its assertion on the heads does not run), yet its
+    # block alignment reads the config's heads (issue 25, twentieth pass: all-Mamba Granite 4.0-H)
+    built = any(is_attn)
     if c.family in ("granitemoehybrid", "lfm2", "olmo_hybrid"):  # attention: hidden_size // heads
-        att = read_attention(c.cfg, c.tp, variation=Variation(head_dim=False))
+        att = read_attention(c.cfg, c.tp, variation=Variation(head_dim=False), built=built)
         written = c.cfg.opt_int("head_dim")
         if written is not None and written != att.head_size:  # vLLM aligns blocks by ModelConfig's head_dim
             raise spec_error(
@@ -330,8 +338,7 @@ def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     elif c.family == "zamba2":
         att = _zamba2_attention(c.cfg, c.tp)
     else:
-        att = read_attention(c.cfg, c.tp, head_keys=("head_dim",))
-    keep, is_attn, state, mkind, mtail = mamba_layers(c, n)
+        att = read_attention(c.cfg, c.tp, head_keys=("head_dim",), built=built)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     per_token = token_bytes(att, kv)
     # vLLM 0.33 (Platform._align_hybrid_block_size): the unit is the kernel's smallest block or the
@@ -422,6 +429,11 @@ def _mamba_only_state(c: Ctx) -> int:
     if c.family == "mamba":
         inner = cfg.opt_int("intermediate_size")  # written: it stands (MambaConfig sets it after expand)
         if inner is None:
+            mt = c.top.data.get("model_type")
+            if mt not in ("mamba", "falcon_mamba"):  # only their classes compute it; vLLM's Mamba layers read
+                # it (a mamba2 config: "'Mamba2Config' object has no attribute 'intermediate_size'")
+                why_mt = "write intermediate_size: only the mamba and falcon_mamba config classes compute it"
+                raise spec_error(c.top.field("model_type"), mt, why_mt)
             inner = cfg.req_int("expand", why) * cfg.req_int("hidden_size", why)
         inner_rank = per_rank(cfg, "intermediate_size", inner, tp)
         k = cfg.req_int("conv_kernel", "the Mamba conv state keeps conv_kernel - 1 steps")
@@ -436,10 +448,9 @@ def _mamba_only_state(c: Ctx) -> int:
             cfg.field("num_heads"), heads, f"num_heads * head_dim = {heads} * {hdim}: must be expand * "
             f"hidden_size = {inner} (transformers' Mamba2Config refuses otherwise)"
         )
-    written = cfg.opt_int("intermediate_size")
-    if written is not None and written != inner:  # vLLM's mixer would read it, its state shapes would not
-        why = f"vLLM 0.33's Mamba2 layers read it and its state shapes expand * hidden_size = {inner}"
-        raise spec_error(cfg.field("intermediate_size"), written, f"{why}: they must agree")
+    # vLLM 0.33's Mamba2 mixer takes a written intermediate_size (getattr, else expand * hidden_size), and
+    # its state shapes follow the mixer (issue 25, twentieth pass: 640 beside 512 was refused; vLLM builds it)
+    inner = cfg.opt_int("intermediate_size") or inner
     return _mamba2_state(c, inner, heads, hdim, "n_groups", "state_size", "conv_kernel", "num_heads")
 
 

@@ -39,6 +39,11 @@ def _attention(cfg: Config, tp: int, pre: str) -> tuple[Attention, int]:
     if total >= tp and total % tp or total < tp and tp % total:
         why = f"not divisible by tp = {tp}" if total >= tp else f"tp = {tp} is not a multiple of it"
         raise spec_error(cfg.field(f"{pre}num_key_value_heads"), total, why)
+    if (heads // tp) % max(1, total // tp):  # vLLM's Attention asserts num_heads % num_kv_heads == 0 per
+        # rank: 16 KV heads beside 8 query heads were planned (issue 25, twentieth pass)
+        why = f"the {heads // tp} query heads per rank are not a multiple of its {max(1, total // tp)}"
+        why += " (vLLM's Attention asserts it)"
+        raise spec_error(cfg.field(f"{pre}num_key_value_heads"), total, why)
     head = cfg.req_int(f"{pre}head_dim", f"{what} K head size")
     if pre:  # vLLM: getattr(config, "swa_v_head_dim", None), None meaning the K head size
         v_head = cfg.opt_int("swa_v_head_dim") or head

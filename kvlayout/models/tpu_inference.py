@@ -68,6 +68,7 @@ from .base import DEFAULT_NUM_BLOCKS, fmt_int
 from .build import build
 from .config import MAX_CONFIG_INT
 from .families import VL_WRAPPERS
+from .hybrid import MAMBA_ONLY
 from .registry_vllm import TRANSFORMERS_BACKEND
 
 #: tpu-inference pads the head size of its attention and MLA arrays to the TPU lane width.
@@ -331,6 +332,9 @@ def tpu_inference_from_config(
         raise spec_error("engine", "tpu-inference", why)
     if probe.family == "gemma3n":
         why = "tpu-inference's arrays for Gemma 3n's layers that read earlier layers' caches are not modeled"
+        raise spec_error("engine", "tpu-inference", why)
+    if probe.family in MAMBA_ONLY:  # no attention layer (an empty leaf list was refused inside: issue 25)
+        why = f"tpu-inference's arrays for the Mamba-only {probe.architecture} (no attention layer): not read"
         raise spec_error("engine", "tpu-inference", why)
     hybrid = any(isinstance(x, MambaSpec) for _, x in probe.spec.layers)
     mla = c.mla_dims is not None
