@@ -116,7 +116,8 @@ def test_granite_mamba2_state_layers_and_kinds_by_formula() -> None:
         "config.mamba_n_heads = 16: not divisible by tp = 32"
     )
     assert _msg(mamba_layers, _ctx(_GRANITE, "granitemoehybrid", 3), 8) == (
-        f"config.mamba_n_groups = {1024 + 2 * 3 * 128}: not divisible by tp = 3"
+        f"config.mamba_n_groups = 1: conv channels 1024 + 2 * 3 groups * 128 = {1024 + 2 * 3 * 128}: not "
+        "divisible by tp = 3"
     )
 
 

@@ -321,12 +321,16 @@ def _zamba2_attention_names(cfg: Config, n: int) -> list[str]:
 
 def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
-    keep, is_attn, state, mkind, mtail = mamba_layers(c, n)
-    # vLLM builds no Attention where no layer is one (its assertion on the heads does not run), yet its
-    # block alignment reads the config's heads (issue 25, twentieth pass: all-Mamba Granite 4.0-H)
-    built = any(is_attn)
-    if c.family in ("granitemoehybrid", "lfm2", "olmo_hybrid"):  # attention: hidden_size // heads
-        att = read_attention(c.cfg, c.tp, variation=Variation(head_dim=False), built=built)
+
+    def attention(built: bool) -> Attention:
+        if c.family in ("granitemoehybrid", "lfm2", "olmo_hybrid"):  # attention: hidden_size // heads
+            return read_attention(c.cfg, c.tp, variation=Variation(head_dim=False), built=built)
+        if c.family == "zamba2":
+            return _zamba2_attention(c.cfg, c.tp)
+        return read_attention(c.cfg, c.tp, head_keys=("head_dim",), built=built)
+
+    att = attention(False)  # the attention's fields first (their errors first), then the Mamba states'
+    if c.family in ("granitemoehybrid", "lfm2", "olmo_hybrid"):
         written = c.cfg.opt_int("head_dim")
         if written is not None and written != att.head_size:  # vLLM aligns blocks by ModelConfig's head_dim
             raise spec_error(
@@ -335,10 +339,11 @@ def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
                 f"vLLM's layers use hidden_size // num_attention_heads = {att.head_size} and its block "
                 "alignment this head_dim: they must agree",
             )
-    elif c.family == "zamba2":
-        att = _zamba2_attention(c.cfg, c.tp)
-    else:
-        att = read_attention(c.cfg, c.tp, head_keys=("head_dim",), built=built)
+    keep, is_attn, state, mkind, mtail = mamba_layers(c, n)
+    if any(is_attn):  # vLLM's Attention asserts the heads per rank; with no attention layer it builds none,
+        said = len(c.notes)  # yet its block alignment reads the config's heads (issue 25, twentieth pass);
+        attention(True)  # read again only to check them: its notes are the first reading's
+        del c.notes[said:]
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     per_token = token_bytes(att, kv)
     # vLLM 0.33 (Platform._align_hybrid_block_size): the unit is the kernel's smallest block or the
