@@ -141,6 +141,7 @@ def range_count_bound(table: SegmentTable, block_ids: BlockIds, group: str | Non
 
 def changed_ranges(before: np.ndarray, after: np.ndarray, origin: int = 0) -> np.ndarray:
     """Merged ``[k, 2]`` ranges where two byte buffers differ, shifted by ``-origin``."""
+    origin = validate.check_int(LayoutBufferError, "origin", origin, lo=-(2**62))  # as compare_to_ranges
     return _changes(_bytes(before, "before"), _bytes(after, "after"), origin)[0]
 
 
@@ -368,10 +369,13 @@ def compare_to_ranges(
     ``layout_bytes`` the whole layout from ``origin``: a truncated image dropped the ranges past its end
     and the check passed on 3 bytes (issue 25, nineteenth pass)."""
     origin = validate.check_int(LayoutBufferError, "origin", origin, lo=-(2**62))  # not uint64: floats
+    layout_bytes = validate.check_int(LayoutBufferError, "layout_bytes", layout_bytes, lo=0)
     b, a = _bytes(before, "before"), _bytes(after, "after")
-    try:  # [k, 2] int64 ranges (a malformed list got NumPy's raw error: issue 25, twentieth pass)
-        exp = np.asarray(exp, np.int64)
-        ok = exp.ndim == 2 and exp.shape[1] == 2 or exp.size == 0
+    try:  # [k, 2] integer ranges, start <= end (a malformed list got NumPy's raw error: issue 25, passes
+        raw = np.asarray(exp)  # 20 and 21; floats and strings were coerced)
+        ok = raw.size == 0 or raw.dtype.kind in "iu" and raw.ndim == 2 and raw.shape[1] == 2
+        exp = np.asarray(raw, np.int64)
+        ok = ok and bool((exp[:, 0] <= exp[:, 1]).all()) if exp.size else ok
     except (TypeError, ValueError, OverflowError):
         ok = False
     if not ok:

@@ -153,4 +153,4 @@ def test_l4_messages_name_what_is_wrong() -> None:
         input=__import__("json").dumps(MAMBA), capture_output=True, text=True,
     )
     assert res.returncode == 2 and res.stderr.count("\n") == 1
-    assert "Mamba-only MambaForCausalLM (no attention layer)" in res.stderr
+    assert "MambaForCausalLM without an attention layer are not read" in res.stderr

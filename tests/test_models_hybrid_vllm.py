@@ -202,8 +202,8 @@ CONFIGS["granite_all_mamba_kv3"] = {**CONFIGS["granite_all_mamba"], "num_key_val
 TPS = (1, 2, 8)
 KV = ("auto", "fp8")
 #: name -> its tensor-parallel sizes where not TPS
-_TPS = {"zamba2_mem2": (1,), "granite_all_mamba": (1,), "granite_all_mamba_kv3": (1,), "gemma4_padded": (1,),
-        "gemma4_bidi": (1,), "gemma4_plc_null": (1,), "gemma3n_first1": (1,)}
+_TPS = {"zamba2_mem2": (1,), "granite_all_mamba": (1,), "granite_all_mamba_kv3": (1, 2),
+        "gemma4_padded": (1,), "gemma4_bidi": (1,), "gemma4_plc_null": (1,), "gemma3n_first1": (1,)}
 
 
 def _cases() -> dict[str, dict[str, Any]]:

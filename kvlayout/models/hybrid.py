@@ -431,6 +431,10 @@ def _mamba_only_state(c: Ctx) -> int:
     ``mamba2_state_shape`` over the config as transformers' Mamba / Mamba2 config classes read it)."""
     cfg, tp = c.cfg, c.tp
     why = "the Mamba inner size is expand * hidden_size"
+    if "intermediate_size" in cfg.data and cfg.data["intermediate_size"] is None:  # vLLM's layers read the
+        # attribute (None + int raised; issue 25, twenty-first pass)
+        why = "vLLM 0.33's Mamba layers read it: write a number or leave it out"
+        raise spec_error(cfg.field("intermediate_size"), None, why)
     if c.family == "mamba":
         inner = cfg.opt_int("intermediate_size")  # written: it stands (MambaConfig sets it after expand)
         if inner is None:

@@ -333,8 +333,9 @@ def tpu_inference_from_config(
     if probe.family == "gemma3n":
         why = "tpu-inference's arrays for Gemma 3n's layers that read earlier layers' caches are not modeled"
         raise spec_error("engine", "tpu-inference", why)
-    if probe.family in MAMBA_ONLY:  # no attention layer (an empty leaf list was refused inside: issue 25)
-        why = f"tpu-inference's arrays for the Mamba-only {probe.architecture} (no attention layer): not read"
+    if probe.family in MAMBA_ONLY or all(isinstance(x, MambaSpec) for _, x in probe.spec.layers):  # no
+        # attention layer (an empty leaf list was refused inside: issue 25, passes 20 and 21)
+        why = f"tpu-inference's arrays for {probe.architecture} without an attention layer are not read"
         raise spec_error("engine", "tpu-inference", why)
     hybrid = any(isinstance(x, MambaSpec) for _, x in probe.spec.layers)
     mla = c.mla_dims is not None
