@@ -90,7 +90,8 @@ def test_f8_more_kv_heads_than_query_heads_is_refused_by_name() -> None:
     # (vLLM's construction: "num_heads (12) is not divisible by num_kv_heads (8)"); 8 over 4 at tp 2 builds
     with pytest.raises(SpecError, match=r"^config\.num_key_value_heads = 8: the 12 query heads per rank"):
         M.from_config(_llama(num_attention_heads=12, hidden_size=768, num_key_value_heads=8), reader="json")
-    assert M.from_config(_llama(num_key_value_heads=4), reader="json", tp=2).spec.layers  # type: ignore[union-attr]
+    tp2 = M.from_config(_llama(num_key_value_heads=4), reader="json", tp=2)
+    assert isinstance(tp2, M.ModelSpec) and tp2.spec.layers
     res = subprocess.run(
         [sys.executable, "-m", "kvlayout", "plan", "--config", "/dev/stdin", "--reader", "json"],
         input=__import__("json").dumps(_llama(num_key_value_heads=2**40)), capture_output=True, text=True,
