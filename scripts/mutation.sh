@@ -68,7 +68,7 @@ declare -A TESTS=(
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py tests/test_mutants_s17_cuda_zeroer.py"
   [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_mutants_pallas_zeroer_s9.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s9_jax.py tests/test_mutants_s17_pallas_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_zeroer.py"
   # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)
-  [pallas-native]="tests/test_mutants_pallas_native.py tests/test_mutants_s17_pallas_native.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_native.py"
+  [pallas-native]="tests/test_mutants_pallas_native.py tests/test_mutants_s17_pallas_native.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_native.py tests/test_hostile_s20.py tests/test_models_mimo_v2.py tests/test_models_hybrid_vllm.py tests/test_models_gemma3n.py tests/test_models_gemma4.py"
   [models]="tests/test_mutants_models.py tests/test_mutants_models_hybrid.py tests/test_models_vl.py tests/test_mutants_models_s11.py tests/test_models_gemma4.py tests/test_models_gemma3n.py tests/test_models_mimo_v2.py tests/test_hostile_s12.py tests/test_hostile_s13.py tests/test_models_cov_s13.py tests/test_models_published_s13.py tests/test_models_aliases.py tests/test_mutants_models_s13.py tests/test_models_indexer_s15.py tests/test_models_validation_s16.py tests/test_mutants_models_s16.py tests/test_mutants_s17_models.py"
   [models-mimo]="tests/test_models_mimo_v2.py"
   [models-gemma4]="tests/test_models_gemma4.py tests/test_models_gemma3n.py"
