@@ -279,6 +279,79 @@ def h2d_micro(st: dict[str, Any], sync: Callable[[], Any]) -> dict[str, float]:
     return out
 
 
+def host_trace(fn: Callable[[], Any], sync: Callable[[], Any], steps: int) -> dict[str, Any]:
+    """The host threads' events of ``steps`` calls in a JAX profiler trace: ``{name: [count, us]}``
+    per call, the 20 longest (events nest, so the times overlap; they say where the host waits)."""
+    import jax
+
+    try:
+        fn()
+        sync()
+        opts = jax.profiler.ProfileOptions()
+        opts.python_tracer_level = 0  # C++ events only: Python frames would add their own cost
+        opts.host_tracer_level = 3
+        with tempfile.TemporaryDirectory() as d:
+            with jax.profiler.trace(d, profiler_options=opts):
+                for _ in range(steps):
+                    fn()
+                sync()
+            files = sorted(glob.glob(os.path.join(d, "**", "*.xplane.pb"), recursive=True))
+            if not files:
+                return {"error": "no xplane.pb written"}
+            pd = jax.profiler.ProfileData.from_file(files[-1])
+        by_name: dict[str, list[float]] = {}
+        for plane in pd.planes:
+            if plane.name.startswith("/device:"):
+                continue
+            for line in plane.lines:
+                for ev in line.events:
+                    rec = by_name.setdefault(f"{line.name[:24]}: {ev.name[:70]}", [0, 0.0])
+                    rec[0] += 1
+                    rec[1] += ev.duration_ns / 1e3
+        top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:20]
+        return {k: [round(c / steps, 2), round(t / steps, 1)] for k, (c, t) in top}
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+
+
+def pending_inputs(st: dict[str, Any], sync: Callable[[], Any]) -> dict[str, Any]:
+    """Host us of one donated 32-leaf call whose small input is a NumPy array, a ready device array, a
+    freshly transferred one, or a freshly transferred one waited for: does the pending transfer cost?"""
+    import jax
+
+    h8 = np.arange(8, dtype=np.int32)
+    d8 = jax.device_put(h8)
+    step = jax.jit(lambda c, i: (c, i + 1), donate_argnums=0)
+    keep: dict[str, Any] = {}
+
+    def call(ids: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            st["c"], keep["i"] = step(st["c"], ids())
+
+        return run
+
+    def fresh_wait() -> Any:
+        x = jax.device_put(h8)
+        x.block_until_ready()
+        return x
+
+    pieces = {
+        "numpy": call(lambda: h8),
+        "device_ready": call(lambda: d8),
+        "device_put_fresh": call(lambda: jax.device_put(h8)),
+        "device_put_fresh_waited": call(fresh_wait),
+        "device_put_alone_waited": fresh_wait,
+    }
+    out: dict[str, Any] = {}
+    for name, fn in pieces.items():
+        try:
+            out[name] = host_us(fn, sync)
+        except Exception as e:  # noqa: BLE001
+            out[name] = f"{type(e).__name__}: {str(e)[:200]}"
+        print("pending inputs us:", name, out[name], flush=True)
+    return out
+
+
 # ---- the list path: which host-to-device route blocks the host ----------------------------------
 def transfer_wait(
     busy: Callable[[], None], sync: Callable[[], Any], pieces: dict[str, Callable[[], Any]], reps: int = 9
@@ -385,6 +458,7 @@ def list_paths(args: argparse.Namespace) -> dict[str, Any]:
     if pin is not None:
         pieces["put_cpp_pinned_host"] = lambda: put_cpp(h8, pin)
     res["transfer_wait"] = transfer_wait(busy, sync, pieces)
+    res["pending_inputs"] = pending_inputs(st, sync)
     rounds, calls = (2, 2) if args.smoke else (11, 20)
     for n in [b for b in (1, 8, 64) if b <= pages]:
         host = [rng.choice(pages, n, replace=False).astype(np.int32) for _ in range(ROT)]
@@ -407,6 +481,8 @@ def list_paths(args: argparse.Namespace) -> dict[str, Any]:
             "list": via(lambda lst: lst),
             "put_sharding": via(lambda lst: jax.device_put(host_ids(lst), sh)),
             "put_cpp": via(lambda lst: put_cpp(host_ids(lst))),
+            "put_wait": via(lambda lst: jax.device_put(host_ids(lst), sh).block_until_ready()),
+            "put_cpp_wait": via(lambda lst: put_cpp(host_ids(lst)).block_until_ready()),
         }
         if pin is not None:  # the ids to pinned host memory, moved to the device inside the step
             def pinned_step(lst: list[int]) -> None:
@@ -431,13 +507,17 @@ def list_paths(args: argparse.Namespace) -> dict[str, Any]:
         for k in ("dev", "list", "put_cpp"):
             r[f"host_{k}_us"] = host_us(fns[k], sync)
         r["new_compiles_in_timed_rounds"] = jit_cache(z) - before
-        for k in ("list", "put_sharding", "put_cpp", "pinned_in_jit"):
+        for k in ("list", "put_sharding", "put_cpp", "put_wait", "put_cpp_wait", "pinned_in_jit"):
             if f"{k}_us" in r:
                 r[f"{k}_minus_dev_us"] = round(r[f"{k}_us"] - r["dev_us"], 1)
         if n == 8:
             r["host_profile_list"] = host_profile(fns["list"], sync, 20 if args.smoke else 200)
+            for k in ("dev", "list", "put_wait"):
+                r[f"host_trace_{k}"] = host_trace(fns[k], sync, 5 if args.smoke else 50)
+                print(f"host trace {k}:", json.dumps(r[f"host_trace_{k}"]), flush=True)
         res["rows"].append(r)
-        print("list paths:", json.dumps({k: v for k, v in r.items() if k != "host_profile_list"}), flush=True)
+        skip = ("host_profile", "host_trace")
+        print("list paths:", json.dumps({k: v for k, v in r.items() if not k.startswith(skip)}), flush=True)
     z.check()
     return res
 
@@ -654,7 +734,7 @@ def main() -> int:
         with open(os.path.join(args.out, "list_paths.json"), "w") as f:
             json.dump(lp, f, indent=1)
         for r in lp["rows"]:
-            print({k: v for k, v in r.items() if k != "host_profile_list"})
+            print({k: v for k, v in r.items() if not k.startswith(("host_profile", "host_trace"))})
         return 0
     res = bench(args)
     os.makedirs(args.out, exist_ok=True)
