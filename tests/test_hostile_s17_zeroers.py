@@ -21,19 +21,19 @@ from kvlayout.sharding import shard_spec
 jax = pytest.importorskip("jax")
 kp = pytest.importorskip("kvlayout.backends.pallas")
 import jax.numpy as jnp  # noqa: E402
-from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
 from tests.oracles import LyingInt  # noqa: E402
-
-NUM_BLOCKS = 6
-KERNELS = (("triton", {"dedup": False}), ("triton", {"dedup": True}), ("tpu", {}))
-
-
-@pytest.fixture(autouse=True)
-def _reset_interpreter() -> Iterator[None]:
-    yield
-    pltpu.reset_tpu_interpret_mode_state()
+from tests.pallas_stand_ins import (  # noqa: E402
+    KERNELS,
+    NUM_BLOCKS,
+    on_device,
+    poisoned,
+    reset_interpreter,  # noqa: E402, F401 (the autouse fixture)
+    same,
+)
+from tests.pallas_stand_ins import dsv4_table as _table  # noqa: E402
+from tests.pallas_stand_ins import raises as _raises  # noqa: E402
 
 
 @pytest.fixture
@@ -46,32 +46,6 @@ def x64() -> Iterator[None]:
     jax.config.update("jax_enable_x64", before)
 
 
-def _raises(cls: type[Exception], fn: Any, *args: Any, **kwargs: Any) -> Any:
-    with pytest.raises(cls) as e:
-        fn(*args, **kwargs)
-    return e.value
-
-
-def _table() -> K.SegmentTable:
-    return K.plan(K.preset("dsv4-test").with_num_blocks(NUM_BLOCKS))
-
-
-def _poisoned(z: Any) -> np.ndarray:
-    """The host image of a poisoned ``int32[rows, 128]`` buffer, as bytes."""
-    return K.poison_pattern(z.buffer_shape[0] * 512).copy()
-
-
-def _dev(host: np.ndarray, z: Any) -> Any:
-    return jnp.asarray(host.view(np.int32).reshape(z.buffer_shape))
-
-
-def _same(out: Any, host: np.ndarray, table: Any, expect: list[int]) -> bool:
-    ref = host.copy()
-    if expect:
-        K.zero_blocks_numpy(ref, table, expect)
-    return bool(np.array_equal(np.asarray(out).reshape(-1).view(np.uint8), ref))
-
-
 # ---- F1: apply_masked / zero_local took ids without apply's rule ----------------------------------
 @pytest.mark.parametrize(("kernel", "kw"), KERNELS)
 def test_f1_apply_masked_counts_wide_ids_bad_before_narrowing(
@@ -80,7 +54,7 @@ def test_f1_apply_masked_counts_wide_ids_bad_before_narrowing(
     """int64 2**32+3 wrapped to block 3 on the GPU direct path; the sorted paths raised JAX's TypeError."""
     t = _table()
     z = kp.PallasZeroer(t, kernel=kernel, interpret=True, **kw)
-    host = _poisoned(z)
+    host = poisoned(z)
     cases = (
         (jnp.array([2**32 + 3, 2, -(2**32) + 5, 2**31, -(2**63)], jnp.int64), [2]),
         (jnp.array([2**64 - 13, 2**32 + 1, 1], jnp.uint64), [1]),
@@ -89,10 +63,10 @@ def test_f1_apply_masked_counts_wide_ids_bad_before_narrowing(
     )
     for ids, expect in cases:
         valid = jnp.ones(ids.shape, jnp.bool_)
-        out = z.apply_masked(_dev(host, z), ids, valid)
-        assert _same(out, host, t, expect), (ids.dtype, ids.tolist())
-        out = jax.jit(z.apply_masked)(_dev(host, z), ids, valid)
-        assert _same(out, host, t, expect), (ids.dtype, ids.tolist())
+        out = z.apply_masked(on_device(host, z), ids, valid)
+        assert same(out, host, t, expect), (ids.dtype, ids.tolist())
+        out = jax.jit(z.apply_masked)(on_device(host, z), ids, valid)
+        assert same(out, host, t, expect), (ids.dtype, ids.tolist())
 
 
 @pytest.mark.parametrize(("kernel", "kw"), KERNELS)
@@ -102,8 +76,8 @@ def test_f1_apply_masked_refuses_non_integer_ids_and_a_mask_of_other_shape(
     """Float ids zeroed page 3 (direct) or raised TypeError (sorted); a short mask was broadcast."""
     t = _table()
     z = kp.PallasZeroer(t, kernel=kernel, interpret=True, **kw)
-    host = _poisoned(z)
-    buf = _dev(host, z)
+    host = poisoned(z)
+    buf = on_device(host, z)
     for ids in (jnp.array([3.0]), jnp.array([True]), jnp.array([3 + 0j]), jnp.array([3.0], jnp.float32)):
         e = _raises(K.BlockIdError, z.apply_masked, buf, ids, jnp.array([True]))
         assert e.field == "ids" and str(ids.dtype) in str(e)
@@ -115,10 +89,10 @@ def test_f1_apply_masked_refuses_non_integer_ids_and_a_mask_of_other_shape(
         assert e.field == "valid.shape" and str(tuple(valid.shape)) in str(e)
     e = _raises(K.BlockIdError, z.apply_masked, buf, ids, jnp.array([1.0, 0.0]))
     assert e.field == "valid"
-    assert not buf.is_deleted() and _same(buf, host, t, [])
+    assert not buf.is_deleted() and same(buf, host, t, [])
     # valid input as before: an integer mask (nonzero = valid), a bool mask
-    assert _same(z.apply_masked(buf, ids, jnp.array([2, 0], jnp.int32)), host, t, [3])
-    assert _same(z.apply_masked(buf, ids, jnp.array([True, True])), host, t, [3, 5])
+    assert same(z.apply_masked(buf, ids, jnp.array([2, 0], jnp.int32)), host, t, [3])
+    assert same(z.apply_masked(buf, ids, jnp.array([True, True])), host, t, [3, 5])
 
 
 N_PAGES = 8
@@ -185,12 +159,12 @@ def test_f4_lying_comparisons_are_not_asked() -> None:
     t = _table()
     v = LyingInt(2**40 + 3)
     z = kp.PallasZeroer(t, kernel="triton", interpret=True)
-    host = _poisoned(z)
+    host = poisoned(z)
     for ids, expect in (([v], []), ([v, 5], [5]), ([jnp.int32(1), v], [1]), ([LyingInt(4)], [4])):
-        out, bad = z.apply(_dev(host, z), ids)
-        assert _same(out, host, t, expect) and int(bad) == len(ids) - len(expect)
-        out, bad = jax.jit(lambda b, ids=ids: z.apply(b, ids))(_dev(host, z))
-        assert _same(out, host, t, expect) and int(bad) == len(ids) - len(expect)
+        out, bad = z.apply(on_device(host, z), ids)
+        assert same(out, host, t, expect) and int(bad) == len(ids) - len(expect)
+        out, bad = jax.jit(lambda b, ids=ids: z.apply(b, ids))(on_device(host, z))
+        assert same(out, host, t, expect) and int(bad) == len(ids) - len(expect)
     lay = shard_spec(K.preset("dsv4-test").with_num_blocks(NUM_BLOCKS), {"x": 1}, block_axes=("x",))
     zs = kp.ShardedPallasZeroer(lay, Mesh(np.array(jax.devices()[:1]), ("x",)), kernel="triton",
                                 interpret=True)
@@ -211,7 +185,7 @@ def test_f9_mixed_lists_narrow_each_element_on_its_own() -> None:
     t = _table()
     for kernel, kw in KERNELS:
         z = kp.PallasZeroer(t, kernel=kernel, interpret=True, **kw)
-        host = _poisoned(z)
+        host = poisoned(z)
         for ids, expect in (
             ([jnp.int8(3), 300], [3]),  # 300 is outside the pool: one bad id
             ([jnp.uint8(3), -1], [3]),
@@ -220,14 +194,14 @@ def test_f9_mixed_lists_narrow_each_element_on_its_own() -> None:
             ([jnp.array(1, jnp.uint4), 5], [1, 5]),
             ([jnp.uint32(2**31), 2], [2]),  # outside int32 in its own dtype: bad
         ):
-            out, bad = z.apply(_dev(host, z), ids)
-            assert _same(out, host, t, expect) and int(bad) == len(ids) - len(expect), (kernel, ids)
+            out, bad = z.apply(on_device(host, z), ids)
+            assert same(out, host, t, expect) and int(bad) == len(ids) - len(expect), (kernel, ids)
     z = kp.PallasZeroer(t, kernel="triton", interpret=True)
-    host = _poisoned(z)
-    buf = _dev(host, z)
+    host = poisoned(z)
+    buf = on_device(host, z)
     e = _raises(K.BlockIdError, z.apply, buf, [jnp.arange(2), 1])  # as before (test_mutants_pallas_zeroer_s9)
     assert e.field == "block_ids" and "must be a 1-D integer array of block ids" in str(e)
-    assert not buf.is_deleted() and _same(buf, host, t, [])
+    assert not buf.is_deleted() and same(buf, host, t, [])
 
 
 def test_h18_cache_zeroer_mixed_list_and_masked_edges() -> None:
@@ -250,10 +224,11 @@ def test_h18_cache_zeroer_mixed_list_and_masked_edges() -> None:
     t = _table()
     for kernel, kw in KERNELS:
         z = kp.PallasZeroer(t, kernel=kernel, interpret=True, **kw)
-        host = _poisoned(z)
-        out = z.apply_masked(_dev(host, z), jnp.zeros((0,), jnp.int32), jnp.zeros((0,), bool))
-        assert _same(out, host, t, [])
-        e = _raises(K.BlockIdError, z.apply_masked, _dev(host, z), np.array([1], "m8[s]"), np.ones(1, bool))
+        host = poisoned(z)
+        out = z.apply_masked(on_device(host, z), jnp.zeros((0,), jnp.int32), jnp.zeros((0,), bool))
+        assert same(out, host, t, [])
+        buf = on_device(host, z)
+        e = _raises(K.BlockIdError, z.apply_masked, buf, np.array([1], "m8[s]"), np.ones(1, bool))
         assert e.field == "ids"
 
 

@@ -7,7 +7,6 @@ element) and the pages written are compared with the ids given."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,13 +18,20 @@ from kvlayout.native import NativeCacheSpec, NativeLeaf
 jax = pytest.importorskip("jax")
 N = pytest.importorskip("kvlayout.backends.pallas.native")
 import jax.numpy as jnp  # noqa: E402
-from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
+from tests.pallas_stand_ins import (  # noqa: E402
+    D1,
+    D2,
+    TAIL,
+    Placed,
+    reset_interpreter,  # noqa: E402, F401 (the autouse fixture)
+)
+from tests.pallas_stand_ins import raises as _err  # noqa: E402
+
 PAGES = 8
 SHAPE = (PAGES, 2, 128)
-TAIL = ": jax.device_put them there, or pass host ids (nothing was written)"
 
 
 def elsewhere(shown: str, where: str, want: str) -> str:
@@ -34,46 +40,6 @@ def elsewhere(shown: str, where: str, want: str) -> str:
 
 
 HOST = (np.arange(int(np.prod(SHAPE)), dtype=np.float32) + 1).reshape(SHAPE)  # no zero element
-
-
-@pytest.fixture(autouse=True)
-def _reset_interpreter() -> Iterator[None]:
-    yield
-    pltpu.reset_tpu_interpret_mode_state()
-
-
-def _err(cls: type[Exception], fn: Any, *args: Any, **kw: Any) -> Any:
-    with pytest.raises(cls) as e:
-        fn(*args, **kw)
-    return e.value
-
-
-class Dev:
-    """A stand-in device: only its identity and its text matter to the checks."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __str__(self) -> str:
-        return f"dev:{self.n}"
-
-    __repr__ = __str__
-
-
-D1, D2 = Dev(1), Dev(2)
-
-
-class Placed(jax.Array):
-    """A 1-D int32 ``jax.Array`` stand-in committed to the devices of a mesh (it holds no values)."""
-
-    def __init__(self, devices: tuple[Any, ...]) -> None:
-        self._sharding = NamedSharding(Mesh(np.array(devices, dtype=object), ("x",)), P())
-
-    sharding = property(lambda self: self._sharding)
-    committed = property(lambda self: True)
-    shape = property(lambda self: (2,))
-    dtype = property(lambda self: jnp.dtype(jnp.int32))
-    ndim = property(lambda self: 1)
 
 
 def _zeroer(kernel: str = "triton", n: int = 1) -> Any:

@@ -7,7 +7,6 @@ invisible to mutmut), the eager entries that call them, a JAX bool or a wide JAX
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,79 +18,29 @@ from kvlayout.errors import short
 jax = pytest.importorskip("jax")
 Z = pytest.importorskip("kvlayout.backends.pallas.zeroer")
 import jax.numpy as jnp  # noqa: E402
-from jax.experimental.pallas import tpu as pltpu  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax.sharding import SingleDeviceSharding  # noqa: E402
 
-NUM_BLOCKS = 6
-KERNELS = (("triton", {"dedup": False}), ("triton", {"dedup": True}), ("tpu", {}))
-TAIL = ": jax.device_put them there, or pass host ids (nothing was written)"
+from tests.pallas_stand_ins import (  # noqa: E402
+    D1,
+    D2,
+    D3,
+    D4,
+    KERNELS,
+    NUM_BLOCKS,
+    TAIL,
+    Placed,
+    on_device,
+    poisoned,
+    reset_interpreter,  # noqa: E402, F401 (the autouse fixture)
+    same,
+)
+from tests.pallas_stand_ins import dsv4_table as _table  # noqa: E402
+from tests.pallas_stand_ins import raises as _err  # noqa: E402
 
 
 def elsewhere(field: str, shown: str, where: str, want: str) -> str:
     """The refusal of ids committed to ``shown``, not to the devices ``want`` of ``where``."""
     return f"{field} = <{shown}>: are committed to {shown}, not the devices of {where} ({want}){TAIL}"
-
-
-@pytest.fixture(autouse=True)
-def _reset_interpreter() -> Iterator[None]:
-    yield
-    pltpu.reset_tpu_interpret_mode_state()
-
-
-def _err(cls: type[Exception], fn: Any, *args: Any, **kw: Any) -> Any:
-    with pytest.raises(cls) as e:
-        fn(*args, **kw)
-    return e.value
-
-
-class Dev:
-    """A stand-in device: only its identity and its text matter to the checks."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __str__(self) -> str:
-        return f"dev:{self.n}"
-
-    __repr__ = __str__
-
-
-D1, D2, D3, D4 = Dev(1), Dev(2), Dev(3), Dev(4)
-
-
-class Placed(jax.Array):
-    """A 1-D int32 ``jax.Array`` stand-in committed (or not) to the devices of a mesh."""
-
-    def __init__(self, devices: tuple[Any, ...], committed: bool = True, n: int = 2,
-                 dtype: Any = jnp.int32) -> None:
-        self._sharding = NamedSharding(Mesh(np.array(devices, dtype=object), ("x",)), P())
-        self._committed, self._shape, self._dtype = committed, (n,), jnp.dtype(dtype)
-
-    sharding = property(lambda self: self._sharding)
-    committed = property(lambda self: self._committed)
-    shape = property(lambda self: self._shape)
-    dtype = property(lambda self: self._dtype)
-    ndim = property(lambda self: len(self._shape))
-
-
-def _table() -> K.SegmentTable:
-    return K.plan(K.preset("dsv4-test").with_num_blocks(NUM_BLOCKS))
-
-
-def _poisoned(z: Any) -> np.ndarray:
-    return K.poison_pattern(z.buffer_shape[0] * 512).copy()
-
-
-def _dev(host: np.ndarray, z: Any) -> Any:
-    return jnp.asarray(host.view(np.int32).reshape(z.buffer_shape))
-
-
-def _same(out: Any, host: np.ndarray, table: Any, expect: list[int]) -> bool:
-    ref = host.copy()
-    if expect:
-        K.zero_blocks_numpy(ref, table, expect)
-    return bool(np.array_equal(np.asarray(out).reshape(-1).view(np.uint8), ref))
 
 
 # ---- device_order / check_ids_devices ------------------------------------------------------------
@@ -149,9 +98,9 @@ def test_the_zeroers_static_check_names_the_buffer() -> None:
 def test_each_eager_entry_refuses_ids_committed_elsewhere(path: str) -> None:
     t = _table()
     z = Z.PallasZeroer(t, kernel="triton", interpret=True)
-    host = _poisoned(z)
+    host = poisoned(z)
     cpu = jax.devices()[0]
-    buf = jax.device_put(_dev(host, z), cpu)
+    buf = jax.device_put(on_device(host, z), cpu)
     away = Placed((D1, D2))
     if path == "__call__":
         e = _err(K.BlockIdError, z, buf, away)
@@ -165,7 +114,7 @@ def test_each_eager_entry_refuses_ids_committed_elsewhere(path: str) -> None:
     field = {"__call__": "block_ids", "apply": "block_ids"}.get(path, path)
     assert str(e) == elsewhere(field, "dev:1, dev:2", "the buffer", str(cpu))
     assert e.field == field
-    assert not buf.is_deleted() and _same(buf, host, t, [])
+    assert not buf.is_deleted() and same(buf, host, t, [])
 
 
 # ---- masked_ids ---------------------------------------------------------------------------------------
@@ -230,8 +179,8 @@ def test_integer_dtypes_of_ids() -> None:
 def test_apply_masked_with_one_id_or_none(kernel: str, kw: dict[str, Any]) -> None:
     t = _table()
     z = Z.PallasZeroer(t, kernel=kernel, interpret=True, **kw)
-    host = _poisoned(z)
-    out = z.apply_masked(_dev(host, z), jnp.array([4], jnp.int32), jnp.array([True]))
-    assert _same(out, host, t, [4])
-    out = z.apply_masked(_dev(host, z), jnp.zeros((0,), jnp.int32), jnp.zeros((0,), bool))
-    assert _same(out, host, t, [])
+    host = poisoned(z)
+    out = z.apply_masked(on_device(host, z), jnp.array([4], jnp.int32), jnp.array([True]))
+    assert same(out, host, t, [4])
+    out = z.apply_masked(on_device(host, z), jnp.zeros((0,), jnp.int32), jnp.zeros((0,), bool))
+    assert same(out, host, t, [])
