@@ -487,6 +487,12 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     bs = c.block(c.backend(mla=False).block_size)
     types = layer_types(c.cfg, c.family, n, var)
+    null_window = "sliding_window" in c.cfg.data and c.cfg.data["sliding_window"] is None
+    if c.family in ("gemma2", "gemma3") and "sliding" in types and null_window:
+        # vLLM's Gemma 2 / 3 layers pass config.sliding_window as their window: a null one is full attention
+        # (issue 25, pass 22: refused as missing)
+        types = ["full" if t == "sliding" else t for t in types]
+        c.notes.append("sliding_window is null: every layer is full attention (vLLM passes the null window)")
     window = 0
     if "sliding" in types:
         window = c.cfg.req_int("sliding_window", "the window of the sliding layers") + var.window_offset

@@ -24,7 +24,7 @@ LFM2, LFM2-MoE, OLMo hybrid and Zamba2; and the Mamba-only models (Mamba, Falcon
   ``linear_attention``), mixers named ``model.layers.{i}.mixer``. LFM2 and LFM2-MoE: a short-conv
   state ``(conv_L_cache - 1, channels / tp)`` in the model dtype (channels: LFM2's ``conv_dim``,
   LFM2-MoE's ``hidden_size``), named ``model.layers.{i}.short_conv``; ``layer_types`` names the
-  ``full_attention`` layers, the others ``conv``. Both attention layers take ``hidden_size //
+  ``full_attention`` layers, the others ``conv``. Their attention layers, and Jamba's, take ``hidden_size //
   num_attention_heads`` as head size (a written ``head_dim`` that differs is refused: vLLM's block
   alignment would read it). OLMo hybrid (``OlmoHybridForCausalLM``): Qwen3-Next's gated delta net
   state, mixers ``model.layers.{i}.linear_attn``, attention head size ``hidden_size //
@@ -319,18 +319,24 @@ def _zamba2_attention_names(cfg: Config, n: int) -> list[str]:
     return names
 
 
+#: families whose attention layers take ``hidden_size // num_attention_heads`` as head size in vLLM 0.33,
+#: whatever ``head_dim`` says (Jamba's too: a written head_dim of 16 beside 256 // 8 was planned at 16,
+#: half of vLLM's 40,960 B pages, issue 25, pass 22)
+_HIDDEN_HEADS = ("jamba", "granitemoehybrid", "lfm2", "olmo_hybrid")
+
+
 def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     n = c.num_layers()
 
     def attention(built: bool) -> Attention:
-        if c.family in ("granitemoehybrid", "lfm2", "olmo_hybrid"):  # attention: hidden_size // heads
+        if c.family in _HIDDEN_HEADS:  # attention: hidden_size // heads
             return read_attention(c.cfg, c.tp, variation=Variation(head_dim=False), built=built)
         if c.family == "zamba2":
             return _zamba2_attention(c.cfg, c.tp)
         return read_attention(c.cfg, c.tp, head_keys=("head_dim",), built=built)
 
     att = attention(False)  # the attention's fields first (their errors first), then the Mamba states'
-    if c.family in ("granitemoehybrid", "lfm2", "olmo_hybrid"):
+    if c.family in _HIDDEN_HEADS:
         written = c.cfg.opt_int("head_dim")
         if written is not None and written != att.head_size:  # vLLM aligns blocks by ModelConfig's head_dim
             raise spec_error(
