@@ -56,23 +56,31 @@ declare -A TESTS=(
   [spec]="tests/test_mutants_spec.py tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py tests/test_layouts.py tests/test_hostile.py tests/test_hostile_s9.py tests/test_hostile_s10.py"
   [planner]="tests/test_mutants_planner.py tests/test_oracles.py tests/test_planner.py tests/test_regressions_19.py tests/test_layouts.py tests/test_mutants_s17_planner.py"
   [table]="tests/test_table.py tests/test_regressions_19.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s11.py"
-  [validate]="tests/test_validate.py tests/test_reference.py tests/test_mutants_validate.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_hostile_s11.py tests/test_mutants_s17_validate.py tests/test_hostile_s17.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
-  [reference]="tests/test_reference.py tests/test_mutants_reference.py tests/test_mutants_s17_reference.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
+  [validate]="tests/test_validate.py tests/test_reference.py tests/test_mutants_validate.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_hostile_s11.py tests/test_mutants_s17_validate.py tests/test_hostile_s17.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py"
+  [reference]="tests/test_reference.py tests/test_mutants_reference.py tests/test_mutants_s17_reference.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py"
   [cuda-plan]="tests/test_host_plans.py"
   [pallas-plan]="tests/test_host_plans.py tests/test_mutants_s17_pallas_plan.py"
   [verify]="tests/test_mutants_verify_s10.py tests/test_mutants_verify_s9.py tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py tests/test_mutants_verify.py tests/test_hostile_s9.py"
   [native]="tests/test_native.py tests/test_mutants_native.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_mutants_s17_native.py"
-  [sharding]="tests/test_sharding.py tests/test_mutants_sharding.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
+  [sharding]="tests/test_sharding.py tests/test_mutants_sharding.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py"
   [vllm]="tests/test_vllm_ground_truth.py tests/test_vllm_hostile.py tests/test_mutants_vllm.py tests/test_reliability_s5.py tests/test_hostile_s15.py tests/test_hostile_s16.py tests/test_mutants_vllm_s16.py"
   [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_mutants_s17_cli.py"
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py tests/test_mutants_s17_cuda_zeroer.py"
   [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_mutants_pallas_zeroer_s9.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s9_jax.py tests/test_mutants_s17_pallas_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_zeroer.py"
   # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)
-  [pallas-native]="tests/test_mutants_pallas_native.py tests/test_mutants_s17_pallas_native.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_native.py tests/test_hostile_s20.py tests/test_models_mimo_v2.py tests/test_models_hybrid_vllm.py tests/test_models_gemma3n.py tests/test_models_gemma4.py"
+  [pallas-native]="tests/test_mutants_pallas_native.py tests/test_mutants_s17_pallas_native.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_native.py tests/test_hostile_s20.py tests/test_models_mimo_v2.py tests/test_models_gemma3n.py tests/test_models_gemma4.py"
   [models]="tests/test_mutants_models.py tests/test_mutants_models_hybrid.py tests/test_models_vl.py tests/test_mutants_models_s11.py tests/test_models_gemma4.py tests/test_models_gemma3n.py tests/test_models_mimo_v2.py tests/test_hostile_s12.py tests/test_hostile_s13.py tests/test_models_cov_s13.py tests/test_models_published_s13.py tests/test_models_aliases.py tests/test_mutants_models_s13.py tests/test_models_indexer_s15.py tests/test_models_validation_s16.py tests/test_mutants_models_s16.py tests/test_mutants_s17_models.py"
   [models-mimo]="tests/test_models_mimo_v2.py"
   [models-gemma4]="tests/test_models_gemma4.py tests/test_models_gemma3n.py"
   [models-gemma3n]="tests/test_models_gemma3n.py"
+)
+# test files that listed tests import (staged beside them, not run: tests/test_models_hybrid_vllm.py's
+# tests drive vLLM in a subprocess, which cannot import the staged tree)
+declare -A IMPORTED=(
+  [reference]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
+  [validate]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
+  [sharding]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
+  [pallas-native]="tests/test_models_hybrid_vllm.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
@@ -94,7 +102,7 @@ stage_tests() {  # one module's tests and mutmut config into its work folder
   local n=$1 w="$WORK/$1"
   mkdir -p "$w/tests"
   # shellcheck disable=SC2086
-  cp tests/__init__.py tests/conftest.py tests/oracles.py ${TESTS[$n]} "$w/tests/"
+  cp tests/__init__.py tests/conftest.py tests/oracles.py ${TESTS[$n]} ${IMPORTED[$n]:-} "$w/tests/"
   # the tests' helper modules (not test files) and fixtures
   find tests -maxdepth 1 -name '*.py' ! -name 'test_*' -exec cp {} "$w/tests/" \;
   [ -d "$w/tests/fixtures" ] || cp -r tests/fixtures "$w/tests/fixtures"
