@@ -14,8 +14,10 @@
   ``max_window_layers`` is 0; vLLM refuses a window on some layers only
   (``Qwen2Model`` asserts ``max_window_layers == num_hidden_layers``, which then leaves all full).
   Qwen3-MoE and Phi-3 pass no per-layer window in vLLM: every layer takes the config's one window
-  (``EngineArgs.create_engine_config``: the text config's ``sliding_window``), which Qwen3-MoE's
-  config class drops unless ``use_sliding_window`` is true (tests/test_models_vllm_truth.py).
+  (``EngineArgs.create_engine_config``: the text config's ``sliding_window``, none when ``layer_types``
+  are written and not all sliding), which Qwen3-MoE's config class drops unless ``use_sliding_window``
+  is true (tests/test_models_vllm_truth.py). GPT-OSS slides on its even layers (``layer_types`` is not
+  read). A written null ``sliding_window`` leaves the sliding layers full (their window is it).
 - The generic rules (the architectures of :mod:`.vllm_checked`, whose cache vLLM 0.33's own model
   construction shows to follow them). ``generic`` (registry kind ``attention``: the model passes no
   per-layer window): every layer takes the engine's one window, ``sliding_window`` when
@@ -369,6 +371,14 @@ def layer_types(cfg: Config, family: str, n: int, variation: Variation = NO_VARI
             return ["full"] * n
     if family in ("qwen2", "qwen3"):
         return _qwen2_types(cfg, n)
+    if family == "qwen3_moe":  # no per-layer window: the engine's one, which mixed layer_types withhold
+        # and Qwen3MoeConfig drops unless use_sliding_window (layer_types were read as the layers': pass 22)
+        on = cfg.data.get("use_sliding_window") is True and cfg.has("sliding_window")
+        if on and cfg.has("layer_types"):
+            on = _written_or_family_types(cfg, family, n) == ["sliding"] * n
+        return ["sliding" if on else "full"] * n
+    if family == "gpt_oss":  # GptOssAttention: even layers slide, whatever layer_types say (read: pass 22)
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
     if family == "qwen3_vl":  # its text config classes have no use_sliding_window: the engine's one window
         family = "generic"
     if family == "generic":  # the engine's one window, on every layer
@@ -406,14 +416,21 @@ def _chunked_types(cfg: Config, n: int) -> list[str]:
 
 
 def _qwen2_types(cfg: Config, n: int) -> list[str]:
-    """vLLM's Qwen2Model (Qwen3 too) passes no per-layer window: layers slide only when all do, and
-    a window on some layers only is refused unless ``max_window_layers == num_hidden_layers``
-    (its assertion), which then leaves every layer full (vLLM's one window is set only when every
-    layer slides)."""
+    """vLLM's Qwen2Model (Qwen3 too) passes no per-layer window: every layer takes the engine's one
+    window, ``sliding_window`` when every layer type is ``sliding_attention`` and the config class keeps
+    it (``Qwen2Config`` drops it unless ``use_sliding_window`` is true, and derives absent
+    ``layer_types`` from ``max_window_layers``), else none. Types that differ are refused unless
+    ``max_window_layers == num_hidden_layers`` (its assertion), which then leaves every layer full."""
     if cfg.has("layer_types"):
         types = _written_or_family_types(cfg, "qwen2", n)
+        if types == ["sliding"] * n and not cfg.req_bool(
+            "use_sliding_window", "Qwen2Config drops the window unless use_sliding_window is true"
+        ):
+            return ["full"] * n  # its layer_types said sliding (issue 25, pass 22 audit: all slid)
     elif not cfg.req_bool("use_sliding_window", "Qwen2/Qwen3 slide only when use_sliding_window is true"):
         return ["full"] * n
+    elif "sliding_window" in cfg.data and cfg.data["sliding_window"] is None:
+        return ["full"] * n  # Qwen2Config derives every layer full from a null window
     else:
         first = cfg.req_int("max_window_layers", "layers from max_window_layers on slide", lo=0)
         types = ["sliding" if i >= first else "full" for i in range(n)]
@@ -446,17 +463,12 @@ def _written_or_family_types(cfg: Config, family: str, n: int) -> list[str]:
             "(transformers' default is 6: write it into config.json)",
         )
         return ["full" if (i + 1) % p == 0 else "sliding" for i in range(n)]
-    if family == "qwen3_moe":  # vLLM's Qwen3-MoE passes no per-layer window: one window for all layers
-        on = cfg.data.get("use_sliding_window") is True  # Qwen3MoeConfig drops the window unless set
-        return ["sliding" if on and cfg.has("sliding_window") else "full"] * n
     if family == "phi3":  # vLLM's Phi-3 is its Llama: the config's one window for every layer
         return ["sliding" if cfg.has("sliding_window") else "full"] * n
     if family == "mistral":
         if "sliding_window" not in cfg.data:
             raise cfg.missing("sliding_window", "null for full attention (transformers' default is 4096)")
         return ["full"] * n if cfg.data["sliding_window"] is None else ["sliding"] * n
-    if family == "gpt_oss":
-        raise cfg.missing("layer_types", "GPT-OSS names its sliding and full layers there")
     return ["full"] * n
 
 
@@ -487,10 +499,9 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     bs = c.block(c.backend(mla=False).block_size)
     types = layer_types(c.cfg, c.family, n, var)
-    null_window = "sliding_window" in c.cfg.data and c.cfg.data["sliding_window"] is None
-    if c.family in ("gemma2", "gemma3") and "sliding" in types and null_window:
-        # vLLM's Gemma 2 / 3 layers pass config.sliding_window as their window: a null one is full attention
-        # (issue 25, pass 22: refused as missing)
+    if "sliding" in types and "sliding_window" in c.cfg.data and c.cfg.data["sliding_window"] is None:
+        # the sliding layers pass config.sliding_window as their window (Gemma 2 / 3, GPT-OSS, Llama's
+        # layer_types, ...), and the engine's is the same null: full attention (pass 22: refused as missing)
         types = ["full" if t == "sliding" else t for t in types]
         c.notes.append("sliding_window is null: every layer is full attention (vLLM passes the null window)")
     window = 0

@@ -46,10 +46,11 @@ LFM2, LFM2-MoE, OLMo hybrid and Zamba2; and the Mamba-only models (Mamba, Falcon
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from ..errors import spec_error
-from ..spec import DTYPE_SIZES, FullAttentionSpec, GroupSpec, LayerSpec, MambaSpec
+from ..spec import DTYPE_SIZES, FullAttentionSpec, GroupSpec, LayerSpec, MambaSpec, SlidingWindowSpec
 from .attention import Attention, Variation, read_attention, token_bytes
 from .backends import HYBRID_BLOCK_UNIT
 from .base import Ctx
@@ -384,6 +385,9 @@ def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
             c.add(mkind, mamba, bucket)
         return vllm_groups(list(bucket.items())), kv, bs
     tail = {"jamba": "attn", "nemotron_h": "mixer.attn"}.get(c.family, "self_attn.attn")
+    # Nemotron-H's attention passes getattr(config, "sliding_window", None) as its window (pass 22 audit:
+    # planned as full attention); the other hybrids pass none
+    window = c.cfg.opt_int("sliding_window", lo=1) if c.family == "nemotron_h" else None
     # FalconH1's mixers are named after the attention layers: model.{n + i}.mixer (falcon_h1.py)
     parallel = c.family == "falcon_h1"
     for i in range(n):
@@ -405,17 +409,18 @@ def hybrid_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
                 bucket,
             )
         elif is_attn[i]:
-            c.add(
-                "full",
-                FullAttentionSpec(
-                    name=c.name(i, tail),
-                    block_size=bs,
-                    num_kv_heads=att.kv_heads,
-                    head_size=att.head_size,
-                    dtype=kv,
-                ),
-                bucket,
+            full = FullAttentionSpec(
+                name=c.name(i, tail),
+                block_size=bs,
+                num_kv_heads=att.kv_heads,
+                head_size=att.head_size,
+                dtype=kv,
             )
+            if window:
+                fields = {f.name: getattr(full, f.name) for f in dataclasses.fields(full)}
+                c.add("sliding", SlidingWindowSpec(**fields, window=window), bucket)
+            else:
+                c.add("full", full, bucket)
         else:
             c.add(
                 mkind,
