@@ -135,3 +135,12 @@ def test_l1_gemma_null_window_is_full_attention(cfg: dict[str, Any]) -> None:
     assert set(ms.kinds.values()) == {"full"} and len(ms.spec.groups) == 1
     with pytest.raises(SpecError, match=r"sliding_window"):
         M.from_config(cfg, reader="json")
+
+
+def test_gpt_oss_with_fewer_kv_heads_than_tp_is_refused() -> None:
+    """Audit: GptOssAttention takes ``num_key_value_heads // tp`` KV heads, not replicated, so vLLM fails
+    at tp 4 with 2 KV heads (ZeroDivisionError in its construction); kvlayout planned one head per rank."""
+    assert M.from_config(GPT_OSS, tp=2, reader="json").bytes_per_block == 8_192
+    said = r"^config\.num_key_value_heads = 2: fewer than tp = 4: vLLM.s GptOss"
+    with pytest.raises(SpecError, match=said):
+        M.from_config(GPT_OSS, tp=4, reader="json")

@@ -496,6 +496,11 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         var = NAMED_VARIATIONS.get(c.family, NO_VARIATION)
     _written_for(c.cfg, var)
     att = read_attention(c.cfg, c.tp, variation=var)
+    if c.family == "gpt_oss" and c.cfg.req_int("num_key_value_heads", "KV heads") < c.tp:
+        # GptOssAttention divides the KV heads by tp without replicating them: vLLM fails (modulo by zero)
+        kv_heads = c.cfg.req_int("num_key_value_heads", "KV heads")
+        why = f"fewer than tp = {c.tp}: vLLM's GptOssAttention does not replicate KV heads (0 per rank)"
+        raise spec_error(c.cfg.field("num_key_value_heads"), kv_heads, why)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     bs = c.block(c.backend(mla=False).block_size)
     types = layer_types(c.cfg, c.family, n, var)
