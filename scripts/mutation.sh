@@ -63,9 +63,9 @@ declare -A TESTS=(
   [verify]="tests/test_mutants_verify_s10.py tests/test_mutants_verify_s9.py tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py tests/test_mutants_verify.py tests/test_hostile_s9.py"
   [native]="tests/test_native.py tests/test_mutants_native.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_mutants_s17_native.py"
   [sharding]="tests/test_sharding.py tests/test_mutants_sharding.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py tests/test_mutants_s22_sharding.py"
-  [vllm]="tests/test_vllm_ground_truth.py tests/test_vllm_hostile.py tests/test_mutants_vllm.py tests/test_reliability_s5.py tests/test_hostile_s15.py tests/test_hostile_s16.py tests/test_mutants_vllm_s16.py"
+  [vllm]="tests/test_vllm_ground_truth.py tests/test_vllm_hostile.py tests/test_mutants_vllm.py tests/test_reliability_s5.py tests/test_hostile_s15.py tests/test_hostile_s16.py tests/test_mutants_vllm_s16.py tests/test_hostile_s17_vllm.py"
   [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_mutants_s17_cli.py"
-  [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py tests/test_mutants_s17_cuda_zeroer.py"
+  [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py tests/test_mutants_s17_cuda_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_hostile_s20.py"
   [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_mutants_pallas_zeroer_s9.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s9_jax.py tests/test_mutants_s17_pallas_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_zeroer.py"
   # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)
   [pallas-native]="tests/test_mutants_pallas_native.py tests/test_mutants_s17_pallas_native.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_native.py tests/test_hostile_s20.py tests/test_models_mimo_v2.py tests/test_models_gemma3n.py tests/test_models_gemma4.py"
@@ -81,6 +81,7 @@ declare -A IMPORTED=(
   [validate]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
   [sharding]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
   [pallas-native]="tests/test_models_hybrid_vllm.py"
+  [cuda-zeroer]="tests/test_models_mimo_v2.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
@@ -119,7 +120,7 @@ stage_tests() {  # one module's tests and mutmut config into its work folder
     echo 'use_git_change_detection = false'
     # JAX: a child forked after the parent ran JAX deadlocks in its first computation (XLA's
     # thread pools are not forked), so the parent must stay clean: stats in a child too
-    case $n in pallas-zeroer|pallas-native) echo 'process_isolation = "forkserver"' ;; esac
+    case $n in pallas-zeroer|pallas-native|cuda-zeroer) echo 'process_isolation = "forkserver"' ;; esac
     echo '[tool.pytest.ini_options]'
     echo 'testpaths = ["tests"]'
   } > "$w/pyproject.toml"
