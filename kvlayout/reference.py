@@ -16,7 +16,7 @@ from . import validate
 from .backend import Backend, validate_host_buffer
 from .errors import LayoutBufferError, TableError, bad_value
 from .ranges import extent, merge_ranges
-from .table import SegmentTable
+from .table import SegmentTable, check_table
 
 BlockIds = Sequence[int] | np.ndarray
 
@@ -28,7 +28,7 @@ def normalize_block_ids(block_ids: Any, num_blocks: int) -> np.ndarray:
 
 def expected_zeroed(table: SegmentTable, block_ids: BlockIds, group: str | None = None) -> np.ndarray:
     """The contract: merged, sorted ``[k, 2]`` byte ranges that zeroing ``block_ids`` of ``group`` clears."""
-    table = table.for_group(group)
+    table = check_table(table).for_group(group)  # another object: raw AttributeError (issue 25, pass 23)
     ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
     if ids.size == 0 or len(table) == 0:
         return np.zeros((0, 2), np.int64)
@@ -129,7 +129,7 @@ def range_count_bound(table: SegmentTable, block_ids: BlockIds, group: str | Non
 
     Lets a caller refuse a contract too large to list before computing it.
     """
-    table = table.for_group(group)
+    table = check_table(table).for_group(group)
     ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))
     if ids.size == 0 or len(table) == 0:
         return 0
@@ -219,7 +219,7 @@ def zero_blocks_numpy(
     Vectorised per row: each row is a strided ``[num_blocks, span]`` byte view and the
     selected block rows are assigned zero in one fancy-indexed store.
     """
-    data = validate_host_buffer(buf, table, offset)
+    data = validate_host_buffer(buf, check_table(table), offset)
     offset = int(offset)  # checked above: never NumPy arithmetic (an int8 offset overflowed)
     table = table.for_group(group)
     ids = np.unique(normalize_block_ids(block_ids, table.num_blocks))

@@ -362,8 +362,13 @@ class ShardedLayout:
         gathered buffer, cleared at every (shard, local id) pair in one store.
         """
         shards, local, replicated = self._points(block_ids)
-        if not isinstance(gathered, np.ndarray) or gathered.nbytes < self.gathered_bytes:
-            n = getattr(gathered, "nbytes", None)
+        if not isinstance(gathered, np.ndarray):  # a torch tensor of the right size was refused by its size
+            kind = type(gathered).__name__  # (issue 25, pass 23)
+            raise LayoutBufferError(
+                f"gathered type = {kind}: must be a NumPy array", field="buffer", value=kind
+            )
+        if gathered.nbytes < self.gathered_bytes:
+            n = gathered.nbytes
             raise LayoutBufferError(
                 f"gathered bytes = {n}: needs {self.gathered_bytes}", field="buffer.nbytes", value=n
             )

@@ -81,7 +81,7 @@ declare -A IMPORTED=(
   [validate]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
   [sharding]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
   [pallas-native]="tests/test_models_hybrid_vllm.py"
-  [cuda-zeroer]="tests/test_models_mimo_v2.py"
+  [cuda-zeroer]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}

@@ -26,6 +26,7 @@ import triton.language as tl
 
 from kvlayout.errors import BackendError
 from kvlayout.table import SegmentTable
+from kvlayout.validate import is_int
 
 from ._mode import jit
 
@@ -60,8 +61,7 @@ def plan_units(table: SegmentTable, chunk_words: int = 8192) -> UnitPlan:
     still bounds-checked by the kernel while nothing is written.
     """
     if (
-        isinstance(chunk_words, bool)
-        or not isinstance(chunk_words, (int, np.integer))
+        not is_int(chunk_words)  # a lying int subclass passed on its value, then int() gave 0 (pass 23)
         or not 0 < chunk_words <= MAX_CHUNK_WORDS
         or chunk_words % 4
     ):

@@ -13,6 +13,9 @@ free of torch).
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from kvlayout.errors import BlockIdError
 
 from .zeroer import zeroer_for_handle
 
@@ -25,5 +28,10 @@ def zero_blocks(buffer: torch.Tensor, ids: torch.Tensor, handle: int, group: str
 
 @zero_blocks.register_fake
 def _zero_blocks_fake(buffer: torch.Tensor, ids: torch.Tensor, handle: int, group: str | None = None) -> None:
-    """Shape-only tracing: the op returns nothing and changes no metadata."""
+    """Shape-only tracing: the op returns nothing and changes no metadata. Reached outside tracing only
+    when an argument is on the meta device beside a real buffer: refused (it returned silently, pass 23)."""
+    if buffer.device.type != "meta" and not isinstance(buffer, FakeTensor):
+        kind = f"{ids.dtype} tensor on {ids.device}"
+        msg = f"block_ids = {kind}: must be a dense integer tensor holding data"
+        raise BlockIdError(msg, field="block_ids", value=kind)
     return None

@@ -32,7 +32,7 @@ from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, Table
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable, check_table
-from kvlayout.validate import check_option
+from kvlayout.validate import check_option, is_int
 from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE, launch_guard
@@ -332,8 +332,8 @@ class CudaZeroer:
         check_table(table)
         if max_batch is None:
             max_batch = 1 << 16
-        int_like = isinstance(max_batch, (int, np.integer)) and not isinstance(max_batch, bool)
-        if not (int_like and 0 < max_batch <= INT32_MAX):
+        if not (is_int(max_batch) and 0 < max_batch <= INT32_MAX):  # a lying int subclass's int() was
+            # taken after its value was checked: 2**27 id slots (issue 25, pass 23)
             msg = f"max_batch = {max_batch!r}: must be a positive integer, at most {INT32_MAX}"
             raise BlockIdError(msg, field="max_batch", value=max_batch)
         self.sub_words = check_option("sub_words", sub_words, power_of_two=True, limit=1 << 16)
@@ -352,6 +352,8 @@ class CudaZeroer:
         require_safe(table)
         self.table = table
         self.words = _as_words(buffer, table, offset)
+        # bytes of the storage the words reach: a storage resized (freed) behind the zeroer is refused
+        self._storage_need = (self.words.storage_offset() + self.words.numel()) * self.words.element_size()
         self.buffer = buffer
         self.offset = int(offset)  # checked by _as_words
         self.device = buffer.device
@@ -486,8 +488,8 @@ class CudaZeroer:
                 value=str(words.device),
             )
         check_id_tensor(block_ids)
-        if block_ids.device.type != DEVICE_TYPE or MODE != "native":
-            normalize_block_ids(block_ids.detach().cpu().numpy(), self.table.num_blocks)
+        if block_ids.device.type != DEVICE_TYPE or MODE != "native":  # meta ids: host_ids names them
+            normalize_block_ids(host_ids(block_ids), self.table.num_blocks)  # (raw error before: pass 23)
         dev_ids = block_ids.to(self.device).contiguous()
         if dev_ids.numel():
             self._launch(dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group), words=words)
@@ -629,6 +631,7 @@ class CudaZeroer:
         (error, nothing written). A device tensor (int32 or int64, 1-D) is launched on as
         is; out-of-range ids write nothing and set the flag that :meth:`check` raises.
         """
+        self._check_storage()
         if isinstance(block_ids, torch.Tensor):
             if block_ids.device.type == DEVICE_TYPE and (MODE == "native" or block_ids.device == self.device):
                 self._zero_device(block_ids, group)
@@ -662,6 +665,14 @@ class CudaZeroer:
                 dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group) if self.small_batch else dplan
             )
 
+    def _check_storage(self) -> None:
+        """The buffer's storage still holds the layout: one resized to 0 B after the zeroer was made
+        was written through the old pointer (issue 25, pass 23)."""
+        have = self.words.untyped_storage().nbytes()
+        if have < self._storage_need:
+            msg = f"buffer storage = {have} B: the zeroer writes up to byte {self._storage_need} (resized?)"
+            raise LayoutBufferError(msg, field="buffer", value=have)
+
     def check_batch(self, n: int) -> None:
         """Refuse a host batch of ``n`` ids larger than ``max_batch`` (the staging buffers' size)."""
         if n > self.max_batch:
@@ -671,6 +682,7 @@ class CudaZeroer:
 
     def zero_validated(self, ids: np.ndarray, group: str | None = None) -> None:
         """Zero host ids already validated against ``[0, num_blocks)`` (int64 ``[n]``): stage, launch."""
+        self._check_storage()
         self.check_batch(ids.size)
         self.zero(ids, group)
 

@@ -402,12 +402,15 @@ def verify_vllm_table(vt: SegmentTable, layout: Layout, ours: SegmentTable, base
 
 
 #: Number types torch turns into an int64 id without a word: floats truncated, bools as 0 and 1.
-_NOT_IDS = (bool, float, np.bool_, np.floating)
+_NOT_IDS = (bool, float, np.bool_, np.floating, np.timedelta64)
 
 
 def _not_an_id(x: Any, not_ids: tuple[type, ...]) -> bool:
-    """A float, bool or tensor, or an ``int`` subclass whose readings disagree (``validate.honest_int``)."""
-    return isinstance(x, not_ids) or isinstance(x, int) and not is_int(x)
+    """A float, bool or tensor, an ``int`` subclass whose readings disagree (``validate.honest_int``), or
+    anything else that is no integer (an object with ``__index__`` was read by torch: issue 25, pass 23)."""
+    if isinstance(x, not_ids) or not isinstance(x, (int, np.integer)):
+        return True
+    return isinstance(x, int) and not is_int(x)
 
 
 def checked_step_ids(block_ids: Sequence[int], num_blocks: int, pin_memory: bool = False) -> Any:
@@ -427,9 +430,9 @@ def checked_step_ids(block_ids: Sequence[int], num_blocks: int, pin_memory: bool
     kinds = set(map(type, block_ids))  # one C pass: torch would truncate 2.7 to block 2, take True as 1
     not_ids = (*_NOT_IDS, torch.Tensor)  # tensor(True) was block 1, tensor([3]) block 3 (issue 25)
     # an int subclass must read the same as torch (its stored value) and NumPy (__index__) read it
-    if not kinds <= {int} and any(issubclass(t, (*not_ids, int)) and t is not int for t in kinds):
+    if not kinds <= {int}:
         i = next((i for i, x in enumerate(block_ids) if _not_an_id(x, not_ids)), -1)
-        if i >= 0:  # else honest int subclasses (IntEnum): integers
+        if i >= 0:  # else honest int subclasses (IntEnum) and NumPy integers: integers
             lying = isinstance(block_ids[i], int) and not isinstance(block_ids[i], bool)
             why = f"must be an integer{': ' + LYING_INT_WHY if lying else ''} (nothing was written)"
             raise bad_value(BlockIdError, f"block_ids[{i}]", block_ids[i], why)
