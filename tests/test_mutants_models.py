@@ -183,8 +183,17 @@ def test_which_layers_slide_per_family() -> None:
             "full" if (i + 1) % p == 0 else "sliding" for i in range(n)
         ]
     assert _field(layer_types, _cfg(), "gemma3", n) == "config.sliding_window_pattern"
-    for fam in ("gemma2", "gemma3", "llama", "gpt_oss", "mistral", "phi3", "qwen3_moe"):
+    for fam in ("gemma2", "gemma3", "llama", "mistral", "phi3"):
         assert layer_types(_cfg(layer_types=lt, sliding_window=4), fam, n) == written
+        assert layer_types(_cfg(layer_types=lt[::-1], sliding_window=4), fam, n) == written[::-1]
+    # GPT-OSS: even layers slide whatever layer_types say (GptOssAttention; audit after pass 22)
+    for types in (None, lt[::-1], ["full_attention"] * n):
+        kw = {} if types is None else {"layer_types": types}
+        assert layer_types(_cfg(sliding_window=4, **kw), "gpt_oss", n) == written
+    # Qwen3-MoE: one engine window, withheld by mixed layer_types
+    on = {"sliding_window": 4, "use_sliding_window": True}
+    assert layer_types(_cfg(layer_types=lt, **on), "qwen3_moe", n) == full
+    assert layer_types(_cfg(layer_types=["sliding_attention"] * n, **on), "qwen3_moe", n) == sliding
     with pytest.raises(SpecError) as e:
         layer_types(_cfg(layer_types=[*lt[:-1], "chunked_attention"]), "gemma2", n)
     assert e.value.field == f"config.layer_types[{n - 1}]" and e.value.value == "chunked_attention"
@@ -201,7 +210,6 @@ def test_which_layers_slide_per_family() -> None:
     assert layer_types(_cfg(sliding_window=4096), "mistral", n) == sliding
     assert layer_types(_cfg(sliding_window=None), "mistral", n) == full
     assert _field(layer_types, _cfg(), "mistral", n) == "config.sliding_window"
-    assert _field(layer_types, _cfg(), "gpt_oss", n) == "config.layer_types"
     # Llama: without layer_types LlamaAttention passes no window, so every layer takes the engine's one
     # (tests/test_models_vllm_truth.py, llama_sw); with them, the written ones
     assert layer_types(_cfg(sliding_window=8), "llama", n) == sliding
@@ -232,7 +240,10 @@ def test_qwen2_slides_only_when_every_layer_does() -> None:
         "config.max_window_layers"
     )
     assert layer_types(_cfg(layer_types=mixed, max_window_layers=n), "qwen2", n) == ["full"] * n
-    assert layer_types(_cfg(layer_types=["sliding_attention"] * n), "qwen2", n) == ["sliding"] * n
+    every = ["sliding_attention"] * n
+    assert layer_types(_cfg(layer_types=every, use_sliding_window=True), "qwen2", n) == ["sliding"] * n
+    assert layer_types(_cfg(layer_types=every, use_sliding_window=False), "qwen2", n) == ["full"] * n
+    assert _field(layer_types, _cfg(layer_types=every), "qwen2", n) == "config.use_sliding_window"
     with pytest.raises(SpecError) as e:
         layer_types(_cfg(layer_types=mixed), "qwen2", n)
     assert e.value.field == "config.max_window_layers" and e.value.value is None
@@ -1660,7 +1671,7 @@ def test_refusal_messages_name_the_field_the_value_and_why() -> None:
     assert sorted(cases) == sorted(want)
     for key, call in cases.items():
         with pytest.raises(SpecError) as e:
-            call()
+            call()  # key: the case
         assert str(e.value) == want[key], key
     assert refusal("Nope").endswith("; known: " + ", ".join(M.ARCHITECTURES))
     assert [_next_pow2(x) for x in (0, 1, 2, 3, 4, 5, 1000, 1024, 1025)] == [
@@ -2087,13 +2098,13 @@ def test_hybrid_head_keys_cache_dtype_block_and_exact_state_page() -> None:
         "num_hidden_layers": 2,
         "attn_layer_period": 2,
         "attn_layer_offset": 1,
-        "hidden_size": 32,
-        "mamba_expand": 2,
+        "hidden_size": 64,
+        "mamba_expand": 1,
         "mamba_d_conv": 4,
         "mamba_d_state": 29,
         "num_attention_heads": 1,
         "num_key_value_heads": 1,
-        "head_dim": 64,
+        "head_dim": 64,  # equal to hidden_size // heads, as vLLM's Jamba layers take it (pass 22)
         "torch_dtype": "bfloat16",
     }
     # state 64 * 3 * 2 + 64 * 29 * 2 = 4,096 B = 16 tokens * 256 B: the Mamba page needs no alignment
@@ -2105,7 +2116,8 @@ def test_hybrid_head_keys_cache_dtype_block_and_exact_state_page() -> None:
     # Jamba reads head_dim only (attention_head_dim is Nemotron-H's): without head_dim, hidden // heads
     ms = J.from_config({**jamba, "head_dim": None, "attention_head_dim": 16})
     assert isinstance(ms, M.ModelSpec)
-    assert {x.head_size for _, x in ms.spec.layers if ms.kinds[x.name] == "full"} == {32 // 1}
+    assert {x.head_size for _, x in ms.spec.layers if ms.kinds[x.name] == "full"} == {64 // 1}
+    assert _field(J.from_config, {**jamba, "head_dim": 32}) == "config.head_dim"
     # the cache dtype: fp8 halves the attention token (128 B), so 32-token blocks hold the 4,096 B state
     ms = J.from_config(jamba, kv_cache_dtype="fp8")
     assert isinstance(ms, M.ModelSpec) and ms.block_size == 32 and ms.kv_cache_dtype == "float8_e4m3fn"
@@ -2361,7 +2373,7 @@ def test_more_refusal_messages() -> None:
     assert sorted(cases) == sorted(want)
     for key, call in cases.items():
         with pytest.raises(SpecError) as e:
-            call()
+            call()  # key: the case
         assert str(e.value) == want[key], key
 
 
@@ -2482,7 +2494,10 @@ def test_attention_and_backend_refusal_messages() -> None:
         "lt_item": lambda: layer_types(_cfg(layer_types=["x", "full_attention"]), "gemma2", 2),
         "gemma3": lambda: layer_types(_cfg(), "gemma3", 2),
         "mistral": lambda: layer_types(_cfg(), "mistral", 2),
-        "gpt_oss": lambda: layer_types(_cfg(), "gpt_oss", 2),
+        "gpt_oss": lambda: J.from_config(
+            {**llama, "architectures": ["GptOssForCausalLM"], "sliding_window": 4, "num_key_value_heads": 2},
+            tp=4,
+        ),
         "sw_missing": lambda: J.from_config({**llama, "architectures": ["Gemma2ForCausalLM"]}),
         "sparse_dev": lambda: resolve(mla=True, sparse=True, device="blackwell", kv_cache_dtype="auto"),
         "ab_kind": lambda: resolve(
@@ -2539,8 +2554,8 @@ def test_attention_and_backend_refusal_messages() -> None:
             " does"
         ),
         "gpt_oss": (
-            "config.layer_types = None: missing; GPT-OSS names its sliding and full layers th"
-            "ere; reader='transformers' fills the config class's defaults, as vLLM does"
+            "config.num_key_value_heads = 2: fewer than tp = 4: vLLM's GptOssAttention does not "
+            "replicate KV heads (0 per rank)"
         ),
         "sw_missing": (
             "config.sliding_window = None: missing; the window of the sliding layers; reader="
@@ -2575,7 +2590,7 @@ def test_attention_and_backend_refusal_messages() -> None:
     assert sorted(cases) == sorted(want)
     for key, call in cases.items():
         with pytest.raises(SpecError) as e:
-            call()
+            call()  # key: the case
         assert str(e.value) == want[key], key
 
 
@@ -2638,7 +2653,11 @@ def test_last_rules_types_and_head_keys(monkeypatch: pytest.MonkeyPatch) -> None
     }
     with pytest.raises(SpecError) as e:
         J.from_config(jamba)
-    assert str(e.value).startswith("config.hidden_size = None: missing; the Mamba inner size;")
+    # the attention's head size reads hidden_size first (pass 22: Jamba's layers take hidden // heads)
+    assert str(e.value).startswith(
+        "config.hidden_size = None: missing; the head size is hidden_size // num_attention_heads "
+        "without head_dim;"
+    )
     falcon = {
         "architectures": ["FalconH1ForCausalLM"],
         "num_hidden_layers": 1,

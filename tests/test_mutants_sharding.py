@@ -147,8 +147,9 @@ def test_zero_reference_refuses_small_or_foreign_buffers() -> None:
     _err(lambda: lay.zero_reference(small, [0]), LayoutBufferError, "buffer.nbytes", 1000,
          "gathered bytes = 1000: needs 2048")
     assert (small == 7).all()
-    _err(lambda: lay.zero_reference(bytearray(2048), [0]), LayoutBufferError, "buffer.nbytes", None,
-         "gathered bytes = None: needs 2048")
+    # a buffer that is no NumPy array is refused by its type (pass 23, L8), before its size is read
+    _err(lambda: lay.zero_reference(bytearray(2048), [0]), LayoutBufferError, "buffer", "bytearray",
+         "gathered type = bytearray: must be a NumPy array")
 
 
 def test_reference_and_contract_with_negative_strides(monkeypatch: pytest.MonkeyPatch) -> None:
