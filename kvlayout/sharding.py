@@ -367,6 +367,9 @@ class ShardedLayout:
             raise LayoutBufferError(
                 f"gathered type = {kind}: must be a NumPy array", field="buffer", value=kind
             )
+        # read as a plain ndarray: a subclass's own nbytes / flags may lie, and the strided views below
+        # trust the size (a subclass saying 1 TiB over 4 KiB was written past its end: issue 25, pass 24)
+        gathered = np.ndarray.view(gathered, np.ndarray)
         if gathered.nbytes < self.gathered_bytes:
             n = gathered.nbytes
             raise LayoutBufferError(

@@ -107,6 +107,9 @@ class ShardedCudaZeroer:
         """
         for z in self.zeroers.values():
             z._plan_for(group)
+            # every shard's storage before any shard is written: the device path launched through a storage
+            # freed behind its zeroer, and the host path wrote shard 0 before refusing shard 1's (pass 24)
+            z._check_storage()
         if isinstance(block_ids, torch.Tensor) and block_ids.device.type == DEVICE_TYPE:
             if MODE != "native":  # a CPU tensor holds host ids: validate globally before any launch
                 check_id_tensor(block_ids)

@@ -78,6 +78,12 @@ def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
             field="buffer",
             value=type(buffer).__name__,
         )
+    if type(buffer) not in (torch.Tensor, torch.nn.Parameter):
+        # a subclass's own numel / element_size / is_contiguous may lie: one whose element_size said 1 MiB
+        # over an 8 KiB view passed the size check and the kernel wrote 149,504 B past it (issue 25, pass 24)
+        cls_name = type(buffer).__name__
+        why = "must be a plain torch.Tensor (a subclass may report sizes its memory does not have)"
+        raise LayoutBufferError(f"buffer type = {cls_name}: {why}", field="buffer", value=cls_name)
     if buffer.device.type != DEVICE_TYPE:
         want = (
             "a CUDA device" if DEVICE_TYPE == "cuda" else "the CPU (Triton interpreter: no CUDA device here)"
@@ -354,6 +360,9 @@ class CudaZeroer:
         self.words = _as_words(buffer, table, offset)
         # bytes of the storage the words reach: a storage resized (freed) behind the zeroer is refused
         self._storage_need = (self.words.storage_offset() + self.words.numel()) * self.words.element_size()
+        # and where they are: the replay graphs hold this address (a storage grown behind the zeroer moved,
+        # and its replays wrote the freed block: issue 25, pass 24)
+        self._address = self.words.data_ptr()
         self.buffer = buffer
         self.offset = int(offset)  # checked by _as_words
         self.device = buffer.device
@@ -672,6 +681,13 @@ class CudaZeroer:
         if have < self._storage_need:
             msg = f"buffer storage = {have} B: the zeroer writes up to byte {self._storage_need} (resized?)"
             raise LayoutBufferError(msg, field="buffer", value=have)
+        at = self.words.data_ptr()
+        if at != self._address:
+            msg = (
+                f"buffer data_ptr = {at:#x}: the storage moved from {self._address:#x} after the zeroer was "
+                "made (resized?); its captured graphs write the old address: make a new zeroer"
+            )
+            raise LayoutBufferError(msg, field="buffer.data_ptr", value=at)
 
     def check_batch(self, n: int) -> None:
         """Refuse a host batch of ``n`` ids larger than ``max_batch`` (the staging buffers' size)."""
@@ -873,6 +889,7 @@ class CudaZeroer:
         a work item each. Graph-capturable (the reset is a memset in the stream; the graph
         keeps the buffers of the captured call).
         """
+        self._check_storage()  # public: a storage freed behind the zeroer is refused here too (pass 24)
         n = dev_ids.numel()
         if n > INT32_MAX:  # route_ids_kernel's offsets and count are int32: refuse, never wrap
             raise BlockIdError(
