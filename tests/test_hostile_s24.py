@@ -123,10 +123,11 @@ TABLE = K.SegmentTable(
 )
 
 
-def test_m1_a_storage_moved_behind_the_zeroer_is_refused() -> None:
-    """M1 (MEDIUM; HIGH natively): a storage grown behind the zeroer (``resize_``) moves; natively the
-    replay graphs captured at construction keep the old address and write the freed block. Every call
-    checks the buffer is still where it was."""
+def test_h4_a_storage_moved_behind_the_zeroer_is_refused() -> None:
+    """H4 (HIGH natively): a storage grown behind the zeroer (``resize_``) moves, and the replay graphs
+    captured at construction keep the old address: on an H100 (/tmp/h24/h24_native.py), ``zero([5])`` of
+    dsv4-test then zeroed 149,504 B of another tensor that took the freed block, and none of the buffer.
+    Every call checks the buffer is still where it was (under the interpreter: refused the same way)."""
     kc = _cuda()
     import torch
 
@@ -144,8 +145,8 @@ def test_m1_a_storage_moved_behind_the_zeroer_is_refused() -> None:
             call()
 
 
-def test_m2_sharded_zeroer_checks_every_storage_before_writing() -> None:
-    """M2 (MEDIUM): ``ShardedCudaZeroer``'s device ids (a CPU tensor under the interpreter) launched through
+def test_m1_sharded_zeroer_checks_every_storage_before_writing() -> None:
+    """M1 (MEDIUM): ``ShardedCudaZeroer``'s device ids (a CPU tensor under the interpreter) launched through
     a shard storage freed behind its zeroer (``_launch`` / ``launch_routed`` skip pass 23's check), and its
     host ids zeroed shard 0 before shard 1 refused its freed storage."""
     kc = _cuda()
