@@ -132,7 +132,6 @@ def test_sarvam_moe_and_mla() -> None:
 @pytest.mark.parametrize(
     ("arch", "why"),
     [
-        ("DeciLMForCausalLM", "block_configs"),
         ("DomynEdgeForCausalLM", r"window_sizes\[i\]\[0\] \+ 1"),
         ("Plamo3ForCausalLM", r"interleaved_sliding_window\[i\]"),
         ("PanguEmbeddedForCausalLM", "OpenPanguDecoderLayer picks the attention by the fields written"),

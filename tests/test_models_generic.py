@@ -277,12 +277,6 @@ def candidates() -> dict[str, str]:
 #: to 60 s of the CI run, observed at issue 23's coverage commit), or its cache rests on fields vLLM's
 #: model reads layer by layer that kvlayout's rules do not (stated from vLLM 0.33's model code)
 NOT_BUILT: dict[str, str] = {
-    "DeciLMForCausalLM": (
-        "vLLM's DeciLMDecoderLayer (nemotron_nas.py) reads block_configs[i].attention through the "
-        "remote-code config class's block objects: layer i has num_attention_heads // n_heads_in_group KV "
-        "heads, and no attention at all where no_op; kvlayout's rules give every decoder layer one "
-        "attention layer of one KV-head count"
-    ),
     "NanbeigeForCausalLM": (
         "vLLM serves it through its Transformers modeling backend, whose model is transformers' class of "
         "that name: the installed transformers has none, so vLLM builds it only from the checkpoint's "

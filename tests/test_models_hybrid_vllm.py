@@ -438,13 +438,24 @@ def _stand_ins(model_types: set[str]) -> None:
     tests/test_models_generic.py's driver does; the fields vLLM's model reads beyond the cache's, where the
     file leaves them to the class, are the stand-in's class attributes (:data:`STAND_IN_DEFAULTS`), never
     written into the config. Asserted: transformers and vLLM have no class of their own for the type."""
+    import importlib
+
     from transformers import CONFIG_MAPPING, AutoConfig, PretrainedConfig
     from vllm.transformers_utils.config import _CONFIG_REGISTRY
 
     for mt in sorted(model_types):
         assert mt not in CONFIG_MAPPING and mt not in _CONFIG_REGISTRY, mt
+        if mt in STAND_IN_CLASSES:  # a class whose objects vLLM reads (tests/test_models_nemotron_nas.py)
+            module, name = STAND_IN_CLASSES[mt].split(":")
+            AutoConfig.register(mt, getattr(importlib.import_module(module), name))
+            continue
         stand_in = type(f"StandIn_{mt}", (PretrainedConfig,), {"model_type": mt, **STAND_IN_DEFAULTS})
         AutoConfig.register(mt, stand_in)
+
+
+#: model_type -> "module:class" of a stand-in that builds what vLLM's model reads beyond plain fields (the
+#: remote-code DeciLMConfig's block objects), where a plain one holding the fields as written cannot
+STAND_IN_CLASSES: dict[str, str] = {"nemotron-nas": "tests.test_models_nemotron_nas:DeciLMStandIn"}
 
 
 #: a stand-in's class defaults (what a remote-code class fills that vLLM's model reads, not the cache's)

@@ -5,9 +5,11 @@ Kimi-K2-Instruct, DeepSeek-V3 and -R1 with their fp8 quantization_config, Nemotr
 Nemotron-3-Nano-30B-A3B, Llama 4 Scout, Llama 3.1 8B, Mistral 7B v0.1, Qwen3-8B, Qwen3.5-27B and -35B-A3B,
 Gemma 4 26B-A4B; added in the eighteenth session: Llama 3.1 70B and 405B, Mistral-Nemo, Qwen2.5-72B,
 QwQ-32B, DeepSeek-R1-Distill-Qwen-7B, Qwen3-Next-80B-A3B, MiniMax-M2.7, Gemma 2 9B and 27B, Phi-4, SmolLM2,
-Jamba 1.5 Mini, Falcon-Mamba-7B and Mamba-Codestral-7B (Mamba-only), and three vLLM refuses on the CPU
-too: Llama-3.3-Nemotron-Super-49B (remote-code block_configs), Kimi-Linear (its kernels import cutlass)),
-at tp 1, 2 and 8, with a bf16 and an fp8 cache, on Hopper and Blackwell: 768 cases.
+Jamba 1.5 Mini, Falcon-Mamba-7B and Mamba-Codestral-7B (Mamba-only), Llama-3.3-Nemotron-Super-49B (its
+remote-code block_configs built through tests/test_models_nemotron_nas.py's stand-in of DeciLMConfig; vLLM
+failed on the plain stand-in used before: no block objects), and Kimi-Linear, which vLLM refuses on the
+CPU too (its kernels import cutlass)), at tp 1, 2 and 8, with a bf16 and an fp8 cache, on Hopper and
+Blackwell: 768 cases.
 
 vLLM's answer for each (its cache: block size, groups, every layer's kind and pages, windows, bytes per
 block; or the error its construction raises) is pinned in tests/fixtures/published/truth.json by

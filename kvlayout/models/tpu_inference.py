@@ -330,6 +330,12 @@ def tpu_inference_from_config(
             "code (vLLM's are: plan with engine vllm)"
         )
         raise spec_error("engine", "tpu-inference", why)
+    if probe.family == "nemotron_nas":
+        why = (
+            f"tpu-inference's arrays for {probe.architecture}'s per-layer KV heads and no-op layers are not "
+            "checked against its code (vLLM's are: plan with engine vllm)"
+        )
+        raise spec_error("engine", "tpu-inference", why)
     if probe.family == "gemma3n":
         why = "tpu-inference's arrays for Gemma 3n's layers that read earlier layers' caches are not modeled"
         raise spec_error("engine", "tpu-inference", why)

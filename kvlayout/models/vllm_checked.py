@@ -103,12 +103,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "kvlayout's readers read it as written (its KV-head default from the table), without that class's "
         "window"
     ),
-    'DeciLMForCausalLM': (
-        "not built by the harness: vLLM's DeciLMDecoderLayer (nemotron_nas.py) reads "
-        "block_configs[i].attention through the remote-code config class's block objects: layer i has "
-        "num_attention_heads // n_heads_in_group KV heads, and no attention at all where no_op; kvlayout's "
-        "rules give every decoder layer one attention layer of one KV-head count"
-    ),
     'DomynEdgeForCausalLM': (
         "not built by the harness: vLLM's DomynEdgeDecoderLayer takes layer i's head size from "
         "per_layer_config[i].head_dim and its window from window_sizes[i][0] + 1 (none where 0); kvlayout's"
