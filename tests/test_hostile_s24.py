@@ -164,3 +164,48 @@ def test_m1_sharded_zeroer_checks_every_storage_before_writing() -> None:
     assert torch.equal(bufs[0], before)
     with pytest.raises(LayoutBufferError, match=said):  # public: checked on its own too
         z.zeroers[1].launch_routed(torch.tensor([0, 99]), id_lo=50, id_limit=100)
+
+
+class _LyingTable(K.SegmentTable):
+    """A SegmentTable subclass whose ``coalesced()`` (the kernels' rows) is another table: ``OTHER``."""
+
+    other: K.SegmentTable | None = None
+
+    def coalesced(self) -> K.SegmentTable:
+        assert self.other is not None
+        return self.other
+
+
+def _lying(other_rows: tuple[K.Segment, ...], total: int) -> _LyingTable:
+    t = _LyingTable(total_bytes=2048, num_blocks=64, segments=(K.Segment(0, 32, 8, "a", "L0"),))
+    object.__setattr__(t, "other", K.SegmentTable(total_bytes=total, num_blocks=64, segments=other_rows))
+    return t
+
+
+def test_h5_cuda_zeroer_refuses_a_table_subclass() -> None:
+    """H5 (HIGH): the table was verified, then its own ``coalesced()`` gave the rows the kernel wrote: a
+    subclass returning a row at byte 4,096 of a 1 MiB table zeroed 8 B past a 2 KiB buffer."""
+    kc = _cuda()
+    import torch
+
+    t = _lying((K.Segment(4096, 32, 8, "a", "L0"),), 1 << 20)
+    parent = torch.full((1 << 20,), 7, dtype=torch.uint8)
+    said = r"^table type = _LyingTable: must be a kvlayout\.SegmentTable itself"
+    with pytest.raises(K.TableError, match=said):
+        kc.CudaZeroer(t, parent[:2048], graphs=False)
+    with pytest.raises(K.TableError, match=said):
+        kc.CudaZeroer.from_dlpack(parent[:2048], t, graphs=False)
+    assert (parent == 7).all()
+
+
+def test_h6_pallas_zeroer_refuses_a_table_subclass() -> None:
+    """H6 (HIGH): the same subclass through the Pallas backend zeroed [40, 48) for block 1, where the
+    verified table's contract is [32, 40): another block's bytes."""
+    pytest.importorskip("jax")
+    kp = pytest.importorskip("kvlayout.backends.pallas")
+    t = _lying((K.Segment(8, 32, 8, "a", "L0"),), 2048)
+    said = r"^table type = _LyingTable: must be a kvlayout\.SegmentTable itself"
+    with pytest.raises(K.TableError, match=said):
+        kp.PallasZeroer(t)
+    with pytest.raises(K.TableError, match=said):
+        kp.PallasBackend.from_host(t, K.poison_pattern(2048))
