@@ -133,7 +133,6 @@ def test_sarvam_moe_and_mla() -> None:
     ("arch", "why"),
     [
         ("DomynEdgeForCausalLM", r"window_sizes\[i\]\[0\] \+ 1"),
-        ("Plamo3ForCausalLM", r"interleaved_sliding_window\[i\]"),
         ("PanguEmbeddedForCausalLM", "OpenPanguDecoderLayer picks the attention by the fields written"),
         ("PanguProMoEV2ForCausalLM", "OpenPanguDecoderLayer picks the attention by the fields written"),
         ("BeamForCausalLM", "vLLM reads model_type beam through its own BeamConfig"),

@@ -286,11 +286,6 @@ NOT_BUILT: dict[str, str] = {
         "vLLM's DomynEdgeDecoderLayer takes layer i's head size from per_layer_config[i].head_dim and its "
         "window from window_sizes[i][0] + 1 (none where 0); kvlayout's rules read neither field"
     ),
-    "Plamo3ForCausalLM": (
-        "vLLM's Plamo3 layers take layer i's window from interleaved_sliding_window[i] (a list the "
-        "remote-code config class derives; null: full attention); kvlayout's rules read sliding_window "
-        "with layer_types, not that list"
-    ),
     **{
         a: (
             "vLLM's OpenPanguDecoderLayer picks the attention by the fields written: MLA when "

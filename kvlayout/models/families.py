@@ -16,6 +16,7 @@ from .hybrid import MAMBA_ONLY, hybrid_family, mamba_only_family
 from .mimo_v2 import mimo_v2_family
 from .mla import mla_family
 from .nemotron_nas import nemotron_nas_family
+from .plamo3 import plamo3_family
 from .registry_vllm import TEXT_GENERATION, TRANSFORMERS_BACKEND, VLLM_VERSION
 from .vllm_checked import GENERIC_ATTENTION, NOT_GENERIC
 
@@ -66,6 +67,8 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # Llama-3.1/3.3-Nemotron NAS models (51B, Super 49B, Ultra 253B): per-layer KV heads and no-op
     # attention from block_configs (vLLM 0.33's nemotron_nas.py; kvlayout/models/nemotron_nas.py)
     "DeciLMForCausalLM": "nemotron_nas",
+    # PLaMo 3: layer i's window from interleaved_sliding_window[i] (vLLM 0.33's plamo3.py; plamo3.py here)
+    "Plamo3ForCausalLM": "plamo3",
     # Kimi-K2.5: vLLM 0.33's kimi_k25.py builds its language model as DeepseekV2ForCausalLM under
     # ``language_model`` from the text_config (a DeepSeek-V3 MLA config, model_type kimi_k2, which
     # transformers' Kimi_K25Config, the class vLLM reads kimi_k25 with, makes deepseek_v3)
@@ -249,6 +252,8 @@ def family_rule(family: str) -> FamilyRule:
         return gemma3n_family
     if family == "nemotron_nas":
         return nemotron_nas_family
+    if family == "plamo3":
+        return plamo3_family
     if family in MAMBA_ONLY:
         return mamba_only_family
     return hybrid_family

@@ -330,10 +330,12 @@ def tpu_inference_from_config(
             "code (vLLM's are: plan with engine vllm)"
         )
         raise spec_error("engine", "tpu-inference", why)
-    if probe.family == "nemotron_nas":
+    if probe.family in ("nemotron_nas", "plamo3"):
+        nas = probe.family == "nemotron_nas"
+        what = "per-layer KV heads and no-op layers" if nas else "per-layer windows"
         why = (
-            f"tpu-inference's arrays for {probe.architecture}'s per-layer KV heads and no-op layers are not "
-            "checked against its code (vLLM's are: plan with engine vllm)"
+            f"tpu-inference's arrays for {probe.architecture}'s {what} are not checked against its code "
+            "(vLLM's are: plan with engine vllm)"
         )
         raise spec_error("engine", "tpu-inference", why)
     if probe.family == "gemma3n":

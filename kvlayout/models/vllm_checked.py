@@ -180,11 +180,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "openPangu-Embedded-7B is standard attention, and kvlayout plans one kind per architecture (the "
         "registry's MLA)"
     ),
-    'Plamo3ForCausalLM': (
-        "not built by the harness: vLLM's Plamo3 layers take layer i's window from "
-        "interleaved_sliding_window[i] (a list the remote-code config class derives; null: full attention);"
-        " kvlayout's rules read sliding_window with layer_types, not that list"
-    ),
     'Rnj1ForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: TypeError: "
         "CPUAttentionBackendImpl.__init__() got an unexpected keyword argument 'chunk_lookback'"
