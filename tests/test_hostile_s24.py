@@ -209,3 +209,30 @@ def test_h6_pallas_zeroer_refuses_a_table_subclass() -> None:
         kp.PallasZeroer(t)
     with pytest.raises(K.TableError, match=said):
         kp.PallasBackend.from_host(t, K.poison_pattern(2048))
+
+
+def test_h7_vllm_adapter_refuses_view_subclasses() -> None:
+    """H7 (HIGH): ``KVBlockZeroer.from_kv_caches`` placed the cache by the views' own ``storage_offset()``:
+    views of a subclass saying 1,024 elements (2 KiB) further on were taken, and zeroing block 0 cleared
+    storage bytes [6144, 8192), block 1's, where the views' block 0 is [4096, 6144)."""
+    _cuda()
+    pytest.importorskip("vllm")
+    import torch
+
+    from kvlayout.errors import SpecError
+    from kvlayout.integrations.vllm import KVBlockZeroer
+    from tests.test_vllm_hostile import CONFIG, _storage_views
+
+    class Shifted(torch.Tensor):
+        def storage_offset(self) -> int:
+            return int(super().storage_offset()) + 1024
+
+    storage, views = _storage_views()
+    before = storage.clone()
+    lying = {name: v.as_subclass(Shifted) for name, v in views.items()}
+    said = r"^kv_caches = a Shifted: must be plain torch\.Tensor views, as vLLM's are"
+    with pytest.raises(SpecError, match=said):
+        KVBlockZeroer.from_kv_caches(CONFIG, lying)
+    assert torch.equal(storage, before)
+    KVBlockZeroer.from_kv_caches(CONFIG, views).zero_block_ids([0])  # vLLM's own views: as before
+    assert K.changed_ranges(before.numpy(), storage.numpy()).tolist() == [[4096, 6144]]

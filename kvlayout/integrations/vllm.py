@@ -777,6 +777,12 @@ class KVBlockZeroer:
         ]
         if not tensors:
             raise bad_value(SpecError, "kv_caches", len(kv_caches), "holds no tensor")
+        odd = next((t for t in tensors if type(t) not in (torch.Tensor, torch.nn.Parameter)), None)
+        if odd is not None:  # its own storage_offset() / stride() placed the cache: a subclass saying 2 KiB
+            # further on had block 1's bytes zeroed for block 0 (issue 25, pass 24)
+            kind = type(odd).__name__
+            why = "must be plain torch.Tensor views, as vLLM's are (a subclass may report another placement)"
+            raise bad_value(SpecError, "kv_caches", kind, why, shown=f"a {kind}")
         storage = tensors[0].untyped_storage()
         for name, v in kv_caches.items():
             for t in _walk_tensors(v, f"kv_caches[{name!r}]"):
