@@ -236,3 +236,46 @@ def test_h7_vllm_adapter_refuses_view_subclasses() -> None:
     assert torch.equal(storage, before)
     KVBlockZeroer.from_kv_caches(CONFIG, views).zero_block_ids([0])  # vLLM's own views: as before
     assert K.changed_ranges(before.numpy(), storage.numpy()).tolist() == [[4096, 6144]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"id_lo": 0.5}, r"^id_lo = 0\.5: must be an integer in \[0, 2147483647\]"),
+        ({"id_lo": True}, r"^id_lo = True: must be an integer"),
+        ({"id_lo": -64}, r"^id_lo = -64: must be an integer in \[0, "),
+        ({"id_limit": 2**70}, r"^id_limit = 1180591620717411303424: must be an integer in \[1, "),
+        ({"id_limit": None}, r"^id_limit = None: must be an integer"),
+        ({"id_lo": 32}, r"^id_lo = 32: this buffer's blocks \[32, 96\) must lie in the pool \[0, 64\)"),
+        ({"ids": [1, 2]}, r"^block_ids type = list: must be a tensor"),
+        ({"ids": "float"}, r"^block_ids dtype = torch\.float32: must be int32 or int64"),
+        ({"ids": "2-D"}, r"^block_ids shape = \(1, 2\): must be 1-D"),
+        ({"ids": "meta"}, r"^block_ids device = meta: must be cpu"),
+    ],
+)
+def test_m2_launch_routed_checks_its_arguments(kwargs: dict[str, Any], said: str) -> None:
+    """M2 (MEDIUM): ``CudaZeroer.launch_routed`` (public; the sharded zeroer's device path) took its
+    arguments unchecked: ``id_lo=0.5`` zeroed blocks 0 and 1 for ids 1 and 2, float and 2-D id tensors were
+    launched on, a list raised AttributeError, ``id_limit=2**70`` raised OverflowError and stayed in the
+    zeroer's bounds, after which every ``check()`` raised TypeError (it sorts them)."""
+    kc = _cuda()
+    import torch
+
+    buf = torch.tensor(K.poison_pattern(TABLE.total_bytes))
+    before = buf.clone()
+    z = kc.CudaZeroer(TABLE, buf, graphs=False)
+    made = {
+        "float": torch.tensor([1.0, 2.0]),
+        "2-D": torch.tensor([[1, 2]]),
+        "meta": torch.tensor([1, 2], device="meta"),
+    }
+    ids: Any = kwargs.get("ids", torch.tensor([1, 2]))
+    ids = made[ids] if isinstance(ids, str) else ids
+    args = {"id_lo": 0, "id_limit": 64, **{k: v for k, v in kwargs.items() if k != "ids"}}
+    with pytest.raises(K.BlockIdError, match=said):
+        z.launch_routed(ids, **args)
+    assert torch.equal(buf, before)
+    z.check()  # nothing flagged, and the bounds still sort
+    z.launch_routed(torch.tensor([1, 2, 99]), id_lo=0, id_limit=64)  # the good call still runs
+    with pytest.raises(K.BlockIdError, match=r"outside \[0, 64\)"):
+        z.check()

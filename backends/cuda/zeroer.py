@@ -904,6 +904,25 @@ class CudaZeroer:
         keeps the buffers of the captured call).
         """
         self._check_storage()  # public: a storage freed behind the zeroer is refused here too (pass 24)
+        # its arguments checked as zero()'s are: a float id_lo 0.5 zeroed blocks 0 and 1 for ids 1 and 2,
+        # float and 2-D ids were launched on, a list raised AttributeError, an id_limit of 2**70
+        # OverflowError and stayed in the bounds a later check() could not sort (TypeError; pass 24)
+        if not isinstance(dev_ids, torch.Tensor):
+            kind = type(dev_ids).__name__
+            raise BlockIdError(f"block_ids type = {kind}: must be a tensor", field="block_ids", value=kind)
+        check_id_tensor(dev_ids)
+        if dev_ids.device != self.device:
+            msg = f"block_ids device = {dev_ids.device}: must be {self.device}"
+            raise BlockIdError(msg, field="block_ids.device", value=str(dev_ids.device))
+        for name, v, least in (("id_lo", id_lo, 0), ("id_limit", id_limit, 1)):
+            if not (is_int(v) and least <= v <= INT32_MAX):
+                why = f"must be an integer in [{least}, {INT32_MAX}]"
+                raise BlockIdError(f"{name} = {short(v)}: {why}", field=name, value=v)
+        id_lo, id_limit = int(id_lo), int(id_limit)
+        if id_lo + self.table.num_blocks > id_limit:
+            top = id_lo + self.table.num_blocks
+            why = f"this buffer's blocks [{id_lo}, {top}) must lie in the pool [0, {id_limit})"
+            raise BlockIdError(f"id_lo = {id_lo}: {why}", field="id_lo", value=id_lo)
         n = dev_ids.numel()
         if n > INT32_MAX:  # route_ids_kernel's offsets and count are int32: refuse, never wrap
             raise BlockIdError(
