@@ -42,14 +42,17 @@ def _rows(ms: M.ModelSpec) -> list[tuple[Any, ...]]:
 
 def test_built_kinds_depart_from_the_registry() -> None:
     """The registry tables DeepSeek-MoE and Sarvam-MoE by their modules (MLA); vLLM builds plain
-    attention for both, and every other architecture keeps its registry kind."""
+    attention for both. It tables LongCat-Flash-Lite as attention (its module names no attention class);
+    vLLM builds LongCat-Flash's MLA layers for it. Every other architecture keeps its registry kind."""
     assert {a: TEXT_GENERATION[a][1] for a in BUILT_KINDS} == {
         "DeepseekForCausalLM": "mla",
         "SarvamMoEForCausalLM": "mla",
+        "LongcatFlashNgramForCausalLM": "attention",
     }
     assert {a: built_kind(a) for a in BUILT_KINDS} == {
         "DeepseekForCausalLM": "attention",
         "SarvamMoEForCausalLM": "attention",
+        "LongcatFlashNgramForCausalLM": "mla",
     }
     assert built_kind("SarvamMLAForCausalLM") == "mla" and built_kind("BloomForCausalLM") == "attention"
 

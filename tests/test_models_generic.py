@@ -96,7 +96,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
 #: another config class first: Llama 4's multimodal ``llama4`` before its text ``llama4_text``): the
 #: type of vLLM 0.33's own config class (its ``_CONFIG_REGISTRY``, vllm/transformers_utils/config.py,
 #: asserted by the driver), or a transformers type the published checkpoints use under another class
-#: name (ExaoneMoE, PhiMoE; Longcat's from vLLM's ``_ARCHITECTURE_TO_MODEL_TYPE``; old LLaMA checkpoints)
+#: name (ExaoneMoE, PhiMoE; old LLaMA checkpoints)
 CONFIG_TYPES: dict[str, str] = {
     "ChatGLMModel": "chatglm",
     "ChatGLMForConditionalGeneration": "chatglm",
@@ -108,7 +108,6 @@ CONFIG_TYPES: dict[str, str] = {
     "ExaoneMoEForCausalLM": "exaone_moe",
     "PhiMoEForCausalLM": "phimoe",
     "MuseGlimmerForCausalLM": "muse_glimmer",
-    "LongcatFlashNgramForCausalLM": "longcat_flash",
     "LLaMAForCausalLM": "llama",
     "MistralLarge3ForCausalLM": "deepseek_v3",  # vLLM converts its Mistral-format config to this class
     "Llama4ForCausalLM": "llama4_text",  # transformers maps llama4 (the multimodal config) first
@@ -211,13 +210,6 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
     "InklingForConditionalGeneration": {
         "text_config": {"model_type": "inkling_model", **{k: _BASE[k] for k in _INKLING_TEXT},
                         "dense_mlp_idx": 2},
-    },
-    # meituan-longcat/LongCat-Flash-Chat's config.json (and its n-gram embedding's fields)
-    **{
-        a: {"mla_scale_q_lora": True, "mla_scale_kv_lora": True, "zero_expert_type": "identity",
-            "zero_expert_num": 2, "moe_topk": 2, "ngram_vocab_size_ratio": 2, "emb_neighbor_num": 2,
-            "emb_split_num": 2}
-        for a in ("LongcatFlashForCausalLM", "LongcatFlashNgramForCausalLM")
     },
 }
 #: a variant's key listing fields of the harness's base config it leaves out (not written to config.json)

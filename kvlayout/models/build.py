@@ -29,6 +29,7 @@ from .config import (
     written_aliases,
 )
 from .families import architecture, family_rule, text_architecture
+from .longcat_flash import with_model_type
 from .vllm_checked import GENERIC_ATTENTION
 
 
@@ -111,7 +112,7 @@ def build(
     if ssm is not None and not (isinstance(ssm, str) and ssm in ("auto", *MODEL_DTYPES)):  # any model
         raise spec_error("mamba_ssm_cache_dtype", ssm, f"valid: auto, {', '.join(MODEL_DTYPES)}")
     notes: list[str] = []
-    written = load_config(config)
+    written = with_model_type(load_config(config), notes)  # vLLM's model type by architecture (LongCat)
     check_model_type(written)
     if reader == "transformers":  # refuse an unknown architecture before importing transformers (seconds)
         architecture(Config(written, "config"))

@@ -13,6 +13,7 @@ from .deepseek_v4 import dsv4_family
 from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
 from .hybrid import MAMBA_ONLY, hybrid_family, mamba_only_family
+from .longcat_flash import longcat_flash_family
 from .mimo_v2 import mimo_v2_family
 from .mla import mla_family
 from .nemotron_nas import nemotron_nas_family
@@ -69,6 +70,10 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "DeciLMForCausalLM": "nemotron_nas",
     # PLaMo 3: layer i's window from interleaved_sliding_window[i] (vLLM 0.33's plamo3.py; plamo3.py here)
     "Plamo3ForCausalLM": "plamo3",
+    # LongCat-Flash and its n-gram Lite: two MLA attentions per decoder layer, model.layers.{i}.self_attn.{j}
+    # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
+    "LongcatFlashForCausalLM": "longcat_flash",
+    "LongcatFlashNgramForCausalLM": "longcat_flash",
     # Kimi-K2.5: vLLM 0.33's kimi_k25.py builds its language model as DeepseekV2ForCausalLM under
     # ``language_model`` from the text_config (a DeepSeek-V3 MLA config, model_type kimi_k2, which
     # transformers' Kimi_K25Config, the class vLLM reads kimi_k25 with, makes deepseek_v3)
@@ -111,10 +116,13 @@ GENERIC_BY_KIND: Mapping[str, str] = {
 }
 #: architecture -> the cache kind vLLM 0.33's model builds where the registry's (its module's) differs:
 #: DeepSeek-MoE's DeepseekV2 layers take plain attention for model_type ``deepseek`` (DeepseekAttention),
-#: Sarvam-MoE is Bailing-MoE's plain attention in the ``sarvam`` module (whose other model is MLA)
+#: Sarvam-MoE is Bailing-MoE's plain attention in the ``sarvam`` module (whose other model is MLA),
+#: LongCat-Flash-Lite is LongCat-Flash's MLA (its module builds longcat_flash.py's FlashModel, naming no
+#: attention class)
 BUILT_KINDS: Mapping[str, str] = {
     "DeepseekForCausalLM": "attention",
     "SarvamMoEForCausalLM": "attention",
+    "LongcatFlashNgramForCausalLM": "mla",
 }
 
 
@@ -254,6 +262,8 @@ def family_rule(family: str) -> FamilyRule:
         return nemotron_nas_family
     if family == "plamo3":
         return plamo3_family
+    if family == "longcat_flash":
+        return longcat_flash_family
     if family in MAMBA_ONLY:
         return mamba_only_family
     return hybrid_family

@@ -143,14 +143,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "its attention layers are not one per decoder layer under one name (defaults: "
         "['model.layers.0.conv_state', 'model.layers.0.attn', 'model.layers.1.conv_state'])"
     ),
-    'LongcatFlashForCausalLM': (
-        "its attention layers are not one per decoder layer under one name (defaults: "
-        "['model.layers.0.self_attn.0.attn', 'model.layers.0.self_attn.1.attn'])"
-    ),
-    'LongcatFlashNgramForCausalLM': (
-        "its attention layers are not one per decoder layer under one name (defaults: "
-        "['model.layers.0.self_attn.0.attn', 'model.layers.0.self_attn.1.attn'])"
-    ),
     'MiniMaxM3SparseForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: ValidationError: 1 validation error for"
         " ModelConfig"
