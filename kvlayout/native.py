@@ -439,7 +439,9 @@ def zero_native_numpy(
     Ids are validated first: a bad id writes nothing in any array.
     """
     ids = normalize_block_ids(block_ids, spec.num_blocks)
-    arrays = list(arrays)
+    # plain ndarrays: a subclass's own nbytes or flags may lie, and every array is checked before any is
+    # written (a lying second array was refused after the first was zeroed: issue 25, pass 24)
+    arrays = [np.ndarray.view(a, np.ndarray) if isinstance(a, np.ndarray) else a for a in arrays]
     if len(arrays) != len(spec.leaves):
         raise spec_error("arrays", len(arrays), f"needs one array per leaf ({len(spec.leaves)})")
     for i, (a, leaf) in enumerate(zip(arrays, spec.leaves)):

@@ -289,6 +289,14 @@ def check_table(table: Any) -> SegmentTable:
     if not isinstance(table, SegmentTable):
         kind = type(table).__name__
         raise TableError(f"table type = {kind}: must be a kvlayout.SegmentTable", field="table", value=kind)
+    if type(table) is not SegmentTable or not all(type(s) is Segment for s in table.segments):
+        # a subclass's own for_group() / coalesced() chose the rows a zeroer or the reference wrote, never
+        # verified (issue 25, pass 24: 8 B past a 2 KiB buffer by cuda, another block's bytes by Pallas)
+        kind = type(table).__name__
+        if kind == "SegmentTable":
+            kind = "SegmentTable of Segment subclasses"
+        why = "must be a kvlayout.SegmentTable itself (a subclass's methods pick the rows written)"
+        raise TableError(f"table type = {kind}: {why}", field="table", value=kind)
     return table
 
 

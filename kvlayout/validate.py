@@ -166,6 +166,10 @@ def host_buffer(buf: Any, total_bytes: int, offset: Any) -> np.ndarray:
     """A writeable, C-contiguous NumPy buffer holding the layout; returns its bytes as uint8 ``[n]``."""
     if not isinstance(buf, np.ndarray):
         raise bad_value(LayoutBufferError, "buffer", type(buf).__name__, "must be a numpy.ndarray")
+    # read as a plain ndarray before anything is checked: a subclass's own flags, nbytes or dtype may lie
+    # (flags saying C-contiguous over a reversed view had 37,375 B zeroed past it: issue 25, pass 24), and
+    # its own reshape (numpy.matrix stays 2-D, (1, n)) put 1-D slices on other blocks' bytes (seventh pass)
+    buf = np.ndarray.view(buf, np.ndarray)
     if buf.dtype.hasobject:  # references, not bytes: NumPy cannot view them as uint8 (issue 25)
         why = "must hold plain data (its dtype holds Python object references)"
         raise bad_value(LayoutBufferError, "buffer.dtype", str(buf.dtype), why, shown=str(buf.dtype))
@@ -174,9 +178,7 @@ def host_buffer(buf: Any, total_bytes: int, offset: Any) -> np.ndarray:
     if not buf.flags.writeable:
         raise bad_value(LayoutBufferError, "buffer", "read-only", "must be writeable")
     offset_and_size(offset, buf.nbytes, total_bytes)
-    # as a plain ndarray first: a subclass's own reshape (numpy.matrix stays 2-D, (1, n)) made the
-    # backends' 1-D slices land on other blocks' bytes (issue 25, seventh pass)
-    return buf.view(np.ndarray).reshape(-1).view(np.uint8)  # C-contiguous: a view, never a copy
+    return buf.reshape(-1).view(np.uint8)  # C-contiguous: a view, never a copy
 
 
 #: Largest JSON file the command line reads (a 100,000-row table is about 12 MB).
