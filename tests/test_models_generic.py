@@ -613,7 +613,11 @@ def test_named_variations_as_vllm_builds_them() -> None:
     # Qwen2-MoE: head_dim ignored; a window only with use_sliding_window (its config class drops it)
     assert _rows("Qwen2MoeForCausalLM", "qwen2_moe", head_dim=64) == [(2, 32, None)] * 2
     q2 = {"sliding_window": 128, "use_sliding_window": True}
-    assert _rows("Qwen2MoeForCausalLM", "qwen2_moe", **q2) == [(2, 32, 128)] * 2
+    # without layer_types its config class derives them with layer 1 full: the engine's window is withheld
+    # (hostile pass 24, against vLLM's construction in tests/test_hostile_s24_models.py); all sliding keep it
+    assert _rows("Qwen2MoeForCausalLM", "qwen2_moe", **q2) == [(2, 32, None)] * 2
+    every = ["sliding_attention"] * 2
+    assert _rows("Qwen2MoeForCausalLM", "qwen2_moe", **q2, layer_types=every) == [(2, 32, 128)] * 2
     off = {**q2, "use_sliding_window": False}
     assert _rows("Qwen2MoeForCausalLM", "qwen2_moe", **off) == [(2, 32, None)] * 2
     with pytest.raises(SpecError, match="use_sliding_window"):

@@ -203,7 +203,9 @@ def test_which_layers_slide_per_family() -> None:
     assert layer_types(_cfg(sliding_window=8, use_sliding_window=True), "qwen3_moe", n) == sliding
     assert layer_types(_cfg(sliding_window=8, use_sliding_window=False), "qwen3_moe", n) == full
     assert layer_types(_cfg(sliding_window=8, use_sliding_window=1), "qwen3_moe", n) == full
-    assert layer_types(_cfg(use_sliding_window=True), "qwen3_moe", n) == full
+    # the flag with no window: named as read as written (the class's 4,096; pass 24); a null window: full
+    assert _field(layer_types, _cfg(use_sliding_window=True), "qwen3_moe", n) == "config.sliding_window"
+    assert layer_types(_cfg(use_sliding_window=True, sliding_window=None), "qwen3_moe", n) == full
     assert layer_types(_cfg(sliding_window=8), "phi3", n) == sliding
     assert layer_types(_cfg(), "phi3", n) == full
     # Mistral: sliding_window must be written; null is full attention

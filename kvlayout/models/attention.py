@@ -16,8 +16,9 @@
   Qwen3-MoE and Phi-3 pass no per-layer window in vLLM: every layer takes the config's one window
   (``EngineArgs.create_engine_config``: the text config's ``sliding_window``, none when ``layer_types``
   are written and not all sliding), which Qwen3-MoE's config class drops unless ``use_sliding_window``
-  is true (tests/test_models_vllm_truth.py). GPT-OSS slides on its even layers (``layer_types`` is not
-  read). A written null ``sliding_window`` leaves the sliding layers full (their window is it).
+  is true (tests/test_models_vllm_truth.py). GPT-OSS slides on its even layers, and on the odd ones too
+  (the engine's window) where the written ``layer_types`` are all sliding. A written null
+  ``sliding_window`` leaves the sliding layers full (their window is it).
 - The generic rules (the architectures of :mod:`.vllm_checked`, whose cache vLLM 0.33's own model
   construction shows to follow them). ``generic`` (registry kind ``attention``: the model passes no
   per-layer window): every layer takes the engine's one window, ``sliding_window`` when
@@ -81,6 +82,8 @@ class Variation:
     window_flag: str = ""  # a window counts only when this field is true (the config class drops it)
     window_offset: int = 0  # added to sliding_window
     layer_types: bool = False  # True: a config read as written must name its layer_types
+    alternate: bool = False  # True: without layer_types the config class derives them alternating (even
+    # layers below max_window_layers slide, with the window flag): two or more layers withhold the engine's
     chunked: bool = False  # True: layers with RoPE attend within chunks (Llama 4's ChunkedLocalAttention)
     head_size: str = ""  # "qk": qk_nope_head_dim + qk_rope_head_dim (MiniCPM3's decompressed MLA heads)
     head_dim_default: int = 0  # the head size without head_dim (vLLM's own config class's default)
@@ -99,7 +102,7 @@ VARIATIONS: Mapping[str, Variation] = {
     "ChatGLMModel": Variation(kv_heads="chatglm", head_dim=False),
     "ChatGLMForConditionalGeneration": Variation(kv_heads="chatglm", head_dim=False),
     "MiniCPMForCausalLM": Variation(head_dim=False),
-    "Qwen2MoeForCausalLM": Variation(head_dim=False, window_flag="use_sliding_window"),
+    "Qwen2MoeForCausalLM": Variation(head_dim=False, window_flag="use_sliding_window", alternate=True),
     "OlmoeForCausalLM": Variation(head_dim=False),
     "StableLmForCausalLM": Variation(head_dim=False),
     "GraniteMoeForCausalLM": Variation(head_dim=False),
@@ -369,16 +372,29 @@ def layer_types(cfg: Config, family: str, n: int, variation: Variation = NO_VARI
         flag = variation.window_flag
         if flag and cfg.has("sliding_window") and not cfg.req_bool(flag, "the window counts only when true"):
             return ["full"] * n
+        if variation.alternate and not cfg.has("layer_types") and n > 1:
+            # Qwen2MoeConfig derives layer_types with layer 1 full: not all sliding, so the engine's one
+            # window is withheld from every layer (issue 25, pass 24: planned all sliding)
+            return ["full"] * n
     if family in ("qwen2", "qwen3"):
         return _qwen2_types(cfg, n)
     if family == "qwen3_moe":  # no per-layer window: the engine's one, which mixed layer_types withhold
         # and Qwen3MoeConfig drops unless use_sliding_window (layer_types were read as the layers': pass 22)
-        on = cfg.data.get("use_sliding_window") is True and cfg.has("sliding_window")
-        if on and cfg.has("layer_types"):
-            on = _written_or_family_types(cfg, family, n) == ["sliding"] * n
+        on = cfg.data.get("use_sliding_window") is True
+        if on and "sliding_window" not in cfg.data:  # the class's 4,096 where read through it (pass 24)
+            raise cfg.missing("sliding_window", "Qwen3-MoE's one window, with use_sliding_window true")
+        on = on and cfg.has("sliding_window")
+        if on and cfg.has("layer_types"):  # the engine's window: every entry sliding_attention, none read
+            # as a kind (transformers' class keeps any strings; other entries only withhold it: pass 24)
+            types = cfg.req_list("layer_types", "", n, str, exact=True)
+            on = all(t == "sliding_attention" for t in types)
         return ["sliding" if on else "full"] * n
-    if family == "gpt_oss":  # GptOssAttention: even layers slide, whatever layer_types say (read: pass 22)
-        return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
+    if family == "gpt_oss":
+        # GptOssAttention: even layers pass sliding_window, odd ones none, so they take the engine's one
+        # window: sliding_window when the written layer_types are all sliding (pass 24; pass 22: the even
+        # layers whatever layer_types say). Without them GptOssConfig derives alternating types: none.
+        engine = cfg.has("layer_types") and _written_or_family_types(cfg, family, n) == ["sliding"] * n
+        return ["sliding" if i % 2 == 0 or engine else "full" for i in range(n)]
     if family == "qwen3_vl":  # its text config classes have no use_sliding_window: the engine's one window
         family = "generic"
     if family == "generic":  # the engine's one window, on every layer
@@ -504,7 +520,12 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     bs = c.block(c.backend(mla=False).block_size)
     types = layer_types(c.cfg, c.family, n, var)
-    if "sliding" in types and "sliding_window" in c.cfg.data and c.cfg.data["sliding_window"] is None:
+    null_window = "sliding_window" in c.cfg.data and c.cfg.data["sliding_window"] is None
+    if var.window_offset and "sliding" in types and null_window:
+        # Cohere 2's sliding layers take sliding_window + 1: vLLM's construction fails on a null (pass 24)
+        why = f"its sliding layers take sliding_window + {var.window_offset} (vLLM fails on a null window)"
+        raise spec_error(c.cfg.field("sliding_window"), None, why)
+    if "sliding" in types and null_window:
         # the sliding layers pass config.sliding_window as their window (Gemma 2 / 3, GPT-OSS, Llama's
         # layer_types, ...), and the engine's is the same null: full attention (pass 22: refused as missing)
         types = ["full" if t == "sliding" else t for t in types]
