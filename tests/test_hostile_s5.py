@@ -158,14 +158,14 @@ def test_vllm_step_ids_refuse_tensor_elements() -> None:
 def test_vllm_rowless_group_refuses_tensors_numpy_cannot_hold() -> None:
     """A Mamba group's host-id check: bfloat16 / sparse CPU tensors are BlockIdError (were TypeError)."""
     torch = pytest.importorskip("torch")
-    pytest.importorskip("kvlayout.backends.cuda")
+    kc = pytest.importorskip("kvlayout.backends.cuda")
     from kvlayout.integrations.vllm import KVBlockZeroer
 
     full = K.FullAttentionSpec(name="a", block_size=16, num_kv_heads=2, head_size=8, dtype="bfloat16")
     groups = (K.GroupSpec("g", (full,)), K.GroupSpec("m", (K.MambaSpec(name="c", state_bytes=1024),)))
     table = K.plan(K.KVCacheSpec(8, "packed", groups))
     data = K.poison_pattern(table.total_bytes)
-    buf = torch.from_numpy(data.copy())
+    buf = torch.from_numpy(data.copy()).to(kc.DEVICE_TYPE)  # the CPU under the interpreter, else CUDA
     z = KVBlockZeroer._from_table(table, buf, graphs=False)
     z.group_names = ("g", "m")  # as built from vLLM's KVCacheConfig: the Mamba group has no rows
     for ids in (torch.tensor([1.5], dtype=torch.bfloat16), torch.tensor([1]).to_sparse()):
@@ -174,7 +174,7 @@ def test_vllm_rowless_group_refuses_tensors_numpy_cannot_hold() -> None:
                 z.zero_block_ids(ids, group)
     with pytest.raises(K.BlockIdError, match=r"block_ids\[0\] = 9: outside \[0, 8\)"):
         z.zero_block_ids(torch.tensor([9]), "m")
-    assert np.array_equal(buf.numpy(), data)
+    assert np.array_equal(buf.cpu().numpy(), data)
 
 
 def test_pallas_lower_checks_num_ids() -> None:
