@@ -376,6 +376,12 @@ def layer_types(cfg: Config, family: str, n: int, variation: Variation = NO_VARI
             # Qwen2MoeConfig derives layer_types with layer 1 full: not all sliding, so the engine's one
             # window is withheld from every layer (issue 25, pass 24: planned all sliding)
             return ["full"] * n
+        if variation.alternate and not cfg.has("layer_types") and cfg.has("sliding_window"):
+            # one layer: it slides only below max_window_layers (pass 25: a max_window_layers of 0
+            # derives ["full_attention"], withholding the engine's window; planned sliding)
+            why = "Qwen2MoeConfig derives layer_types from it: layers below it slide"
+            if cfg.req_int("max_window_layers", why, lo=0) < 1:
+                return ["full"] * n
     if family in ("qwen2", "qwen3"):
         return _qwen2_types(cfg, n)
     if family == "qwen3_moe":  # no per-layer window: the engine's one, which mixed layer_types withhold
