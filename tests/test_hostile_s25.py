@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 import kvlayout.models as M
@@ -47,3 +48,42 @@ def test_m1_is_vllms_construction() -> None:
         got, want = _kvlayout(case), answers[cid]
         for key in ("block_size", "layers", "blocks", "windows", "groups", "bytes_per_block"):
             assert got[key] == want[key], (cid, key, got[key], want[key])
+
+
+# ------------------------------------------------------------------- C1: a tuple subclass of rows
+class _Turning(tuple):  # type: ignore[type-arg]
+    """Rows whose own ``__iter__`` yields themselves for the first ``good`` passes, then ``later``."""
+
+    good = 0
+    later: tuple[Any, ...] = ()
+
+    def __iter__(self) -> Any:
+        type(self).good -= 1
+        return tuple.__iter__(self) if type(self).good >= 0 else iter(type(self).later)
+
+
+def test_c1_table_rows_are_a_plain_tuple_read_once() -> None:
+    """C1 (HIGH): ``SegmentTable`` kept a tuple subclass of rows as given: its ``__iter__`` gave the verifier
+    (``require_safe``) a row inside a 2 KiB buffer and the cuda zeroer's plan one at byte 4,096; zeroing
+    blocks 0 and 5 wrote bytes [4096, 4104) and [4256, 4264) of the parent, past the view. The rows are now
+    read once, at construction, into a plain tuple (the padding likewise)."""
+    torch = pytest.importorskip("torch")
+    kc = pytest.importorskip("kvlayout.backends.cuda")
+    import kvlayout as K
+
+    good, bad = K.Segment(0, 32, 8, "a", "L0"), K.Segment(4096, 32, 8, "a", "L0")
+    _Turning.good, _Turning.later = 3, (bad,)
+    t = K.SegmentTable(total_bytes=2048, num_blocks=64, segments=_Turning((good,)), padding=[])
+    parent = torch.full((1 << 13,), 7, dtype=torch.uint8)
+    if kc.MODE == "native":
+        parent = parent.cuda()
+    z = kc.CudaZeroer(t, parent[:2048], graphs=False)
+    z.zero([0, 5])
+    if kc.MODE == "native":
+        torch.cuda.synchronize()
+    out = parent.cpu().numpy()
+    assert (out[2048:] == 7).all()
+    assert sorted(set(range(2048)) - set(np.flatnonzero(out[:2048] == 7).tolist())) == [
+        *range(0, 8), *range(160, 168)
+    ]
+    assert type(t.segments) is tuple and type(t.padding) is tuple
