@@ -87,3 +87,56 @@ def test_c1_table_rows_are_a_plain_tuple_read_once() -> None:
         *range(0, 8), *range(160, 168)
     ]
     assert type(t.segments) is tuple and type(t.padding) is tuple
+
+
+# ------------------------------------------------------------------- V1: kv_caches read more than once
+def test_v1_from_kv_caches_reads_the_mapping_once() -> None:
+    """V1 (HIGH): ``KVBlockZeroer.from_kv_caches`` read ``kv_caches`` three times (subclass check, storage
+    check, placement): a mapping giving vLLM's plain views to the first read and tensor subclasses whose
+    ``storage_offset()`` says 1,024 elements further on to the later ones passed the pass-24 check, and
+    zeroing block 0 cleared storage bytes [6144, 8192), block 1's, where block 0 is [4096, 6144). Now read
+    once into a plain dict (lists and tuples into plain tuples)."""
+    pytest.importorskip("vllm")
+    kc = pytest.importorskip("kvlayout.backends.cuda")
+    if kc.MODE == "native":
+        pytest.skip("CPU views: interpreter only")
+    from collections.abc import Iterator, Mapping
+
+    import torch
+
+    import kvlayout as K
+    from kvlayout.integrations.vllm import KVBlockZeroer
+    from tests.test_vllm_hostile import CONFIG, _storage_views
+
+    class Shifted(torch.Tensor):
+        def storage_offset(self) -> int:
+            return int(super().storage_offset()) + 1024
+
+    class Turning(Mapping[str, Any]):
+        """vLLM's views to the first read, the subclass's after."""
+
+        def __init__(self, plain: dict[str, Any], lying: dict[str, Any]) -> None:
+            self.plain, self.lying, self.reads = plain, lying, 0
+
+        def _src(self) -> dict[str, Any]:
+            self.reads += 1
+            return self.plain if self.reads == 1 else self.lying
+
+        def __getitem__(self, k: str) -> Any:
+            return self._src()[k]
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(self.plain)
+
+        def __len__(self) -> int:
+            return len(self.plain)
+
+        def items(self) -> Any:
+            src = self._src()
+            return [(k, src[k]) for k in self.plain]
+
+    storage, views = _storage_views()
+    before = storage.clone()
+    lying = {name: v.as_subclass(Shifted) for name, v in views.items()}
+    KVBlockZeroer.from_kv_caches(CONFIG, Turning(views, lying)).zero_block_ids([0])
+    assert K.changed_ranges(before.numpy(), storage.numpy()).tolist() == [[4096, 6144]]

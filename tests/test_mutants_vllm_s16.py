@@ -123,15 +123,17 @@ def test_views_nested_too_deep_name_the_depth_as_the_value() -> None:
 
 class Rebuilt(Mapping[str, Any]):
     """A mapping that builds a layer's value on every read (a lazy view of vLLM's caches): the
-    second read of ``NAMES[1]`` nests its tensor too deep."""
+    second read of ``NAMES[1]`` nests its tensor too deep (from_kv_caches reads it once since hostile
+    pass 25: tests/test_hostile_s25.py's V1; ``deep_first`` nests it too deep on the first read)."""
 
-    def __init__(self, vs: dict[str, Any]) -> None:
-        self.vs, self.reads = vs, 0
+    def __init__(self, vs: dict[str, Any], deep_first: bool = False) -> None:
+        self.vs, self.reads, self.deep_first = vs, 0, deep_first
 
     def __getitem__(self, name: str) -> Any:
         if name == NAMES[1]:
             self.reads += 1
-            return nested(self.vs[name], 1 if self.reads == 1 else V.MAX_VIEW_DEPTH + 1)
+            deep = self.deep_first or self.reads > 1
+            return nested(self.vs[name], V.MAX_VIEW_DEPTH + 1 if deep else 1)
         return self.vs[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -146,7 +148,7 @@ def test_every_walk_of_the_views_names_the_layer() -> None:
     before = storage.clone()
     depth = V.MAX_VIEW_DEPTH + 1
     why = f"nests lists/tuples more than {V.MAX_VIEW_DEPTH} deep (vLLM's caches nest at most two)"
-    caches = Rebuilt(vs)
+    caches = Rebuilt(vs, deep_first=True)
     refused(
         SpecError,
         lambda: V.KVBlockZeroer.from_kv_caches(CONFIG, caches),
@@ -154,7 +156,11 @@ def test_every_walk_of_the_views_names_the_layer() -> None:
         depth,
         f"kv_caches[{NAMES[1]!r}] = lists nested {depth} deep: {why}",
     )
-    assert caches.reads == 2 and torch.equal(storage, before)
+    assert caches.reads == 1 and torch.equal(storage, before)
+    # read once: the later reads' deeper nesting is never seen (hostile pass 25)
+    lazy = Rebuilt(vs)
+    V.KVBlockZeroer.from_kv_caches(CONFIG, lazy)
+    assert lazy.reads == 1 and torch.equal(storage, before)
 
 
 # --------------------------------------------------------------------------- from_kv_caches

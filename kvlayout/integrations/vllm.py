@@ -703,6 +703,22 @@ def _walk_tensors(value: Any, where: str = "kv_caches", strict: bool = False) ->
 _END = object()
 
 
+def _read_once(where: str, views: Mapping[str, Any]) -> dict[str, Any]:
+    """``views`` read once into a plain dict, its lists and tuples into plain tuples: every later check and
+    the zeroer's placement see the same tensors (a mapping whose later reads gave tensor subclasses placed
+    the cache by their lies: block 1's bytes zeroed for block 0, issue 25, pass 25)."""
+
+    def plain(v: Any, depth: int, name: str) -> Any:
+        if not isinstance(v, (list, tuple)):
+            return v
+        if depth > MAX_VIEW_DEPTH:  # as _walk_tensors names it
+            why = f"nests lists/tuples more than {MAX_VIEW_DEPTH} deep (vLLM's caches nest at most two)"
+            raise bad_value(SpecError, name, depth, why, shown=f"lists nested {depth} deep")
+        return tuple(plain(x, depth + 1, name) for x in v)
+
+    return {k: plain(v, 1, f"{where}[{k!r}]") for k, v in views.items()}
+
+
 class KVBlockZeroer:
     """Drop-in for vLLM 0.33's ``KVBlockZeroer``: zero newly allocated blocks every step, exactly.
 
@@ -772,6 +788,7 @@ class KVBlockZeroer:
             why = "taken from the views' storage offset; pass the buffer to KVBlockZeroer instead"
             raise bad_value(SpecError, "offset", kwargs["offset"], why)
         _check_views_mapping("kv_caches", kv_caches)
+        kv_caches = _read_once("kv_caches", kv_caches)
         tensors = [
             t for k, v in kv_caches.items() for t in _walk_tensors(v, f"kv_caches[{k!r}]", strict=True)
         ]
