@@ -68,6 +68,7 @@ def block_of(config: dict[str, Any], tp: int, kv: str, device: str) -> int | Non
     """The block size vLLM's GPU platform would start the case from: kvlayout's backend choice for an
     MLA model (None: the CacheConfig default of 16 tokens)."""
     import kvlayout.models as M
+    from kvlayout.models.backends import BACKENDS
     from kvlayout.spec import MLASpec
 
     try:
@@ -75,9 +76,28 @@ def block_of(config: dict[str, Any], tp: int, kv: str, device: str) -> int | Non
     except Exception:  # noqa: BLE001  # refused: vLLM starts from its default
         return None
     assert isinstance(ms, M.ModelSpec)
+    if ms.family in MLA_HYBRIDS:  # vLLM starts from the MLA backend's block and realigns it (the driver)
+        return BACKENDS[ms.attention_backend].preferred_block_size() if ms.attention_backend else None
     if any(isinstance(x, MLASpec) for _, x in ms.spec.layers):
         return ms.block_size
     return None
+
+
+#: MLA hybrids: vLLM's GPU platform sets their block once the model is built, for the MLA backend
+MLA_HYBRIDS = ("kimi_linear",)
+
+
+def align_backend_of(config: dict[str, Any], tp: int, kv: str, device: str) -> str | None:
+    """An MLA hybrid's MLA backend on ``device`` (the driver's ``align_backend``), as kvlayout resolves it
+    (tests/test_models_backends.py checks that choice); None for another model, or one kvlayout refuses."""
+    import kvlayout.models as M
+
+    try:
+        ms = M.from_config(config, tp=tp, kv_cache_dtype=None if kv == "auto" else kv, device=device)
+    except Exception:  # noqa: BLE001  # refused: the driver's default path
+        return None
+    assert isinstance(ms, M.ModelSpec)
+    return (ms.attention_backend or "FLASH_ATTN_MLA") if ms.family in MLA_HYBRIDS else None
 
 
 KEYS = ("block_size", "layers", "blocks", "windows", "groups", "bytes_per_block")
@@ -122,9 +142,13 @@ def vllm_cases(cfgs: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any
             for kv in KVS:
                 for device in DEVICES:
                     block = block_of(cfg, tp, kv, device)
+                    align = align_backend_of(cfg, tp, kv, device)
                     key = f"{name}-tp{tp}-{kv}" + (f"-b{block}" if block else "")
+                    key += f"-{align}" if align else ""
                     case: dict[str, Any] = {"config": cfg, "tp": tp, "kv_cache_dtype": kv}
                     case.update(torch_device="meta", stand_in=stand_in)
+                    if align:  # the block set as vLLM's GPU platform sets it once the model is built
+                        case["align_backend"] = align
                     if block:
                         case["block_size"] = block
                     else:  # standard attention on the backend a GPU picks, not the CPU's (its sliding

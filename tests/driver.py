@@ -200,3 +200,42 @@ def cpu_mxfp4_experts() -> None:
     chosen = U.select_unquantized_moe_backend
     U.select_unquantized_moe_backend = backend
     Mxfp4Config.get_quant_method = method  # type: ignore[method-assign]
+
+
+def cpu_kimi_linear() -> None:
+    """Stubs for Kimi-Linear (vLLM 0.33's ``vllm/models/kimi_k3``, its CUDA build) on the CPU. (1) Its model
+    creates an auxiliary CUDA stream for MLA's output gate (``torch.cuda.Stream()``), which a CPU build of
+    torch refuses: a placeholder is made instead (asserted: torch has no CUDA here); construction only
+    stores it (Kimi-Linear's MLA layers, without ``q_lora_rank``, not even that); no cache depends on it.
+    (2) ``VLLM_KIMI_K3_GEMM_AR=0``: the flag (on by default) picks a fused GEMM + all-reduce kernel for
+    ``o_proj`` (cute DSL, whose ``cutlass`` import the CPU install lacks); it changes how ``o_proj`` runs,
+    not the cache.
+    (3) The CPU platform turns prefix caching off for MLA models (``CpuPlatform.check_and_update_config``:
+    its MLA kernels), after the hybrid hook set ``mamba_block_size`` for it, which VllmConfig then refuses;
+    a GPU keeps vLLM's default (prefix caching on, ``mamba_cache_mode`` ``align``): for an MLA hybrid the
+    three fields that rule sets are put back (asserted: it set exactly those)."""
+    import torch
+    from vllm.platforms.cpu import CpuPlatform
+
+    assert not torch.cuda.is_available()
+    os.environ["VLLM_KIMI_K3_GEMM_AR"] = "0"
+
+    class CpuStandInStream:
+        """A CUDA stream's place holder: construction stores it, nothing runs on it."""
+
+    torch.cuda.Stream = CpuStandInStream  # type: ignore[misc,assignment]
+    original = CpuPlatform.check_and_update_config.__func__  # type: ignore[attr-defined]
+
+    def check(cls: type, vllm_config: Any) -> None:
+        mc, cache, sched = vllm_config.model_config, vllm_config.cache_config, vllm_config.scheduler_config
+        before = (cache.enable_prefix_caching, sched.enable_chunked_prefill, sched.max_num_batched_tokens)
+        original(cls, vllm_config)
+        if mc is None or not (mc.use_mla and mc.is_hybrid) or not before[0]:
+            return
+        after = (cache.enable_prefix_caching, sched.enable_chunked_prefill, sched.max_num_batched_tokens)
+        if after == before:  # a CPU with AMX runs MLA with prefix caching: nothing to put back
+            return
+        assert after[:2] == (False, False), after  # the MLA rule ran, and only it changed these
+        cache.enable_prefix_caching, sched.enable_chunked_prefill, sched.max_num_batched_tokens = before
+
+    CpuPlatform.check_and_update_config = classmethod(check)  # type: ignore[method-assign,assignment]

@@ -222,6 +222,7 @@ def _kvlayout(case: dict[str, Any]) -> dict[str, Any]:
     ms = M.from_config(
         case["config"], tp=case["tp"], kv_cache_dtype=kv, device=case.get("device", "hopper"),
         attention_backend=case.get("attention_backend"), block_size=case.get("user_block_size"),
+        mamba_ssm_cache_dtype=case.get("mamba_ssm_cache_dtype"),
     )
     assert isinstance(ms, M.ModelSpec)
     layers, blocks, windows = {}, {}, {}
@@ -389,6 +390,54 @@ def _as_gpu_gemma4(vc: Any, layers: dict[str, Any]) -> None:
         mod.attn_backend = gpu
 
 
+def _as_gpu_block_size(vc: Any, layers: dict[str, Any], backend: str) -> None:
+    """The block size vLLM's GPU platform sets once the model is built (the base class's
+    ``Platform.update_block_size_for_backend``: the CPU platform's differs), its layers' attention backend
+    the GPU one named (built with the CPU's; asserted: they are MLA layers, and ``backend`` is an MLA
+    backend); with no attention layer (SSM backends only) nothing is aligned, as on the GPU."""
+    from vllm.platforms.interface import Platform
+
+    attn = [m.get_attn_backend() for m in layers.values() if not m.get_attn_backend().is_ssm()]
+    assert all(b.get_name().endswith("MLA") for b in attn) and backend.endswith("MLA"), (attn, backend)
+    found = [_gpu_backend(backend, attn[0])] if attn else []
+    stub = Platform._find_non_ssm_backends
+    Platform._find_non_ssm_backends = classmethod(  # type: ignore[method-assign,assignment]
+        lambda cls, vc: found
+    )
+    try:
+        Platform.update_block_size_for_backend(vc)
+    finally:
+        Platform._find_non_ssm_backends = stub  # type: ignore[method-assign]
+
+
+def _gpu_backend(name: str, built: Any) -> Any:
+    """vLLM's GPU attention backend ``name``; where its class imports only with the GPU build of flash-attn,
+    FlashInfer or CUTLASS, a stand-in: the backend the layers were built with, answering the GPU backend's
+    name and kernel block sizes (kvlayout's table, which tests/test_models_backends.py checks against vLLM's
+    classes and sources) and the base class's ``supports_block_size`` (asserted: its module does not
+    override it), the only things the block alignment asks of it."""
+    import importlib.util
+
+    from vllm.v1.attention.backend import AttentionBackend, MultipleOf
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from kvlayout.models.backends import BACKENDS
+
+    try:
+        return AttentionBackendEnum[name].get_class()
+    except (ImportError, AssertionError, OSError):  # CUTLASS_MLA's module asserts CUDA
+        spec = importlib.util.find_spec(AttentionBackendEnum[name].value.rsplit(".", 1)[0])
+        assert spec is not None and spec.origin is not None, name
+        assert "def supports_block_size" not in Path(spec.origin).read_text(), name
+        sizes = [MultipleOf(s) if multiple else s for s, multiple in BACKENDS[name].block_sizes]
+        methods = {
+            "get_supported_kernel_block_sizes": staticmethod(lambda kv_cache_spec=None: list(sizes)),
+            "get_name": staticmethod(lambda: name),
+            "supports_block_size": classmethod(AttentionBackend.supports_block_size.__func__),  # type: ignore
+        }
+        return type(f"{name}StandIn", (built,), methods)
+
+
 def _torchvision_without_ops() -> None:
     """Make vLLM's vision-language modules importable: they import torchvision (and LLaVA's and Mistral
     3's mistral_common), pinned in .vl-deps (requirements-vl.txt) beside the venv. torchvision's wheel links
@@ -519,6 +568,7 @@ def _driver() -> None:
     from tests.driver import (
         cpu_attention_takes_fp8,
         cpu_fp8_block_linear,
+        cpu_kimi_linear,
         cpu_mla_takes_fp8,
         cpu_mxfp4_experts,
         cpu_sparse_mla,
@@ -531,6 +581,8 @@ def _driver() -> None:
     cpu_mxfp4_experts()  # and has no MXFP4 MoE kernel (gpt-oss's experts; they hold no cache)
     cpu_fp8_block_linear()  # nor, without AMX, an FP8 block-scaled matmul (DeepSeek-V3's linear layers)
     cpu_ungated_experts()  # and refuses ungated experts (Nemotron-3 Nano's relu2; they hold no cache)
+    if any(c["config"]["architectures"][0] == "KimiLinearForCausalLM" for c in cases.values()):
+        cpu_kimi_linear()  # its CUDA stream, o_proj kernel flag and the CPU's MLA prefix-caching rule
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(
             world_size=1, rank=0, distributed_init_method="tcp://127.0.0.1:0", local_rank=0, backend="gloo"
@@ -575,11 +627,16 @@ def _driver() -> None:
                 # what a GPU platform starts from: 16 tokens, or the case's (an MLA backend's block)
                 block = case.get("block_size", 16)
                 dtype = case["kv_cache_dtype"]
-                cache = CacheConfig(block_size=block, cache_dtype=dtype, sliding_window=window)
+                ssm = case.get("mamba_ssm_cache_dtype", "auto")
+                cache = CacheConfig(
+                    block_size=block, cache_dtype=dtype, sliding_window=window, mamba_ssm_cache_dtype=ssm
+                )
                 par = ParallelConfig(tensor_parallel_size=tp, distributed_executor_backend="mp")
                 vc = VllmConfig(model_config=mc, cache_config=cache, parallel_config=par)
                 cache.block_size, cache.mamba_page_size_padded = block, None
-                if mc.is_hybrid:
+                # align_backend: a GPU backend's name; the block is then set as vLLM sets it on that GPU,
+                # after the model is built (update_block_size_for_backend: _as_gpu_block_size)
+                if mc.is_hybrid and not case.get("align_backend"):
                     Platform._align_hybrid_block_size(vc, TritonAttentionBackend)
                 # (VllmConfig refuses a mamba block size without prefix caching where it validates again:
                 # Kimi-K2.5's language model, built by with_hf_config)
@@ -594,6 +651,8 @@ def _driver() -> None:
                         cls(vllm_config=vc, prefix="")
                         # what the model runner asks (its get_kv_cache_spec): every registered layer
                         layers_of = get_layers_from_vllm_config(vc, AttentionLayerBase)  # type: ignore
+                        if case.get("align_backend"):
+                            _as_gpu_block_size(vc, layers_of, case["align_backend"])
                         if _on_gpu_backend(case["config"]["architectures"][0]) or case.get("gpu_backend"):
                             _as_gpu_gemma4(vc, layers_of)
                         # a layer reading another's cache gets none (the runner: kv_sharing_target_layer_name)

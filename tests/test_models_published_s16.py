@@ -7,8 +7,9 @@ Gemma 4 26B-A4B; added in the eighteenth session: Llama 3.1 70B and 405B, Mistra
 QwQ-32B, DeepSeek-R1-Distill-Qwen-7B, Qwen3-Next-80B-A3B, MiniMax-M2.7, Gemma 2 9B and 27B, Phi-4, SmolLM2,
 Jamba 1.5 Mini, Falcon-Mamba-7B and Mamba-Codestral-7B (Mamba-only), Llama-3.3-Nemotron-Super-49B (its
 remote-code block_configs built through tests/test_models_nemotron_nas.py's stand-in of DeciLMConfig; vLLM
-failed on the plain stand-in used before: no block objects), and Kimi-Linear, which vLLM refuses on the
-CPU too (its kernels import cutlass)), at tp 1, 2 and 8, with a bf16 and an fp8 cache, on Hopper and
+failed on the plain stand-in used before: no block objects), and Kimi-Linear (built through the driver's
+``cpu_kimi_linear`` stubs, its block set for the MLA backend after construction as vLLM's GPU platform
+sets it: tests/test_models_kimi_linear.py)), at tp 1, 2 and 8, with a bf16 and an fp8 cache, on Hopper and
 Blackwell: 768 cases.
 
 vLLM's answer for each (its cache: block size, groups, every layer's kind and pages, windows, bytes per
@@ -99,6 +100,12 @@ def test_pins_are_the_hand_computed_ones() -> None:
     assert oss["bytes_per_block"] == 12 * 2 * 8 * 64 * 16 * 2 and oss["groups"] == [12, 12]
     assert oss["windows"] == [128]
     assert pin("gpt_oss_120b-tp8-fp8-hopper")["bytes_per_block"] == 18 * 2 * 1 * 64 * 16  # one KV head a rank
+    # Kimi-Linear-48B: 20 KDA states of 73,728 + 2,097,152 B at tp 1 and 7 MLA layers of 1,152 B a token:
+    # 15 units of 128 tokens hold a state (1,920), groups of 7 pages; fp8 halves the token: 3,840 tokens
+    kl = pin("kimi_linear_48b_a3b_instruct-tp1-auto-hopper")
+    assert kl["block_size"] == 1920 and kl["bytes_per_block"] == 7 * 1920 * 1152
+    assert kl["groups"] == [7, 7, 6, 7]
+    assert pin("kimi_linear_48b_a3b_instruct-tp1-fp8-blackwell")["block_size"] == 3840
     # Kimi-K2 and DeepSeek-V3: 61 MLA layers of 576 a token, replicated at tp 8; 16 tokens (bf16), 64 (fp8)
     assert pin("kimi_k2_instruct-tp8-auto-hopper")["bytes_per_block"] == 61 * 576 * 16 * 2
     assert pin("deepseek_v3-tp2-fp8-hopper")["bytes_per_block"] == 61 * 576 * 64
@@ -171,7 +178,8 @@ def test_pins_are_vllms_live() -> None:
     from scripts.gen_published_truth import summary, vllm_cases
     from tests.test_models_hybrid_vllm import vllm_answers
 
-    names = ("chatglm3_6b", "deepseek_v2_lite", "phi3_5_mini", "internlm2_5_7b", "gpt_oss_20b")
+    names = ("chatglm3_6b", "deepseek_v2_lite", "phi3_5_mini", "internlm2_5_7b", "gpt_oss_20b",
+             "kimi_linear_48b_a3b_instruct")
     few = {n: CONFIGS[n] for n in names}
     cases, which = vllm_cases(few)
     # tp 2, and gpt-oss at tp 8 (its experts' shard the CPU's kernels refuse: tests/driver.py's stub)

@@ -13,6 +13,7 @@ from .deepseek_v4 import dsv4_family
 from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
 from .hybrid import MAMBA_ONLY, hybrid_family, mamba_only_family
+from .kimi_linear import kimi_linear_family
 from .longcat_flash import longcat_flash_family
 from .mimo_v2 import mimo_v2_family
 from .mla import mla_family
@@ -74,6 +75,9 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
     "LongcatFlashForCausalLM": "longcat_flash",
     "LongcatFlashNgramForCausalLM": "longcat_flash",
+    # Kimi-Linear: KDA states (1-based linear_attn_config.kda_layers) beside MLA layers, the block aligned to
+    # a multiple of 128 tokens as vLLM 0.33 aligns an MLA hybrid's (vllm/models/kimi_k3; kimi_linear.py here)
+    "KimiLinearForCausalLM": "kimi_linear",
     # Kimi-K2.5: vLLM 0.33's kimi_k25.py builds its language model as DeepseekV2ForCausalLM under
     # ``language_model`` from the text_config (a DeepSeek-V3 MLA config, model_type kimi_k2, which
     # transformers' Kimi_K25Config, the class vLLM reads kimi_k25 with, makes deepseek_v3)
@@ -208,7 +212,6 @@ HYBRID_REFUSALS: Mapping[str, str] = {
         "largest); kvlayout's hybrids have one state per model"
     ),
     "AliceAIForCausalLM": "Kimi delta attention (KDA) states (kda_state_shape) are not modeled",
-    "KimiLinearForCausalLM": _MLA_HYBRID.format(state="Kimi delta attention (KDA)"),
     "Glm5NextForCausalLM": _MLA_HYBRID.format(state="Kimi delta attention (KDA)"),
     "BailingMoeV3ForCausalLM": _MLA_HYBRID.format(state="Kimi delta attention (KDA)"),
     "BailingMoeV2_5ForCausalLM": _MLA_HYBRID.format(state="lightning linear-attention"),
@@ -264,6 +267,8 @@ def family_rule(family: str) -> FamilyRule:
         return plamo3_family
     if family == "longcat_flash":
         return longcat_flash_family
+    if family == "kimi_linear":
+        return kimi_linear_family
     if family in MAMBA_ONLY:
         return mamba_only_family
     return hybrid_family
