@@ -196,11 +196,7 @@ _NOT_YET = {
 }
 
 
-_MLA_HYBRID = (
-    "MLA attention beside {state} states: vLLM 0.33 aligns an MLA hybrid's block to a multiple of 128 "
-    "tokens on the MLA backend's page (Platform._align_hybrid_block_size); kvlayout's hybrid rules align "
-    "standard attention only"
-)
+_KDA_RULE = "kvlayout's KDA rule is Kimi-Linear's (kimi_linear.py): its config fields and layers"
 #: hybrids vLLM serves that kvlayout refuses, each with what it would have to model (vLLM 0.33's code)
 HYBRID_REFUSALS: Mapping[str, str] = {
     "NemotronHPuzzleForCausalLM": (
@@ -211,10 +207,27 @@ HYBRID_REFUSALS: Mapping[str, str] = {
         "several Mamba state layouts of different sizes (get_mamba_specs_from_config: vLLM aligns to the "
         "largest); kvlayout's hybrids have one state per model"
     ),
-    "AliceAIForCausalLM": "Kimi delta attention (KDA) states (kda_state_shape) are not modeled",
-    "Glm5NextForCausalLM": _MLA_HYBRID.format(state="Kimi delta attention (KDA)"),
-    "BailingMoeV3ForCausalLM": _MLA_HYBRID.format(state="Kimi delta attention (KDA)"),
-    "BailingMoeV2_5ForCausalLM": _MLA_HYBRID.format(state="lightning linear-attention"),
+    "AliceAIForCausalLM": (
+        "Kimi delta attention (KDA) states (KimiGatedDeltaNetAttention over linear_num_key_heads, "
+        "linear_key_head_dim, linear_conv_kernel_dim) beside Qwen3-Next's gated standard attention, chosen "
+        "by layer_types, from a remote-code config: that hybrid's alignment (standard attention, not MLA) "
+        f"with a KDA state is not checked against vLLM's construction; {_KDA_RULE}"
+    ),
+    "Glm5NextForCausalLM": (
+        "sparse MLA layers holding an indexer cache and a tail cache each (Glm5NextIndexerCache, "
+        "Glm5NextTailCache in vllm/models/glm5next) beside KDA layers (layer_types linear_attention): those "
+        "caches are not modeled"
+    ),
+    "BailingMoeV3ForCausalLM": (
+        "KDA layers chosen by layer_group_size (each layer_group_size-th layer and the tail are MLA), KDA "
+        "heads num_attention_heads of head_dim, MLA through MultiHeadLatentAttentionWrapper, the text "
+        f"config's model_type bailing_hybrid: not checked against vLLM's construction; {_KDA_RULE}"
+    ),
+    "BailingMoeV2_5ForCausalLM": (
+        "MLA attention beside lightning linear-attention states (MambaStateShapeCalculator."
+        "linear_attention_state_shape): those states are not modeled (kvlayout's MLA hybrid alignment, to a "
+        "multiple of 128 tokens, is modeled for Kimi-Linear's KDA states only)"
+    ),
 }
 
 
