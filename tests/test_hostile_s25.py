@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import kvlayout.models as M
+from kvlayout.errors import LayoutBufferError
 from tests.test_hostile_s24_models import QWEN2_MOE
 from tests.test_models_hybrid_vllm import _kvlayout, vllm_answers
 
@@ -140,3 +141,24 @@ def test_v1_from_kv_caches_reads_the_mapping_once() -> None:
     lying = {name: v.as_subclass(Shifted) for name, v in views.items()}
     KVBlockZeroer.from_kv_caches(CONFIG, Turning(views, lying)).zero_block_ids([0])
     assert K.changed_ranges(before.numpy(), storage.numpy()).tolist() == [[4096, 6144]]
+
+
+# ------------------------------------------------------------------- D1: read-only memory behind lying flags
+def test_d1_from_dlpack_reads_an_ndarray_subclass_as_the_plain_array() -> None:
+    """D1 (HIGH): ``CudaZeroer.from_dlpack`` asked the array's own ``flags`` whether it is writeable: an
+    ndarray subclass saying so over ``np.frombuffer(bytes)`` (read-only) was imported, and zeroing blocks 0
+    and 1 wrote zeros into the immutable ``bytes`` object. Now read as the plain array it is: refused."""
+    kc = pytest.importorskip("kvlayout.backends.cuda")
+    if kc.MODE == "native":
+        pytest.skip("host memory: interpreter only")
+    import kvlayout as K
+    from tests.test_hostile_s24 import _ContiguousArray
+
+    data = bytes([7]) * 4096
+    lying = np.frombuffer(data, np.uint8).view(_ContiguousArray)
+    assert lying.flags.writeable  # what it says
+    t = K.SegmentTable(total_bytes=2048, num_blocks=64, segments=(K.Segment(0, 32, 8, "a", "L0"),))
+    said = r"^buffer = _ContiguousArray \(read-only\): zeroing writes in place; pass writeable memory"
+    with pytest.raises(LayoutBufferError, match=said):
+        kc.CudaZeroer.from_dlpack(lying, t, graphs=False).zero([0, 1])
+    assert data == bytes([7]) * 4096

@@ -415,16 +415,19 @@ class CudaZeroer:
         refused: zeroing would write into it behind its owner's back.
         """
         check_table(table)  # a SegmentTable itself: a subclass's methods pick the rows written (pass 24)
+        kind = type(obj).__name__
+        if isinstance(obj, np.ndarray):  # as the plain array it is: a subclass's own flags said writeable
+            # over np.frombuffer(bytes), and the bytes object was zeroed (issue 25, pass 25)
+            obj = np.ndarray.view(obj, np.ndarray)
         if _dlpack_read_only(obj):
             raise LayoutBufferError(
-                f"buffer = {type(obj).__name__} (read-only): zeroing writes in place; pass writeable memory",
+                f"buffer = {kind} (read-only): zeroing writes in place; pass writeable memory",
                 field="buffer",
                 value="read-only",
             )
         try:
             tensor = torch.utils.dlpack.from_dlpack(obj)
         except (AttributeError, BufferError, RuntimeError, TypeError, ValueError) as e:
-            kind = type(obj).__name__
             msg = f"buffer type = {kind}: not importable through DLPack ({e})"
             raise LayoutBufferError(msg, field="buffer", value=kind) from None
         return cls(table, tensor, **kwargs)
