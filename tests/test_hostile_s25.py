@@ -162,3 +162,15 @@ def test_d1_from_dlpack_reads_an_ndarray_subclass_as_the_plain_array() -> None:
     with pytest.raises(LayoutBufferError, match=said):
         kc.CudaZeroer.from_dlpack(lying, t, graphs=False).zero([0, 1])
     assert data == bytes([7]) * 4096
+
+
+# ------------------------------------------------------------------- L1: messages naming the config field
+def test_l1_plamo3_window_past_the_config_limit_is_named_by_its_field() -> None:
+    """L1 (LOW): a PLaMo 3 window of 2**70 was refused as ``layer 'model.layers.layers.0.mixer.attn'.window``
+    (the planned spec's check), not by the config entry written; now as the other config integers are."""
+    from kvlayout.errors import SpecError
+    from tests.test_models_plamo3 import BASE as PLAMO3
+
+    with pytest.raises(SpecError) as e:
+        M.from_config({**PLAMO3, "interleaved_sliding_window": [2**70] * 8})
+    assert e.value.field == "config.interleaved_sliding_window[0]" and e.value.value == 2**70

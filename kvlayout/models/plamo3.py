@@ -25,7 +25,7 @@ from ..errors import spec_error
 from ..spec import FullAttentionSpec, GroupSpec, LayerSpec, SlidingWindowSpec
 from ..validate import is_int
 from .base import Ctx
-from .config import Config, resolve_kv_dtype
+from .config import MAX_CONFIG_INT, Config, resolve_kv_dtype
 from .grouping import vllm_groups
 
 #: what a config read as written must hold where the remote-code class derives it
@@ -80,8 +80,8 @@ def windows(cfg: Config, n: int) -> list[int | None]:
                 )
                 raise spec_error(where, None, why)
             out.append(None)
-        elif not is_int(w) or w < 1:
-            why = "a window of at least 1 token, or null for full attention"
+        elif not is_int(w) or not 1 <= w <= MAX_CONFIG_INT:  # named here, not as the layer's spec (pass 25)
+            why = "a window of at least 1 token (at most 2**53), or null for full attention"
             raise spec_error(where, w, why)
         else:
             out.append(int(w))
