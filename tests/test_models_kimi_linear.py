@@ -13,6 +13,10 @@ stubs (tests/driver.py): the CPU platform's MLA refusal of fp8 (``cpu_mla_takes_
 (``cpu_kimi_linear``: a CUDA stream's placeholder, the o_proj kernel flag, the CPU's prefix-caching rule for
 MLA put back to a GPU's default). Layers, state bytes, pages (real and padded), blocks, groups and bytes per
 block must equal kvlayout's plan on each device whose case it is; where kvlayout refuses, vLLM fails too.
+
+AliceAI (``AliceAIForCausalLM``) builds the same KDA layer beside Qwen3-Next's gated standard attention: its
+small configs go through the driver's default hybrid path (the standard alignment, as the hybrids of
+tests/test_models_hybrid_vllm.py), its remote-code config stood in for by the fields as written.
 """
 
 from __future__ import annotations
@@ -154,15 +158,19 @@ def answers() -> dict[str, dict[str, Any]]:
     pytest.importorskip("vllm")
     from tests.test_models_hybrid_vllm import vllm_answers
 
-    return vllm_answers({k: {x: v for x, v in c.items() if x != "devices"} for k, c in _cases().items()})
+    cases = {**_cases(), **_alice_cases()}
+    return vllm_answers({k: {x: v for x, v in c.items() if x != "devices"} for k, c in cases.items()})
 
 
-def _mismatches(answers: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """(case, device, why) where kvlayout's plan differs from vLLM's construction, or only one refuses."""
+def _mismatches(
+    answers: dict[str, dict[str, Any]], cases: dict[str, dict[str, Any]] | None = None
+) -> list[tuple[str, str, str]]:
+    """(case, device, why) where kvlayout's plan differs from vLLM's construction, or only one refuses
+    (``cases``: Kimi-Linear's unless given)."""
     from tests.test_models_hybrid_vllm import _kvlayout
 
     bad = []
-    for case_id, case in _cases().items():
+    for case_id, case in (_cases() if cases is None else cases).items():
         got = answers[case_id]
         for device in case["devices"]:
             try:
@@ -179,13 +187,13 @@ def _mismatches(answers: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]
 
 
 def test_equals_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:
-    assert set(answers) == set(_cases())
+    assert set(answers) == set(_cases()) | set(_alice_cases())
     assert _mismatches(answers) == []
     # the cases vLLM fails are the ones kvlayout refuses: KDA heads not divisible by tp, and the bfloat16
     # ssm states whose padded page cannot hold the layers' float32 state
-    failed = sorted(k for k, a in answers.items() if "error" in a)
+    failed = sorted(k for k in _cases() if "error" in answers[k])
     assert failed and all(k.startswith("conv2_heads4-tp8") or k.endswith("-bfloat16") for k in failed), failed
-    built = set(answers) - set(failed)
+    built = set(_cases()) - set(failed)
     assert any(k.endswith("-bfloat16") for k in failed) and any(k.endswith("-bfloat16") for k in built)
 
 
@@ -300,3 +308,119 @@ def test_refusals_name_the_field() -> None:
     assert isinstance(ms, M.ModelSpec) and ms.block_size == 256
     said = " ".join(ms.notes)
     assert "raised to 256" in said and "outside 1..8" in said and "reads only kda_layers" in said
+
+
+# --------------------------------------------------------------------------- AliceAI
+#: yandex/AliceAI-Foundation-80B-A3B's structure (its remote-code config, stood in for by the driver as the
+#: fields written: vLLM 0.33 has no class of its own), small: 3 KDA layers to 1 gated full attention
+ALICE: dict[str, Any] = {
+    "architectures": ["AliceAIForCausalLM"],
+    "model_type": "alice_ai",
+    "auto_map": {"AutoConfig": "configuration_alice_ai.AliceAIConfig"},
+    "torch_dtype": "bfloat16",
+    "vocab_size": 1024,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 2,
+    "linear_num_key_heads": 8,
+    "linear_num_value_heads": 8,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "block_attn_res_block_size": 2,
+    "kda_allow_negative_eigenvalues": False,
+    "router_score_function": "sigmoid",
+    "router_bias_correction": True,
+    "partial_rotary_factor": 0.25,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+}
+ALICE_CONFIGS: dict[str, dict[str, Any]] = {
+    "alice": ALICE,
+    # 8 KV heads (one a rank at tp 8), the first layer full attention, a larger state (16 heads of 64)
+    "alice_kv8": {
+        **ALICE, "num_key_value_heads": 8, "layer_types": ["full_attention"] + ALICE["layer_types"][1:],
+        "linear_num_key_heads": 16, "linear_num_value_heads": 16, "linear_key_head_dim": 64,
+        "linear_value_head_dim": 64,
+    },
+    # 4 KDA heads: tp 8 refused (vLLM asserts heads % tp)
+    "alice_heads4": {**ALICE, "linear_num_key_heads": 4, "linear_num_value_heads": 4},
+    # value heads unlike the key heads: vLLM's AliceAI raises (kvlayout refuses at every tp)
+    "alice_vheads": {**ALICE, "linear_num_value_heads": 16},
+}
+#: beyond the grid: a block the user sets, and a bfloat16 ssm dtype (AliceAI's KDA state stays float32)
+ALICE_EXTRA = (("alice", 1, "auto", 32, None), ("alice", 2, "fp8", None, "bfloat16"))
+
+
+@functools.cache
+def _alice_cases() -> dict[str, dict[str, Any]]:
+    """AliceAI's driver cases (the hybrid driver's default path: the standard hybrid alignment before the
+    model is built, as tests/test_models_hybrid_vllm.py's hybrids), each for Hopper and Blackwell (16-token
+    standard attention on both)."""
+    grid = [(n, tp, kv, None, None) for n in ALICE_CONFIGS for tp in TPS for kv in KVS]
+    out: dict[str, dict[str, Any]] = {}
+    for name, tp, kv, user, ssm in [*grid, *ALICE_EXTRA]:
+        key = f"{name}-tp{tp}-{kv}" + (f"-u{user}" if user else "") + (f"-{ssm}" if ssm else "")
+        case: dict[str, Any] = {
+            "config": ALICE_CONFIGS[name], "tp": tp, "kv_cache_dtype": kv, "stand_in": True,
+            "devices": list(DEVICES),
+        }
+        if user:
+            case.update(block_size=user, user_block_size=user)
+        if ssm:
+            case["mamba_ssm_cache_dtype"] = ssm
+        out[key] = case
+    return out
+
+
+def test_alice_ai_equals_vllms_construction(answers: dict[str, dict[str, Any]], monkeypatch: Any) -> None:
+    """AliceAI: layers, states, pages, blocks, groups and bytes per block as vLLM builds them; the cases vLLM
+    fails (4 KDA heads at tp 8, value heads unlike the key heads) are those kvlayout refuses; vLLM's numbers
+    by hand; a wrong rule (the recurrent state in the model dtype, as the gated delta net's) fails it."""
+    cases = _alice_cases()
+    assert _mismatches(answers, cases) == []
+    failed = sorted(k for k in cases if "error" in answers[k])
+    assert failed == sorted(
+        [f"alice_heads4-tp8-{kv}" for kv in KVS] + [f"alice_vheads-tp{tp}-{kv}" for tp in TPS for kv in KVS]
+    ), failed
+    names = [f"model.layers.{i}.linear_attn" for i in (0, 1, 2, 4, 5, 6)]
+    a = answers["alice-tp1-auto"]
+    # KDA conv (3, 768) bf16 + (8, 32, 32) float32 = 37,376 B; attention 2 KV heads of 64, K and V, bf16:
+    # 512 B a token: 16 * ceil(37,376 / 8,192) = 80 tokens, 40,960 B pages; groups of 2 as Kimi-Linear's
+    assert a["states"][names[0]] == [[[3, 768], [8, 32, 32]], ["torch.bfloat16", "torch.float32"]]
+    assert a["block_size"] == 80 and a["layers"][names[0]] == ["MambaSpec", 37_376, 40_960]
+    assert a["layers"]["model.layers.3.self_attn.attn"] == ["FullAttentionSpec", 40_960, 40_960]
+    assert a["bytes_per_block"] == 2 * 40_960
+    # the bfloat16 ssm dtype leaves the state float32 (AliceAI's alignment and layers take none)
+    assert answers["alice-tp2-fp8-bfloat16"]["states"][names[0]][1] == ["torch.bfloat16", "torch.float32"]
+    monkeypatch.setattr(K, "kda_state_bytes", lambda c, h, d, k, ssm="float32": real_kda(c, h, d, k, c.dtype))
+    assert len(_mismatches(answers, cases)) > 10
+
+
+real_kda = K.kda_state_bytes
+
+
+def test_alice_ai_refusals_name_the_field() -> None:
+    for key, bad in (("kda_allow_negative_eigenvalues", True), ("router_score_function", "softmax"),
+                     ("router_bias_correction", False), ("kda_allow_negative_eigenvalues", 0)):
+        _refused({**ALICE, key: bad}, f"config.{key}", "serves AliceAI only with")
+    for key in ("head_dim", "num_experts", "block_attn_res_block_size", "layer_types",
+                "linear_conv_kernel_dim"):
+        _refused({k: v for k, v in ALICE.items() if k != key}, f"config.{key}", "missing")
+    _refused({**ALICE, "layer_types": ["mamba"] * 8}, "config.layer_types[0]", "valid: linear_attention")
+    _refused(ALICE_CONFIGS["alice_vheads"], "config.linear_num_value_heads", "requires 8")
+    _refused(ALICE_CONFIGS["alice_heads4"], "config.linear_num_key_heads", "divisible by tp = 8", tp=8)
+    _refused({**ALICE, "num_experts": 4}, "config.num_experts", "at least tp = 8", tp=8)  # vLLM raises
+    ms = M.from_config(ALICE, mamba_ssm_cache_dtype="bfloat16")
+    assert isinstance(ms, M.ModelSpec) and any("stays float32" in x for x in ms.notes)
+    with pytest.raises(SpecError, match="KDA states beside gated attention") as e:
+        M.spec_from_config(ALICE, engine="tpu-inference", reader="json")
+    assert e.value.field == "engine"

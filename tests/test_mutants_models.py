@@ -2817,12 +2817,13 @@ def test_layer_bound_is_inclusive_and_refusals_name_vllms_module() -> None:
     assert str(e.value).endswith("must be at most 10,000")
     # an architecture vLLM serves and kvlayout refuses: the reason names vLLM's module, not "unknown"
     with pytest.raises(SpecError) as e:
-        J.from_config({"architectures": ["AliceAIForCausalLM"]})
-    assert (e.value.field, e.value.value) == ("config.architectures[0]", "AliceAIForCausalLM")
-    assert str(e.value) == f"config.architectures[0] = 'AliceAIForCausalLM': {refusal('AliceAIForCausalLM')}"
+        J.from_config({"architectures": ["BailingMoeV3ForCausalLM"]})
+    assert (e.value.field, e.value.value) == ("config.architectures[0]", "BailingMoeV3ForCausalLM")
+    arch = "BailingMoeV3ForCausalLM"
+    assert str(e.value) == f"config.architectures[0] = '{arch}': {refusal(arch)}"
     assert str(e.value).startswith(
-        "config.architectures[0] = 'AliceAIForCausalLM': vLLM 0.33.0 serves it (hybrid, module alice_ai); "
-        "kvlayout refuses it: "
+        "config.architectures[0] = 'BailingMoeV3ForCausalLM': vLLM 0.33.0 serves it (hybrid, module "
+        "bailing_moe_v3); kvlayout refuses it: "
     )
 
 

@@ -78,6 +78,9 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # Kimi-Linear: KDA states (1-based linear_attn_config.kda_layers) beside MLA layers, the block aligned to
     # a multiple of 128 tokens as vLLM 0.33 aligns an MLA hybrid's (vllm/models/kimi_k3; kimi_linear.py here)
     "KimiLinearForCausalLM": "kimi_linear",
+    # AliceAI: the same KDA states beside Qwen3-Next's standard attention (layer_types), aligned as any
+    # standard hybrid (vLLM 0.33's alice_ai.py; kimi_linear.py and hybrid.py here)
+    "AliceAIForCausalLM": "alice_ai",
     # Kimi-K2.5: vLLM 0.33's kimi_k25.py builds its language model as DeepseekV2ForCausalLM under
     # ``language_model`` from the text_config (a DeepSeek-V3 MLA config, model_type kimi_k2, which
     # transformers' Kimi_K25Config, the class vLLM reads kimi_k25 with, makes deepseek_v3)
@@ -166,7 +169,7 @@ ATTENTION_FAMILIES = (
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "generic_mla")
 HYBRID_FAMILIES = (
     "jamba", "nemotron_h", "falcon_h1", "qwen3_next", "qwen3_5", "granitemoehybrid", "lfm2", "olmo_hybrid",
-    "zamba2", *MAMBA_ONLY,
+    "zamba2", "alice_ai", *MAMBA_ONLY,
 )
 
 #: A family's rule: the groups, the KV cache dtype and the (main) block size.
@@ -196,7 +199,7 @@ _NOT_YET = {
 }
 
 
-_KDA_RULE = "kvlayout's KDA rule is Kimi-Linear's (kimi_linear.py): its config fields and layers"
+_KDA_RULE = "kvlayout's KDA rules are Kimi-Linear's and AliceAI's (kimi_linear.py): their fields and layers"
 #: hybrids vLLM serves that kvlayout refuses, each with what it would have to model (vLLM 0.33's code)
 HYBRID_REFUSALS: Mapping[str, str] = {
     "NemotronHPuzzleForCausalLM": (
@@ -206,12 +209,6 @@ HYBRID_REFUSALS: Mapping[str, str] = {
     "Qwen4ExpForCausalLM": (
         "several Mamba state layouts of different sizes (get_mamba_specs_from_config: vLLM aligns to the "
         "largest); kvlayout's hybrids have one state per model"
-    ),
-    "AliceAIForCausalLM": (
-        "Kimi delta attention (KDA) states (KimiGatedDeltaNetAttention over linear_num_key_heads, "
-        "linear_key_head_dim, linear_conv_kernel_dim) beside Qwen3-Next's gated standard attention, chosen "
-        "by layer_types, from a remote-code config: that hybrid's alignment (standard attention, not MLA) "
-        f"with a KDA state is not checked against vLLM's construction; {_KDA_RULE}"
     ),
     "Glm5NextForCausalLM": (
         "sparse MLA layers holding an indexer cache and a tail cache each (Glm5NextIndexerCache, "

@@ -56,6 +56,7 @@ from .backends import HYBRID_BLOCK_UNIT
 from .base import Ctx
 from .config import MODEL_DTYPES, Config, per_rank, resolve_kv_dtype
 from .grouping import vllm_groups
+from .kimi_linear import alice_ai_layers
 
 
 def ssm_dtype(c: Ctx, config_keys: Sequence[str], default: str) -> str:
@@ -75,6 +76,8 @@ def mamba_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]
     """Per layer: has a cache, is attention; the Mamba state bytes, the Mamba kind and its name tail."""
     cfg, tp, conv_dt = c.cfg, c.tp, c.dtype
     conv_size = DTYPE_SIZES[conv_dt]
+    if c.family == "alice_ai":  # KDA states beside standard attention (kimi_linear.py)
+        return alice_ai_layers(c, n)
     if c.family == "jamba":
         period = cfg.req_int(
             "attn_layer_period", "layer i is attention when i % attn_layer_period == attn_layer_offset"

@@ -22,6 +22,14 @@
 - Prefix caching is on by default on a GPU (``mamba_cache_mode`` ``align``); KDA layers export no prefill
   checkpoints, so nothing more aligns the block. Groups as any hybrid's (:func:`.grouping.vllm_groups`).
 - Multi-token-prediction layers get no cache: only with speculative decoding.
+
+AliceAI (``AliceAIForCausalLM``: yandex/AliceAI-Foundation-80B-A3B, vLLM 0.33's ``alice_ai.py``) builds the
+same KDA layer (``KimiGatedDeltaNetAttention``, ``model.layers.{i}.linear_attn``) on the ``linear_attention``
+layers of ``layer_types``, from ``linear_num_key_heads`` of ``linear_key_head_dim`` (the value heads and size
+must equal them: vLLM raises) and ``linear_conv_kernel_dim``, beside Qwen3-Next's gated standard attention
+(``model.layers.{i}.self_attn.attn``) on the ``full_attention`` ones: a standard hybrid, aligned by
+:func:`.hybrid.hybrid_family` (:func:`alice_ai_layers` gives its layers and state). Its alignment's state
+dtype, as its layers', takes no ssm dtype: the recurrent state is float32 whatever ``mamba_ssm_cache_dtype``.
 """
 
 from __future__ import annotations
@@ -106,10 +114,8 @@ def _kda_state(c: Ctx, lin: Config) -> tuple[int, int]:
     if ssm not in KDA_SSM_DTYPES:
         why = f"vLLM 0.33's kda_state_dtype raises for it (valid: {', '.join(KDA_SSM_DTYPES)})"
         raise spec_error("mamba_ssm_cache_dtype", ssm, why)
-    conv = (k - 1) * 3 * heads * hdim // tp * DTYPE_SIZES[c.dtype]
-    rec = heads // tp * hdim * hdim
-    aligned = DTYPE_SIZES["float32" if ssm == "auto" else ssm]
-    return conv + rec * DTYPE_SIZES["float32"], conv + rec * aligned
+    aligned = "float32" if ssm == "auto" else ssm
+    return kda_state_bytes(c, heads, hdim, k), kda_state_bytes(c, heads, hdim, k, aligned)
 
 
 def _mla(c: Ctx) -> tuple[int, int, int]:
@@ -177,3 +183,50 @@ def kimi_linear_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         else:
             c.add("mla", MLASpec(name=name, block_size=bs, head_size=head, dtype=kv), bucket)
     return vllm_groups(list(bucket.items())), kv, bs
+
+
+#: AliceAIForCausalLMConfig (vLLM 0.33's model_executor/models/config.py): fields it requires, as written
+_ALICE_REQUIRED = (
+    ("kda_allow_negative_eigenvalues", False),
+    ("router_score_function", "sigmoid"),
+    ("router_bias_correction", True),
+)
+
+
+def kda_state_bytes(c: Ctx, heads: int, hdim: int, k: int, ssm: str = "float32") -> int:
+    """One KDA state's bytes per rank (``kda_state_shape``): conv ``(k - 1, 3 * heads * hdim / tp)`` in the
+    model dtype, recurrent ``(heads / tp, hdim, hdim)`` in ``ssm``."""
+    conv = (k - 1) * 3 * heads * hdim // c.tp * DTYPE_SIZES[c.dtype]
+    return conv + heads // c.tp * hdim * hdim * DTYPE_SIZES[ssm]
+
+
+def alice_ai_layers(c: Ctx, n: int) -> tuple[list[bool], list[bool], int, str, str]:
+    """AliceAI's layers for :func:`.hybrid.hybrid_family`: per layer, has a cache and is attention; the KDA
+    state's bytes, its kind and name tail (module docstring)."""
+    cfg = c.cfg
+    for key, want in _ALICE_REQUIRED:  # AliceAIForCausalLMConfig.verify_and_update_model_config raises
+        got = cfg.data.get(key)
+        if not (got is want if isinstance(want, bool) else got == want):
+            raise spec_error(cfg.field(key), got, f"vLLM 0.33 serves AliceAI only with {want!r}")
+    experts = cfg.req_int("num_experts", "AliceAIDecoderBlock requires sparse experts")
+    if c.tp > experts:  # AliceAISparseMoeBlock raises ValueError
+        raise spec_error(cfg.field("num_experts"), experts, f"vLLM 0.33's AliceAI needs at least tp = {c.tp}")
+    cfg.req_int("block_attn_res_block_size", "vLLM 0.33's AliceAI requires it (a positive integer)")
+    cfg.req_int("head_dim", "Qwen3NextAttention's head size (without it, hidden over the heads per rank)")
+    types = cfg.req_list("layer_types", "linear_attention (KDA) or full_attention, one per layer", n, str)
+    for i, t in enumerate(types):
+        if t not in ("linear_attention", "full_attention"):  # AliceAIDecoderBlock raises ValueError
+            raise spec_error(f"{cfg.field('layer_types')}[{i}]", t, "valid: linear_attention, full_attention")
+    heads = cfg.req_int("linear_num_key_heads", "the KDA heads (split by tp)")
+    hdim = cfg.req_int("linear_key_head_dim", "the KDA head size")
+    for key, same in (("linear_num_value_heads", heads), ("linear_value_head_dim", hdim)):
+        v = cfg.req_int(key, "AliceAI's KDA requires it equal to the key's")
+        if v != same:  # _make_kimi_kda_config raises ValueError
+            raise spec_error(cfg.field(key), v, f"vLLM 0.33's AliceAI KDA requires {same}, the key's")
+    k = cfg.req_int("linear_conv_kernel_dim", "the KDA conv state keeps linear_conv_kernel_dim - 1 steps")
+    if heads % c.tp:  # KimiGatedDeltaNetAttention asserts num_heads % tp_size == 0
+        raise spec_error(cfg.field("linear_num_key_heads"), heads, f"not divisible by tp = {c.tp}")
+    if c.mamba_ssm_cache_dtype not in (None, "auto", "float32"):
+        c.notes.append(f"mamba_ssm_cache_dtype {c.mamba_ssm_cache_dtype}: AliceAI's KDA state stays float32")
+    is_attn = [t == "full_attention" for t in types[:n]]
+    return [True] * n, is_attn, kda_state_bytes(c, heads, hdim, k), "kda", "linear_attn"

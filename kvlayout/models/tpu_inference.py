@@ -330,12 +330,13 @@ def tpu_inference_from_config(
             "code (vLLM's are: plan with engine vllm)"
         )
         raise spec_error("engine", "tpu-inference", why)
-    if probe.family in ("nemotron_nas", "plamo3", "longcat_flash", "kimi_linear"):
+    if probe.family in ("nemotron_nas", "plamo3", "longcat_flash", "kimi_linear", "alice_ai"):
         what = {
             "nemotron_nas": "per-layer KV heads and no-op layers",
             "plamo3": "per-layer windows",
             "longcat_flash": "two MLA attentions per decoder layer",
             "kimi_linear": "KDA states beside MLA layers",
+            "alice_ai": "KDA states beside gated attention",
         }[probe.family]
         why = (
             f"tpu-inference's arrays for {probe.architecture}'s {what} are not checked against its code "
