@@ -174,3 +174,28 @@ def test_l1_plamo3_window_past_the_config_limit_is_named_by_its_field() -> None:
     with pytest.raises(SpecError) as e:
         M.from_config({**PLAMO3, "interleaved_sliding_window": [2**70] * 8})
     assert e.value.field == "config.interleaved_sliding_window[0]" and e.value.value == 2**70
+
+
+# ------------------------------------------------------------------- M2: an EAGLE-3 draft's layer offset
+def test_m2_target_layer_count_beside_layer_types_is_refused() -> None:
+    """M2 (HIGH): ``target_layer_count`` in a Llama (or DeciLM) config.json with ``layer_types``: vLLM's
+    ``LlamaAttention`` reads layer i's type at ``i - target_layer_count`` (an EAGLE-3 draft's offset,
+    wrapping below 0), so with [sliding, full, full, full] and 1 vLLM slides layer 1 where kvlayout planned
+    layer 0 sliding (groups in another order). Refused, naming the field; vLLM's shift shown below."""
+    from kvlayout.errors import SpecError
+    from tests.test_hostile_s22 import LLAMA
+    from tests.test_models_nemotron_nas import BASE, _blocks
+
+    s, f = "sliding_attention", "full_attention"
+    llama = {**LLAMA, "sliding_window": 64, "layer_types": [s, f, f, f], "target_layer_count": 1}
+    nas = {**BASE, "sliding_window": 64, "layer_types": [s, f, f, f, f, f], "target_layer_count": 1,
+           "block_configs": _blocks([2] * 6)}
+    for cfg in (llama, nas):
+        with pytest.raises(SpecError) as e:
+            M.from_config(cfg)
+        assert e.value.field == "config.target_layer_count" and e.value.value == 1
+        rest = {k: v for k, v in cfg.items() if k != "target_layer_count"}
+        assert isinstance(M.from_config(rest), M.ModelSpec)
+    pytest.importorskip("vllm")
+    case = {"config": llama, "tp": 1, "kv_cache_dtype": "auto", "gpu_backend": True}
+    assert list(vllm_answers({"llama": case})["llama"]["windows"]) == ["model.layers.1.self_attn.attn"]

@@ -409,7 +409,22 @@ def layer_types(cfg: Config, family: str, n: int, variation: Variation = NO_VARI
     if family in ("generic_sw", "llama") and not cfg.has("layer_types"):
         # LlamaAttention passes a window only by layer_types: without them every layer takes the engine's
         return ["sliding" if cfg.has("sliding_window") else "full"] * n
+    if family in ("generic_sw", "llama", "mistral"):
+        refuse_draft_offset(cfg)
     return _written_or_family_types(cfg, family, n)
+
+
+def refuse_draft_offset(cfg: Config) -> None:
+    """Refuse an EAGLE-3 draft's ``target_layer_count`` beside ``layer_types``: vLLM's ``LlamaAttention``
+    then reads layer ``i``'s type at ``i - target_layer_count`` (wrapping below 0; a null fails), so
+    other layers slide than the ones written (issue 25, pass 25: planned layer 0 sliding where vLLM
+    slid layer 1)."""
+    if "target_layer_count" in cfg.data and cfg.data.get("layer_types"):
+        why = (
+            "an EAGLE-3 draft's field: vLLM's LlamaAttention then reads layer i's layer_types entry at "
+            "i - target_layer_count; kvlayout plans target models: drop it"
+        )
+        raise spec_error(cfg.field("target_layer_count"), cfg.data["target_layer_count"], why)
 
 
 def chunk_size(cfg: Config) -> int | None:

@@ -34,6 +34,7 @@ from typing import Any
 from ..errors import spec_error
 from ..spec import FullAttentionSpec, GroupSpec, LayerSpec, SlidingWindowSpec
 from ..validate import is_int
+from .attention import refuse_draft_offset
 from .base import Ctx
 from .config import Config, resolve_kv_dtype
 from .grouping import vllm_groups
@@ -159,6 +160,7 @@ def _kv_heads(heads: int, group: int, tp: int, where: str) -> int:
 def _sliding(cfg: Config, n: int) -> list[bool]:
     """Which layers slide, as vLLM's ``LlamaAttention`` and engine window make them."""
     if cfg.has("layer_types"):
+        refuse_draft_offset(cfg)  # LlamaAttention's EAGLE-3 shift of the entries read (pass 25)
         types = cfg.req_list("layer_types", "", n, str)
         for i, t in enumerate(types):
             if t not in ("sliding_attention", "full_attention"):
