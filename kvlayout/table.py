@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import TableError, bad_value
 from .ranges import MAX_BLOCKS, MAX_BYTES, extent
-from .validate import MAX_NAME_CHARS, check_int, check_name, parse_json, plain_ints
+from .validate import MAX_NAME_CHARS, check_int, check_name, parse_json, plain_ints, plain_str
 
 TABLE_VERSION = 1
 #: Most rows a table holds (GEOMETRY.md section 8): the verifier answers 100,000 rows within about a
@@ -159,6 +159,7 @@ class SegmentTable:
         """
         if group is None:
             return self
+        group = plain_str(group)  # its own __eq__ chose the rows (pass 25)
         if self.groups_joined:  # a merged row clears bytes of several groups: per group it would
             # clear part of one group and nothing of another (issue 25, ninth pass)
             why = (

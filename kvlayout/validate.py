@@ -53,6 +53,13 @@ def id_element_why(v: object, why: str = "must be an integer block id") -> str:
     return why
 
 
+def plain_str(v: Any) -> Any:
+    """A ``str`` subclass as the plain str it holds; anything else as it is. A group name's own ``__eq__``
+    or ``__hash__`` may lie: one equal to every name chose every group's rows, and another group's cached
+    plan (issue 25, pass 25)."""
+    return str.__str__(v) if isinstance(v, str) and type(v) is not str else v
+
+
 def plain_ints(obj: Any) -> None:
     """Every NumPy integer field of the frozen dataclass ``obj`` made a Python int, before it is checked:
     NumPy's int64 arithmetic wraps without a word (a row's extent ``5 * stride`` wrapped into range, and

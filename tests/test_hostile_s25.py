@@ -199,3 +199,40 @@ def test_m2_target_layer_count_beside_layer_types_is_refused() -> None:
     pytest.importorskip("vllm")
     case = {"config": llama, "tp": 1, "kv_cache_dtype": "auto", "gpu_backend": True}
     assert list(vllm_answers({"llama": case})["llama"]["windows"]) == ["model.layers.1.self_attn.attn"]
+
+
+# ------------------------------------------------------------------- G1: a group name whose own __eq__ lies
+class _AnyGroup(str):
+    """A group name equal to every name, hashing as group ``b``."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("b")
+
+
+def test_g1_a_str_subclass_group_zeroes_its_own_rows_only() -> None:
+    """G1 (HIGH): a group name's own ``__eq__`` chose the rows (``SegmentTable.for_group``) and the cached
+    plans (the cuda zeroer's dict lookups): ``_AnyGroup("a")`` zeroed block 3 of groups a and b, in the
+    cuda zeroer and in the NumPy reference. Now read as the plain str it holds (one type check a call)."""
+    torch = pytest.importorskip("torch")
+    kc = pytest.importorskip("kvlayout.backends.cuda")
+    import kvlayout as K
+
+    rows = (K.Segment(0, 64, 16, "a", "L0"), K.Segment(32, 64, 16, "b", "L1"))
+    t = K.SegmentTable(total_bytes=512, num_blocks=8, segments=rows)
+    assert [s.layer for s in t.for_group(_AnyGroup("a")).segments] == ["L0"]
+    host = np.full(512, 7, np.uint8)
+    K.zero_blocks_numpy(host, t, [3], group=_AnyGroup("a"))
+    assert K.changed_ranges(np.full(512, 7, np.uint8), host).tolist() == [[192, 208]]
+    if kc.MODE == "native":
+        pytest.skip("CPU buffer: interpreter only")
+    for warm in (None, "b"):  # with group b's plan cached first, its key found by the lying hash
+        buf = torch.full((512,), 7, dtype=torch.uint8)
+        z = kc.CudaZeroer(t, buf, graphs=False)
+        if warm:
+            z.zero([1], warm)
+            buf.fill_(7)
+        z.zero([3], _AnyGroup("a"))
+        assert K.changed_ranges(np.full(512, 7, np.uint8), buf.numpy()).tolist() == [[192, 208]]

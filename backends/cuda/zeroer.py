@@ -32,7 +32,7 @@ from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, Table
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable, check_table
-from kvlayout.validate import check_option, is_int
+from kvlayout.validate import check_option, is_int, plain_str
 from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE, launch_guard
@@ -435,9 +435,11 @@ class CudaZeroer:
     def _plan_for(self, group: str | None, chunk_words: int | None = None) -> _DevicePlan:
         """The work units of ``group`` (GEOMETRY.md section 7): its rows only, coalesced on their own."""
         chunk = self._chunk_words if chunk_words is None else chunk_words
-        if group is not None and not isinstance(group, str):  # before the lookup: a list is unhashable
-            msg = f"group = {short(group)}: must be a group name (str) or None"
-            raise TableError(msg, field="group", value=repr(group))
+        if group is not None and type(group) is not str:  # before the lookup: a list is unhashable
+            if not isinstance(group, str):
+                msg = f"group = {short(group)}: must be a group name (str) or None"
+                raise TableError(msg, field="group", value=repr(group))
+            group = plain_str(group)  # a str subclass's __hash__ / __eq__ found another group's plan
         found = self._plans.get((group, chunk))
         if found is not None:
             return found
@@ -449,6 +451,8 @@ class CudaZeroer:
     def plan_for_batch(self, num_ids: int, group: str | None = None) -> _DevicePlan:
         """The plan a batch of ``num_ids`` ids launches with: smaller units while the default ones
         give fewer than ``FILL_WAVES * max_programs`` work items (decided once per bucket)."""
+        if type(group) is not str:
+            group = plain_str(group)
         key = (group, (num_ids - 1).bit_length())
         found = self._geometry.get(key)
         if found is not None:
@@ -644,6 +648,8 @@ class CudaZeroer:
         is; out-of-range ids write nothing and set the flag that :meth:`check` raises.
         """
         self._check_storage()
+        if group is not None and type(group) is not str:  # a str subclass as its plain str (pass 25)
+            group = plain_str(group)
         if isinstance(block_ids, torch.Tensor):
             if block_ids.device.type == DEVICE_TYPE and (MODE == "native" or block_ids.device == self.device):
                 self._zero_device(block_ids, group)
@@ -717,6 +723,7 @@ class CudaZeroer:
         """
         if not self.graphs:
             return
+        group = plain_str(group)
         self._plan_for(group)
         buckets = []
         b = 1

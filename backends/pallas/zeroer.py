@@ -26,7 +26,7 @@ from kvlayout.hardware import jax_platform
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable, check_table
-from kvlayout.validate import check_int, check_option, id_element_why, is_int
+from kvlayout.validate import check_int, check_option, id_element_why, is_int, plain_str
 from kvlayout.verify import require_safe
 
 from .kernels import (
@@ -361,6 +361,7 @@ class PallasZeroer:
         if group is not None and not isinstance(group, str):
             msg = f"group = {group!r}: must be a group name (str) or None"
             raise TableError(msg, field="group", value=repr(group))
+        group = plain_str(group)  # a str subclass's own __eq__ may lie (pass 25)
         if not is_int(offset) or offset < 0 or offset % 4:
             msg = f"offset = {offset!r}: must be a non-negative multiple of 4"
             raise LayoutBufferError(msg, field="offset", value=offset)

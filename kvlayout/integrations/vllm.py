@@ -43,7 +43,7 @@ from ..spec import (
     SlidingWindowSpec,
 )
 from ..table import Segment, SegmentTable
-from ..validate import is_int
+from ..validate import is_int, plain_str
 
 #: The vLLM release whose objects this adapter reads.
 VLLM_VERSION = "0.33.0"
@@ -829,7 +829,7 @@ class KVBlockZeroer:
     def group_name(self, group: int | str | None) -> str | None:
         """kvlayout's name of ``group``: vLLM's group index, a kvlayout group name, or ``None`` (all)."""
         if group is None or isinstance(group, str):
-            return group
+            return plain_str(group)  # a str subclass's own __eq__ / __hash__ may lie (pass 25)
         # NumPy integers are indices too (np.int64(0) was refused as outside [0, n))
         # read as a plain int first: an int subclass's own comparisons may lie (issue 25, seventeenth pass)
         index = int.__int__(int(group)) if is_int(group) else None
