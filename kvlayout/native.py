@@ -29,7 +29,7 @@ from .ranges import MAX_BLOCKS, MAX_BYTES
 from .reference import expected_zeroed, normalize_block_ids, zero_blocks_numpy
 from .spec import DTYPE_SIZES, SPEC_VERSION
 from .table import Segment, SegmentTable
-from .validate import check_int, check_name, is_int, parse_json, plain_ints
+from .validate import check_int, check_name, is_int, parse_json, plain_ints, plain_str
 from .verify import VerifyReport, verify
 
 #: The ``layout`` of a native spec's JSON.
@@ -297,7 +297,9 @@ class NativeCacheSpec:
 
     def check_group(self, group: str | None) -> str | None:
         """``group`` if it names a group of this spec (or is ``None``: every group). Groups are named by
-        str: another type (``np.int64(0)``) is refused naming its type, not as a group that is missing."""
+        str: another type (``np.int64(0)``) is refused naming its type, not as a group that is missing.
+        A str subclass is read as the plain str it holds (its own ``__eq__`` may lie: pass 25)."""
+        group = plain_str(group)
         if group is not None and group not in self.groups:
             valid = ", ".join(repr(g) for g in self.groups)
             if not isinstance(group, str):
@@ -308,7 +310,7 @@ class NativeCacheSpec:
 
     def zeroed_mask(self, group: str | None = None) -> tuple[bool, ...]:
         """Per leaf: does zeroing (of ``group``, or of every group) clear it?"""
-        self.check_group(group)
+        group = self.check_group(group)
         return tuple(leaf.zeroed and (group is None or group in leaf.group_names) for leaf in self.leaves)
 
     def with_num_blocks(self, num_blocks: int) -> NativeCacheSpec:

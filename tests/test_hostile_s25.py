@@ -236,3 +236,25 @@ def test_g1_a_str_subclass_group_zeroes_its_own_rows_only() -> None:
             buf.fill_(7)
         z.zero([3], _AnyGroup("a"))
         assert K.changed_ranges(np.full(512, 7, np.uint8), buf.numpy()).tolist() == [[192, 208]]
+
+
+def test_g1_native_caches_read_the_group_as_its_plain_str() -> None:
+    """G1 on the JAX-native side: ``NativeCacheSpec.zeroed_mask`` asked ``group in leaf.group_names``, the
+    name's own ``__eq__`` answering: ``_AnyGroup("a")`` zeroed the pages of leaves a and b (the NumPy
+    reference, and the Pallas ``CacheZeroer``, whose jitted steps are keyed by the group too)."""
+    from kvlayout.native import spec_from_arrays, zero_native_numpy
+
+    def caches() -> list[np.ndarray]:
+        return [np.full((4, 8), 7, np.float32), np.full((4, 8), 7, np.float32)]
+
+    spec = spec_from_arrays(caches(), ["a", "b"])
+    assert spec.zeroed_mask(_AnyGroup("a")) == (True, False)
+    host = caches()
+    zero_native_numpy(host, spec, [2], group=_AnyGroup("a"))
+    assert (host[0][2] == 0).all() and (host[1] == 7).all()
+    jnp = pytest.importorskip("jax.numpy")
+    kp = pytest.importorskip("kvlayout.backends.pallas")
+    z = kp.CacheZeroer([jnp.full((4, 8), 7.0), jnp.full((4, 8), 7.0)], ["a", "b"])
+    out = z([jnp.full((4, 8), 7.0), jnp.full((4, 8), 7.0)], [1], group="b")  # b's step traced first
+    out = z([jnp.full((4, 8), 7.0), jnp.full((4, 8), 7.0)], [2], group=_AnyGroup("a"))
+    assert (np.asarray(out[0])[2] == 0).all() and (np.asarray(out[1]) == 7).all()

@@ -497,8 +497,8 @@ class CacheZeroer:
         """
         if self.mesh is not None:
             self.check_caches(caches, shardings=True)
-        if group is not None:
-            self.spec.check_group(group)
+        if group is not None:  # as the plain str it holds: the jit caches key on the group (pass 25)
+            group = self.spec.check_group(group)
         if isinstance(block_ids, jax.Array):
             ids: Any = block_ids
             check_id_array(ids)
