@@ -258,3 +258,16 @@ def test_g1_native_caches_read_the_group_as_its_plain_str() -> None:
     out = z([jnp.full((4, 8), 7.0), jnp.full((4, 8), 7.0)], [1], group="b")  # b's step traced first
     out = z([jnp.full((4, 8), 7.0), jnp.full((4, 8), 7.0)], [2], group=_AnyGroup("a"))
     assert (np.asarray(out[0])[2] == 0).all() and (np.asarray(out[1]) == 7).all()
+
+
+def test_l2_decilm_layer_types_of_another_length_are_refused() -> None:
+    """L2 (LOW): DeciLM's layer_types longer than the layers were planned by their first entries; the
+    config class (transformers' validate_layer_type) refuses any other length, so vLLM builds nothing."""
+    from kvlayout.errors import SpecError
+    from tests.test_models_nemotron_nas import BASE, _blocks
+
+    s, f = "sliding_attention", "full_attention"
+    cfg = {**BASE, "sliding_window": 64, "layer_types": [s, f] * 4, "block_configs": _blocks([2] * 6)}
+    with pytest.raises(SpecError) as e:
+        M.from_config(cfg)
+    assert e.value.field == "config.layer_types" and e.value.value == "8 items"

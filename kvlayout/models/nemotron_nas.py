@@ -161,7 +161,7 @@ def _sliding(cfg: Config, n: int) -> list[bool]:
     """Which layers slide, as vLLM's ``LlamaAttention`` and engine window make them."""
     if cfg.has("layer_types"):
         refuse_draft_offset(cfg)  # LlamaAttention's EAGLE-3 shift of the entries read (pass 25)
-        types = cfg.req_list("layer_types", "", n, str)
+        types = cfg.req_list("layer_types", "", n, str, exact=True)  # transformers refuses another length
         for i, t in enumerate(types):
             if t not in ("sliding_attention", "full_attention"):
                 why = "valid: sliding_attention, full_attention (vLLM's LlamaAttention slides on the first)"
