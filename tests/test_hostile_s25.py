@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import kvlayout.models as M
-from kvlayout.errors import LayoutBufferError
-from tests.test_hostile_s24_models import QWEN2_MOE
+from kvlayout.errors import LayoutBufferError, SpecError
+from tests.test_hostile_s22 import LLAMA
+from tests.test_hostile_s24_models import COHERE2, QWEN2_MOE
 from tests.test_models_hybrid_vllm import _kvlayout, vllm_answers
 
 #: one decoder layer, the flag on, no layer_types: the window counts only below max_window_layers
@@ -35,7 +36,9 @@ def test_m1_qwen2_moe_one_layer_below_no_window_layers_is_full() -> None:
     assert _kinds({k: v for k, v in ONE.items() if k != "max_window_layers"}) == {"sliding"}
 
 
-def test_m1_is_vllms_construction() -> None:
+def test_m1_l3_are_vllms_construction() -> None:
+    """M1, and L3: an explicit float16 / bfloat16 cache unlike the model's dtype (float32 runs in bfloat16)
+    was planned; vLLM 0.33's VllmConfig refuses it (``_reject_mismatched_float_kv_cache``)."""
     pytest.importorskip("vllm")
     cases = {
         f"mwl{m}": {
@@ -43,8 +46,19 @@ def test_m1_is_vllms_construction() -> None:
         }
         for m in (0, 1)
     }
+    dtypes = {"f16_on_bf16": ("bfloat16", "float16"), "bf16_on_bf16": ("bfloat16", "bfloat16"),
+              "bf16_on_f32": ("float32", "bfloat16"), "f16_on_f32": ("float32", "float16"),
+              "f16_on_f16": ("float16", "float16")}
+    for cid, (model, kv) in dtypes.items():
+        cfg = {**LLAMA, "torch_dtype": model}
+        cases[cid] = {"config": cfg, "tp": 1, "kv_cache_dtype": kv, "gpu_backend": True}
     answers = vllm_answers(cases)
     assert answers["mwl0"]["windows"] == {} and len(answers["mwl1"]["windows"]) == 1
+    for cid in ("f16_on_bf16", "f16_on_f32"):  # refused by both, naming the cache dtype here
+        assert "is incompatible with" in answers[cid]["error"], answers[cid]
+        with pytest.raises(SpecError) as e:
+            _kvlayout(cases.pop(cid))
+        assert (e.value.field, e.value.value) == ("kv_cache_dtype", "float16")
     for cid, case in cases.items():
         got, want = _kvlayout(case), answers[cid]
         for key in ("block_size", "layers", "blocks", "windows", "groups", "bytes_per_block"):
@@ -271,3 +285,12 @@ def test_l2_decilm_layer_types_of_another_length_are_refused() -> None:
     with pytest.raises(SpecError) as e:
         M.from_config(cfg)
     assert e.value.field == "config.layer_types" and e.value.value == "8 items"
+
+
+def test_l4_cohere2_window_zero_is_refused_saying_zero_reads_as_null() -> None:
+    """L4 (LOW): a written ``sliding_window: 0`` (ModelConfig reads it as none) was refused showing None
+    with no word of the 0 written; the message now says so."""
+    with pytest.raises(SpecError) as e:
+        M.from_config({**COHERE2, "sliding_window": 0})
+    assert e.value.field == "config.sliding_window"
+    assert "ModelConfig reads a written 0 as null" in str(e.value)

@@ -2062,12 +2062,17 @@ def test_which_mla_models_have_an_indexer_and_their_cache_dtypes() -> None:
     plain = {k: v for k, v in base.items() if k != "index_topk"}
     ms = J.from_config({**plain, "architectures": ["DeepseekV2ForCausalLM"]})
     assert isinstance(ms, M.ModelSpec) and set(ms.kinds.values()) == {"mla"}
-    # an explicit cache dtype wins over the model's (float16 here), with and without the indexer
+    # the cache dtype is the model's (float16 here), with and without the indexer; an explicit bfloat16
+    # beside it is refused as vLLM 0.33's VllmConfig refuses it (hostile pass 25, L3)
     for cfg in (base, {**plain, "architectures": ["DeepseekV2ForCausalLM"]}):
-        for kv, want in (("bfloat16", "bfloat16"), (None, "float16"), ("auto", "float16")):
+        for kv, want in (("float16", "float16"), (None, "float16"), ("auto", "float16")):
             ms = J.from_config(cfg, kv_cache_dtype=kv)
             assert isinstance(ms, M.ModelSpec) and ms.kv_cache_dtype == want
             assert {x.dtype for _, x in ms.spec.layers if ms.kinds[x.name] == "mla"} == {want}
+        with pytest.raises(SpecError) as e:
+            J.from_config(cfg, kv_cache_dtype="bfloat16")
+        assert (e.value.field, e.value.value) == ("kv_cache_dtype", "bfloat16")
+        assert "beside the model's dtype float16 (valid: auto or float16)" in str(e.value)
 
 
 def test_jamba_offset_zero_and_state_kinds() -> None:
@@ -2817,13 +2822,13 @@ def test_layer_bound_is_inclusive_and_refusals_name_vllms_module() -> None:
     assert str(e.value).endswith("must be at most 10,000")
     # an architecture vLLM serves and kvlayout refuses: the reason names vLLM's module, not "unknown"
     with pytest.raises(SpecError) as e:
-        J.from_config({"architectures": ["BailingMoeV3ForCausalLM"]})
-    assert (e.value.field, e.value.value) == ("config.architectures[0]", "BailingMoeV3ForCausalLM")
-    arch = "BailingMoeV3ForCausalLM"
+        J.from_config({"architectures": ["Glm5NextForCausalLM"]})
+    assert (e.value.field, e.value.value) == ("config.architectures[0]", "Glm5NextForCausalLM")
+    arch = "Glm5NextForCausalLM"
     assert str(e.value) == f"config.architectures[0] = '{arch}': {refusal(arch)}"
     assert str(e.value).startswith(
-        "config.architectures[0] = 'BailingMoeV3ForCausalLM': vLLM 0.33.0 serves it (hybrid, module "
-        "bailing_moe_v3); kvlayout refuses it: "
+        "config.architectures[0] = 'Glm5NextForCausalLM': vLLM 0.33.0 serves it (hybrid, module "
+        "vllm.models.glm5next); kvlayout refuses it: "
     )
 
 

@@ -544,7 +544,10 @@ def attention_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     null_window = "sliding_window" in c.cfg.data and c.cfg.data["sliding_window"] is None
     if var.window_offset and "sliding" in types and null_window:
         # Cohere 2's sliding layers take sliding_window + 1: vLLM's construction fails on a null (pass 24)
-        why = f"its sliding layers take sliding_window + {var.window_offset} (vLLM fails on a null window)"
+        why = (
+            f"its sliding layers take sliding_window + {var.window_offset} (vLLM fails on a null window; "
+            "ModelConfig reads a written 0 as null)"
+        )
         raise spec_error(c.cfg.field("sliding_window"), None, why)
     if "sliding" in types and null_window:
         # the sliding layers pass config.sliding_window as their window (Gemma 2 / 3, GPT-OSS, Llama's

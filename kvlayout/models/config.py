@@ -577,9 +577,15 @@ def resolve_model_dtype(top: Config, text: Config, dtype: str | None, notes: lis
 
 
 def resolve_kv_dtype(kv_cache_dtype: str | None, model_dtype: str) -> str:
+    """The cache's dtype: ``auto`` is the model's; an explicit float16 / bfloat16 must be the model's own
+    (vLLM 0.33's ``VllmConfig`` refuses another: ``_reject_mismatched_float_kv_cache``, pass 25)."""
     key = "auto" if kv_cache_dtype is None else kv_cache_dtype
     if key not in KV_DTYPES:
         raise spec_error("kv_cache_dtype", kv_cache_dtype, f"valid: {', '.join(KV_DTYPES)}")
+    if key in ("float16", "bfloat16") and key != model_dtype:
+        allowed = f"auto or {model_dtype}" if model_dtype in ("float16", "bfloat16") else "auto"
+        why = f"vLLM 0.33 refuses it beside the model's dtype {model_dtype} (valid: {allowed})"
+        raise spec_error("kv_cache_dtype", kv_cache_dtype, why)
     return KV_DTYPES[key] or model_dtype
 
 
