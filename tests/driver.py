@@ -213,7 +213,8 @@ def cpu_kimi_linear() -> None:
     (3) The CPU platform turns prefix caching off for MLA models (``CpuPlatform.check_and_update_config``:
     its MLA kernels), after the hybrid hook set ``mamba_block_size`` for it, which VllmConfig then refuses;
     a GPU keeps vLLM's default (prefix caching on, ``mamba_cache_mode`` ``align``): for an MLA hybrid the
-    three fields that rule sets are put back (asserted: it set exactly those)."""
+    three fields that rule sets are put back (asserted: it set exactly those). Bailing MoE V3's MLA hybrid
+    takes (3); (1) and (2) do not reach its model."""
     import torch
     from vllm.platforms.cpu import CpuPlatform
 

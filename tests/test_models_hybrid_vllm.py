@@ -507,6 +507,11 @@ def _stand_ins(model_types: set[str]) -> None:
 STAND_IN_CLASSES: dict[str, str] = {"nemotron-nas": "tests.test_models_nemotron_nas:DeciLMStandIn"}
 
 
+#: the MLA hybrids with KDA states the driver builds with tests/driver.py's cpu_kimi_linear stubs
+#: (tests/test_models_kimi_linear.py)
+MLA_KDA_HYBRIDS = ("KimiLinearForCausalLM", "BailingMoeV3ForCausalLM")
+
+
 #: a stand-in's class defaults (what a remote-code class fills that vLLM's model reads, not the cache's)
 STAND_IN_DEFAULTS: dict[str, Any] = {
     "hidden_act": "silu",
@@ -581,7 +586,7 @@ def _driver() -> None:
     cpu_mxfp4_experts()  # and has no MXFP4 MoE kernel (gpt-oss's experts; they hold no cache)
     cpu_fp8_block_linear()  # nor, without AMX, an FP8 block-scaled matmul (DeepSeek-V3's linear layers)
     cpu_ungated_experts()  # and refuses ungated experts (Nemotron-3 Nano's relu2; they hold no cache)
-    if any(c["config"]["architectures"][0] == "KimiLinearForCausalLM" for c in cases.values()):
+    if any(c["config"]["architectures"][0] in MLA_KDA_HYBRIDS for c in cases.values()):
         cpu_kimi_linear()  # its CUDA stream, o_proj kernel flag and the CPU's MLA prefix-caching rule
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(

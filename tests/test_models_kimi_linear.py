@@ -29,7 +29,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.models import kimi_linear as K
-from kvlayout.models.backends import BACKENDS
+from kvlayout.models.backends import BACKENDS, resolve
 
 #: moonshotai/Kimi-Linear-48B-A3B-Instruct's config.json in its structure (tests/fixtures/published/), small:
 #: 8 layers, every fourth MLA; KDA 8 heads of 32, conv 4; MLA latent 64 + RoPE 16, qk_nope_head_dim 64
@@ -125,24 +125,34 @@ def _grid() -> list[tuple[str, int, str, str, int | None, str | None]]:
 
 @functools.cache
 def _cases() -> dict[str, dict[str, Any]]:
+    """Kimi-Linear's driver cases (:func:`_mla_cases`)."""
+    return _mla_cases(CONFIGS, _grid())
+
+
+def _mla_cases(
+    configs: dict[str, dict[str, Any]], grid: list[tuple[str, int, str, str, int | None, str | None]]
+) -> dict[str, dict[str, Any]]:
     """One driver case per config, tp, cache dtype, starting block, MLA backend and ssm dtype (made once: a
     wrong rule patched in later changes kvlayout's plans, not the cases); ``devices``: whose case it is.
     The starting block is the MLA backend's preferred one (or the user's), the backend the one kvlayout
     resolves (tests/test_models_backends.py checks both against vLLM's); for a plan kvlayout refuses, those
-    of the same config at tp 1 with the default ssm dtype."""
+    of the same config at tp 1 with the default ssm dtype (refused too: the device's MLA backend)."""
     out: dict[str, dict[str, Any]] = {}
-    for name, tp, kv, device, user, ssm in _grid():
-        ms = _plan(CONFIGS[name], tp, kv, device, user, ssm)
+    for name, tp, kv, device, user, ssm in grid:
+        ms = _plan(configs[name], tp, kv, device, user, ssm)
         if not isinstance(ms, M.ModelSpec):
-            ms = _plan(CONFIGS[name], 1, kv, device, user, None)
-        assert isinstance(ms, M.ModelSpec), ms
-        # no MLA layer: no backend, nothing aligned (the name is not used)
-        backend = ms.attention_backend or "FLASH_ATTN_MLA"
-        start = user or (BACKENDS[backend].preferred_block_size() if ms.attention_backend else 16)
+            ms = _plan(configs[name], 1, kv, device, user, None)
+        if isinstance(ms, M.ModelSpec):  # no MLA layer: no backend, nothing aligned (the name is not used)
+            backend = ms.attention_backend or "FLASH_ATTN_MLA"
+            start = user or (BACKENDS[backend].preferred_block_size() if ms.attention_backend else 16)
+        else:  # refused at tp 1 too: the MLA backend of the device, the cache and the config
+            nope = configs[name]["qk_nope_head_dim"]
+            r = resolve(mla=True, device=device, kv_cache_dtype=kv, qk_nope_head_dim=nope, block_size=user)
+            backend, start = r.backend.name, user or r.block_size
         key = f"{name}-tp{tp}-{kv}-{backend}-b{start}" + (f"-u{user}" if user else "")
         key += f"-{ssm}" if ssm else ""
         case = out.setdefault(key, {
-            "config": CONFIGS[name], "tp": tp, "kv_cache_dtype": kv, "block_size": start,
+            "config": configs[name], "tp": tp, "kv_cache_dtype": kv, "block_size": start,
             "align_backend": backend, "devices": [],
         })
         if user:
@@ -158,7 +168,7 @@ def answers() -> dict[str, dict[str, Any]]:
     pytest.importorskip("vllm")
     from tests.test_models_hybrid_vllm import vllm_answers
 
-    cases = {**_cases(), **_alice_cases()}
+    cases = {**_cases(), **_alice_cases(), **_bailing_cases()}
     return vllm_answers({k: {x: v for x, v in c.items() if x != "devices"} for k, c in cases.items()})
 
 
@@ -187,7 +197,7 @@ def _mismatches(
 
 
 def test_equals_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:
-    assert set(answers) == set(_cases()) | set(_alice_cases())
+    assert set(answers) == set(_cases()) | set(_alice_cases()) | set(_bailing_cases())
     assert _mismatches(answers) == []
     # the cases vLLM fails are the ones kvlayout refuses: KDA heads not divisible by tp, and the bfloat16
     # ssm states whose padded page cannot hold the layers' float32 state
@@ -424,3 +434,91 @@ def test_alice_ai_refusals_name_the_field() -> None:
     with pytest.raises(SpecError, match="KDA states beside gated attention") as e:
         M.spec_from_config(ALICE, engine="tpu-inference", reader="json")
     assert e.value.field == "engine"
+
+
+# --------------------------------------------------------------------------- Bailing MoE V3
+#: Bailing MoE V3 (inclusionAI's Ling hybrids) in the shape transformers' BailingHybridConfig reads, small:
+#: 6 layers in groups of 4 (layers 3, 4 and 5 MLA: the fourth, and the tail past the last whole group); its
+#: head_dim 32 is replaced by qk_rope_head_dim 16 (the class), which vLLM 0.33's KDA layers take
+BAILING: dict[str, Any] = {
+    "architectures": ["BailingMoeV3ForCausalLM"],
+    "model_type": "bailing_hybrid",
+    "torch_dtype": "bfloat16",
+    "vocab_size": 1024,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "head_dim": 32,
+    "layer_group_size": 4,
+    "kv_lora_rank": 64,
+    "q_lora_rank": None,
+    "qk_rope_head_dim": 16,
+    "qk_nope_head_dim": 64,
+    "v_head_dim": 32,
+    "short_conv_kernel_size": 4,
+    "no_kda_lora": True,
+    "use_bias": False,
+    "num_experts": 8,
+    "num_shared_experts": 1,
+    "num_experts_per_tok": 2,
+    "n_group": 1,
+    "topk_group": 1,
+    "moe_intermediate_size": 64,
+    "moe_shared_expert_intermediate_size": 64,
+    "first_k_dense_replace": 1,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 4096,
+}
+BAILING_CONFIGS: dict[str, dict[str, Any]] = {
+    "bailing": BAILING,
+    # groups of 3 over 7 layers (MLA 2, 5 and the tail 6), 16 heads of 64 (head_dim as written: no note),
+    # qk_nope_head_dim 128
+    "bailing_g3": {**BAILING, "num_hidden_layers": 7, "layer_group_size": 3, "num_attention_heads": 16,
+                   "qk_rope_head_dim": 64, "head_dim": 64, "qk_nope_head_dim": 128},
+    # KDA LoRA: vLLM's Bailing V3 KDA raises (kvlayout refuses at every tp)
+    "bailing_lora": {**BAILING, "no_kda_lora": False},
+}
+
+
+@functools.cache
+def _bailing_cases() -> dict[str, dict[str, Any]]:
+    """Bailing MoE V3's driver cases (:func:`_mla_cases`: the block set for the MLA backend after the model
+    is built); its config class is transformers' (no stand-in)."""
+    grid = [(n, tp, kv, d, None, None) for n in BAILING_CONFIGS for tp in TPS for kv in KVS for d in DEVICES]
+    return _mla_cases(BAILING_CONFIGS, [*grid, ("bailing", 1, "auto", "hopper", 256, None)])
+
+
+def test_bailing_moe_v3_equals_vllms_construction(
+    answers: dict[str, dict[str, Any]], monkeypatch: Any
+) -> None:
+    """Bailing MoE V3: as vLLM builds it; the KDA LoRA cases vLLM fails are those kvlayout refuses; the KDA
+    heads of qk_rope_head_dim, the MLA layers and the 128-token alignment by hand; the standard hybrid's
+    16-token unit in place of the MLA one's 128 fails the comparison."""
+    cases = _bailing_cases()
+    assert _mismatches(answers, cases) == []
+    failed = {k for k in cases if "error" in answers[k]}
+    assert failed == {k for k in cases if k.startswith("bailing_lora-")}, failed
+    b = answers["bailing-tp1-auto-FLASH_ATTN_MLA-b16"]
+    # KDA conv (3, 3 * 8 * 16) bf16 + (8, 16, 16) float32 = 2,304 + 8,192 B; MLA 64 + 16 bf16 = 160 B a token:
+    # one unit of 128 tokens (20,480 B) holds it
+    state = [[[3, 384], [8, 16, 16]], ["torch.bfloat16", "torch.float32"]]
+    assert b["states"]["model.layers.0.self_attn"] == state
+    assert b["block_size"] == 128 and b["layers"]["model.layers.0.self_attn"] == ["MambaSpec", 10_496, 20_480]
+    mla = [f"model.layers.{i}.self_attn.attn" for i in (3, 4, 5)]
+    assert b["groups"] == [[f"model.layers.{i}.self_attn" for i in range(3)], mla]
+    g3 = answers["bailing_g3-tp1-auto-FLASH_ATTN_MLA-b16"]
+    # 16 heads of 64: 18,432 + 262,144 B; 128 + 128 latent a token, bf16: 9 units of 128 tokens
+    assert g3["block_size"] == 1152 and sorted(n for n in g3["blocks"]) == [
+        f"model.layers.{i}.self_attn.attn" for i in (2, 5, 6)]
+    ms = M.from_config(BAILING)
+    assert isinstance(ms, M.ModelSpec) and any("makes head_dim qk_rope_head_dim (16)" in x for x in ms.notes)
+    _refused(BAILING_CONFIGS["bailing_lora"], "config.no_kda_lora", "require it true")
+    _refused({**BAILING, "num_attention_heads": 6}, "config.num_attention_heads", "divisible by tp = 4", tp=4)
+    _refused({**BAILING, "model_type": "bailing_moe"}, "config.model_type", "BailingHybridConfig")
+    _refused({k: v for k, v in BAILING.items() if k != "use_bias"}, "config.use_bias", "AttributeError")
+    with pytest.raises(SpecError, match="KDA states beside MLA layers"):
+        M.spec_from_config(BAILING, engine="tpu-inference", reader="json")
+    monkeypatch.setattr(K, "MLA_HYBRID_UNIT", 16)
+    assert len(_mismatches(answers, cases)) > 20

@@ -13,7 +13,7 @@ from .deepseek_v4 import dsv4_family
 from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
 from .hybrid import MAMBA_ONLY, hybrid_family, mamba_only_family
-from .kimi_linear import kimi_linear_family
+from .kimi_linear import bailing_moe_v3_family, kimi_linear_family
 from .longcat_flash import longcat_flash_family
 from .mimo_v2 import mimo_v2_family
 from .mla import mla_family
@@ -81,6 +81,9 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # AliceAI: the same KDA states beside Qwen3-Next's standard attention (layer_types), aligned as any
     # standard hybrid (vLLM 0.33's alice_ai.py; kimi_linear.py and hybrid.py here)
     "AliceAIForCausalLM": "alice_ai",
+    # Bailing MoE V3: KDA by layer_group_size beside MLA, read by transformers' BailingHybridConfig (its
+    # head_dim made qk_rope_head_dim), aligned as Kimi-Linear (vLLM 0.33's bailing_moe_v3.py; kimi_linear.py)
+    "BailingMoeV3ForCausalLM": "bailing_moe_v3",
     # Kimi-K2.5: vLLM 0.33's kimi_k25.py builds its language model as DeepseekV2ForCausalLM under
     # ``language_model`` from the text_config (a DeepSeek-V3 MLA config, model_type kimi_k2, which
     # transformers' Kimi_K25Config, the class vLLM reads kimi_k25 with, makes deepseek_v3)
@@ -199,7 +202,6 @@ _NOT_YET = {
 }
 
 
-_KDA_RULE = "kvlayout's KDA rules are Kimi-Linear's and AliceAI's (kimi_linear.py): their fields and layers"
 #: hybrids vLLM serves that kvlayout refuses, each with what it would have to model (vLLM 0.33's code)
 HYBRID_REFUSALS: Mapping[str, str] = {
     "NemotronHPuzzleForCausalLM": (
@@ -215,15 +217,10 @@ HYBRID_REFUSALS: Mapping[str, str] = {
         "Glm5NextTailCache in vllm/models/glm5next) beside KDA layers (layer_types linear_attention): those "
         "caches are not modeled"
     ),
-    "BailingMoeV3ForCausalLM": (
-        "KDA layers chosen by layer_group_size (each layer_group_size-th layer and the tail are MLA), KDA "
-        "heads num_attention_heads of head_dim, MLA through MultiHeadLatentAttentionWrapper, the text "
-        f"config's model_type bailing_hybrid: not checked against vLLM's construction; {_KDA_RULE}"
-    ),
     "BailingMoeV2_5ForCausalLM": (
         "MLA attention beside lightning linear-attention states (MambaStateShapeCalculator."
         "linear_attention_state_shape): those states are not modeled (kvlayout's MLA hybrid alignment, to a "
-        "multiple of 128 tokens, is modeled for Kimi-Linear's KDA states only)"
+        "multiple of 128 tokens, is modeled for KDA states only: Kimi-Linear, Bailing MoE V3)"
     ),
 }
 
@@ -279,6 +276,8 @@ def family_rule(family: str) -> FamilyRule:
         return longcat_flash_family
     if family == "kimi_linear":
         return kimi_linear_family
+    if family == "bailing_moe_v3":
+        return bailing_moe_v3_family
     if family in MAMBA_ONLY:
         return mamba_only_family
     return hybrid_family

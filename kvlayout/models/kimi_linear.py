@@ -144,15 +144,30 @@ def kimi_linear_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     lin = _linear_config(c)
     is_kda = kda_layers(c, lin, n)
     state, aligned_state = _kda_state(c, lin)
+    mla = None if all(is_kda) else _mla(c)
+    return _mla_hybrid(c, is_kda, state, aligned_state, mla, "self_attn")
+
+
+def _mla_hybrid(
+    c: Ctx,
+    is_kda: list[bool],
+    state: int,
+    aligned_state: int,
+    mla: tuple[int, int, int] | None,
+    mla_tail: str,
+) -> tuple[tuple[GroupSpec, ...], str, int]:
+    """KDA states (``model.layers.{i}.self_attn``) and MLA layers (``mla_tail``) of latent ``mla``
+    (kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim; None: no MLA layer), the block set as vLLM's GPU
+    platform sets an MLA hybrid's; ``aligned_state``: the state it aligns to, ``state``: the layers'."""
     raw = "auto" if c.kv_cache_dtype is None else c.kv_cache_dtype
     kv = resolve_kv_dtype(raw, c.dtype)
     page: int | None = None
     head = 0  # the MLA layers' latent head (kv_lora_rank + qk_rope_head_dim), where there are any
-    if all(is_kda):  # no attention backend: vLLM's update_block_size_for_backend aligns nothing
+    if mla is None:  # no attention backend: vLLM's update_block_size_for_backend aligns nothing
         bs = c.block(VLLM_BLOCK_SIZE)
         c.notes.append(f"no MLA layer: vLLM aligns nothing; {bs}-token blocks, KDA states unpadded")
     else:
-        rank, rope, nope = _mla(c)
+        rank, rope, nope = mla
         c.mla_dims, head = (rank, rope), rank + rope
         r = c.backend(mla=True, qk_nope_head_dim=nope)
         start = c.block(r.block_size)
@@ -175,14 +190,61 @@ def kimi_linear_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
             f"state (+{page - state:,} B padding)"
         )
     bucket: dict[str, list[LayerSpec]] = {}
-    for i in range(n):
-        name = c.name(i, "self_attn")
-        if is_kda[i]:
+    for i, kda in enumerate(is_kda):
+        if kda:
             padded = page if page is not None and page != state else None
-            c.add("kda", MambaSpec(name=name, state_bytes=state, padded_page=padded), bucket)
+            kda_layer = MambaSpec(name=c.name(i, "self_attn"), state_bytes=state, padded_page=padded)
+            c.add("kda", kda_layer, bucket)
         else:
-            c.add("mla", MLASpec(name=name, block_size=bs, head_size=head, dtype=kv), bucket)
+            layer = MLASpec(name=c.name(i, mla_tail), block_size=bs, head_size=head, dtype=kv)
+            c.add("mla", layer, bucket)
     return vllm_groups(list(bucket.items())), kv, bs
+
+
+BAILING_TYPE = "bailing_hybrid"
+
+
+def bailing_moe_v3_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
+    """Bailing MoE V3 (vLLM 0.33's ``bailing_moe_v3.py``, read by transformers' ``BailingHybridConfig``):
+    layer ``i`` is MLA (``model.layers.{i}.self_attn.attn``) where ``(i + 1) % layer_group_size == 0`` or past
+    the last whole group, else KDA (``model.layers.{i}.self_attn``, ``_is_kda_layer``) of
+    ``num_attention_heads`` heads of ``qk_rope_head_dim``: the class overwrites ``head_dim`` with it (the
+    written one kept as ``linear_head_dim``, which vLLM 0.33 does not read); conv ``short_conv_kernel_size``.
+    Both the alignment's state and the layers' are float32 recurrent (no ssm dtype is passed); blocks as
+    Kimi-Linear's."""
+    cfg = c.cfg
+    mt = c.top.data.get("model_type")
+    if mt != BAILING_TYPE:
+        why = f"vLLM 0.33 reads it with transformers' BailingHybridConfig (model_type {BAILING_TYPE!r})"
+        raise spec_error(c.top.field("model_type"), mt, why)
+    if "use_bias" not in cfg.data:  # BailingMoeV3MLP reads config.use_bias, which the class does not define
+        raise cfg.missing("use_bias", "vLLM 0.33's Bailing V3 MLP reads it (AttributeError without it)")
+    n = c.num_layers()
+    g = cfg.req_int("layer_group_size", "every layer_group_size-th layer (and the tail) is MLA")
+    is_kda = [not ((i + 1) % g == 0 or i >= n // g * g) for i in range(n)]
+    if cfg.data.get("no_kda_lora") is not True and any(is_kda):  # BailingMoeV3KimiDeltaAttention raises
+        why = "vLLM 0.33's Bailing V3 KDA layers require it true (ValueError otherwise)"
+        raise spec_error(cfg.field("no_kda_lora"), cfg.data.get("no_kda_lora"), why)
+    heads = cfg.req_int("num_attention_heads", "the KDA heads and the MLA query heads (split by tp)")
+    if heads % c.tp:  # BailingMoeV3MLAAttention asserts it; the KDA state shape divides it
+        raise spec_error(cfg.field("num_attention_heads"), heads, f"not divisible by tp = {c.tp}")
+    rope = cfg.req_int("qk_rope_head_dim", "the KDA head size (the class's head_dim) and MLA's RoPE part")
+    k = cfg.req_int("short_conv_kernel_size", "the KDA conv state keeps short_conv_kernel_size - 1 steps")
+    written = cfg.data.get("head_dim")
+    if written is not None and written != rope and not cfg.completed:
+        c.notes.append(
+            f"{cfg.field('head_dim')} {written!r}: transformers' BailingHybridConfig makes head_dim "
+            f"qk_rope_head_dim ({rope}), and vLLM 0.33's KDA layers take that"
+        )
+    if c.mamba_ssm_cache_dtype not in (None, "auto", "float32"):
+        said = f"mamba_ssm_cache_dtype {c.mamba_ssm_cache_dtype}: Bailing V3's KDA state stays float32"
+        c.notes.append(said)
+    state = kda_state_bytes(c, heads, rope, k)
+    mla = None
+    if not all(is_kda):
+        rank = cfg.req_int("kv_lora_rank", "the MLA latent (head size kv_lora_rank + qk_rope_head_dim)")
+        mla = (rank, rope, cfg.req_int("qk_nope_head_dim", "the MLA backend vLLM picks depends on it", lo=0))
+    return _mla_hybrid(c, is_kda, state, state, mla, "self_attn.attn")
 
 
 #: AliceAIForCausalLMConfig (vLLM 0.33's model_executor/models/config.py): fields it requires, as written
