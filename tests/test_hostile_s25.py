@@ -294,3 +294,28 @@ def test_l4_cohere2_window_zero_is_refused_saying_zero_reads_as_null() -> None:
         M.from_config({**COHERE2, "sliding_window": 0})
     assert e.value.field == "config.sliding_window"
     assert "ModelConfig reads a written 0 as null" in str(e.value)
+
+
+def test_plugin_storage_base_refuses_view_subclasses() -> None:
+    """Left by pass 25, closed here: the vLLM plugin's own view walk (``_storage_base``) took views of a
+    tensor subclass whose ``storage_offset()`` lies, as ``from_kv_caches`` did before pass 24 (H7)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("vllm")
+    from kvlayout.integrations.vllm import spec_from_kv_cache_config
+    from kvlayout.integrations.vllm_plugin import _storage_base
+    from kvlayout.planner import plan_layout
+    from tests.test_vllm_hostile import CONFIG, _storage_views
+
+    class Shifted(torch.Tensor):
+        def storage_offset(self) -> int:
+            return int(super().storage_offset()) + 1024
+
+    layout = plan_layout(spec_from_kv_cache_config(CONFIG, "BLHNC"))
+    _, views = _storage_views()
+    backing, base = _storage_base(views, layout)  # vLLM's own views: placed at their storage offset
+    assert base == 4096 and backing.numel() == 4096 + layout.total_bytes + 4096
+    lying = {name: v.as_subclass(Shifted) for name, v in views.items()}
+    with pytest.raises(SpecError) as e:
+        _storage_base(lying, layout)
+    assert (e.value.field, e.value.value) == ("static_forward_context", "Shifted")
+    assert "must be plain torch.Tensor views" in str(e.value)

@@ -266,6 +266,11 @@ def _storage_base(views: Mapping[str, Any], layout: Layout) -> tuple[Any, int]:
     if not tensors:  # vLLM binds every layer's cache before it builds the zeroer
         why = "binds no tensor to any planned layer (kv_cache): nothing to check the plan against"
         raise bad_value(SpecError, "static_forward_context", len(views), why, shown=f"{len(views)} views")
+    odd = next((t for t in tensors if type(t) not in (torch.Tensor, torch.nn.Parameter)), None)
+    if odd is not None:  # its own storage_offset() / stride() would place the plan (from_kv_caches: pass 24)
+        kind = type(odd).__name__
+        why = "must be plain torch.Tensor views, as vLLM's are (a subclass may report another placement)"
+        raise bad_value(SpecError, "static_forward_context", kind, why, shown=f"a {kind}")
     storage = tensors[0].untyped_storage()
     for name, v in views.items():
         for t in _walk_tensors(v, f"kv_caches[{name!r}]"):
