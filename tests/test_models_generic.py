@@ -274,10 +274,6 @@ NOT_BUILT: dict[str, str] = {
         "that name: the installed transformers has none, so vLLM builds it only from the checkpoint's "
         "remote code (auto_map), which kvlayout does not run"
     ),
-    "DomynEdgeForCausalLM": (
-        "vLLM's DomynEdgeDecoderLayer takes layer i's head size from per_layer_config[i].head_dim and its "
-        "window from window_sizes[i][0] + 1 (none where 0); kvlayout's rules read neither field"
-    ),
     **{
         a: (
             "vLLM's OpenPanguDecoderLayer picks the attention by the fields written: MLA when "

@@ -10,6 +10,7 @@ from .attention import CAUSAL_LM_TYPES, TEXT_CONFIG_WRAPPERS, WRAPPERS, attentio
 from .base import Ctx
 from .config import Config
 from .deepseek_v4 import dsv4_family
+from .domyn_edge import domyn_edge_family
 from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
 from .hybrid import MAMBA_ONLY, hybrid_family, mamba_only_family
@@ -71,6 +72,9 @@ NAMED_FAMILIES: Mapping[str, str] = {
     "DeciLMForCausalLM": "nemotron_nas",
     # PLaMo 3: layer i's window from interleaved_sliding_window[i] (vLLM 0.33's plamo3.py; plamo3.py here)
     "Plamo3ForCausalLM": "plamo3",
+    # DomynEdge: layer i's head size per_layer_config[i].head_dim, window window_sizes[i][0] + 1 (none where
+    # 0) (vLLM 0.33's domyn_edge.py; domyn_edge.py here)
+    "DomynEdgeForCausalLM": "domyn_edge",
     # LongCat-Flash and its n-gram Lite: two MLA attentions per decoder layer, model.layers.{i}.self_attn.{j}
     # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
     "LongcatFlashForCausalLM": "longcat_flash",
@@ -272,6 +276,8 @@ def family_rule(family: str) -> FamilyRule:
         return nemotron_nas_family
     if family == "plamo3":
         return plamo3_family
+    if family == "domyn_edge":
+        return domyn_edge_family
     if family == "longcat_flash":
         return longcat_flash_family
     if family == "kimi_linear":

@@ -103,11 +103,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "kvlayout's readers read it as written (its KV-head default from the table), without that class's "
         "window"
     ),
-    'DomynEdgeForCausalLM': (
-        "not built by the harness: vLLM's DomynEdgeDecoderLayer takes layer i's head size from "
-        "per_layer_config[i].head_dim and its window from window_sizes[i][0] + 1 (none where 0); kvlayout's"
-        " rules read neither field"
-    ),
     'DoryForCausalLM': (
         "its attention layers are not one per decoder layer under one name (defaults: "
         "['backbone.layers.0.mixer.attn'])"
