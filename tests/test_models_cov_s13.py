@@ -135,7 +135,7 @@ def test_sarvam_moe_and_mla() -> None:
 @pytest.mark.parametrize(
     ("arch", "why"),
     [
-        ("IQuestLoopCoderForCausalLM", "not one per decoder layer under one name"),
+        ("DoryForCausalLM", "not one per decoder layer under one name"),
         ("PanguEmbeddedForCausalLM", "OpenPanguDecoderLayer picks the attention by the fields written"),
         ("PanguProMoEV2ForCausalLM", "OpenPanguDecoderLayer picks the attention by the fields written"),
         ("BeamForCausalLM", "vLLM reads model_type beam through its own BeamConfig"),

@@ -14,6 +14,7 @@ from .domyn_edge import domyn_edge_family
 from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
 from .hybrid import MAMBA_ONLY, hybrid_family, mamba_only_family
+from .iquest_loopcoder import iquest_loopcoder_family
 from .kimi_linear import bailing_moe_v3_family, kimi_linear_family
 from .longcat_flash import longcat_flash_family
 from .mimo_v2 import mimo_v2_family
@@ -75,6 +76,9 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # DomynEdge: layer i's head size per_layer_config[i].head_dim, window window_sizes[i][0] + 1 (none where
     # 0) (vLLM 0.33's domyn_edge.py; domyn_edge.py here)
     "DomynEdgeForCausalLM": "domyn_edge",
+    # IQuest-Coder Loop: loop_num attentions per decoder layer, model.layers.{j * n + i}.self_attn.attn, the
+    # later loops sliding over loop_window_size (vLLM 0.33's iquest_loopcoder.py; iquest_loopcoder.py here)
+    "IQuestLoopCoderForCausalLM": "iquest_loopcoder",
     # LongCat-Flash and its n-gram Lite: two MLA attentions per decoder layer, model.layers.{i}.self_attn.{j}
     # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
     "LongcatFlashForCausalLM": "longcat_flash",
@@ -278,6 +282,8 @@ def family_rule(family: str) -> FamilyRule:
         return plamo3_family
     if family == "domyn_edge":
         return domyn_edge_family
+    if family == "iquest_loopcoder":
+        return iquest_loopcoder_family
     if family == "longcat_flash":
         return longcat_flash_family
     if family == "kimi_linear":

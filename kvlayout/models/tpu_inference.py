@@ -331,13 +331,15 @@ def tpu_inference_from_config(
         )
         raise spec_error("engine", "tpu-inference", why)
     checked = (
-        "nemotron_nas", "plamo3", "domyn_edge", "longcat_flash", "kimi_linear", "alice_ai", "bailing_moe_v3",
+        "nemotron_nas", "plamo3", "domyn_edge", "iquest_loopcoder", "longcat_flash", "kimi_linear",
+        "alice_ai", "bailing_moe_v3",
     )
     if probe.family in checked:
         what = {
             "nemotron_nas": "per-layer KV heads and no-op layers",
             "plamo3": "per-layer windows",
             "domyn_edge": "per-layer head sizes and windows",
+            "iquest_loopcoder": "attention loops",
             "longcat_flash": "two MLA attentions per decoder layer",
             "kimi_linear": "KDA states beside MLA layers",
             "alice_ai": "KDA states beside gated attention",

@@ -125,11 +125,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "['model.L_module.layers.0.self_attn.attn', 'model.L_module.layers.2.self_attn.attn', "
         "'model.L_module.layers.4.self_attn.attn'])"
     ),
-    'IQuestLoopCoderForCausalLM': (
-        "its attention layers are not one per decoder layer under one name (defaults: "
-        "['model.layers.0.self_attn.attn', 'model.layers.2.self_attn.attn', "
-        "'model.layers.1.self_attn.attn'])"
-    ),
     'InklingForCausalLM': (
         "its attention layers are not one per decoder layer under one name (defaults: "
         "['model.layers.0.conv_state', 'model.layers.0.attn', 'model.layers.1.conv_state'])"
