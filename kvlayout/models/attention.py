@@ -427,6 +427,22 @@ def refuse_draft_offset(cfg: Config) -> None:
         raise spec_error(cfg.field("target_layer_count"), cfg.data["target_layer_count"], why)
 
 
+def kv_per_rank(where: str, total: int, heads: int, tp: int) -> int:
+    """KV heads per rank, ``max(1, total // tp)``, with vLLM's assertions: split when at least tp (tp
+    divides them), replicated when fewer (they divide tp), and whole query heads per KV head on a rank."""
+    if total >= tp and total % tp:
+        raise spec_error(where, total, f"not divisible by tp = {tp}")
+    if total < tp and tp % total:
+        raise spec_error(where, total, f"tp = {tp} is not a multiple of it (KV heads are replicated)")
+    per_rank = max(1, total // tp)
+    if (heads // tp) % per_rank:
+        why = (
+            f"the {heads // tp} query heads per rank are not a multiple of its {per_rank} (vLLM's Attention)"
+        )
+        raise spec_error(where, total, why)
+    return per_rank
+
+
 def chunk_size(cfg: Config) -> int | None:
     """Llama 4's ``attention_chunk_size`` (written null: no chunked layers), required as written."""
     if "attention_chunk_size" not in cfg.data:

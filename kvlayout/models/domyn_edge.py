@@ -27,6 +27,7 @@ from typing import Any
 from ..errors import spec_error
 from ..spec import FullAttentionSpec, GroupSpec, LayerSpec, SlidingWindowSpec
 from ..validate import is_int
+from .attention import kv_per_rank
 from .base import Ctx
 from .config import MAX_CONFIG_INT, Config, resolve_kv_dtype
 from .grouping import vllm_groups
@@ -136,18 +137,7 @@ def _positions(cfg: Config, n: int) -> None:
 def _kv_per_rank(cfg: Config, heads: int, tp: int) -> int:
     """``num_key_value_heads`` per rank, with vLLM's assertions (the attention's and ``Attention``'s)."""
     total = _req_int(cfg, "num_key_value_heads", "vLLM's DomynEdgeAttention reads it")
-    where = cfg.field("num_key_value_heads")
-    if total >= tp and total % tp:
-        raise spec_error(where, total, f"not divisible by tp = {tp}")
-    if total < tp and tp % total:
-        raise spec_error(where, total, f"tp = {tp} is not a multiple of it (KV heads are replicated)")
-    per_rank = max(1, total // tp)
-    if (heads // tp) % per_rank:
-        why = (
-            f"the {heads // tp} query heads per rank are not a multiple of its {per_rank} (vLLM's Attention)"
-        )
-        raise spec_error(where, total, why)
-    return per_rank
+    return kv_per_rank(cfg.field("num_key_value_heads"), total, heads, tp)
 
 
 def _refuse_engine_window(cfg: Config, n: int) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ..errors import spec_error
 from ..spec import FullAttentionSpec, GroupSpec, LayerSpec, SlidingWindowSpec
+from .attention import kv_per_rank
 from .base import Ctx
 from .config import Config, resolve_kv_dtype
 from .grouping import vllm_groups
@@ -36,18 +37,7 @@ def _req(cfg: Config, key: str, why: str) -> int:
 def _kv_per_rank(cfg: Config, heads: int, tp: int) -> int:
     """``num_key_value_heads`` per rank, with the assertions of vLLM's ``LoopCoderAttention``."""
     total = _req(cfg, "num_key_value_heads", "vLLM's LoopCoderAttention reads it")
-    where = cfg.field("num_key_value_heads")
-    if total >= tp and total % tp:
-        raise spec_error(where, total, f"not divisible by tp = {tp}")
-    if total < tp and tp % total:
-        raise spec_error(where, total, f"tp = {tp} is not a multiple of it (KV heads are replicated)")
-    per_rank = max(1, total // tp)
-    if (heads // tp) % per_rank:
-        why = (
-            f"the {heads // tp} query heads per rank are not a multiple of its {per_rank} (vLLM's Attention)"
-        )
-        raise spec_error(where, total, why)
-    return per_rank
+    return kv_per_rank(cfg.field("num_key_value_heads"), total, heads, tp)
 
 
 def loop_layers(cfg: Config, n: int) -> list[tuple[int, int | None]]:
