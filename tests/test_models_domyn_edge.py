@@ -101,17 +101,9 @@ def answers() -> dict[str, dict[str, Any]]:
 
 
 def _differences(answers: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
-    from tests.test_models_hybrid_vllm import _kvlayout
+    from tests.test_models_hybrid_vllm import differences
 
-    out = []
-    for case_id, case in _cases().items():
-        got = answers[case_id]
-        assert "error" not in got, (case_id, got.get("error"))
-        for device in ("hopper", "blackwell"):
-            mine = _kvlayout({**case, "device": device})
-            if mine != {k: got[k] for k in mine}:
-                out.append((case_id, device))
-    return out
+    return differences(answers, _cases())
 
 
 def test_equals_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:

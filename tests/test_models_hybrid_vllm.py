@@ -282,6 +282,24 @@ def each_agrees(
         yield case_id, case, got
 
 
+def differences(
+    answers: dict[str, dict[str, Any]], cases: dict[str, dict[str, Any]],
+    devices: tuple[str, ...] = ("hopper", "blackwell"),
+) -> list[tuple[str, str]]:
+    """(case id, device) for each device where kvlayout's plan differs from vLLM's answer; every case must
+    have an answer without error. ``devices``: unless the case names its own (``case["devices"]``). Shared
+    by the single-architecture tests, whose wrong-rule tests read which cases a wrong rule changes."""
+    out = []
+    for case_id, case in cases.items():
+        got = answers[case_id]
+        assert "error" not in got, (case_id, got.get("error"))
+        for device in case.get("devices", devices):
+            mine = _kvlayout({**case, "device": device})
+            if mine != {k: got[k] for k in mine}:
+                out.append((case_id, device))
+    return out
+
+
 def test_hybrids_equal_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:
     for _ in each_agrees(answers, _cases()):
         pass
