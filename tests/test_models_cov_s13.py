@@ -138,7 +138,7 @@ def test_sarvam_moe_and_mla() -> None:
         ("DoryForCausalLM", "not one per decoder layer under one name"),
         ("PanguEmbeddedForCausalLM", "OpenPanguDecoderLayer picks the attention by the fields written"),
         ("PanguProMoEV2ForCausalLM", "OpenPanguDecoderLayer picks the attention by the fields written"),
-        ("BeamForCausalLM", "vLLM reads model_type beam through its own BeamConfig"),
+        ("InklingForCausalLM", "not one per decoder layer under one name"),
     ],
 )
 def test_refusals_state_the_cause(arch: str, why: str) -> None:

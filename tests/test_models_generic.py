@@ -294,13 +294,7 @@ NOT_BUILT: dict[str, str] = {
 }
 #: architecture -> the cause, from vLLM 0.33's code, of the difference its construction shows (appended
 #: to the refusal; an architecture covered with a cause here fails the generation)
-CAUSES: dict[str, str] = {
-    "BeamForCausalLM": (
-        "vLLM reads model_type beam through its own BeamConfig (head_dim None: hidden_size // "
-        "num_attention_heads; sliding_window 4096), and kvlayout's readers read it as written (its "
-        "KV-head default from the table), without that class's window"
-    ),
-}
+CAUSES: dict[str, str] = {}
 #: a case's key (not written to config.json) asking the driver to build the model as one rank of tp N
 TP_KEY = "kvlayout_harness_tp"
 

@@ -8,6 +8,7 @@ from ..errors import spec_error
 from ..spec import GroupSpec
 from .attention import CAUSAL_LM_TYPES, TEXT_CONFIG_WRAPPERS, WRAPPERS, attention_family
 from .base import Ctx
+from .beam import beam_family
 from .config import Config
 from .deepseek_v4 import dsv4_family
 from .domyn_edge import domyn_edge_family
@@ -79,6 +80,10 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # IQuest-Coder Loop: loop_num attentions per decoder layer, model.layers.{j * n + i}.self_attn.attn, the
     # later loops sliding over loop_window_size (vLLM 0.33's iquest_loopcoder.py; iquest_loopcoder.py here)
     "IQuestLoopCoderForCausalLM": "iquest_loopcoder",
+    # Beam: read through vLLM's own BeamConfig (sliding_window 4096 and every layer sliding by default, head
+    # size hidden_size // heads without head_dim), layer i sliding per layer_types (vLLM 0.33's
+    # vllm/models/beam; beam.py here)
+    "BeamForCausalLM": "beam",
     # LongCat-Flash and its n-gram Lite: two MLA attentions per decoder layer, model.layers.{i}.self_attn.{j}
     # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
     "LongcatFlashForCausalLM": "longcat_flash",
@@ -284,6 +289,8 @@ def family_rule(family: str) -> FamilyRule:
         return domyn_edge_family
     if family == "iquest_loopcoder":
         return iquest_loopcoder_family
+    if family == "beam":
+        return beam_family
     if family == "longcat_flash":
         return longcat_flash_family
     if family == "kimi_linear":

@@ -331,7 +331,7 @@ def tpu_inference_from_config(
         )
         raise spec_error("engine", "tpu-inference", why)
     checked = (
-        "nemotron_nas", "plamo3", "domyn_edge", "iquest_loopcoder", "longcat_flash", "kimi_linear",
+        "nemotron_nas", "plamo3", "domyn_edge", "iquest_loopcoder", "beam", "longcat_flash", "kimi_linear",
         "alice_ai", "bailing_moe_v3",
     )
     if probe.family in checked:
@@ -340,6 +340,7 @@ def tpu_inference_from_config(
             "plamo3": "per-layer windows",
             "domyn_edge": "per-layer head sizes and windows",
             "iquest_loopcoder": "attention loops",
+            "beam": "BeamConfig's per-layer windows",
             "longcat_flash": "two MLA attentions per decoder layer",
             "kimi_linear": "KDA states beside MLA layers",
             "alice_ai": "KDA states beside gated attention",

@@ -94,15 +94,6 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
 }
 #: architecture -> why the generic rules are not taken for it
 NOT_GENERIC: Mapping[str, str] = {
-    'BeamForCausalLM': (
-        "vLLM's layers differ from the generic rules (defaults, reader transformers, tp 1): vLLM "
-        "['model.layers.0.self_attn.attn', 'SlidingWindowSpec', 2, 32, 32, 4096, 'torch.bfloat16'], generic"
-        " ['model.layers.0.self_attn.attn', 'FullAttentionSpec', 2, 32, 32, None, 'torch.bfloat16'] (name, "
-        "kind, KV heads, head size, V, window, dtype); vLLM reads model_type beam through its own "
-        "BeamConfig (head_dim None: hidden_size // num_attention_heads; sliding_window 4096), and "
-        "kvlayout's readers read it as written (its KV-head default from the table), without that class's "
-        "window"
-    ),
     'DoryForCausalLM': (
         "its attention layers are not one per decoder layer under one name (defaults: "
         "['backbone.layers.0.mixer.attn'])"
