@@ -371,6 +371,7 @@ def compare_to_ranges(
     origin = validate.check_int(LayoutBufferError, "origin", origin, lo=-(2**62))  # not uint64: floats
     layout_bytes = validate.check_int(LayoutBufferError, "layout_bytes", layout_bytes, lo=0)
     b, a = _bytes(before, "before"), _bytes(after, "after")
+    given = type(exp).__name__  # the caller's type, named in the error (not the array it converts to)
     try:  # [k, 2] integer ranges, start <= end (a malformed list got NumPy's raw error: issue 25, passes
         raw = np.asarray(exp)  # 20 and 21; floats and strings were coerced)
         ok = raw.size == 0 or raw.dtype.kind in "iu" and raw.ndim == 2 and raw.shape[1] == 2
@@ -380,7 +381,7 @@ def compare_to_ranges(
         ok = False
     if not ok:
         why = "must be [k, 2] integer [start, end) ranges (int64)"
-        raise bad_value(LayoutBufferError, "expected", type(exp).__name__, why)
+        raise bad_value(LayoutBufferError, "expected", given, why)
     exp = exp.reshape(-1, 2)
     lo, hi = (origin, origin + layout_bytes) if layout_bytes else (b.size, 0)  # (b.size, 0): no layout bound
     if exp.size:

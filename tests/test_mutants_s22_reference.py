@@ -106,12 +106,14 @@ def test_empty_expected_ranges_of_any_shape_read_as_int64() -> None:
 
 
 def test_one_number_is_not_a_range() -> None:
-    """A single integer (size 1, 1-D) is not a [k, 2] range list: refused by name, the array's type shown."""
+    """A single integer (size 1, 1-D) is not a [k, 2] range list: refused by name, the caller's type shown
+    (a list named as the list it was, not as the array it was converted to)."""
     img = _img(16)
     why = "must be [k, 2] integer [start, end) ranges (int64)"
-    for exp in ([5], np.array([5]), [0, 8, 16]):
-        _err(lambda: R.compare_to_ranges(img, img.copy(), exp), "expected", "ndarray",  # noqa: B023
-             f"expected = 'ndarray': {why}")
+    for exp in ([5], np.array([5]), [0, 8, 16], [[1.5, 2]]):
+        name = type(exp).__name__
+        _err(lambda: R.compare_to_ranges(img, img.copy(), exp), "expected", name,  # noqa: B023
+             f"expected = '{name}': {why}")
     _err(lambda: R.compare_to_ranges(img, img.copy(), [[0, 1], [2]]), "expected", "list",
          f"expected = 'list': {why}")
 
