@@ -157,10 +157,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "vLLM's construction of a 2-layer config (defaults) failed: TypeError: "
         "CPUAttentionBackendImpl.__init__() got an unexpected keyword argument 'chunk_lookback'"
     ),
-    'Step1ForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: ValueError: use_alibi_sqrt is not "
-        "supported by backend CPU_ATTN."
-    ),
     'Step5ForCausalLM': (
         "not built by the harness: vLLM's ModelConfig refuses the small config (ValidationError) after "
         "about 11 s"
