@@ -178,8 +178,6 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
                            "num_local_experts": 8},
     # stepfun-ai/step3's text_config writes its MoE layers as a comma-separated string
     "Step3TextForCausalLM": {"moe_layers_enum": "1"},
-    "Rnj1ForCausalLM": {"head_dim": 48, "query_pre_attn_scalar": 48, "hidden_activation": "gelu_pytorch_tanh",
-                        "layer_types": ["full_attention", "full_attention"]},
     "TeleFLMForCausalLM": {"use_mup": False, "output_mult": 1.0, "mup_scale_factor": 1.0},
     # DBRX: its published attn_config and ffn_config (transformers' DbrxAttentionConfig takes rope_theta)
     "DbrxForCausalLM": {"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": None},

@@ -23,6 +23,7 @@ from .mla import mla_family
 from .nemotron_nas import nemotron_nas_family
 from .plamo3 import plamo3_family
 from .registry_vllm import TEXT_GENERATION, TRANSFORMERS_BACKEND, VLLM_VERSION
+from .rnj1 import rnj1_family
 from .step1 import step1_family
 from .vllm_checked import GENERIC_ATTENTION, NOT_GENERIC
 
@@ -88,6 +89,9 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # Step 1: ALiBi layers with use_alibi_sqrt, built only on TRITON_ATTN; KV heads num_attention_groups, head
     # size hidden_size // heads, the engine's one window (vLLM 0.33's step1.py; step1.py here)
     "Step1ForCausalLM": "step1",
+    # Rnj-1: chunked_attention layers slide over sliding_window (chunk_lookback 1), the others take the
+    # engine's one window; built only on TRITON_ATTN (vLLM 0.33's rnj1.py; rnj1.py here)
+    "Rnj1ForCausalLM": "rnj1",
     # LongCat-Flash and its n-gram Lite: two MLA attentions per decoder layer, model.layers.{i}.self_attn.{j}
     # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
     "LongcatFlashForCausalLM": "longcat_flash",
@@ -297,6 +301,8 @@ def family_rule(family: str) -> FamilyRule:
         return beam_family
     if family == "step1":
         return step1_family
+    if family == "rnj1":
+        return rnj1_family
     if family == "longcat_flash":
         return longcat_flash_family
     if family == "kimi_linear":

@@ -331,7 +331,7 @@ def tpu_inference_from_config(
         )
         raise spec_error("engine", "tpu-inference", why)
     checked = (
-        "nemotron_nas", "plamo3", "domyn_edge", "iquest_loopcoder", "beam", "step1", "longcat_flash",
+        "nemotron_nas", "plamo3", "domyn_edge", "iquest_loopcoder", "beam", "step1", "rnj1", "longcat_flash",
         "kimi_linear", "alice_ai", "bailing_moe_v3",
     )
     if probe.family in checked:
@@ -342,6 +342,7 @@ def tpu_inference_from_config(
             "iquest_loopcoder": "attention loops",
             "beam": "BeamConfig's per-layer windows",
             "step1": "ALiBi layers",
+            "rnj1": "chunked layers",
             "longcat_flash": "two MLA attentions per decoder layer",
             "kimi_linear": "KDA states beside MLA layers",
             "alice_ai": "KDA states beside gated attention",

@@ -153,10 +153,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "openPangu-Embedded-7B is standard attention, and kvlayout plans one kind per architecture (the "
         "registry's MLA)"
     ),
-    'Rnj1ForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: TypeError: "
-        "CPUAttentionBackendImpl.__init__() got an unexpected keyword argument 'chunk_lookback'"
-    ),
     'Step5ForCausalLM': (
         "not built by the harness: vLLM's ModelConfig refuses the small config (ValidationError) after "
         "about 11 s"
