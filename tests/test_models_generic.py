@@ -101,7 +101,6 @@ CONFIG_TYPES: dict[str, str] = {
     "ChatGLMModel": "chatglm",
     "ChatGLMForConditionalGeneration": "chatglm",
     "DoryForCausalLM": "dory",
-    "FlintForCausalLM": "flint",
     "Step3TextForCausalLM": "step3_text",
     "Step3p5ForCausalLM": "step3p5",
     "Step5ForCausalLM": "step5",

@@ -12,6 +12,7 @@ from .beam import beam_family
 from .config import Config
 from .deepseek_v4 import dsv4_family
 from .domyn_edge import domyn_edge_family
+from .flint import flint_family
 from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
 from .hybrid import MAMBA_ONLY, hybrid_family, mamba_only_family
@@ -92,6 +93,10 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # Rnj-1: chunked_attention layers slide over sliding_window (chunk_lookback 1), the others take the
     # engine's one window; built only on TRITON_ATTN (vLLM 0.33's rnj1.py; rnj1.py here)
     "Rnj1ForCausalLM": "rnj1",
+    # Flint: read through vLLM's own FlintConfig (every layer full and a 513-token window by default), layer i
+    # sliding per layer_types, built only on FLASHINFER with a bfloat16 cache (vLLM 0.33's vllm/models/flint;
+    # flint.py here)
+    "FlintForCausalLM": "flint",
     # LongCat-Flash and its n-gram Lite: two MLA attentions per decoder layer, model.layers.{i}.self_attn.{j}
     # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
     "LongcatFlashForCausalLM": "longcat_flash",
@@ -303,6 +308,8 @@ def family_rule(family: str) -> FamilyRule:
         return step1_family
     if family == "rnj1":
         return rnj1_family
+    if family == "flint":
+        return flint_family
     if family == "longcat_flash":
         return longcat_flash_family
     if family == "kimi_linear":

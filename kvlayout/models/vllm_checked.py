@@ -98,10 +98,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "its attention layers are not one per decoder layer under one name (defaults: "
         "['backbone.layers.0.mixer.attn'])"
     ),
-    'FlintForCausalLM': (
-        "vLLM's construction of a 2-layer config (defaults) failed: ModuleNotFoundError: No module named "
-        "'flashinfer'"
-    ),
     'HCXVisionV2ForCausalLM': (
         "not built by the harness: vLLM's ModelConfig refuses the small config (ValidationError), about 18 "
         "s"
