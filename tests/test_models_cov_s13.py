@@ -136,8 +136,8 @@ def test_sarvam_moe_and_mla() -> None:
     ("arch", "why"),
     [
         ("DoryForCausalLM", "not one per decoder layer under one name"),
-        ("PanguEmbeddedForCausalLM", "OpenPanguDecoderLayer picks the attention by the fields written"),
-        ("PanguProMoEV2ForCausalLM", "OpenPanguDecoderLayer picks the attention by the fields written"),
+        ("NanbeigeForCausalLM", "serves it through its Transformers modeling backend"),
+        ("HYV4ForCausalLM", "reads model_type 'hy_v4' with its own config class"),
         ("InklingForCausalLM", "not one per decoder layer under one name"),
     ],
 )

@@ -271,17 +271,6 @@ NOT_BUILT: dict[str, str] = {
         "that name: the installed transformers has none, so vLLM builds it only from the checkpoint's "
         "remote code (auto_map), which kvlayout does not run"
     ),
-    **{
-        a: (
-            "vLLM's OpenPanguDecoderLayer picks the attention by the fields written: MLA when "
-            "qk_nope_head_dim, qk_rope_head_dim, v_head_dim and kv_lora_rank all are, else sink attention "
-            "when param_sink_number > 0, else standard attention with windows from "
-            "interleaved_sliding_window (an int, or a list taken at layer i % its length); the published "
-            "openPangu-Embedded-7B is standard attention, and kvlayout plans one kind per architecture "
-            "(the registry's MLA)"
-        )
-        for a in ("PanguEmbeddedForCausalLM", "PanguProMoEV2ForCausalLM")
-    },
     "MuseGlimmerForCausalLM": (
         "a multimodal config whose text model takes its config class's defaults (3 and more layers, not "
         "the harness's 2), about 15 s per build"

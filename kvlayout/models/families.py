@@ -22,6 +22,7 @@ from .longcat_flash import longcat_flash_family
 from .mimo_v2 import mimo_v2_family
 from .mla import mla_family
 from .nemotron_nas import nemotron_nas_family
+from .openpangu import openpangu_family
 from .plamo3 import plamo3_family
 from .registry_vllm import TEXT_GENERATION, TRANSFORMERS_BACKEND, VLLM_VERSION
 from .rnj1 import rnj1_family
@@ -97,6 +98,11 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # sliding per layer_types, built only on FLASHINFER with a bfloat16 cache (vLLM 0.33's vllm/models/flint;
     # flint.py here)
     "FlintForCausalLM": "flint",
+    # openPangu Embedded and Pro-MoE-V2: standard attention (no MLA or sink fields written), layer i's window
+    # from interleaved_sliding_window (an int, or a list at i % its length) (vLLM 0.33's openpangu.py;
+    # openpangu.py here)
+    "PanguEmbeddedForCausalLM": "openpangu",
+    "PanguProMoEV2ForCausalLM": "openpangu",
     # LongCat-Flash and its n-gram Lite: two MLA attentions per decoder layer, model.layers.{i}.self_attn.{j}
     # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
     "LongcatFlashForCausalLM": "longcat_flash",
@@ -310,6 +316,8 @@ def family_rule(family: str) -> FamilyRule:
         return rnj1_family
     if family == "flint":
         return flint_family
+    if family == "openpangu":
+        return openpangu_family
     if family == "longcat_flash":
         return longcat_flash_family
     if family == "kimi_linear":

@@ -332,7 +332,7 @@ def tpu_inference_from_config(
         raise spec_error("engine", "tpu-inference", why)
     checked = (
         "nemotron_nas", "plamo3", "domyn_edge", "iquest_loopcoder", "beam", "step1", "rnj1", "flint",
-        "longcat_flash", "kimi_linear", "alice_ai", "bailing_moe_v3",
+        "openpangu", "longcat_flash", "kimi_linear", "alice_ai", "bailing_moe_v3",
     )
     if probe.family in checked:
         what = {
@@ -344,6 +344,7 @@ def tpu_inference_from_config(
             "step1": "ALiBi layers",
             "rnj1": "chunked layers",
             "flint": "sink layers",
+            "openpangu": "per-layer windows",
             "longcat_flash": "two MLA attentions per decoder layer",
             "kimi_linear": "KDA states beside MLA layers",
             "alice_ai": "KDA states beside gated attention",

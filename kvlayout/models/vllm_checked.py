@@ -133,22 +133,6 @@ NOT_GENERIC: Mapping[str, str] = {
         " transformers' class of that name: the installed transformers has none, so vLLM builds it only "
         "from the checkpoint's remote code (auto_map), which kvlayout does not run"
     ),
-    'PanguEmbeddedForCausalLM': (
-        "not built by the harness: vLLM's OpenPanguDecoderLayer picks the attention by the fields written: "
-        "MLA when qk_nope_head_dim, qk_rope_head_dim, v_head_dim and kv_lora_rank all are, else sink "
-        "attention when param_sink_number > 0, else standard attention with windows from "
-        "interleaved_sliding_window (an int, or a list taken at layer i % its length); the published "
-        "openPangu-Embedded-7B is standard attention, and kvlayout plans one kind per architecture (the "
-        "registry's MLA)"
-    ),
-    'PanguProMoEV2ForCausalLM': (
-        "not built by the harness: vLLM's OpenPanguDecoderLayer picks the attention by the fields written: "
-        "MLA when qk_nope_head_dim, qk_rope_head_dim, v_head_dim and kv_lora_rank all are, else sink "
-        "attention when param_sink_number > 0, else standard attention with windows from "
-        "interleaved_sliding_window (an int, or a list taken at layer i % its length); the published "
-        "openPangu-Embedded-7B is standard attention, and kvlayout plans one kind per architecture (the "
-        "registry's MLA)"
-    ),
     'Step5ForCausalLM': (
         "not built by the harness: vLLM's ModelConfig refuses the small config (ValidationError) after "
         "about 11 s"
