@@ -15,6 +15,7 @@ from .domyn_edge import domyn_edge_family
 from .flint import flint_family
 from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
+from .hrm_text import hrm_text_family
 from .hybrid import MAMBA_ONLY, hybrid_family, mamba_only_family
 from .iquest_loopcoder import iquest_loopcoder_family
 from .kimi_linear import bailing_moe_v3_family, kimi_linear_family
@@ -103,6 +104,9 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # openpangu.py here)
     "PanguEmbeddedForCausalLM": "openpangu",
     "PanguProMoEV2ForCausalLM": "openpangu",
+    # HRM-Text: an L and an H stack run in cycles, one attention per (step, layer), model.{L,H}_module.layers.
+    # {step * num_layers_per_stack + i}.self_attn.attn (vLLM 0.33's hrm_text.py; hrm_text.py here)
+    "HrmTextForCausalLM": "hrm_text",
     # LongCat-Flash and its n-gram Lite: two MLA attentions per decoder layer, model.layers.{i}.self_attn.{j}
     # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
     "LongcatFlashForCausalLM": "longcat_flash",
@@ -318,6 +322,8 @@ def family_rule(family: str) -> FamilyRule:
         return flint_family
     if family == "openpangu":
         return openpangu_family
+    if family == "hrm_text":
+        return hrm_text_family
     if family == "longcat_flash":
         return longcat_flash_family
     if family == "kimi_linear":

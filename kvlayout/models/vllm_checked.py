@@ -107,11 +107,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "missing; the MLA latent (head size kv_lora_rank + qk_rope_head_dim); vLLM 0.33 reads model_type "
         "'hy_v4' with its own config class: write it"
     ),
-    'HrmTextForCausalLM': (
-        "its attention layers are not one per decoder layer under one name (defaults: "
-        "['model.L_module.layers.0.self_attn.attn', 'model.L_module.layers.2.self_attn.attn', "
-        "'model.L_module.layers.4.self_attn.attn'])"
-    ),
     'InklingForCausalLM': (
         "its attention layers are not one per decoder layer under one name (defaults: "
         "['model.layers.0.conv_state', 'model.layers.0.attn', 'model.layers.1.conv_state'])"
