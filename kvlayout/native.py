@@ -29,7 +29,7 @@ from .ranges import MAX_BLOCKS, MAX_BYTES
 from .reference import expected_zeroed, normalize_block_ids, zero_blocks_numpy
 from .spec import DTYPE_SIZES, SPEC_VERSION
 from .table import Segment, SegmentTable
-from .validate import check_int, check_name, is_int, parse_json, plain_ints, plain_str
+from .validate import check_int, check_name, is_int, parse_json, plain_fields, plain_str
 from .verify import VerifyReport, verify
 
 #: The ``layout`` of a native spec's JSON.
@@ -108,6 +108,7 @@ class NativeLeaf:
     zeroed: bool = True
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # a str subclass's own __eq__ / __hash__ may lie (pass 26)
         check_name(SpecError, "leaf.name", self.name)
         where = f"leaf {self.name!r}"
         if isinstance(self.shape, list):
@@ -244,7 +245,7 @@ class NativeCacheSpec:
     version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
-        plain_ints(self)  # a NumPy version made to_json fail
+        plain_fields(self)  # a NumPy version made to_json fail
         if self.version != SPEC_VERSION:
             raise spec_error("version", self.version, f"only version {SPEC_VERSION} is supported")
         if isinstance(self.leaves, list):

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from .errors import SpecError, spec_error
 from .ranges import MAX_BLOCKS, MAX_BYTES, round_up
-from .validate import check_int, check_name, parse_json, plain_ints
+from .validate import check_int, check_name, parse_json, plain_fields
 
 SPEC_VERSION = 1
 
@@ -236,7 +236,7 @@ class FullAttentionSpec(LayerSpec):
     block_stride_alignment: int | None = None
 
     def __post_init__(self) -> None:
-        plain_ints(self)
+        plain_fields(self)
         for n in ("block_size", "num_kv_heads", "head_size"):
             _check_pos_int(self.where, n, getattr(self, n))
         _check_dtype(self.where, "dtype", self.dtype)
@@ -302,7 +302,7 @@ class MLASpec(LayerSpec):
     block_stride_alignment: int | None = None
 
     def __post_init__(self) -> None:
-        plain_ints(self)
+        plain_fields(self)
         _check_pos_int(self.where, "block_size", self.block_size)
         _check_opt_int(self.where, "num_head_slots", self.num_head_slots)
         _check_opt_int(self.where, "window", self.window)
@@ -378,7 +378,7 @@ class MambaSpec(LayerSpec):
     block_stride_alignment: int | None = None
 
     def __post_init__(self) -> None:
-        plain_ints(self)
+        plain_fields(self)
         _check_pos_int(self.where, "state_bytes", self.state_bytes)
         self._validate_common()
 
@@ -401,7 +401,7 @@ class GroupSpec:
     kernel_block_size: int | None = None
 
     def __post_init__(self) -> None:
-        plain_ints(self)
+        plain_fields(self)
         check_name(SpecError, "group.name", self.name)
         if isinstance(self.layers, list):
             object.__setattr__(self, "layers", tuple(self.layers))
@@ -448,7 +448,7 @@ class KVCacheSpec:
     version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
-        plain_ints(self)
+        plain_fields(self)
         if self.version != SPEC_VERSION:
             raise spec_error("version", self.version, f"only version {SPEC_VERSION} is supported")
         check_int(SpecError, "num_blocks", self.num_blocks, lo=0, hi=MAX_BLOCKS)

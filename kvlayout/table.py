@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import TableError, bad_value
 from .ranges import MAX_BLOCKS, MAX_BYTES, extent
-from .validate import MAX_NAME_CHARS, check_int, check_name, parse_json, plain_ints, plain_str
+from .validate import MAX_NAME_CHARS, check_int, check_name, parse_json, plain_fields, plain_str
 
 TABLE_VERSION = 1
 #: Most rows a table holds (GEOMETRY.md section 8): the verifier answers 100,000 rows within about a
@@ -39,8 +39,10 @@ class Segment:
     virtual_index: int = 0
 
     def __post_init__(self) -> None:
-        if not all(type(v) is int for v in (self.base, self.stride, self.span, self.virtual_index)):
-            plain_ints(self)  # NumPy integers: checked by the table as Python ints, which never wrap
+        ints = (self.base, self.stride, self.span, self.virtual_index)
+        names = (self.group, self.layer, self.part)
+        if not all(type(v) is int for v in ints) or not all(type(v) is str for v in names):
+            plain_fields(self)  # NumPy integers as Python ints, which never wrap; str subclasses as plain str
 
     @property
     def label(self) -> str:
@@ -80,7 +82,7 @@ class SegmentTable:
     groups_joined: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
-        plain_ints(self)
+        plain_fields(self)
         check_int(TableError, "table.total_bytes", self.total_bytes, lo=0)
         n = check_int(TableError, "table.num_blocks", self.num_blocks, lo=0, hi=MAX_BLOCKS)
         # plain tuples, iterated once here: a tuple subclass's own __iter__ gave the verifier its rows and

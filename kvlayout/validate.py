@@ -60,13 +60,19 @@ def plain_str(v: Any) -> Any:
     return str.__str__(v) if isinstance(v, str) and type(v) is not str else v
 
 
-def plain_ints(obj: Any) -> None:
-    """Every NumPy integer field of the frozen dataclass ``obj`` made a Python int, before it is checked:
-    NumPy's int64 arithmetic wraps without a word (a row's extent ``5 * stride`` wrapped into range, and
-    a wild write followed; issue 25, fourth pass), Python's never does."""
+def plain_fields(obj: Any) -> None:
+    """Every NumPy integer field of the frozen dataclass ``obj`` made a Python int, and every ``str``
+    subclass (alone or in a tuple) the plain str it holds, before they are checked. NumPy's int64
+    arithmetic wraps without a word (a row's extent ``5 * stride`` wrapped into range, and a wild write
+    followed; issue 25, fourth pass), Python's never does; a row's group name whose own ``__eq__`` said it
+    was every group made per-group zeroing clear another group's bytes (pass 26)."""
     for name, v in list(vars(obj).items()):  # the fields' values (a dataclass without slots)
         if type(v) is not int and is_int(v):
             object.__setattr__(obj, name, int(v))
+        elif isinstance(v, str) and type(v) is not str:
+            object.__setattr__(obj, name, str.__str__(v))
+        elif type(v) is tuple and any(isinstance(x, str) and type(x) is not str for x in v):
+            object.__setattr__(obj, name, tuple(plain_str(x) for x in v))
 
 
 def check_int(

@@ -121,6 +121,10 @@ def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
             value=buffer.data_ptr(),
         )
     nbytes = buffer.numel() * buffer.element_size()
+    have = buffer.untyped_storage().nbytes()  # a storage shrunk behind its tensor (resize_): torch's raw
+    if have < buffer.storage_offset() * buffer.element_size() + nbytes:  # error, not this one (pass 26)
+        why = f"holds fewer bytes than the tensor's {nbytes} B at its storage offset (resized?)"
+        raise LayoutBufferError(f"buffer storage = {have} B: {why}", field="buffer", value=have)
     offset = check_offset_and_size(offset, nbytes, table)  # a Python int: slicing never wraps
     if table.total_bytes == 0:  # an empty pool: nothing to view (an empty NumPy array's stride is 0)
         return buffer.new_empty((0,), dtype=torch.int32)
@@ -164,6 +168,8 @@ def _dlpack_read_only(obj: Any) -> bool:
 
 def check_id_tensor(ids: torch.Tensor) -> None:
     """Device ids must be a 1-D int32/int64 tensor (values are checked in the kernel)."""
+    if ids.is_nested:  # its shape cannot be read: torch's raw error from the message below (pass 26)
+        raise BlockIdError("block_ids layout = nested: must be dense", field="block_ids", value="nested")
     if ids.dtype not in (torch.int32, torch.int64):
         raise BlockIdError(
             f"block_ids dtype = {ids.dtype}: must be int32 or int64",
