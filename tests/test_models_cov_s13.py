@@ -135,7 +135,7 @@ def test_sarvam_moe_and_mla() -> None:
 @pytest.mark.parametrize(
     ("arch", "why"),
     [
-        ("DoryForCausalLM", "not one per decoder layer under one name"),
+        ("InklingForConditionalGeneration", "not one per decoder layer under one name"),
         ("NanbeigeForCausalLM", "serves it through its Transformers modeling backend"),
         ("HYV4ForCausalLM", "reads model_type 'hy_v4' with its own config class"),
         ("InklingForCausalLM", "not one per decoder layer under one name"),

@@ -100,7 +100,6 @@ VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
 CONFIG_TYPES: dict[str, str] = {
     "ChatGLMModel": "chatglm",
     "ChatGLMForConditionalGeneration": "chatglm",
-    "DoryForCausalLM": "dory",
     "Step3TextForCausalLM": "step3_text",
     "Step3p5ForCausalLM": "step3p5",
     "Step5ForCausalLM": "step5",

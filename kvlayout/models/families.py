@@ -12,6 +12,7 @@ from .beam import beam_family
 from .config import Config
 from .deepseek_v4 import dsv4_family
 from .domyn_edge import domyn_edge_family
+from .dory import dory_family
 from .flint import flint_family
 from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
@@ -107,6 +108,10 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # HRM-Text: an L and an H stack run in cycles, one attention per (step, layer), model.{L,H}_module.layers.
     # {step * num_layers_per_stack + i}.self_attn.attn (vLLM 0.33's hrm_text.py; hrm_text.py here)
     "HrmTextForCausalLM": "hrm_text",
+    # Dory: attention or MLP per layer (layer_types), the recurrent layers' loops each a cache of its own,
+    # backbone.layers.{j * n + i}.mixer.attn, tp 1 only (vLLM 0.33's dory.py, read through vLLM's own
+    # DoryConfig; dory.py here)
+    "DoryForCausalLM": "dory",
     # LongCat-Flash and its n-gram Lite: two MLA attentions per decoder layer, model.layers.{i}.self_attn.{j}
     # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
     "LongcatFlashForCausalLM": "longcat_flash",
@@ -324,6 +329,8 @@ def family_rule(family: str) -> FamilyRule:
         return openpangu_family
     if family == "hrm_text":
         return hrm_text_family
+    if family == "dory":
+        return dory_family
     if family == "longcat_flash":
         return longcat_flash_family
     if family == "kimi_linear":

@@ -332,7 +332,7 @@ def tpu_inference_from_config(
         raise spec_error("engine", "tpu-inference", why)
     checked = (
         "nemotron_nas", "plamo3", "domyn_edge", "iquest_loopcoder", "beam", "step1", "rnj1", "flint",
-        "openpangu", "hrm_text", "longcat_flash", "kimi_linear", "alice_ai", "bailing_moe_v3",
+        "openpangu", "hrm_text", "dory", "longcat_flash", "kimi_linear", "alice_ai", "bailing_moe_v3",
     )
     if probe.family in checked:
         what = {
@@ -346,6 +346,7 @@ def tpu_inference_from_config(
             "flint": "sink layers",
             "openpangu": "per-layer windows",
             "hrm_text": "recurrent stacks",
+            "dory": "recurrent loops",
             "longcat_flash": "two MLA attentions per decoder layer",
             "kimi_linear": "KDA states beside MLA layers",
             "alice_ai": "KDA states beside gated attention",

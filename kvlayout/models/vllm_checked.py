@@ -94,10 +94,6 @@ GENERIC_ATTENTION: Mapping[str, tuple[str, str]] = {
 }
 #: architecture -> why the generic rules are not taken for it
 NOT_GENERIC: Mapping[str, str] = {
-    'DoryForCausalLM': (
-        "its attention layers are not one per decoder layer under one name (defaults: "
-        "['backbone.layers.0.mixer.attn'])"
-    ),
     'HCXVisionV2ForCausalLM': (
         "not built by the harness: vLLM's ModelConfig refuses the small config (ValidationError), about 18 "
         "s"
