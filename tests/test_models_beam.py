@@ -18,6 +18,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.models import beam
+from tests import shared_answers
 
 S, F = "sliding_attention", "full_attention"
 BASE: dict[str, Any] = {
@@ -65,31 +66,26 @@ def _cases() -> dict[str, dict[str, Any]]:
     }
 
 
+shared_answers.register("hybrid", __name__, _cases())  # one driver run with the other files' cases
+
+
 @pytest.fixture(scope="module")
 def answers() -> dict[str, dict[str, Any]]:
     pytest.importorskip("vllm")
     from tests.test_models_hybrid_vllm import vllm_answers
 
-    return vllm_answers(_cases())
+    return shared_answers.answers("hybrid", __name__, _cases(), vllm_answers)
 
 
-def _differences(answers: dict[str, dict[str, Any]]) -> list[str]:
-    from tests.test_models_hybrid_vllm import _kvlayout
+def _differences(answers: dict[str, dict[str, Any]]) -> set[str]:
+    from tests.test_models_hybrid_vllm import differences
 
-    out = []
-    for case_id, case in _cases().items():
-        got = answers[case_id]
-        assert "error" not in got, (case_id, got.get("error"))
-        for device in ("hopper", "blackwell"):
-            mine = _kvlayout({**case, "device": device})
-            if mine != {k: got[k] for k in mine}:
-                out.append(case_id)
-    return out
+    return {case_id.split("-")[0] for case_id, _ in differences(answers, _cases())}
 
 
 def test_equals_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:
     assert set(answers) == set(_cases())
-    assert _differences(answers) == []
+    assert _differences(answers) == set()
 
 
 def test_a_wrong_rule_fails_the_comparison(
@@ -104,7 +100,7 @@ def test_a_wrong_rule_fails_the_comparison(
         return [w] * n
 
     monkeypatch.setattr(beam, "windows", every_layer)
-    assert {c.split("-")[0] for c in _differences(answers)} == {"mixed", "head_dim"}
+    assert _differences(answers) == {"mixed", "head_dim"}
     monkeypatch.setattr(beam, "windows", right)
 
     def default_for_null(cfg: Any, n: int) -> list[int | None]:
@@ -112,7 +108,7 @@ def test_a_wrong_rule_fails_the_comparison(
         return right(type(cfg)(data, cfg.path), n)
 
     monkeypatch.setattr(beam, "windows", default_for_null)
-    assert {c.split("-")[0] for c in _differences(answers)} == {"null_window", "zero_window"}
+    assert _differences(answers) == {"null_window", "zero_window"}
 
 
 def test_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, Any]]) -> None:

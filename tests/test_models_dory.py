@@ -17,6 +17,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.models import dory
+from tests import shared_answers
 
 S, F, P = "sliding_attention", "full_attention", "mlp"
 BASE: dict[str, Any] = {
@@ -65,12 +66,15 @@ def _built() -> dict[str, dict[str, Any]]:
     return {k: c for k, c in _cases().items() if c["tp"] == 1}
 
 
+shared_answers.register("hybrid", __name__, _cases())  # one driver run with the other files' cases
+
+
 @pytest.fixture(scope="module")
 def answers() -> dict[str, dict[str, Any]]:
     pytest.importorskip("vllm")
     from tests.test_models_hybrid_vllm import vllm_answers
 
-    return vllm_answers(_cases())
+    return shared_answers.answers("hybrid", __name__, _cases(), vllm_answers)
 
 
 def _differences(answers: dict[str, dict[str, Any]]) -> set[str]:

@@ -18,6 +18,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.models import hrm_text
+from tests import shared_answers
 
 BASE: dict[str, Any] = {
     "architectures": ["HrmTextForCausalLM"],
@@ -57,12 +58,15 @@ def _cases() -> dict[str, dict[str, Any]]:
     }
 
 
+shared_answers.register("hybrid", __name__, _cases())  # one driver run with the other files' cases
+
+
 @pytest.fixture(scope="module")
 def answers() -> dict[str, dict[str, Any]]:
     pytest.importorskip("vllm")
     from tests.test_models_hybrid_vllm import vllm_answers
 
-    return vllm_answers(_cases())
+    return shared_answers.answers("hybrid", __name__, _cases(), vllm_answers)
 
 
 def _differences(answers: dict[str, dict[str, Any]]) -> set[str]:

@@ -18,6 +18,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.models import step1
+from tests import shared_answers
 
 BASE: dict[str, Any] = {
     "architectures": ["Step1ForCausalLM"],
@@ -62,12 +63,15 @@ def _cases() -> dict[str, dict[str, Any]]:
     }
 
 
+shared_answers.register("triton", __name__, _cases())  # one driver run with the other files' cases
+
+
 @pytest.fixture(scope="module")
 def answers() -> dict[str, dict[str, Any]]:
     pytest.importorskip("vllm")
     from tests.triton_driver import triton_answers
 
-    return triton_answers(_cases())
+    return shared_answers.answers("triton", __name__, _cases(), triton_answers)
 
 
 def _differences(answers: dict[str, dict[str, Any]]) -> set[str]:
