@@ -149,6 +149,9 @@ def test_reads_and_refusals() -> None:
     for key, bad in (("attention_bias", True), ("mlp_bias", True), ("tie_word_embeddings", True),
                      ("hidden_act", "gelu"), ("initializer_range", 0)):
         _refused({**BASE, key: bad}, f"config.{key}", "Dory|DoryConfig")
+    # n_recurrent_layers null: DoryConfig's (the layers between the input and output ones)
+    same = M.from_config({**BASE, "n_recurrent_layers": None}, reader="json")
+    assert isinstance(same, M.ModelSpec) and same.spec == M.from_config(BASE, reader="json").spec
     # a window written null is no refusal where no layer slides
     ms = M.from_config({**BASE, "layer_types": [F, P, F, P], "sliding_window": None}, reader="json")
     assert isinstance(ms, M.ModelSpec) and ms.bytes_per_block > 0

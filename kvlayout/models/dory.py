@@ -85,7 +85,9 @@ def attention_layers(cfg: Config, n: int, types: list[str]) -> list[tuple[int, s
     """(unique index, layer type) of every attention, in vLLM 0.33's construction order."""
     n_in = _int(cfg, "n_input_layers", 0, 0)
     n_out = _int(cfg, "n_output_layers", 0, 0)
-    n_rec = _int(cfg, "n_recurrent_layers", n - n_in - n_out, 0)
+    n_rec = n - n_in - n_out  # DoryConfig's where null or left out
+    if cfg.has("n_recurrent_layers"):
+        n_rec = cfg.req_int("n_recurrent_layers", "DoryConfig's layer layout", lo=0)
     if n_rec < 0 or n_in + n_rec + n_out != n:
         why = f"n_input_layers + n_recurrent_layers + n_output_layers must be num_hidden_layers = {n}, "
         raise spec_error(cfg.field("n_recurrent_layers"), n_rec, f"{why}none below 0: DoryConfig refuses it")
