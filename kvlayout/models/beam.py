@@ -97,6 +97,9 @@ def beam_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     kv_heads = kv_per_rank(cfg.field("num_key_value_heads"), _kv_total(cfg), heads, c.tp)
     head = head_size(cfg, heads)
     wins = windows(cfg, n)
+    if cfg.data.get("tie_word_embeddings", False):  # BeamConfig's default: untied
+        why = "vLLM 0.33's BeamForCausalLM requires tie_word_embeddings=False"
+        raise spec_error(cfg.field("tie_word_embeddings"), cfg.data["tie_word_embeddings"], why)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     bs = c.block(c.backend(mla=False).block_size)
     bucket: dict[str, list[LayerSpec]] = {}

@@ -12,9 +12,9 @@
   layers are not all sliding).
 - ``DoryConfig`` fills ``layer_types`` (an MLP on odd layers, full attention where ``i % 8 == 6``, else
   sliding), the partitions (0 input and output layers, the rest recurrent), one loop and ``per_loop`` where
-  config.json leaves them out; ``DoryForCausalLM`` validates it (its layout, head and flag checks mirrored
-  here, naming the field; its RoPE checks, which decide no cache, are not) and refuses a tensor-parallel
-  size above 1.
+  config.json leaves them out, and validates itself as vLLM reads it (its layout, head, flag and RoPE
+  checks mirrored here, naming the field: they decide whether vLLM builds the model); ``DoryForCausalLM``
+  refuses a tensor-parallel size above 1.
 - Groups as vLLM's ``get_kv_cache_groups``: one page for every layer; the full and the sliding layers a
   bucket each (first seen first), split as any hybrid's (:func:`.grouping.vllm_groups`).
 """
@@ -67,18 +67,54 @@ def layer_types(cfg: Config, n: int) -> list[str]:
 
 
 def _check_flags(cfg: Config) -> None:
-    """DoryConfig's checks beyond the layout (bias-free projections, SiLU, untied embeddings)."""
+    """DoryConfig's checks beyond the layout (bias-free projections, SiLU, untied embeddings); its strict
+    field types refuse a 0 for a bool flag (pass 27: ``0 != False`` is false)."""
     for key, ok, why in (
         ("attention_bias", False, "Dory requires bias-free projections"),
         ("mlp_bias", False, "Dory requires bias-free projections"),
         ("tie_word_embeddings", False, "Dory requires untied embeddings"),
         ("hidden_act", "silu", "Dory requires SiLU"),
     ):
-        if key in cfg.data and cfg.data[key] != ok:
+        if key in cfg.data and (type(cfg.data[key]) is not type(ok) or cfg.data[key] != ok):
             raise spec_error(cfg.field(key), cfg.data[key], f"{why}: DoryConfig refuses it")
     init = cfg.data.get("initializer_range", 0.02)
     if isinstance(init, bool) or not isinstance(init, (int, float)) or not init > 0:
         raise spec_error(cfg.field("initializer_range"), init, "DoryConfig takes a positive number")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_rope(cfg: Config, types: list[str], head: int) -> None:
+    """``DoryConfig.validate_rope``, which vLLM 0.33 runs when it reads the config: RoPE parameters for each
+    attention type there is and no other (none when every layer is an MLP), default RoPE, a positive
+    theta, and a rotary part ``int(head_dim * partial_rotary_factor)`` that is positive and even
+    (``rope_type`` and ``rope_theta`` left out take ``default`` and ``rope_theta``'s, or 10,000)."""
+    kinds = [t for t in ("sliding_attention", "full_attention") if t in types]
+    if not kinds:
+        why = "no attention layer: DoryConfig refuses its rope_parameters (none for an attention type)"
+        raise spec_error(cfg.field("layer_types"), "all mlp", why)
+    theta = cfg.data.get("rope_theta", 10000.0)
+    raw: Any = cfg.data.get("rope_parameters")
+    if raw is None:  # DoryConfig's default: one entry per attention type there is
+        raw = {k: {"rope_type": "default", "partial_rotary_factor": 1.0} for k in kinds}
+    field = cfg.field("rope_parameters")
+    allowed = {"sliding_attention", "full_attention"}
+    if not isinstance(raw, dict) or set(raw) - allowed or set(kinds) - set(raw):
+        why = f"DoryConfig takes an entry for each attention type there is ({', '.join(kinds)}) and no other"
+        raise spec_error(field, raw if not isinstance(raw, dict) else sorted(raw), why)
+    for kind, rope in raw.items():
+        where = f"{field}.{kind}"
+        if not isinstance(rope, dict):
+            raise spec_error(where, rope, "DoryConfig takes an object")
+        t, th = rope.get("rope_type", "default"), rope.get("rope_theta", theta)
+        if t != "default" or not _number(th) or not th > 0:
+            raise spec_error(where, rope, "Dory requires default RoPE with a positive rope_theta")
+        f = rope.get("partial_rotary_factor", 1.0)
+        if not _number(f) or not 0 < f <= 1 or int(head * f) <= 0 or int(head * f) % 2:
+            why = f"the rotary part int(head_dim {head} * partial_rotary_factor) must be positive and even"
+            raise spec_error(f"{where}.partial_rotary_factor", f, f"{why}, the factor in (0, 1]")
 
 
 def attention_layers(cfg: Config, n: int, types: list[str]) -> list[tuple[int, str]]:
@@ -121,6 +157,7 @@ def dory_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
     head = _class_int(cfg, "head_dim", "the head size")
     types = layer_types(cfg, n)
     _check_flags(cfg)
+    check_rope(cfg, types, head)
     window = None
     if "sliding_attention" in types:
         if "sliding_window" not in cfg.data:
