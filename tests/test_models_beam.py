@@ -144,7 +144,10 @@ def test_reads_and_refusals() -> None:
     _refused({**BASE, "mlp_layer_types": ["dense", "moe", "dense"]}, "config.mlp_layer_types[1]", "one of")
     for bad in (-1, "128", 1.5):
         _refused({**BASE, "sliding_window": bad}, "config.sliding_window", "must be")
-    _refused({**BASE, "head_dim": 0}, "config.head_dim", "at least 1")
+    _refused({**BASE, "head_dim": -1}, "config.head_dim", "at least 1")
+    # a 0 is vLLM's `config.head_dim or hidden_size // heads` (BeamAttention): the derived head size
+    derived = M.from_config(BASE, reader="json").spec
+    assert M.from_config({**BASE, "head_dim": 0}, reader="json").spec == derived
     _refused({**BASE, "num_key_value_heads": None}, "config.num_key_value_heads", "missing")
     kv3 = {**BASE, "num_key_value_heads": 3}
     _refused(kv3, "config.num_key_value_heads", "not divisible by tp = 2", tp=2)

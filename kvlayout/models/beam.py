@@ -78,8 +78,9 @@ def windows(cfg: Config, n: int) -> list[int | None]:
 
 
 def head_size(cfg: Config, heads: int) -> int:
-    """``head_dim`` where written (not null), else ``hidden_size // num_attention_heads``."""
-    if cfg.has("head_dim"):
+    """``head_dim`` where written (not null, not 0), else ``hidden_size // num_attention_heads``: vLLM 0.33's
+    ``BeamAttention`` takes ``config.head_dim or hidden_size // heads`` (pass 27: a 0 was refused)."""
+    if cfg.has("head_dim") and not (type(cfg.data["head_dim"]) is int and cfg.data["head_dim"] == 0):
         return cfg.req_int("head_dim", "the head size")
     hidden = cfg.req_int("hidden_size", "the head size is hidden_size // num_attention_heads")
     if hidden < heads:
