@@ -153,9 +153,21 @@ def test_block_size_pins_are_whole_and_hand_checked() -> None:
     assert BLOCK_PINS["mamba_codestral_7b-tp1-fp8-b128"]["bytes_per_block"] == 64 * 2_158_592
 
 
+#: user block sizes vLLM's FLASH_ATTN refuses on a Hopper GPU where the CPU construction (no FlashAttention 4
+#: there: TRITON_ATTN stood in) pins an answer. Gemma 4's model head size is its largest, 512, so with an
+#: fp8 cache FLASH_ATTN's kernel block is FA4's fixed 64 tokens and ``validate_configuration`` refuses 32
+#: (tests/test_hostile_s26_models.py::test_f3_gemma4_hopper_fp8 asks vLLM's backend); vLLM then picks the
+#: next backend (FlashInfer), whose packing of Gemma 4's pages kvlayout does not model: kvlayout refuses.
+FA4_REFUSED = ("gemma4_26b_a4b-tp1-fp8-b32", "gemma4_26b_a4b-tp2-fp8-b32")
+
+
 @pytest.mark.parametrize("case_id", list(BLOCK_CASES))
 def test_user_block_size_equals_vllm(case_id: str) -> None:
-    verdict = compare(block_answer(BLOCK_CASES[case_id]), BLOCK_PINS[case_id])
+    mine = block_answer(BLOCK_CASES[case_id])
+    if case_id in FA4_REFUSED:
+        assert "FlashAttention 4" in mine.get("refused", ""), mine
+        return
+    verdict = compare(mine, BLOCK_PINS[case_id])
     assert verdict == "agree", (verdict, BLOCK_PINS[case_id])
 
 

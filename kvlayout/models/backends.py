@@ -125,6 +125,61 @@ _PRIORITY: Mapping[tuple[bool, int], tuple[str, ...]] = {
 }
 
 
+#: FlashAttention 4's fixed kernel pages (vLLM 0.33 ``v1/attention/backends/flash_attn.py``): its SM90 kernel
+#: for an fp8 cache and head size 512 (``_get_sm90_fa4_fp8_kv_block_size``, a 64-token TMA tile) and its
+#: Blackwell head-size-256 kernel (``_get_fa4_hd256_block_size``, ``fa_utils.FA4_HD256_PAGE_SIZE``)
+SM90_FA4_FP8_PAGE = 64
+FA4_HD256_PAGE = 128
+
+
+def flash_attn_version(device: str, head_size: int, kv_cache_dtype: str, *, hd256_fallback: bool) -> int:
+    """The FlashAttention version vLLM 0.33 runs FLASH_ATTN with (``fa_utils.get_flash_attn_version``, no
+    ``flash_attn_version`` or batch invariance set; the wheel ships FA2 and FA3 as ``.so`` files and FA4 as
+    ``cute/interface.py``, so each is available where its compute capability allows): FA3 on Hopper, upgraded
+    to FA4 above head size 256; FA4 on Blackwell, where its head-size-256 kernel falls back to FA2 for
+    soft-capped logits, a quantized cache, a multimodal prefix LM or R-SWA (``hd256_fallback`` for the
+    model's), and head sizes above 128 but 256 take FA2 (TMEM); FA2 elsewhere."""
+    major = DEVICES[device][0]
+    if major == 9:
+        return 4 if head_size > 256 else 3
+    if major != 10:
+        return 2
+    if head_size == 256:
+        return 2 if hd256_fallback or kv_cache_dtype not in _HALF else 4
+    return 2 if head_size > 128 else 4
+
+
+def flash_attn_page(device: str, head_size: int, kv_cache_dtype: str, *, hd256_fallback: bool) -> int | None:
+    """FLASH_ATTN's fixed kernel page for attention of ``head_size`` (None: ``MultipleOf(16)``), vLLM 0.33's
+    ``get_supported_kernel_block_sizes`` / ``get_preferred_block_size``: 64 tokens on Hopper for an fp8 cache
+    and head size 512 (FA4), 128 on Blackwell for head size 256 on FA4's hd256 kernel."""
+    v = flash_attn_version(device, head_size, kv_cache_dtype, hd256_fallback=hd256_fallback)
+    major = DEVICES[device][0]
+    if major == 9 and kv_cache_dtype in _FP8 and head_size == 512 and v == 4:
+        return SM90_FA4_FP8_PAGE
+    if major == 10 and head_size == 256 and v == 4:
+        return FA4_HD256_PAGE
+    return None
+
+
+def flash_attn_refuses(
+    device: str, head_size: int, kv_cache_dtype: str, *, hd256_fallback: bool
+) -> str | None:
+    """Why FLASH_ATTN refuses attention of ``head_size`` with this cache (``supports_head_size``: a multiple
+    of 8, at most 256, or 512 with FA4; ``supports_combination``: an fp8 cache needs FA3 on Hopper, FA4 with
+    head size 512 on Hopper, or FA4 on Blackwell), None where it takes it."""
+    major = DEVICES[device][0]
+    if head_size % 8 or head_size > (512 if major in (9, 10) else 256):
+        return f"head size {head_size} not supported"
+    v = flash_attn_version(device, head_size, kv_cache_dtype, hd256_fallback=hd256_fallback)
+    if kv_cache_dtype in _FP8 and not (
+        (major == 9 and (v == 3 or (v == 4 and head_size == 512))) or (major == 10 and v == 4)
+    ):
+        v_name = f"FlashAttention {v}"
+        return f"kv_cache_dtype {kv_cache_dtype} not supported with head size {head_size} ({v_name})"
+    return None
+
+
 @dataclass(frozen=True)
 class Resolved:
     """The backend vLLM would use, the block size it implies, and why."""

@@ -7,10 +7,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import spec_error
-from ..spec import KVCacheSpec
+from ..errors import short, spec_error
+from ..spec import FullAttentionSpec, KVCacheSpec
+from ..validate import is_int
 from .attention import CAUSAL_LM_TYPES, WRAPPERS
-from .backends import check_device
+from .backends import (
+    BACKENDS,
+    DEVICES,
+    SM90_FA4_FP8_PAGE,
+    Resolved,
+    check_device,
+    flash_attn_page,
+    flash_attn_refuses,
+)
 from .base import Ctx, ModelSpec
 from .config import (
     MODEL_DTYPES,
@@ -22,6 +31,7 @@ from .config import (
     check_tp,
     check_with_transformers,
     load_config,
+    quantized_kv_cache,
     resolve_model_dtype,
     text_config,
     through_transformers,
@@ -39,6 +49,26 @@ class OtherClass(MissingField):
     reader reads it through that class)."""
 
 
+def _remote(data: Mapping[str, Any]) -> bool:
+    """Whether config.json names a remote-code config class (``auto_map.AutoConfig``)."""
+    auto_map = data.get("auto_map")
+    return isinstance(auto_map, Mapping) and "AutoConfig" in auto_map
+
+
+def _known_model_type(mt: str) -> bool:
+    """Whether a table of kvlayout's (read from transformers and vLLM 0.33) names ``mt``."""
+    from . import config_aliases as A
+    from .config import HEADS_DIVIDE_HIDDEN, REMOTE_PARENTS
+    from .longcat_flash import ARCHITECTURE_MODEL_TYPES
+
+    tables: tuple[Any, ...] = (
+        CAUSAL_LM_TYPES, A.ALIASES, A.NOT_NULL, A.TEXT_TYPES, A.DEFAULTS, A.VLLM_TYPES,
+        A.VLLM_TRANSFORMERS_CLASSES, A.VLLM_ALIASES, REMOTE_PARENTS, HEADS_DIVIDE_HIDDEN,
+    )
+    named = (*A.TEXT_TYPES.values(), *ARCHITECTURE_MODEL_TYPES.values())
+    return any(mt in t for t in tables) or mt in named
+
+
 def _class_of_model_type(top: Config, arch: str) -> None:
     """Refuse, for the reader as written, a ``model_type`` that selects another architecture's config
     class: transformers' AutoConfig, hence vLLM 0.33 (``HFConfigParser.parse``), builds the config with the
@@ -48,6 +78,17 @@ def _class_of_model_type(top: Config, arch: str) -> None:
     pass, F3)."""
     mt = top.data.get("model_type")
     own = [t for t, a in CAUSAL_LM_TYPES.items() if a == arch]
+    if own and isinstance(mt, str) and mt not in own and not _known_model_type(mt) and not _remote(top.data):
+        # a type no table of kvlayout's names (issue 26, F8: "lla\x00ma" was planned as Llama): AutoConfig,
+        # hence vLLM 0.33, refuses a type transformers does not know; the json reader cannot tell
+        why = (
+            f"{arch}'s own model_type is {own[0]!r}, and kvlayout knows no config class of this one: vLLM "
+            "0.33 builds the config with the class model_type names (transformers' AutoConfig refuses an "
+            "unknown one)"
+        )
+        field = top.field("model_type")
+        hint = "; reader='transformers' (or the default, auto) asks transformers' AutoConfig, as vLLM does"
+        raise OtherClass(f"{field} = {short(mt)}: {why}{hint}", field=field, value=mt)
     if not own or not isinstance(mt, str) or mt in own or mt not in CAUSAL_LM_TYPES:
         return
     why = (
@@ -59,6 +100,146 @@ def _class_of_model_type(top: Config, arch: str) -> None:
     hint = "; reader='transformers' (or the default, auto) reads it through that class, as vLLM does"
     field = top.field("model_type")
     raise OtherClass(f"{field} = {mt!r}: {why}{hint}", field=field, value=mt)
+
+
+def _only_attention(field: str, family: str, groups: tuple[Any, ...]) -> None:
+    """Refuse compressed-tensors' fp8 cache where a layer is not vLLM's standard ``Attention`` (MLA, state,
+    a model's own cache), or a config hook reads the cache dtype before the layers set it (Gemma 4's
+    ``Gemma4Config``): vLLM's engine config keeps ``auto`` and only ``Attention.__init__`` makes it fp8."""
+    other = next(
+        (x for g in groups for x in g.layers if not isinstance(x, FullAttentionSpec)), None
+    )
+    if other is None and family != "gemma4":
+        return
+    what = f"layer {other.name} ({type(other).__name__})" if other is not None else "Gemma 4's config hook"
+    why = (
+        f"vLLM 0.33 makes only its standard Attention layers' auto cache fp8, and {what} is not one of them "
+        "(or reads the cache dtype first): not modeled; pass kv_cache_dtype (--kv-cache-dtype)"
+    )
+    raise spec_error(field, "set", why)
+
+
+def _model_head_size(text: Config) -> int | None:
+    """vLLM 0.33's ``ModelConfig.get_head_size`` for standard attention (``head_dim`` above 0, else
+    ``hidden_size_per_head``, else ``hidden_size // num_attention_heads``); None where the fields are not
+    integers (the layers' own sizes then decide nothing here)."""
+    d: Mapping[str, Any] = text.data
+    head: Any = d.get("head_dim")
+    if is_int(head) and head > 0:
+        return int(head)
+    per: Any = d.get("hidden_size_per_head")
+    if per is not None:
+        return int(per) if is_int(per) else None
+    hidden: Any = d.get("hidden_size")
+    heads: Any = d.get("num_attention_heads")
+    if is_int(hidden) and is_int(heads) and heads > 0:
+        return int(hidden) // int(heads)
+    return None
+
+
+#: model types vLLM 0.33 reads as multimodal prefix LMs where the config class says nothing
+#: (``ModelArchConfigConvertorBase.is_mm_prefix_lm``'s ``MM_PREFIX_LM_MODELS``)
+_MM_PREFIX_LM = ("bagel", "gemma3", "molmo2", "moondream3", "paligemma")
+
+
+def _user_block(c: Ctx, page: int, why: str, named: bool) -> None:
+    """Refuse a block size the user set that FA4's fixed ``page`` does not divide: vLLM's backend selector
+    then refuses FLASH_ATTN (``supports_block_size`` of the model's kernel sizes) and, unless it was named,
+    passes over it to another backend, which kvlayout does not resolve here."""
+    user = c.block(page)
+    if user % page:
+        what = "refuses FLASH_ATTN (block_size not supported)" if named else (
+            "passes over FLASH_ATTN to a backend kvlayout does not resolve here"
+        )
+        raise spec_error("block_size", user, f"{why}, a block size vLLM {what}")
+
+
+def _gemma4_page(c: Ctx, kv: str, heads: list[int]) -> tuple[int, str] | None:
+    """Gemma 4 of differing head sizes on Hopper with an fp8 cache: vLLM 0.33's ``Gemma4Config`` keeps
+    FLASH_ATTN with per-layer FA3/FA4 there (``flash_attn_version`` unset), and the model's head size is its
+    largest (``ModelArchitectureConfig.from_layers`` takes the max of per-layer fields). With 512, FA4's SM90
+    fp8 kernel's 64-token page is vLLM's block size (``get_preferred_block_size``), which every layer's
+    unified block is a multiple of; a 512-head layer at 32 tokens (the 16 planned before) has no kernel
+    block (``select_common_block_size`` raises). Other head sizes above 256 are refused (FLASH_ATTN takes an
+    fp8 cache there only for 512)."""
+    device = c.device or ""
+    if DEVICES[device][0] != 9 or kv not in ("fp8", "fp8_e4m3") or max(heads) <= 256 or max(heads) > 512:
+        return None  # elsewhere vLLM's Gemma4Config runs FA4 (or TRITON_ATTN) on every layer: MultipleOf(16)
+    if max(heads) != 512 or any(256 < h < 512 for h in heads):
+        why = (
+            f"Gemma 4's head sizes {heads} on Hopper with an fp8 cache: vLLM 0.33's FLASH_ATTN takes it "
+            "above head size 256 only for 512 (FlashAttention 4), and its choice of another backend is not "
+            "modeled"
+        )
+        raise spec_error("kv_cache_dtype", kv, why)
+    why = (
+        f"Gemma 4's head sizes {heads} on Hopper with an fp8 cache: vLLM 0.33's Gemma4Config keeps "
+        "FLASH_ATTN with per-layer FA3/FA4, and FlashAttention 4's SM90 fp8 kernel for the model's head size "
+        f"512 fixes {SM90_FA4_FP8_PAGE}-token blocks"
+    )
+    if c.block_size is not None:
+        _user_block(c, SM90_FA4_FP8_PAGE, why, False)
+        return None
+    return SM90_FA4_FP8_PAGE, why
+
+
+def _flash_attn_page(c: Ctx, top: Config, groups: tuple[Any, ...]) -> tuple[int, str] | None:
+    """FlashAttention 4's fixed page where vLLM 0.33 runs the model's attention on FLASH_ATTN with it
+    (:func:`.backends.flash_attn_page`), and the note that says so; None where FLASH_ATTN takes
+    ``MultipleOf(16)``. vLLM's block size is the backend's preference for the model's head size
+    (``get_preferred_block_size``, ``ModelConfig.get_head_size``), and each layer's kernel page must divide
+    it (``select_common_block_size``): exact where every layer is standard attention of that head size;
+    refused, by name, where a layer's size or kind differs, where FLASH_ATTN named refuses a layer, or where
+    a block size set is not a multiple of the page. Gemma 4: :func:`_gemma4_page`."""
+    r = c.resolved
+    if c.device is None or r is None:
+        return None
+    kv = "auto" if c.kv_cache_dtype is None else c.kv_cache_dtype
+    text = c.cfg
+    mt = top.data.get("model_type")
+    prefix_lm = top.data.get("is_mm_prefix_lm")
+    fallback = bool(text.data.get("attn_logit_softcapping")) or top.data.get("rswa_window") is not None or (
+        bool(prefix_lm) if "is_mm_prefix_lm" in top.data else mt in _MM_PREFIX_LM
+    )
+    layers = [x for g in groups for x in g.layers]
+    heads = sorted({x.head_size for x in layers if isinstance(x, FullAttentionSpec)})
+    device = c.device
+    if c.family == "gemma4" and len(heads) > 1:
+        return _gemma4_page(c, kv, heads)
+    if r.backend.name != "FLASH_ATTN":
+        return None
+    named = c.attention_backend == "FLASH_ATTN"
+    for h in heads:
+        bad = flash_attn_refuses(device, h, kv, hd256_fallback=fallback)
+        if bad is not None and named:
+            raise spec_error("attention_backend", "FLASH_ATTN", f"vLLM 0.33 refuses it on {device}: {bad}")
+    # the model's head size: the config's, or the largest layer's where they differ (a per-layer config)
+    model_heads = {_model_head_size(text), *heads[-1:]}
+    pages = {h: flash_attn_page(device, h, kv, hd256_fallback=fallback) for h in {*heads, *model_heads} if h}
+    if not any(pages.values()):
+        return None
+    other = next((x for x in layers if not isinstance(x, FullAttentionSpec)), None)
+    if len(heads) != 1 or model_heads != set(heads) or other is not None:
+        what = f"layer {other.name} is {type(other).__name__}" if other is not None else (
+            f"the layers' head sizes {heads} against the model's {sorted(h for h in model_heads if h)}"
+        )
+        why = (
+            f"vLLM 0.33's FLASH_ATTN on {device} takes FlashAttention 4's fixed pages here, and {what}: "
+            "not modeled; name another backend with attention_backend (--attention-backend)"
+        )
+        raise spec_error("attention_backend", c.attention_backend or "FLASH_ATTN (vLLM's choice)", why)
+    page = pages[heads[0]]
+    if page is None:
+        return None
+    kernel = "SM90 fp8" if page == SM90_FA4_FP8_PAGE else "Blackwell head-size-256"
+    why = (
+        f"FLASH_ATTN runs FlashAttention 4's {kernel} kernel for head size {heads[0]}: its fixed "
+        f"{page}-token pages are vLLM 0.33's block size"
+    )
+    if c.block_size is not None:
+        _user_block(c, page, why, named)
+        return None  # the page divides the block the user set: planned as it is
+    return page, why
 
 
 def build(
@@ -142,6 +323,14 @@ def build(
         text_arch, family = text_architecture(arch, top, text)
         notes.append(f"the language model is {text_arch}, built as language_model")
     model_dtype = resolve_model_dtype(top, text, dtype, notes)
+    quant = quantized_kv_cache(top.data)  # refused, naming the field, where kvlayout cannot plan it
+    attention_only = ""  # the field whose fp8 only vLLM's standard Attention layers take (compressed-tensors)
+    if quant is not None and kv_cache_dtype in (None, "auto"):
+        # vLLM 0.33: an auto cache is the checkpoint's (EngineArgs' resolve_kv_cache_dtype_string for
+        # ModelOpt; Attention.__init__ for compressed-tensors); a dtype the user names wins
+        kv_cache_dtype = quant[0]
+        notes.append(quant[1])
+        attention_only = "config.quantization_config.kv_cache_scheme" if quant[2] else ""
     if arch == "GlmMoeDsaForCausalLM" and device == "blackwell" and kv_cache_dtype in (None, "auto"):
         # vLLM 0.33's GlmMoeDsaForCausalLM.verify_and_update_config (model_executor/models/config.py): on
         # SM10x an auto cache is fp8_e4m3
@@ -170,7 +359,21 @@ def build(
         attention_backend=attention_backend,
         text_arch=text_arch,
     )
+    noted = len(notes)
     groups, kv, bs = family_rule(family)(c)
+    if attention_only:
+        _only_attention(attention_only, family, groups)
+    fa4 = _flash_attn_page(c, top, groups)
+    if fa4 is not None:  # FA4's fixed page is vLLM's preferred block size: the family planned again with it
+        page, why = fa4
+        del notes[noted:]
+        c = replace(c, block_size=page, kinds={}, resolved=None, mla_dims=None)
+        groups, kv, bs = family_rule(family)(c)
+        notes.append(why)
+        if c.family == "gemma4":  # vLLM runs its layers on FLASH_ATTN there, not TRITON_ATTN
+            c.resolved = Resolved(BACKENDS["FLASH_ATTN"], page, why)
+        elif c.resolved is not None:
+            c.resolved = replace(c.resolved, block_size=page, reason=f"{c.resolved.reason}; {why}")
     spec = KVCacheSpec(num_blocks=num_blocks, layout="packed", groups=groups)
     r = c.resolved
     ms = ModelSpec(

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError, spec_error
+from ..errors import SpecError, short, spec_error
 from ..validate import is_int, read_json_file
 
 MODEL_DTYPES = ("bfloat16", "float16", "float32")
@@ -550,10 +550,26 @@ def text_config(top: Config) -> Config:
 
 
 # --------------------------------------------------------------------------- dtypes and tp
+#: model types vLLM 0.33 does not run in float16 (``vllm/config/model.py``, ``_FLOAT16_NOT_SUPPORTED_MODELS``,
+#: "numerical instability"): dtype auto runs a float16 checkpoint in bfloat16 (``_resolve_auto_dtype``: the
+#: first of the CUDA platform's supported dtypes it allows), and dtype float16 is refused
+#: (``_check_valid_dtype``); read from the config's own (top-level) model_type
+FLOAT16_NOT_SUPPORTED = ("gemma2", "gemma3", "gemma3_text", "glm4")
+
+
 def resolve_model_dtype(top: Config, text: Config, dtype: str | None, notes: list[str]) -> str:
+    """The dtype vLLM 0.33 runs the model in (``_get_and_verify_dtype`` on a CUDA GPU)."""
+    mt = top.data.get("model_type")
+    no_fp16 = isinstance(mt, str) and mt in FLOAT16_NOT_SUPPORTED
     if dtype is not None and dtype != "auto":
         if dtype not in MODEL_DTYPES:
             raise spec_error("dtype", dtype, f"valid: auto, {', '.join(MODEL_DTYPES)}")
+        if dtype == "float16" and no_fp16:
+            why = (
+                f"vLLM 0.33 does not run model_type {mt!r} in float16 (_FLOAT16_NOT_SUPPORTED_MODELS: "
+                "numerical instability); valid: auto, bfloat16, float32"
+            )
+            raise spec_error("dtype", dtype, why)
         return dtype
     for cfg in (top, text):
         for key in ("dtype", "torch_dtype"):  # transformers keeps dtype where both are written
@@ -565,6 +581,12 @@ def resolve_model_dtype(top: Config, text: Config, dtype: str | None, notes: lis
                     )
                 if raw == "float32":
                     notes.append("float32 checkpoint: vLLM's dtype auto runs it in bfloat16")
+                    return "bfloat16"
+                if raw == "float16" and no_fp16:
+                    notes.append(
+                        f"float16 checkpoint of model_type {mt!r}: vLLM 0.33's dtype auto runs it in "
+                        "bfloat16 (float16 is not supported for it: _FLOAT16_NOT_SUPPORTED_MODELS)"
+                    )
                     return "bfloat16"
                 return str(raw)
     # vLLM (ModelArchConfigConvertorBase.get_torch_dtype, _resolve_auto_dtype): no dtype in the config
@@ -587,6 +609,100 @@ def resolve_kv_dtype(kv_cache_dtype: str | None, model_dtype: str) -> str:
         why = f"vLLM 0.33 refuses it beside the model's dtype {model_dtype} (valid: {allowed})"
         raise spec_error("kv_cache_dtype", kv_cache_dtype, why)
     return KV_DTYPES[key] or model_dtype
+
+
+#: ModelOpt's KV cache algorithms (lowercased) -> the cache dtype vLLM 0.33 makes an ``auto`` cache
+#: (``vllm/utils/torch_utils.py``, ``MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP``): ``nvfp4`` is not planned here
+_MODELOPT_KV = {"fp8": "fp8_e4m3"}
+
+
+def quantized_kv_cache(data: Mapping[str, Any]) -> tuple[str, str, bool] | None:
+    """The cache dtype a checkpoint's ``quantization_config`` makes vLLM 0.33 use for a ``--kv-cache-dtype``
+    left ``auto``, the note that says so, and whether only standard ``Attention`` layers take it; None where
+    it sets none.
+
+    - ModelOpt (``quant_method`` starting ``modelopt``): ``EngineArgs.create_engine_config`` ->
+      ``resolve_kv_cache_dtype_string`` -> ``get_kv_cache_quant_algo_string`` reads the first truthy of
+      ``quantization.kv_cache_scheme``, ``kv_cache_scheme``, ``quantization.kv_cache_quant_algo``,
+      ``kv_cache_quant_algo``: ``FP8`` (any case), or a scheme ``{num_bits: 8, type: float, dynamic: false}``,
+      is ``fp8_e4m3`` for the whole engine.
+    - compressed-tensors: a ``kv_cache_scheme`` makes every ``Attention`` layer's ``auto`` cache ``fp8``
+      (``Attention.__init__``; ``CompressedTensorsKVCacheMethod.validate_kv_cache_scheme`` refuses any but
+      8-bit float, symmetric, per tensor or per head).
+
+    NVFP4 and what vLLM falls back from (an unknown algorithm: ``auto`` with a warning, while ModelOpt's own
+    config still quantizes the cache) are refused, naming the field."""
+    qc = data.get("quantization_config")
+    if qc is None:
+        return None
+    where = "config.quantization_config"
+    if not isinstance(qc, Mapping):
+        raise spec_error(where, qc, "must be an object (vLLM 0.33 reads its quant_method)")
+    method = qc.get("quant_method", "")
+    if not isinstance(method, str):
+        why = "must be a string (vLLM 0.33 calls startswith on it)"
+        raise spec_error(f"{where}.quant_method", method, why)
+    if method.startswith("modelopt"):
+        return _modelopt_kv(qc, where)
+    if method == "compressed-tensors" and qc.get("kv_cache_scheme") is not None:
+        scheme = qc["kv_cache_scheme"]
+        at = f"{where}.kv_cache_scheme"
+        ok = (
+            isinstance(scheme, Mapping)
+            and scheme.get("type") == "float"
+            and scheme.get("num_bits") == 8
+            and scheme.get("strategy") in ("tensor", "attn_head")
+            and bool(scheme.get("symmetric"))
+        )
+        if not ok:
+            why = (
+                "vLLM 0.33's compressed-tensors KV cache takes only num_bits 8, type float, strategy tensor "
+                "or attn_head, symmetric (CompressedTensorsKVCacheMethod refuses another)"
+            )
+            raise spec_error(at, scheme, why)
+        note = (
+            f"{at} is set: vLLM 0.33's Attention layers store an auto KV cache as fp8 "
+            "(compressed-tensors' FP8 KV cache)"
+        )
+        return "fp8", note, True
+    return None
+
+
+def _modelopt_kv(qc: Mapping[str, Any], where: str) -> tuple[str, str, bool] | None:
+    """vLLM 0.33's ``get_kv_cache_quant_algo_string`` for a ModelOpt ``quantization_config``."""
+    inner: Any = qc.get("quantization", qc)
+    if not isinstance(inner, Mapping):
+        why = "must be an object (vLLM 0.33 reads kv_cache_quant_algo from it)"
+        raise spec_error(f"{where}.quantization", inner, why)
+    field, algo = "", None
+    order = ((inner, "kv_cache_scheme"), (qc, "kv_cache_scheme"), (inner, "kv_cache_quant_algo"),
+             (qc, "kv_cache_quant_algo"))
+    for holder, name_of in order:
+        if holder.get(name_of):  # vLLM's `or` chain: the first truthy value
+            at = where if holder is qc else f"{where}.quantization"
+            field, algo = f"{at}.{name_of}", holder[name_of]
+            break
+    else:
+        return None
+    name: Any = algo
+    if isinstance(algo, Mapping):
+        if algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+            name = "fp8"
+        elif algo.get("num_bits") == 4 and algo.get("type") == "float":
+            name = "nvfp4"
+        else:
+            name = None
+    key = name.lower() if isinstance(name, str) else None
+    if key is None or key not in _MODELOPT_KV:
+        cant = (
+            "an NVFP4 KV cache, which kvlayout does not plan (vLLM 0.33: --kv-cache-dtype nvfp4)"
+            if key == "nvfp4"
+            else "not a KV cache algorithm vLLM 0.33 maps (FP8 or NVFP4): vLLM falls back to auto while "
+            "ModelOpt's config reads it; kvlayout does not plan it"
+        )
+        raise spec_error(field, algo, f"{cant}; pass kv_cache_dtype (--kv-cache-dtype) to plan another")
+    note = f"{field} = {short(algo)}: vLLM 0.33 stores an auto KV cache as {_MODELOPT_KV[key]} (ModelOpt)"
+    return _MODELOPT_KV[key], note, False
 
 
 #: Families whose cache vLLM also accepts as ``fp8_ds_mla`` (DeepSeek's packed fp8 layout).

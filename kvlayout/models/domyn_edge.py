@@ -60,7 +60,8 @@ def _list(cfg: Config, key: str, n: int, why: str) -> list[Any]:
 def _layer_index(key: Any, n: int, where: str) -> int:
     """A ``per_layer_config`` key: a layer index in ``[0, n)`` written in decimal digits (transformers
     ``int()``s it and refuses one out of range)."""
-    if isinstance(key, str) and key.isascii() and key.isdigit() and int(key) < n:
+    # at most 9 digits before int(): Python refuses to convert a string of more than 4,300 (a raw ValueError)
+    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 9 and int(key) < n:
         return int(key)
     why = f"keys must be layer indices in [0, {n}) (transformers' per-layer config refuses another)"
     raise spec_error(where, key, why)
@@ -149,7 +150,17 @@ def _refuse_engine_window(cfg: Config, n: int) -> None:
         )
         raise spec_error(cfg.field("sliding_window"), cfg.data["sliding_window"], why)
     types = cfg.data.get("layer_types")
-    mixed = isinstance(types, list) and len({str(t) for t in types}) > 1
+    # vLLM's Qwen2Model asserts on len(set(layer_types)), Python's set: 1 and "1" are two types (kvlayout
+    # compared str(t), one type), a string is the set of its letters
+    kinds: set[Any] = set()
+    try:
+        kinds = set(types) if isinstance(types, list) else kinds
+    except TypeError:  # an unhashable item: vLLM's set() raises too
+        types = "an unhashable item"
+    if types is not None and not isinstance(types, list):
+        why = "must be a list of layer types (vLLM's Qwen2Model reads the set of its items)"
+        raise spec_error(cfg.field("layer_types"), types, why)
+    mixed = len(kinds) > 1
     if mixed and cfg.data.get("max_window_layers") != n:
         why = f"mixed: vLLM's Qwen2Model asserts max_window_layers == num_hidden_layers ({n})"
         raise spec_error(cfg.field("layer_types"), "mixed", why)

@@ -21,7 +21,7 @@ from ..errors import spec_error
 from ..spec import FullAttentionSpec, GroupSpec, LayerSpec, SlidingWindowSpec
 from .attention import kv_per_rank
 from .base import Ctx
-from .config import Config, resolve_kv_dtype
+from .config import MAX_CONFIG_LAYERS, Config, resolve_kv_dtype
 from .grouping import vllm_groups
 
 _REMOTE = "the config class is the checkpoint's remote code, which kvlayout does not run: write it"
@@ -43,6 +43,12 @@ def _kv_per_rank(cfg: Config, heads: int, tp: int) -> int:
 def loop_layers(cfg: Config, n: int) -> list[tuple[int, int | None]]:
     """(unique layer index, window) of every attention layer, in vLLM's construction order."""
     loops = _req(cfg, "loop_num", "vLLM's LoopCoderAttention builds loop_num attentions per layer")
+    if n * loops > MAX_CONFIG_LAYERS:  # before a list of them is built (10**6 loops took 220 s and 1.9 GB)
+        why = (
+            f"{n:,} layers x {loops:,} loops is {n * loops:,} attention layers: kvlayout plans at most "
+            f"{MAX_CONFIG_LAYERS:,} (num_hidden_layers x loop_num)"
+        )
+        raise spec_error(cfg.field("loop_num"), loops, why)
     window = _req(cfg, "loop_window_size", "the window of every loop after the first")
     return [(j * n + i, None if j == 0 else window) for i in range(n) for j in range(loops)]
 
