@@ -157,6 +157,13 @@ def test_refusals_name_the_field() -> None:
     _refused({**EMBEDDED, "interleaved_sliding_window": [64, 0]}, "config.interleaved_sliding_window[1]",
              "at least 1")
     _refused({**EMBEDDED, "interleaved_sliding_window": -1}, "config.interleaved_sliding_window", "least 1")
+    # an entry no layer reads (index >= the layers) is not checked, as vLLM never reads it (pass 27)
+    one = {**EMBEDDED, "num_hidden_layers": 1}
+    ms = M.from_config({**one, "interleaved_sliding_window": [64, 0, "x"]}, reader="json")
+    assert [x.window for _, x in ms.spec.layers] == [64]
+    lots = {**EMBEDDED, "interleaved_sliding_window": [64, None, 32, 16] + [0] * 2_000_000}
+    layers = M.from_config(lots, reader="json").spec.layers
+    assert [getattr(x, "window", None) for _, x in layers] == [64, None, 32, 16]
     _refused({**EMBEDDED, "num_key_value_heads": 3}, "config.num_key_value_heads", "not divisible by tp = 2",
              tp=2)
     _refused(EMBEDDED, "config.num_attention_heads", "not divisible by tp = 3", tp=3)

@@ -101,8 +101,9 @@ def windows(cfg: Config, n: int) -> list[int | None]:
     if not isinstance(raw, list) or not raw:
         why = "vLLM takes an integer or a non-empty list (layer i's window at i % its length)"
         raise spec_error(cfg.field(key), raw, why)
-    entries = [_window_entry(f"{cfg.field(key)}[{j}]", w) for j, w in enumerate(raw)]
-    out = [entries[i % len(entries)] for i in range(n)]
+    # only the entries a layer reads are checked (vLLM reads no other: pass 27), at most one per layer
+    entries = [_window_entry(f"{cfg.field(key)}[{j}]", w) for j, w in enumerate(raw[:n])]
+    out = [entries[i % len(raw)] for i in range(n)]
     return [engine if w is None else w for w in out]
 
 
