@@ -104,3 +104,24 @@ def test_beam_refuses_tied_embeddings() -> None:
     source = (Path(spec.origin).parent / "models/beam/nvidia/model.py").read_text()
     assert "if config.tie_word_embeddings:" in source
     assert 'raise NotImplementedError("Beam requires tie_word_embeddings=False.")' in source
+
+
+def test_triton_refuses_heads_below_32() -> None:
+    """Step 1 and Rnj-1 build only on TRITON_ATTN, which takes head sizes of 32 and more
+    (``supports_head_size``): heads of 16 were planned (pass 27 F1), and vLLM refuses them on a GPU (the
+    stand-in raises vLLM's refusal where its backend class refuses the head size)."""
+    from tests.test_models_rnj1 import BASE as RNJ1
+    from tests.test_models_step1 import BASE as STEP1
+
+    small = {"step1": {**STEP1, "hidden_size": 128}, "rnj1": {**RNJ1, "head_dim": 16}}
+    for cfg in small.values():
+        with pytest.raises(SpecError, match="head size 16 not supported") as e:
+            M.from_config(cfg, reader="json", attention_backend="TRITON_ATTN")
+        assert (e.value.field, e.value.value) == ("attention_backend", "TRITON_ATTN")
+    pytest.importorskip("vllm")
+    from tests.triton_driver import triton_answers
+
+    case = {"tp": 1, "kv_cache_dtype": "auto", "stand_in": True, "attention_backend": "TRITON_ATTN"}
+    answers = triton_answers({name: {**case, "config": cfg} for name, cfg in small.items()})
+    for name in small:
+        assert answers[name].get("error", "").startswith("ValueError: head size 16 not supported"), answers

@@ -26,11 +26,11 @@ BASE: dict[str, Any] = {
     "torch_dtype": "bfloat16",
     "vocab_size": 1024,
     "max_position_embeddings": 4096,
-    "hidden_size": 256,
+    "hidden_size": 512,
     "intermediate_size": 512,
     "num_attention_heads": 8,
     "num_key_value_heads": 2,
-    "head_dim": 32,
+    "head_dim": 64,
     "num_hidden_layers": 3,
     "layer_types": [S, F, S],
     "sliding_window": 65,
@@ -62,11 +62,13 @@ def _cases() -> dict[str, dict[str, Any]]:
         for tp in _TPS.get(name, TPS)
     }
     cases["mixed-tp1-fp8"] = {**cases["mixed-tp1-auto"], "kv_cache_dtype": "fp8"}
+    # heads of 32: FlashInfer takes 64, 128, 256 and 512 (its validate_configuration on a GPU)
+    cases["head32-tp1-auto"] = {**cases["mixed-tp1-auto"], "config": {**BASE, "head_dim": 32}}
     return cases
 
 
 def _built() -> dict[str, dict[str, Any]]:
-    return {k: c for k, c in _cases().items() if c["kv_cache_dtype"] == "auto"}
+    return {k: c for k, c in _cases().items() if c["kv_cache_dtype"] == "auto" and not k.startswith("head32")}
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +103,16 @@ def test_fp8_fails_both(answers: dict[str, dict[str, Any]]) -> None:
     assert e.value.field == "kv_cache_dtype"
 
 
+def test_head_size_flashinfer_refuses_fails_both(answers: dict[str, dict[str, Any]]) -> None:
+    """Heads of 32: vLLM's FlashInfer refuses them (pass 27: planned before), and no other backend builds
+    Flint; kvlayout refuses them, naming the backend, named or Blackwell's own choice."""
+    assert answers["head32-tp1-auto"]["error"].startswith("ValueError: head size 32 not supported"), answers
+    for kw in ({"attention_backend": "FLASHINFER"}, {"device": "blackwell"}):
+        with pytest.raises(SpecError, match="head size 32 not supported") as e:
+            M.from_config({**BASE, "head_dim": 32}, reader="json", **kw)
+        assert (e.value.field, e.value.value) == ("attention_backend", "FLASHINFER")
+
+
 def test_a_wrong_rule_fails_the_comparison(
     answers: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,7 +138,7 @@ def test_a_wrong_rule_fails_the_comparison(
 def test_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, Any]]) -> None:
     """vLLM's numbers by hand, so that the comparison cannot pass on two equal wrong answers."""
     name = "model.layers.{}.self_attn.attn".format
-    page = 2 * 32 * 2 * 16 * 2  # 2 KV heads of 32, K and V, 16 tokens, bf16
+    page = 2 * 64 * 2 * 16 * 2  # 2 KV heads of 64, K and V, 16 tokens, bf16
     m = answers["mixed-tp1-auto"]
     assert m["layers"][name(1)] == ["FullAttentionSpec", page, page]
     assert m["windows"] == {name(0): 65, name(2): 65}

@@ -49,6 +49,10 @@ def triton_for_cpu_attention() -> None:
     def backend(*args: Any, **kwargs: Any) -> Any:
         b = chosen(*args, **kwargs)
         assert b.get_name() == "CPU_ATTN", b.get_name()  # only the CPU's own backend is stood in for
+        head = kwargs["head_size"] if "head_size" in kwargs else args[0]
+        # vLLM validates the head size on a GPU (validate_configuration; pass 27)
+        if not TritonAttentionBackend.supports_head_size(head):
+            raise ValueError(f"head size {head} not supported by {TritonAttentionBackend.get_name()}")
         return TritonAttentionBackend
 
     A.get_attn_backend = backend

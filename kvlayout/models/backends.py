@@ -189,6 +189,22 @@ class Resolved:
     reason: str
 
 
+#: head sizes a standard-attention backend takes (vLLM 0.33's ``supports_head_size``): FlashInfer's
+#: ``get_supported_head_sizes`` list; Triton ``head_size >= 32`` (FLASH_ATTN: :func:`flash_attn_refuses`)
+FLASHINFER_HEAD_SIZES = (64, 128, 256, 512)
+TRITON_MIN_HEAD_SIZE = 32
+
+
+def head_size_refused(backend: str, head_size: int) -> str | None:
+    """Why FLASHINFER or TRITON_ATTN refuses attention of ``head_size`` (None: it takes it, or another
+    backend)."""
+    if backend == "FLASHINFER" and head_size not in FLASHINFER_HEAD_SIZES:
+        return f"head size {head_size} not supported (FlashInfer takes {list(FLASHINFER_HEAD_SIZES)})"
+    if backend == "TRITON_ATTN" and head_size < TRITON_MIN_HEAD_SIZE:
+        return f"head size {head_size} not supported (Triton takes {TRITON_MIN_HEAD_SIZE} and more)"
+    return None
+
+
 def _why_not(
     b: Backend, major: int, kv: str, qk_nope: int | None, sparse: bool, block_size: int | None
 ) -> str | None:

@@ -19,6 +19,7 @@ from .backends import (
     check_device,
     flash_attn_page,
     flash_attn_refuses,
+    head_size_refused,
 )
 from .base import Ctx, ModelSpec
 from .config import (
@@ -181,6 +182,21 @@ def _gemma4_page(c: Ctx, kv: str, heads: list[int]) -> tuple[int, str] | None:
         _user_block(c, SM90_FA4_FP8_PAGE, why, False)
         return None
     return SM90_FA4_FP8_PAGE, why
+
+
+def _check_head_sizes(c: Ctx, groups: tuple[Any, ...]) -> None:
+    """FLASHINFER or TRITON_ATTN, named (or Flint's only backend), refuses a layer's head size as vLLM
+    0.33's ``validate_configuration`` does (``supports_head_size``; pass 27: Flint with heads of 32, Step 1
+    and Rnj-1 with heads of 16 were planned, and no GPU builds them). Chosen by vLLM's priority list, a
+    backend that refuses the head size is passed over for another of the same 16-token blocks."""
+    r = c.resolved
+    if c.device is None or r is None or (c.attention_backend is None and c.family != "flint"):
+        return
+    for h in sorted({x.head_size for g in groups for x in g.layers if isinstance(x, FullAttentionSpec)}):
+        bad = head_size_refused(r.backend.name, h)
+        if bad is not None:
+            why = f"vLLM 0.33 refuses it on {c.device}: {bad}"
+            raise spec_error("attention_backend", r.backend.name, why)
 
 
 def _flash_attn_page(c: Ctx, top: Config, groups: tuple[Any, ...]) -> tuple[int, str] | None:
@@ -363,6 +379,7 @@ def build(
     groups, kv, bs = family_rule(family)(c)
     if attention_only:
         _only_attention(attention_only, family, groups)
+    _check_head_sizes(c, groups)
     fa4 = _flash_attn_page(c, top, groups)
     if fa4 is not None:  # FA4's fixed page is vLLM's preferred block size: the family planned again with it
         page, why = fa4
