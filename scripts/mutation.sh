@@ -302,7 +302,7 @@ path.write_text(json.dumps(old, indent=1) + "\n")
 lines = ["# Mutation testing (issues 19, 25)", "",
          "`scripts/mutation.sh [MODULE ...]`: mutmut 3.8.1 over the core and the backends' host-side plans,",
          "fast subset of tests (`TESTS` in the script). Score = (killed + timeout) / (total - equivalent).",
-         "Equivalent mutants and their reasons: `scripts/mutation_equivalent.txt`.", "",
+         "Equivalent mutants and their reasons: `scripts/mutation_equivalent*.txt`.", "",
          "| module | mutants | killed | timeout | equivalent | survived | no tests | score |",
          "|---|---:|---:|---:|---:|---:|---:|---:|"]
 for key in KEYS:
