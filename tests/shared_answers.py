@@ -27,3 +27,25 @@ def answers(driver: str, owner: str, cases: Cases, run: Callable[[Cases], Cases]
     if any(k not in got for k in _REGISTERED[driver] if k.startswith(prefix)):
         got.update(run({k: v for k, v in _REGISTERED[driver].items() if k not in got}))
     return {k[len(prefix):]: v for k, v in got.items() if k.startswith(prefix)}
+
+
+def grid(
+    configs: dict[str, dict[str, Any]], tps: tuple[int, ...], kvs: tuple[str, ...],
+    per_name_tps: dict[str, tuple[int, ...]] | None = None, **fields: Any,
+) -> Cases:
+    """One case ``{name}-tp{tp}-{kv}`` per config, tensor-parallel size (``per_name_tps`` where a config
+    has its own) and cache dtype, each with ``fields`` (the driver's options)."""
+    return {
+        f"{name}-tp{tp}-{kv}": {"config": cfg, "tp": tp, "kv_cache_dtype": kv, **fields}
+        for name, cfg in configs.items()
+        for tp in (per_name_tps or {}).get(name, tps)
+        for kv in kvs
+    }
+
+
+def differing(answers: Cases, cases: Cases) -> set[str]:
+    """The config names (case ids before their first ``-``) whose plan differs from vLLM's answer on a
+    device (``tests.test_models_hybrid_vllm.differences``)."""
+    from tests.test_models_hybrid_vllm import differences
+
+    return {case_id.split("-")[0] for case_id, _ in differences(answers, cases)}

@@ -58,12 +58,7 @@ _TPS = {"zero_window": (1,)}
 
 
 def _cases() -> dict[str, dict[str, Any]]:
-    return {
-        f"{name}-tp{tp}-{kv}": {"config": cfg, "tp": tp, "kv_cache_dtype": kv, "gpu_backend": True}
-        for name, cfg in CONFIGS.items()
-        for tp in _TPS.get(name, TPS)
-        for kv in KVS
-    }
+    return shared_answers.grid(CONFIGS, TPS, KVS, _TPS, gpu_backend=True)
 
 
 shared_answers.register("hybrid", __name__, _cases())  # one driver run with the other files' cases
@@ -78,9 +73,7 @@ def answers() -> dict[str, dict[str, Any]]:
 
 
 def _differences(answers: dict[str, dict[str, Any]]) -> set[str]:
-    from tests.test_models_hybrid_vllm import differences
-
-    return {case_id.split("-")[0] for case_id, _ in differences(answers, _cases())}
+    return shared_answers.differing(answers, _cases())
 
 
 def test_equals_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:

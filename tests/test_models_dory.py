@@ -78,10 +78,7 @@ def answers() -> dict[str, dict[str, Any]]:
 
 
 def _differences(answers: dict[str, dict[str, Any]]) -> set[str]:
-    from tests.test_models_hybrid_vllm import differences
-
-    built = {k: answers[k] for k in _built()}
-    return {case_id.split("-")[0] for case_id, _ in differences(built, _built())}
+    return shared_answers.differing({k: answers[k] for k in _built()}, _built())
 
 
 def test_equals_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:

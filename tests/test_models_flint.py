@@ -18,6 +18,7 @@ import pytest
 import kvlayout.models as M
 from kvlayout.errors import SpecError
 from kvlayout.models import flint
+from tests import shared_answers
 
 S, F = "sliding_attention", "full_attention"
 BASE: dict[str, Any] = {
@@ -83,7 +84,7 @@ def _differences(answers: dict[str, dict[str, Any]]) -> set[str]:
     from tests.test_models_hybrid_vllm import differences
 
     built = {k: answers[k] for k in _built()}
-    out = {case_id.split("-")[0] for case_id, _ in differences(built, _built())}
+    out = shared_answers.differing(built, _built())
     # Blackwell's own choice is FLASHINFER: the same plan with no backend named
     plain = {k: {**c, "attention_backend": None} for k, c in _built().items()}
     out |= {case_id.split("-")[0] for case_id, _ in differences(built, plain, ("blackwell",))}

@@ -52,15 +52,7 @@ _TPS = {"null_groups": (1, 8), "window": (1,), "mixed_types": (1,)}
 
 
 def _cases() -> dict[str, dict[str, Any]]:
-    return {
-        f"{name}-tp{tp}-{kv}": {
-            "config": cfg, "tp": tp, "kv_cache_dtype": kv, "stand_in": True,
-            "attention_backend": "TRITON_ATTN",
-        }
-        for name, cfg in CONFIGS.items()
-        for tp in _TPS.get(name, TPS)
-        for kv in KVS
-    }
+    return shared_answers.grid(CONFIGS, TPS, KVS, _TPS, stand_in=True, attention_backend="TRITON_ATTN")
 
 
 shared_answers.register("triton", __name__, _cases())  # one driver run with the other files' cases
@@ -75,9 +67,7 @@ def answers() -> dict[str, dict[str, Any]]:
 
 
 def _differences(answers: dict[str, dict[str, Any]]) -> set[str]:
-    from tests.test_models_hybrid_vllm import differences
-
-    return {case_id.split("-")[0] for case_id, _ in differences(answers, _cases())}
+    return shared_answers.differing(answers, _cases())
 
 
 def test_equals_vllms_construction(answers: dict[str, dict[str, Any]]) -> None:
