@@ -42,11 +42,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "defaults": {k: v for k, v in BASE.items() if k not in ("H_cycles", "L_cycles", "head_dim")},
     # a saved config: num_layers_per_stack beside the rewritten total (2 * 2 * (2 + 1) = 12)
     "saved": {**BASE, "num_layers_per_stack": 2, "num_hidden_layers": 12},
+    # the engine's one window: every attention slides (pass 27 left it refused)
+    "window": {**BASE, "sliding_window": 64},
 }
 TPS = (1, 2, 8)
 KVS = ("auto", "fp8")
 #: name -> its tensor-parallel sizes where not TPS
-_TPS = {"defaults": (1,), "saved": (1,)}
+_TPS = {"defaults": (1,), "saved": (1,), "window": (1, 2)}
 
 
 def _cases() -> dict[str, dict[str, Any]]:
@@ -84,7 +86,7 @@ def test_a_wrong_rule_fails_the_comparison(
         return sorted(right(cfg), key=lambda x: (x[0] == "H", x[1]))
 
     monkeypatch.setattr(hrm_text, "attention_layers", by_step)
-    assert _differences(answers) == {"base", "defaults", "saved"}
+    assert _differences(answers) == {"base", "defaults", "saved", "window"}
 
 
 def test_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, Any]]) -> None:
@@ -100,6 +102,7 @@ def test_answers_are_the_hand_computed_ones(answers: dict[str, dict[str, Any]]) 
     assert len(d["layers"]) == 2 * 2 * (3 + 1) and d["layers"][low[0]][1] == 8 * 128 * 2 * 16 * 2
     assert answers["saved-tp1-auto"]["groups"] == b["groups"]
     assert answers["base-tp8-fp8"]["layers"][low[0]][1] == 1 * 32 * 2 * 16
+    assert answers["window-tp1-auto"]["layers"][low[0]][0] == "SlidingWindowSpec"
 
 
 def _refused(cfg: dict[str, Any], field: str, match: str, tp: int = 1, reader: str = "json") -> None:
@@ -115,7 +118,8 @@ def test_reads_and_refusals() -> None:
         _refused({k: v for k, v in BASE.items() if k != key}, f"config.{key}", "missing")
     _refused({**BASE, "H_cycles": 0}, "config.H_cycles", "at least 1")
     _refused({**BASE, "hidden_size": 260}, "config.hidden_size", "not a multiple")
-    _refused({**BASE, "sliding_window": 128}, "config.sliding_window", "not checked")
+    slid = M.from_config({**BASE, "sliding_window": 128}, reader="json")
+    assert {g.name for g in slid.spec.groups} == {"sliding"} and len(slid.spec.layers) == 12
     _refused({**BASE, "num_hidden_layers": 10_000}, "config.num_hidden_layers", "at most")
     _refused(CONFIGS["saved"] | {"num_layers_per_stack": 5_000}, "config.num_layers_per_stack", "at most")
     _refused(BASE, "config.num_attention_heads", "not divisible by tp = 3", tp=3)

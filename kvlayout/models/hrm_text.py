@@ -13,16 +13,18 @@ transformers' ``HrmTextConfig``).
   ``heads // tp``; head size ``head_dim`` (the class's default 128; ``hidden_size // heads`` is never
   taken, the class always holding one). The class refuses a ``hidden_size`` the heads do not divide.
 - ``PrefillPrefixLMAttention`` keeps a full-attention cache (its spec flagged non-causal: the layout is
-  the decoder's), the engine's window none (a written ``sliding_window`` is refused: not checked).
+  the decoder's); with the engine's one window (a written ``sliding_window``: ``step1.engine_window``),
+  every attention slides over it, as ``Attention`` takes the cache config's window.
 - One spec for every layer: one group, as vLLM's ``get_kv_cache_groups``.
 """
 
 from __future__ import annotations
 
 from ..errors import spec_error
-from ..spec import FullAttentionSpec, GroupSpec, LayerSpec
+from ..spec import FullAttentionSpec, GroupSpec, LayerSpec, SlidingWindowSpec
 from .base import MAX_LAYERS, Ctx
 from .config import Config, resolve_kv_dtype
+from .step1 import engine_window
 
 
 def _class_int(cfg: Config, key: str, why: str) -> int:
@@ -65,17 +67,22 @@ def hrm_text_family(c: Ctx) -> tuple[tuple[GroupSpec, ...], str, int]:
         why = f"not a multiple of num_attention_heads = {heads}: HrmTextConfig refuses it"
         raise spec_error(cfg.field("hidden_size"), hidden, why)
     head = _class_int(cfg, "head_dim", "the head size")
-    if cfg.has("sliding_window"):
-        why = "the engine's one window on each attention: not checked against vLLM's construction here"
-        raise spec_error(cfg.field("sliding_window"), cfg.data["sliding_window"], why)
+    window = engine_window(cfg)
     layers_at = attention_layers(cfg)
     kv = resolve_kv_dtype(c.kv_cache_dtype, c.dtype)
     bs = c.block(c.backend(mla=False).block_size)
+    kind = "full" if window is None else "sliding"
     layers: list[LayerSpec] = []
     for stack, idx in layers_at:
         name = f"model.{stack}_module.layers.{idx}.self_attn.attn"
-        layers.append(
-            FullAttentionSpec(name=name, block_size=bs, num_kv_heads=heads // c.tp, head_size=head, dtype=kv)
-        )
-        c.kinds[name] = "full"
-    return (GroupSpec("full", tuple(layers)),), kv, bs
+        if window is None:
+            layer: LayerSpec = FullAttentionSpec(
+                name=name, block_size=bs, num_kv_heads=heads // c.tp, head_size=head, dtype=kv
+            )
+        else:
+            layer = SlidingWindowSpec(
+                name=name, block_size=bs, num_kv_heads=heads // c.tp, head_size=head, dtype=kv, window=window
+            )
+        layers.append(layer)
+        c.kinds[name] = kind
+    return (GroupSpec(kind, tuple(layers)),), kv, bs
