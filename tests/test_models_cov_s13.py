@@ -135,10 +135,10 @@ def test_sarvam_moe_and_mla() -> None:
 @pytest.mark.parametrize(
     ("arch", "why"),
     [
-        ("InklingForConditionalGeneration", "not one per decoder layer under one name"),
+        ("MuseGlimmerForCausalLM", "whose text model takes its config class's defaults"),
         ("NanbeigeForCausalLM", "serves it through its Transformers modeling backend"),
         ("HYV4ForCausalLM", "reads model_type 'hy_v4' with its own config class"),
-        ("InklingForCausalLM", "not one per decoder layer under one name"),
+        ("MiniMaxM3SparseForCausalLM", "vLLM's construction of a 2-layer config"),
     ],
 )
 def test_refusals_state_the_cause(arch: str, why: str) -> None:

@@ -109,7 +109,6 @@ CONFIG_TYPES: dict[str, str] = {
     "LLaMAForCausalLM": "llama",
     "MistralLarge3ForCausalLM": "deepseek_v3",  # vLLM converts its Mistral-format config to this class
     "Llama4ForCausalLM": "llama4_text",  # transformers maps llama4 (the multimodal config) first
-    "InklingForCausalLM": "inkling_model",  # thinkingmachines/Inkling's text config (not inkling_text)
 }
 #: model_type prefix of a stand-in for a remote-code config class (hub code, never run here): a plain
 #: ``PretrainedConfig`` holding the fields as written, registered with transformers' AutoConfig in the
@@ -135,10 +134,6 @@ STAND_IN_FIELDS: dict[str, Any] = {
     "embedding_dropout": 0.0,
     "attention_dropout": 0.0,
 }
-#: the text fields InklingMMConfig reads from its text_config (read-only properties at the top level)
-_INKLING_TEXT = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-)
 #: architecture -> fields its vLLM model needs that the harness's small config lacks (published
 #: configs write them), none deciding the cache: written into every variant
 ARCH_FIELDS: dict[str, dict[str, Any]] = {
@@ -198,15 +193,6 @@ ARCH_FIELDS: dict[str, dict[str, Any]] = {
         "mova_num_experts_per_tok": 1, "moe_gate_bias": True, "router_score_func": "sigmoid",
         "router_scaling_factor": 1.0, "norm_topk_prob": True, "num_shared_experts": 1,
     },
-    # thinkingmachines/Inkling's text_config writes dense_mlp_idx (the layers before it take a dense MLP):
-    # 2, both layers dense (vLLM's Inkling MoE block makes CUDA events)
-    "InklingForCausalLM": {"dense_mlp_idx": 2},
-    # thinkingmachines/Inkling's config.json: the text model's fields under text_config (the top-level
-    # ones are read-only properties of InklingMMConfig, dropped by ARCH_DROP)
-    "InklingForConditionalGeneration": {
-        "text_config": {"model_type": "inkling_model", **{k: _BASE[k] for k in _INKLING_TEXT},
-                        "dense_mlp_idx": 2},
-    },
 }
 #: a variant's key listing fields of the harness's base config it leaves out (not written to config.json)
 DROP_KEY = "kvlayout_harness_drop"
@@ -236,7 +222,6 @@ ARCH_VARIANTS: dict[str, dict[str, tuple[dict[str, Any], bool]]] = {
 #: architecture -> fields its config class cannot take (FalconConfig's head_dim is a property)
 ARCH_DROP: dict[str, tuple[str, ...]] = {
     "FalconForCausalLM": ("head_dim",),
-    "InklingForConditionalGeneration": (*_INKLING_TEXT, "head_dim"),
 }
 
 

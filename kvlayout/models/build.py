@@ -379,8 +379,10 @@ def build(
     groups, kv, bs = family_rule(family)(c)
     if attention_only:
         _only_attention(attention_only, family, groups)
-    _check_head_sizes(c, groups)
-    fa4 = _flash_attn_page(c, top, groups)
+    fa4 = None
+    if family != "inkling":  # Inkling's conv states are no attention heads; inkling.py checks FLASH_ATTN's
+        _check_head_sizes(c, groups)
+        fa4 = _flash_attn_page(c, top, groups)
     if fa4 is not None:  # FA4's fixed page is vLLM's preferred block size: the family planned again with it
         page, why = fa4
         del notes[noted:]

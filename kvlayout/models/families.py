@@ -18,6 +18,7 @@ from .gemma3n import gemma3n_family
 from .gemma4 import gemma4_family
 from .hrm_text import hrm_text_family
 from .hybrid import MAMBA_ONLY, hybrid_family, mamba_only_family
+from .inkling import inkling_family
 from .iquest_loopcoder import iquest_loopcoder_family
 from .kimi_linear import bailing_moe_v3_family, kimi_linear_family
 from .longcat_flash import longcat_flash_family
@@ -112,6 +113,11 @@ NAMED_FAMILIES: Mapping[str, str] = {
     # backbone.layers.{j * n + i}.mixer.attn, tp 1 only (vLLM 0.33's dory.py, read through vLLM's own
     # DoryConfig; dory.py here)
     "DoryForCausalLM": "dory",
+    # Inkling and its multimodal wrapper: a short-conv state (a sliding-window cache of the kernel's tokens)
+    # and an attention per decoder layer, model.layers.{i}.conv_state and .attn, local layers by
+    # local_layer_ids (vLLM 0.33's vllm/models/inkling, read through its own InklingModelConfig; inkling.py)
+    "InklingForCausalLM": "inkling",
+    "InklingForConditionalGeneration": "inkling",
     # LongCat-Flash and its n-gram Lite: two MLA attentions per decoder layer, model.layers.{i}.self_attn.{j}
     # .attn (vLLM 0.33's longcat_flash.py and longcat_flash_ngram.py; longcat_flash.py here)
     "LongcatFlashForCausalLM": "longcat_flash",
@@ -331,6 +337,8 @@ def family_rule(family: str) -> FamilyRule:
         return hrm_text_family
     if family == "dory":
         return dory_family
+    if family == "inkling":
+        return inkling_family
     if family == "longcat_flash":
         return longcat_flash_family
     if family == "kimi_linear":

@@ -332,7 +332,8 @@ def tpu_inference_from_config(
         raise spec_error("engine", "tpu-inference", why)
     checked = (
         "nemotron_nas", "plamo3", "domyn_edge", "iquest_loopcoder", "beam", "step1", "rnj1", "flint",
-        "openpangu", "hrm_text", "dory", "longcat_flash", "kimi_linear", "alice_ai", "bailing_moe_v3",
+        "openpangu", "hrm_text", "dory", "inkling", "longcat_flash", "kimi_linear", "alice_ai",
+        "bailing_moe_v3",
     )
     if probe.family in checked:
         what = {
@@ -347,6 +348,7 @@ def tpu_inference_from_config(
             "openpangu": "per-layer windows",
             "hrm_text": "recurrent stacks",
             "dory": "recurrent loops",
+            "inkling": "short-conv states beside attention",
             "longcat_flash": "two MLA attentions per decoder layer",
             "kimi_linear": "KDA states beside MLA layers",
             "alice_ai": "KDA states beside gated attention",

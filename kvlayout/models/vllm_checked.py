@@ -103,14 +103,6 @@ NOT_GENERIC: Mapping[str, str] = {
         "missing; the MLA latent (head size kv_lora_rank + qk_rope_head_dim); vLLM 0.33 reads model_type "
         "'hy_v4' with its own config class: write it"
     ),
-    'InklingForCausalLM': (
-        "its attention layers are not one per decoder layer under one name (defaults: "
-        "['model.layers.0.conv_state', 'model.layers.0.attn', 'model.layers.1.conv_state'])"
-    ),
-    'InklingForConditionalGeneration': (
-        "its attention layers are not one per decoder layer under one name (defaults: "
-        "['model.layers.0.conv_state', 'model.layers.0.attn', 'model.layers.1.conv_state'])"
-    ),
     'MiniMaxM3SparseForCausalLM': (
         "vLLM's construction of a 2-layer config (defaults) failed: ValidationError: 1 validation error for"
         " ModelConfig"
