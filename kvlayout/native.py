@@ -108,13 +108,15 @@ class NativeLeaf:
     zeroed: bool = True
 
     def __post_init__(self) -> None:
+        # lists (the JSON form) and tuple subclasses as plain tuples first, so that plain_fields sees their
+        # names: a str subclass in a list kept its own __eq__ and zeroing group a cleared b's leaf (pass 28)
+        for attr in ("shape", "group"):
+            v = getattr(self, attr)
+            if isinstance(v, (list, tuple)) and type(v) is not tuple:
+                object.__setattr__(self, attr, tuple(v))
         plain_fields(self)  # a str subclass's own __eq__ / __hash__ may lie (pass 26)
         check_name(SpecError, "leaf.name", self.name)
         where = f"leaf {self.name!r}"
-        if isinstance(self.shape, list):
-            object.__setattr__(self, "shape", tuple(self.shape))
-        if isinstance(self.group, list):
-            object.__setattr__(self, "group", tuple(self.group))
         key = _exact_fields(self)
         if key is not None and key in _CHECKED_FIELDS:
             return

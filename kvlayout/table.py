@@ -26,6 +26,11 @@ TABLE_VERSION = 1
 MAX_TABLE_ROWS = 100_000
 
 
+def _kind(v: object) -> str:
+    """A value's type, for a message about a name that is not a str (its own ``repr`` may pose as one)."""
+    return f"<a {type(v).__name__}>"
+
+
 @dataclass(frozen=True)
 class Segment:
     """One row: ``span`` bytes at ``base + b*stride`` for every block id ``b``."""
@@ -43,6 +48,11 @@ class Segment:
         names = (self.group, self.layer, self.part)
         if not all(type(v) is int for v in ints) or not all(type(v) is str for v in names):
             plain_fields(self)  # NumPy integers as Python ints, which never wrap; str subclasses as plain str
+            for key in ("group", "layer", "part"):  # an object whose __eq__ says it is every group chose
+                # every group's rows for one group's ids (issue 25, pass 28)
+                v = getattr(self, key)
+                if type(v) is not str:
+                    raise bad_value(TableError, f"segment.{key}", v, "must be a string", shown=_kind(v))
 
     @property
     def label(self) -> str:
@@ -162,6 +172,8 @@ class SegmentTable:
         if group is None:
             return self
         group = plain_str(group)  # its own __eq__ chose the rows (pass 25)
+        if type(group) is not str:  # nor may another object's (pass 28): the reference cleared every group
+            raise bad_value(TableError, "group", group, "must be a string or None", shown=_kind(group))
         if self.groups_joined:  # a merged row clears bytes of several groups: per group it would
             # clear part of one group and nothing of another (issue 25, ninth pass)
             why = (

@@ -166,8 +166,24 @@ def _dlpack_read_only(obj: Any) -> bool:
     return bool(ctypes.c_uint64.from_address(ptr + 24).value & _DLPACK_READ_ONLY)
 
 
+def _group_name(group: Any) -> str | None:
+    """A group argument as a plain str (or None), else :class:`TableError` before any dict lookup."""
+    if group is None or type(group) is str:
+        return group
+    if not isinstance(group, str):
+        msg = f"group = {short(group)}: must be a group name (str) or None"
+        raise TableError(msg, field="group", value=repr(group))
+    return str(plain_str(group))  # a str subclass's __hash__ / __eq__ found another group's plan
+
+
 def check_id_tensor(ids: torch.Tensor) -> None:
-    """Device ids must be a 1-D int32/int64 tensor (values are checked in the kernel)."""
+    """Device ids must be a plain 1-D int32/int64 tensor whose storage holds them (values are checked in
+    the kernel, which reads them from ``ids.contiguous()``'s pointer)."""
+    if type(ids) not in (torch.Tensor, torch.nn.Parameter):  # a subclass's own contiguous() returned a
+        # strided view, and the kernel read other ids than the host check had seen (pass 28)
+        kind = type(ids).__name__
+        why = "must be a plain torch.Tensor (a subclass may hand the kernel other memory than its ids)"
+        raise BlockIdError(f"block_ids type = {kind}: {why}", field="block_ids", value=kind)
     if ids.is_nested:  # its shape cannot be read: torch's raw error from the message below (pass 26)
         raise BlockIdError("block_ids layout = nested: must be dense", field="block_ids", value="nested")
     if ids.dtype not in (torch.int32, torch.int64):
@@ -183,6 +199,16 @@ def check_id_tensor(ids: torch.Tensor) -> None:
     if ids.layout != torch.strided:  # a sparse tensor's .contiguous() raised RuntimeError (issue 25)
         kind = str(ids.layout)
         raise BlockIdError(f"block_ids layout = {kind}: must be dense", field="block_ids", value=kind)
+    if ids.is_neg():  # its memory holds the ids negated (torch's raw error from .numpy(): pass 28)
+        raise BlockIdError("block_ids = a negative view: call resolve_neg() first", field="block_ids",
+                           value="negative view")
+    n = ids.numel()
+    if n and ids.device.type != "meta":  # a storage shrunk behind its tensor (resize_): read past its end
+        need = (ids.storage_offset() + (n - 1) * ids.stride(0) + 1) * ids.element_size()
+        have = ids.untyped_storage().nbytes()
+        if have < need:
+            why = f"holds fewer bytes than the ids' {need} B reach (resized?)"
+            raise BlockIdError(f"block_ids storage = {have} B: {why}", field="block_ids", value=have)
 
 
 def host_ids(ids: torch.Tensor) -> np.ndarray:
@@ -370,6 +396,9 @@ class CudaZeroer:
         # and its replays wrote the freed block: issue 25, pass 24)
         self._address = self.words.data_ptr()
         self.buffer = buffer
+        # and the user's tensor still there: one re-pointed (set_, Parameter.data = ...) was never written
+        # while the zeroer's own view kept the old storage alive and zero() returned (pass 28)
+        self._buffer_address = buffer.data_ptr()
         self.offset = int(offset)  # checked by _as_words
         self.device = buffer.device
         self.mode = MODE
@@ -441,11 +470,7 @@ class CudaZeroer:
     def _plan_for(self, group: str | None, chunk_words: int | None = None) -> _DevicePlan:
         """The work units of ``group`` (GEOMETRY.md section 7): its rows only, coalesced on their own."""
         chunk = self._chunk_words if chunk_words is None else chunk_words
-        if group is not None and type(group) is not str:  # before the lookup: a list is unhashable
-            if not isinstance(group, str):
-                msg = f"group = {short(group)}: must be a group name (str) or None"
-                raise TableError(msg, field="group", value=repr(group))
-            group = plain_str(group)  # a str subclass's __hash__ / __eq__ found another group's plan
+        group = _group_name(group)
         found = self._plans.get((group, chunk))
         if found is not None:
             return found
@@ -457,8 +482,7 @@ class CudaZeroer:
     def plan_for_batch(self, num_ids: int, group: str | None = None) -> _DevicePlan:
         """The plan a batch of ``num_ids`` ids launches with: smaller units while the default ones
         give fewer than ``FILL_WAVES * max_programs`` work items (decided once per bucket)."""
-        if type(group) is not str:
-            group = plain_str(group)
+        group = _group_name(group)  # before the lookup: a list is unhashable (raw TypeError: pass 28)
         key = (group, (num_ids - 1).bit_length())
         found = self._geometry.get(key)
         if found is not None:
@@ -500,6 +524,7 @@ class CudaZeroer:
             kind = type(block_ids).__name__
             raise BlockIdError(f"block_ids type = {kind}: must be a tensor", field="block_ids", value=kind)
         words = _as_words(buffer, self.table, self.offset)
+        self._plan_for(group)  # a bad group raises before anything runs, as zero()'s does (pass 28)
         if words.data_ptr() == self.words.data_ptr():
             self.zero(block_ids, group)
             return
@@ -701,6 +726,13 @@ class CudaZeroer:
             msg = (
                 f"buffer data_ptr = {at:#x}: the storage moved from {self._address:#x} after the zeroer was "
                 "made (resized?); its captured graphs write the old address: make a new zeroer"
+            )
+            raise LayoutBufferError(msg, field="buffer.data_ptr", value=at)
+        if self.buffer.data_ptr() != self._buffer_address:
+            at = self.buffer.data_ptr()
+            msg = (
+                f"buffer data_ptr = {at:#x}: the tensor was re-pointed from {self._buffer_address:#x} after "
+                "the zeroer was made (set_ or .data =): the zeroer writes the old memory: make a new zeroer"
             )
             raise LayoutBufferError(msg, field="buffer.data_ptr", value=at)
 
@@ -933,6 +965,7 @@ class CudaZeroer:
                 value=n,
             )
         dplan = self._plan_for(group)
+        dev_ids = dev_ids.contiguous()  # the kernel reads dense ids: a strided view gave it others (pass 28)
         self._flag_bound(id_limit)
         slot, stream = self._acquire()
         try:
