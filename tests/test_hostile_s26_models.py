@@ -138,7 +138,9 @@ def test_f2_malformed_quantization_config_is_refused_by_name() -> None:
         ("fp8", "config.quantization_config"),
         ({"quant_method": 3}, "config.quantization_config.quant_method"),
         ({"quant_method": "modelopt", "quantization": None}, "config.quantization_config.quantization"),
-        (_flat(kv_cache_quant_algo=8), "config.quantization_config.kv_cache_quant_algo"),
+        # pass 28: at the top vLLM reads no algorithm from an 8 (the model's dtype); ModelOpt's config
+        # refuses it under quantization
+        (_mo(8), "config.quantization_config.quantization.kv_cache_quant_algo"),
     ):
         assert _refused({**_LLAMA, "quantization_config": qc}).field == field
 

@@ -142,12 +142,15 @@ def test_refusals_name_the_field() -> None:
     _refused({**PROMOE, "first_k_dense_replace": 4}, "config.n_routed_experts", "needs a MoE layer")
     no_dense = {k: v for k, v in PROMOE.items() if k != "first_k_dense_replace"}
     _refused(no_dense, "config.first_k_dense_replace", "missing")
-    for bad in (None, [], "64", True):
+    for bad in (None, [], "64"):  # pass 28: true is a window of 1, as vLLM builds it
         _refused({**EMBEDDED, "interleaved_sliding_window": bad}, "config.interleaved_sliding_window",
                  "integer or a non-empty list")
     _refused({**EMBEDDED, "interleaved_sliding_window": [64, 0]}, "config.interleaved_sliding_window[1]",
              "at least 1")
     _refused({**EMBEDDED, "interleaved_sliding_window": -1}, "config.interleaved_sliding_window", "least 1")
+    # false: vLLM builds a window of 0 tokens (tests/test_hostile_s28_models.py); refused
+    _refused({**EMBEDDED, "interleaved_sliding_window": False}, "config.interleaved_sliding_window",
+             "least 1")
     # an entry no layer reads (index >= the layers) is not checked, as vLLM never reads it (pass 27)
     one = {**EMBEDDED, "num_hidden_layers": 1}
     ms = M.from_config({**one, "interleaved_sliding_window": [64, 0, "x"]}, reader="json")

@@ -78,9 +78,11 @@ def windows(cfg: Config, n: int) -> list[int | None]:
 
 
 def head_size(cfg: Config, heads: int) -> int:
-    """``head_dim`` where written (not null, not 0), else ``hidden_size // num_attention_heads``: vLLM 0.33's
-    ``BeamAttention`` takes ``config.head_dim or hidden_size // heads`` (pass 27: a 0 was refused)."""
-    if cfg.has("head_dim") and not (type(cfg.data["head_dim"]) is int and cfg.data["head_dim"] == 0):
+    """``head_dim`` where written (not null, not 0, 0.0 or false), else ``hidden_size //
+    num_attention_heads``: vLLM 0.33's ``BeamAttention`` takes ``config.head_dim or hidden_size // heads``
+    (pass 27: a 0 was refused; pass 28: 0.0 and false, which vLLM builds the same way)."""
+    written = cfg.data.get("head_dim")
+    if cfg.has("head_dim") and not (type(written) in (int, float, bool) and written == 0):  # false, 0, 0.0
         return cfg.req_int("head_dim", "the head size")
     hidden = cfg.req_int("hidden_size", "the head size is hidden_size // num_attention_heads")
     if hidden < heads:

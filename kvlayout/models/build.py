@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import short, spec_error
-from ..spec import FullAttentionSpec, KVCacheSpec
+from ..spec import FullAttentionSpec, KVCacheSpec, MLASpec
 from ..validate import is_int
 from .attention import CAUSAL_LM_TYPES, WRAPPERS
 from .backends import (
@@ -31,6 +31,7 @@ from .config import (
     check_model_type,
     check_tp,
     check_with_transformers,
+    kv_quant_layers,
     load_config,
     quantized_kv_cache,
     resolve_model_dtype,
@@ -118,6 +119,25 @@ def _only_attention(field: str, family: str, groups: tuple[Any, ...]) -> None:
         "(or reads the cache dtype first): not modeled; pass kv_cache_dtype (--kv-cache-dtype)"
     )
     raise spec_error(field, "set", why)
+
+
+def _refuse_e5m2(data: Mapping[str, Any], groups: tuple[Any, ...]) -> None:
+    """vLLM 0.33 refuses an ``fp8_e5m2`` cache where the checkpoint's quant config gives an attention layer
+    a KV-cache method (``_init_kv_cache_quant``; ``config.kv_quant_layers`` says which layers take one)."""
+    found = kv_quant_layers(data)
+    if found is None:
+        return
+    mla, method = found
+    kinds = (FullAttentionSpec, MLASpec) if mla else (FullAttentionSpec,)
+    layer = next((x for g in groups for x in g.layers if isinstance(x, kinds)), None)
+    if layer is None:
+        return
+    why = (
+        f"vLLM 0.33 refuses it with a {method} checkpoint, whose quant config gives layer {layer.name} a "
+        "KV-cache method ('fp8_e5m2 kv-cache is not supported with fp8 checkpoints'); valid: auto, fp8, "
+        "fp8_e4m3, or the model's dtype"
+    )
+    raise spec_error("kv_cache_dtype", "fp8_e5m2", why)
 
 
 def _model_head_size(text: Config) -> int | None:
@@ -346,7 +366,7 @@ def build(
         # ModelOpt; Attention.__init__ for compressed-tensors); a dtype the user names wins
         kv_cache_dtype = quant[0]
         notes.append(quant[1])
-        attention_only = "config.quantization_config.kv_cache_scheme" if quant[2] else ""
+        attention_only = quant[2]
     if arch == "GlmMoeDsaForCausalLM" and device == "blackwell" and kv_cache_dtype in (None, "auto"):
         # vLLM 0.33's GlmMoeDsaForCausalLM.verify_and_update_config (model_executor/models/config.py): on
         # SM10x an auto cache is fp8_e4m3
@@ -379,6 +399,8 @@ def build(
     groups, kv, bs = family_rule(family)(c)
     if attention_only:
         _only_attention(attention_only, family, groups)
+    if kv_cache_dtype == "fp8_e5m2":
+        _refuse_e5m2(top.data, groups)
     fa4 = None
     if family != "inkling":  # Inkling's conv states are no attention heads; inkling.py checks FLASH_ATTN's
         _check_head_sizes(c, groups)

@@ -615,35 +615,117 @@ def resolve_kv_dtype(kv_cache_dtype: str | None, model_dtype: str) -> str:
 #: (``vllm/utils/torch_utils.py``, ``MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP``): ``nvfp4`` is not planned here
 _MODELOPT_KV = {"fp8": "fp8_e4m3"}
 
+#: a ModelOpt producer's ``quant_algo`` (uppercased) -> the ``quant_method`` vLLM 0.33's ModelConfig writes
+#: (``ModelArchConfigConvertorBase._normalize_quantization_config``); another algorithm raises there
+_MODELOPT_METHODS = {
+    "FP8": "modelopt",
+    "FP8_PER_CHANNEL_PER_TOKEN": "modelopt",
+    "FP8_PB_WO": "modelopt",
+    "NVFP4": "modelopt_fp4",
+    "MIXED_PRECISION": "modelopt_mixed",
+}
 
-def quantized_kv_cache(data: Mapping[str, Any]) -> tuple[str, str, bool] | None:
-    """The cache dtype a checkpoint's ``quantization_config`` makes vLLM 0.33 use for a ``--kv-cache-dtype``
-    left ``auto``, the note that says so, and whether only standard ``Attention`` layers take it; None where
-    it sets none.
 
-    - ModelOpt (``quant_method`` starting ``modelopt``): ``EngineArgs.create_engine_config`` ->
-      ``resolve_kv_cache_dtype_string`` -> ``get_kv_cache_quant_algo_string`` reads the first truthy of
-      ``quantization.kv_cache_scheme``, ``kv_cache_scheme``, ``quantization.kv_cache_quant_algo``,
-      ``kv_cache_quant_algo``: ``FP8`` (any case), or a scheme ``{num_bits: 8, type: float, dynamic: false}``,
-      is ``fp8_e4m3`` for the whole engine.
-    - compressed-tensors: a ``kv_cache_scheme`` makes every ``Attention`` layer's ``auto`` cache ``fp8``
-      (``Attention.__init__``; ``CompressedTensorsKVCacheMethod.validate_kv_cache_scheme`` refuses any but
-      8-bit float, symmetric, per tensor or per head).
+def _normalized(holder: Mapping[str, Any], at: str) -> tuple[dict[str, Any], str] | None:
+    """One config's quantization dict as vLLM 0.33's ModelConfig rewrites it before anything reads it
+    (a copy; vLLM edits its own in place): ``quantization_config``, else ``compression_config``; a ModelOpt
+    producer (``producer.name`` ``modelopt``, or the legacy ``quantization.modelopt_quant_config``) with a
+    ``quantization.quant_algo`` sets ``quant_method`` from the algorithm, whatever it said; then
+    ``quant_method`` is lowercased and ``compressed_tensors`` spelled ``compressed-tensors``."""
+    key = "quantization_config" if holder.get("quantization_config") is not None else "compression_config"
+    raw = holder.get(key)
+    if raw is None:
+        return None
+    where = f"{at}.{key}"
+    if not isinstance(raw, Mapping):
+        raise spec_error(where, raw, "must be an object (vLLM 0.33 reads its quant_method)")
+    qc = dict(raw)
+    if key == "quantization_config":
+        producer: Any = qc.get("producer", {})
+        if not isinstance(producer, Mapping):
+            why = "must be an object (vLLM 0.33's ModelConfig reads producer.name)"
+            raise spec_error(f"{where}.producer", producer, why)
+        inner: Any = qc.get("quantization", {})
+        legacy = isinstance(inner, Mapping) and "modelopt_quant_config" in inner
+        if producer.get("name") == "modelopt" or legacy:
+            if not isinstance(inner, Mapping):
+                why = "must be an object (vLLM 0.33 reads a ModelOpt producer's quant_algo from it)"
+                raise spec_error(f"{where}.quantization", inner, why)
+            algo = inner.get("quant_algo")
+            if algo is not None:
+                if str(algo).upper() not in _MODELOPT_METHODS:
+                    valid = ", ".join(_MODELOPT_METHODS)
+                    why = f"vLLM 0.33 raises 'Unknown ModelOpt quant algo' (valid: {valid})"
+                    raise spec_error(f"{where}.quantization.quant_algo", algo, why)
+                qc["quant_method"] = _MODELOPT_METHODS[str(algo).upper()]
+    method = qc.get("quant_method", "")
+    if not isinstance(method, str):
+        raise spec_error(f"{where}.quant_method", method, "must be a string (vLLM 0.33 lowercases it)")
+    qc["quant_method"] = method.lower().replace("compressed_tensors", "compressed-tensors")
+    return qc, where
+
+
+def quant_config(data: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """The quantization config vLLM 0.33 quantizes the model by, normalised (``_normalized``), and the
+    field it was written in: the top config's (``ModelConfig``), else a multimodal ``text_config``'s.
+
+    The layers' quant config is read by ``get_quant_config`` in another order (``quantization_config``,
+    ``text_config.quantization_config``, ``compression_config``): where the two orders part (a
+    ``compression_config`` beside a text config's ``quantization_config``, or only a text config's
+    ``compression_config``, which ``get_quant_config`` does not read) the config is refused by name."""
+    found = _normalized(data, "config")
+    text = data.get("text_config")
+    inner = text if isinstance(text, Mapping) and text else None
+    if found is not None:
+        if found[1] == "config.compression_config" and inner and inner.get("quantization_config") is not None:
+            why = (
+                "vLLM 0.33 takes the method from it but the layers' config from text_config's "
+                "quantization_config (get_quant_config): not planned; write one of them"
+            )
+            raise spec_error(found[1], "set", why)
+        return found
+    if inner is None:
+        return None
+    found = _normalized(inner, "config.text_config")
+    if found is not None and found[1].endswith(".compression_config"):
+        why = (
+            "vLLM 0.33 takes the method from it, but its get_quant_config reads no text config's "
+            "compression_config: not planned; write it as quantization_config"
+        )
+        raise spec_error(found[1], "set", why)
+    return found
+
+
+def quantized_kv_cache(data: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The cache dtype a checkpoint's quantization config (``quant_config``, normalised as vLLM 0.33's
+    ModelConfig does) makes vLLM 0.33 use for a ``--kv-cache-dtype`` left ``auto``, the note that says so,
+    and the field whose fp8 only standard ``Attention`` layers take (``""``: every layer); None where it
+    sets none.
+
+    - ModelOpt (``quant_method`` starting ``modelopt``) in the top config's ``quantization_config``, the
+      one ``resolve_kv_cache_dtype_string`` reads: ``EngineArgs.create_engine_config`` ->
+      ``get_kv_cache_quant_algo_string`` reads the first truthy of ``quantization.kv_cache_scheme``,
+      ``kv_cache_scheme``, ``quantization.kv_cache_quant_algo``, ``kv_cache_quant_algo``: ``FP8`` (any
+      case), or a scheme ``{num_bits: 8, type: float, dynamic: false}``, is ``fp8_e4m3`` for the whole
+      engine; a value neither string nor object is no algorithm (the model's dtype), except under
+      ``quantization``, where ModelOpt's own config raises 'kv_cache_quant_algo must be a string'.
+    - compressed-tensors: a ``kv_cache_scheme`` (wherever the config is written) makes every ``Attention``
+      layer's ``auto`` cache ``fp8`` (``Attention.__init__``;
+      ``CompressedTensorsKVCacheMethod.validate_kv_cache_scheme`` refuses any but 8-bit float, symmetric,
+      per tensor or per head).
 
     NVFP4 and what vLLM falls back from (an unknown algorithm: ``auto`` with a warning, while ModelOpt's own
     config still quantizes the cache) are refused, naming the field."""
-    qc = data.get("quantization_config")
-    if qc is None:
+    found = quant_config(data)
+    if found is None:
         return None
-    where = "config.quantization_config"
-    if not isinstance(qc, Mapping):
-        raise spec_error(where, qc, "must be an object (vLLM 0.33 reads its quant_method)")
-    method = qc.get("quant_method", "")
-    if not isinstance(method, str):
-        why = "must be a string (vLLM 0.33 calls startswith on it)"
-        raise spec_error(f"{where}.quant_method", method, why)
+    qc, where = found
+    method = qc["quant_method"]
     if method.startswith("modelopt"):
-        return _modelopt_kv(qc, where)
+        _modelopt_algo_type(qc, where)
+        # only the top config's quantization_config sets the engine's cache dtype; ModelOpt's config has no
+        # kv_cache_scheme for Attention.__init__ to read
+        return _modelopt_kv(qc, where) if where == "config.quantization_config" else None
     if method == "compressed-tensors" and qc.get("kv_cache_scheme") is not None:
         scheme = qc["kv_cache_scheme"]
         at = f"{where}.kv_cache_scheme"
@@ -664,11 +746,53 @@ def quantized_kv_cache(data: Mapping[str, Any]) -> tuple[str, str, bool] | None:
             f"{at} is set: vLLM 0.33's Attention layers store an auto KV cache as fp8 "
             "(compressed-tensors' FP8 KV cache)"
         )
-        return "fp8", note, True
+        return "fp8", note, at
     return None
 
 
-def _modelopt_kv(qc: Mapping[str, Any], where: str) -> tuple[str, str, bool] | None:
+def _modelopt_algo_type(qc: Mapping[str, Any], where: str) -> None:
+    """ModelOpt's ``from_config`` (vLLM 0.33): a ``quantization.kv_cache_quant_algo`` written, not null,
+    must be a string."""
+    inner = qc.get("quantization")
+    if isinstance(inner, Mapping) and inner.get("kv_cache_quant_algo") is not None:
+        algo = inner["kv_cache_quant_algo"]
+        if not isinstance(algo, str):
+            why = "must be a string (vLLM 0.33's ModelOpt config raises 'kv_cache_quant_algo must be a "
+            why += "string')"
+            raise spec_error(f"{where}.quantization.kv_cache_quant_algo", algo, why)
+
+
+def kv_quant_layers(data: Mapping[str, Any]) -> tuple[bool, str] | None:
+    """Where vLLM 0.33's checkpoint quant config gives attention layers a KV-cache method, which refuses
+    an ``fp8_e5m2`` cache (``_init_kv_cache_quant``: 'fp8_e5m2 kv-cache is not supported with fp8
+    checkpoints'): (whether MLA attention layers take it too, the method); None where none does.
+
+    ``fp8`` (``Fp8Config``: ``Attention`` layers), ModelOpt's FP8 / NVFP4 / MXFP8 (``Attention`` and
+    ``MLAAttention``), ModelOpt mixed precision with a KV cache algorithm (``Attention``), compressed-tensors
+    with a ``kv_cache_scheme`` (``Attention``; a weight-only one keeps e5m2)."""
+    found = quant_config(data)
+    if found is None:
+        return None
+    qc, _ = found
+    method = qc["quant_method"]
+    if method == "fp8":
+        return False, method
+    if method in ("modelopt", "modelopt_fp4", "modelopt_mxfp8"):
+        return True, method
+    if method == "modelopt_mixed":
+        inner = qc.get("quantization")
+        if isinstance(inner, Mapping):
+            algo = inner.get("kv_cache_quant_algo")
+            return (False, method) if isinstance(algo, str) and algo else None
+        scheme = qc.get("kv_cache_scheme")
+        kv = isinstance(scheme, Mapping) and scheme.get("type") == "float" and scheme.get("num_bits") == 8
+        return (False, method) if kv else None
+    if method == "compressed-tensors" and qc.get("kv_cache_scheme") is not None:
+        return False, method
+    return None
+
+
+def _modelopt_kv(qc: Mapping[str, Any], where: str) -> tuple[str, str, str] | None:
     """vLLM 0.33's ``get_kv_cache_quant_algo_string`` for a ModelOpt ``quantization_config``."""
     inner: Any = qc.get("quantization", qc)
     if not isinstance(inner, Mapping):
@@ -683,6 +807,8 @@ def _modelopt_kv(qc: Mapping[str, Any], where: str) -> tuple[str, str, bool] | N
             field, algo = f"{at}.{name_of}", holder[name_of]
             break
     else:
+        return None
+    if not isinstance(algo, (str, Mapping)):  # vLLM maps neither: no algorithm, the model's dtype
         return None
     name: Any = algo
     if isinstance(algo, Mapping):
@@ -702,7 +828,7 @@ def _modelopt_kv(qc: Mapping[str, Any], where: str) -> tuple[str, str, bool] | N
         )
         raise spec_error(field, algo, f"{cant}; pass kv_cache_dtype (--kv-cache-dtype) to plan another")
     note = f"{field} = {short(algo)}: vLLM 0.33 stores an auto KV cache as {_MODELOPT_KV[key]} (ModelOpt)"
-    return _MODELOPT_KV[key], note, False
+    return _MODELOPT_KV[key], note, ""
 
 
 #: Families whose cache vLLM also accepts as ``fp8_ds_mla`` (DeepSeek's packed fp8 layout).

@@ -79,9 +79,13 @@ def _check_moe(cfg: Config, arch: str, n: int) -> None:
 
 
 def _window_entry(where: str, w: Any) -> int | None:
-    """One window as written: an integer of at least 1, or null (the engine's)."""
+    """One window as written: an integer of at least 1, or null (the engine's). ``true`` is a window of 1:
+    vLLM's ``isinstance(w, int)`` takes a bool (its SlidingWindowSpec holds True); ``false`` would be a
+    window of 0 tokens there, and stays refused."""
     if w is None:
         return None
+    if w is True:
+        return 1
     if not is_int(w) or not 1 <= w <= MAX_CONFIG_INT:
         raise spec_error(where, w, "a window of at least 1 token (at most 2**53), or null for the engine's")
     return int(w)
@@ -95,7 +99,7 @@ def windows(cfg: Config, n: int) -> list[int | None]:
     if key not in cfg.data:
         return [engine] * n
     raw = cfg.data[key]
-    if is_int(raw):
+    if is_int(raw) or isinstance(raw, bool):  # vLLM's isinstance(x, int): a bool too (_window_entry)
         w = _window_entry(cfg.field(key), raw)
         return [w] * n
     if not isinstance(raw, list) or not raw:

@@ -44,9 +44,14 @@ def windows(cfg: Config, n: int) -> list[int | None]:
         why = "vLLM's Rnj1Attention reads layer_types[i]"
         raise spec_error(cfg.field("layer_types"), None, f"missing; {why}; {_REMOTE}")
     types = cfg.data["layer_types"]
-    if not isinstance(types, list) or len(types) < n:
+    if not isinstance(types, (list, str)) or len(types) < n:
         shown = f"{len(types)} entries" if isinstance(types, list) else types
         raise spec_error(cfg.field("layer_types"), shown, f"must be a list of one entry per layer ({n})")
+    if isinstance(types, str):  # vLLM indexes it: layer i reads its character i, no kind of attention
+        cfg.notes.append(
+            f"{cfg.field('layer_types')} is a string: vLLM 0.33 reads character i as layer i's kind "
+            "(none chunked, no engine window)"
+        )
     for i, t in enumerate(types):
         if not isinstance(t, str):
             raise spec_error(f"{cfg.field('layer_types')}[{i}]", t, "must be a string")

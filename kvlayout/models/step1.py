@@ -61,7 +61,12 @@ def engine_window(cfg: Config) -> int | None:
     ``layer_types`` is absent or every entry is ``sliding_attention``, else none."""
     if cfg.has("layer_types"):
         types = cfg.data["layer_types"]
-        if not isinstance(types, list):
+        if isinstance(types, str):  # EngineArgs iterates it: its characters, none sliding_attention
+            cfg.notes.append(
+                f"{cfg.field('layer_types')} is a string: vLLM 0.33 reads its characters as the layer kinds "
+                "(the engine's window only where it is empty)"
+            )
+        elif not isinstance(types, list):
             raise spec_error(cfg.field("layer_types"), types, "must be a list of one entry per layer")
         if any(t != "sliding_attention" for t in types):
             return None
