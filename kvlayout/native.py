@@ -303,11 +303,13 @@ class NativeCacheSpec:
         str: another type (``np.int64(0)``) is refused naming its type, not as a group that is missing.
         A str subclass is read as the plain str it holds (its own ``__eq__`` may lie: pass 25)."""
         group = plain_str(group)
-        if group is not None and group not in self.groups:
-            valid = ", ".join(repr(g) for g in self.groups)
-            if not isinstance(group, str):
-                why = f"must be a group name (a str) or None, not {type(group).__name__}; valid groups: "
-                raise spec_error("group", group, why + valid)
+        if group is None:
+            return None
+        valid = ", ".join(repr(g) for g in self.groups)
+        if type(group) is not str:  # before the membership test, which ran the object's own __eq__ (pass 29)
+            why = f"must be a group name (a str) or None, not {type(group).__name__}; valid groups: "
+            raise spec_error("group", group, why + valid)
+        if group not in self.groups:
             raise spec_error("group", group, f"no such group; valid groups: {valid}")
         return group
 

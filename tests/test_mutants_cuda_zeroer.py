@@ -109,6 +109,7 @@ def test_routed_batches_past_int32_offsets_are_refused(monkeypatch: pytest.Monke
     # the largest batch that fits still launches (a routed buffer as large as the batch, no memory: the
     # expanded ids are launched on as they are, where launch_routed would make them dense, 16 GiB)
     monkeypatch.setattr(torch.Tensor, "contiguous", lambda self, *a, **k: self)
+    monkeypatch.setattr(torch.Tensor, "is_contiguous", lambda self, *a, **k: True)
     edge = huge[: 2**31 - 1]
     z._slots[0].routed = edge
     z.launch_routed(edge, 6, 18)

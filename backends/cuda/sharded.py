@@ -29,7 +29,7 @@ from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
 from kvlayout.sharding import ShardedLayout
 
 from ._mode import DEVICE_TYPE, MODE
-from .zeroer import CudaZeroer, check_id_tensor, host_ids
+from .zeroer import CudaZeroer, check_apart, check_id_tensor, dense_ids, host_ids
 
 
 class ShardedCudaZeroer:
@@ -126,12 +126,13 @@ class ShardedCudaZeroer:
             z.zero_validated(owned[k], group)
 
     def _zero_device(self, ids: torch.Tensor, group: str | None = None) -> None:
-        check_id_tensor(ids)
+        ids = dense_ids(ids)  # checked and dense, no __torch_function__ between (pass 29)
         if ids.numel() == 0:
             return
-        ids = ids.contiguous()
         for z, lo in self._routes:
-            g = ids if ids.device == z.device else ids.to(z.device, non_blocking=True)
+            with torch._C.DisableTorchFunction():
+                g = ids if ids.device == z.device else ids.to(z.device, non_blocking=True)
+            check_apart(g, z.words)  # ids kept in a shard's buffer were cleared while read (pass 29)
             if self.layout.block_shards == 1:  # replicated: every id is this shard's, one launch
                 z._launch(g, dplan=z._plan_for(group))
             else:  # block_sharded: pack this shard's ids first, zero only those

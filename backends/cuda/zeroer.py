@@ -104,6 +104,7 @@ def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
                 ("quantized", buffer.is_quantized),
                 ("conjugate view", buffer.is_conj()),
                 ("negative view", buffer.is_neg()),
+                ("ZeroTensor", buffer._is_zerotensor()),  # no memory behind it (pass 29)
             )
             if odd
         ),
@@ -199,6 +200,9 @@ def check_id_tensor(ids: torch.Tensor) -> None:
     if ids.layout != torch.strided:  # a sparse tensor's .contiguous() raised RuntimeError (issue 25)
         kind = str(ids.layout)
         raise BlockIdError(f"block_ids layout = {kind}: must be dense", field="block_ids", value=kind)
+    if ids._is_zerotensor():  # no memory behind its storage (data_ptr 0): the kernel read address 0 (pass 29)
+        msg = "block_ids = a ZeroTensor: must hold memory"
+        raise BlockIdError(msg, field="block_ids", value="ZeroTensor")
     if ids.is_neg():  # its memory holds the ids negated (torch's raw error from .numpy(): pass 28)
         raise BlockIdError("block_ids = a negative view: call resolve_neg() first", field="block_ids",
                            value="negative view")
@@ -209,6 +213,36 @@ def check_id_tensor(ids: torch.Tensor) -> None:
         if have < need:
             why = f"holds fewer bytes than the ids' {need} B reach (resized?)"
             raise BlockIdError(f"block_ids storage = {have} B: {why}", field="block_ids", value=have)
+
+
+def dense_ids(ids: torch.Tensor, words: torch.Tensor | None = None) -> torch.Tensor:
+    """``ids`` checked (:func:`check_id_tensor`) and made dense, with no ``__torch_function__`` between: a
+    TorchFunctionMode's ``contiguous()`` handed the kernel a strided view it read as dense (pass 29). The
+    result is checked too (a plain, contiguous tensor of the same ids whose storage holds them), and, with
+    ``words``, must not share memory with the buffer: ids stored in a block were zeroed by the kernel while
+    it read them, and other blocks followed (pass 29)."""
+    with torch._C.DisableTorchFunction():
+        check_id_tensor(ids)
+        dense = ids.contiguous()
+        if dense is not ids:
+            check_id_tensor(dense)
+        if not dense.is_contiguous() or dense.shape != ids.shape:
+            msg = "block_ids: contiguous() did not give dense ids of the same shape"
+            raise BlockIdError(msg, field="block_ids", value=tuple(dense.shape))
+        if words is not None:
+            check_apart(dense, words)
+    return dense
+
+
+def check_apart(ids: torch.Tensor, words: torch.Tensor) -> None:
+    """Dense ``ids`` must not lie in the bytes ``words`` (a buffer's layout) covers (pass 29)."""
+    if not (ids.numel() and words.numel() and ids.device == words.device):
+        return
+    lo, hi = ids.data_ptr(), ids.data_ptr() + ids.numel() * ids.element_size()
+    b_lo = words.data_ptr()
+    if lo < b_lo + words.numel() * words.element_size() and b_lo < hi:
+        why = "they lie in the buffer being zeroed (the kernel would clear them while reading them)"
+        raise BlockIdError(f"block_ids at {lo:#x}: {why}", field="block_ids", value=lo)
 
 
 def host_ids(ids: torch.Tensor) -> np.ndarray:
@@ -537,7 +571,11 @@ class CudaZeroer:
         check_id_tensor(block_ids)
         if block_ids.device.type != DEVICE_TYPE or MODE != "native":  # meta ids: host_ids names them
             normalize_block_ids(host_ids(block_ids), self.table.num_blocks)  # (raw error before: pass 23)
-        dev_ids = block_ids.to(self.device).contiguous()
+        with torch._C.DisableTorchFunction():
+            moved = block_ids.to(self.device)
+        dev_ids = dense_ids(moved, words)
+        if MODE != "native":  # what the kernel reads is what was checked (a mode's .to: pass 29)
+            normalize_block_ids(dev_ids.numpy(), self.table.num_blocks)
         if dev_ids.numel():
             self._launch(dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group), words=words)
 
@@ -704,9 +742,8 @@ class CudaZeroer:
                 field="block_ids.device",
                 value=str(block_ids.device),
             )
-        check_id_tensor(block_ids)
         dplan = self._plan_for(group)
-        dev_ids = block_ids.contiguous()
+        dev_ids = dense_ids(block_ids, self.words)
         if MODE != "native":  # CPU tensors under the interpreter are host ids: validate
             normalize_block_ids(dev_ids.numpy(), self.table.num_blocks)
         if dev_ids.numel():
@@ -944,7 +981,7 @@ class CudaZeroer:
         if not isinstance(dev_ids, torch.Tensor):
             kind = type(dev_ids).__name__
             raise BlockIdError(f"block_ids type = {kind}: must be a tensor", field="block_ids", value=kind)
-        check_id_tensor(dev_ids)
+        check_id_tensor(dev_ids)  # (made dense below, once the batch is known to fit int32 offsets)
         if dev_ids.device != self.device:
             msg = f"block_ids device = {dev_ids.device}: must be {self.device}"
             raise BlockIdError(msg, field="block_ids.device", value=str(dev_ids.device))
@@ -965,7 +1002,7 @@ class CudaZeroer:
                 value=n,
             )
         dplan = self._plan_for(group)
-        dev_ids = dev_ids.contiguous()  # the kernel reads dense ids: a strided view gave it others (pass 28)
+        dev_ids = dense_ids(dev_ids)  # the kernel reads dense ids: a strided view gave it others (pass 28)
         self._flag_bound(id_limit)
         slot, stream = self._acquire()
         try:

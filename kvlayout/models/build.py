@@ -361,7 +361,12 @@ def build(
     model_dtype = resolve_model_dtype(top, text, dtype, notes)
     quant = quantized_kv_cache(top.data)  # refused, naming the field, where kvlayout cannot plan it
     attention_only = ""  # the field whose fp8 only vLLM's standard Attention layers take (compressed-tensors)
-    if quant is not None and kv_cache_dtype in (None, "auto"):
+    if quant is not None and kv_cache_dtype in (None, "auto") and quant[2] and family == "inkling":
+        # Inkling's attention is its own layer reading the engine's cache dtype, which compressed-tensors
+        # leaves auto: only vLLM's standard Attention.__init__ takes the scheme (pass 29: planned fp8, half
+        # the bytes vLLM allocates)
+        notes.append(f"{quant[2]}: Inkling's own attention layers do not read compressed-tensors' KV scheme")
+    elif quant is not None and kv_cache_dtype in (None, "auto"):
         # vLLM 0.33: an auto cache is the checkpoint's (EngineArgs' resolve_kv_cache_dtype_string for
         # ModelOpt; Attention.__init__ for compressed-tensors); a dtype the user names wins
         kv_cache_dtype = quant[0]
@@ -399,7 +404,7 @@ def build(
     groups, kv, bs = family_rule(family)(c)
     if attention_only:
         _only_attention(attention_only, family, groups)
-    if kv_cache_dtype == "fp8_e5m2":
+    if kv_cache_dtype == "fp8_e5m2" and family != "inkling":  # Inkling's layers take no KV-cache method
         _refuse_e5m2(top.data, groups)
     fa4 = None
     if family != "inkling":  # Inkling's conv states are no attention heads; inkling.py checks FLASH_ATTN's
