@@ -129,10 +129,11 @@ class ShardedCudaZeroer:
         ids = dense_ids(ids)  # checked and dense, no __torch_function__ between (pass 29)
         if ids.numel() == 0:
             return
-        for z, lo in self._routes:
-            with torch._C.DisableTorchFunction():
-                g = ids if ids.device == z.device else ids.to(z.device, non_blocking=True)
-            check_apart(g, z.words)  # ids kept in a shard's buffer were cleared while read (pass 29)
+        moved = [ids if ids.device == z.device else ids.to(z.device, non_blocking=True)
+                 for z, _ in self._routes]
+        for g, (z, _) in zip(moved, self._routes):  # ids kept in a shard's buffer were cleared while read
+            check_apart(g, z.words)  # (pass 29): every shard before any is written (pass 30)
+        for g, (z, lo) in zip(moved, self._routes):
             if self.layout.block_shards == 1:  # replicated: every id is this shard's, one launch
                 z._launch(g, dplan=z._plan_for(group))
             else:  # block_sharded: pack this shard's ids first, zero only those

@@ -71,7 +71,14 @@ EVICTION_POLICIES = ("", "evict_first", "evict_last")
 
 
 def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
-    """Validate ``buffer`` and return its layout bytes as an int32 ``[total_bytes/4]`` view."""
+    """Validate ``buffer`` and return its layout bytes as an int32 ``[total_bytes/4]`` view, with torch
+    functions disabled: a caller's TorchFunctionMode answered ``numel()`` for a larger tensor, and 1 KiB was
+    written past a smaller target (pass 30)."""
+    with torch._C.DisableTorchFunction():
+        return _buffer_words(buffer, table, offset)
+
+
+def _buffer_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
     if not isinstance(buffer, torch.Tensor):
         raise LayoutBufferError(
             f"buffer type = {type(buffer).__name__}: must be a torch.Tensor",
@@ -200,6 +207,13 @@ def check_id_tensor(ids: torch.Tensor) -> None:
     if ids.layout != torch.strided:  # a sparse tensor's .contiguous() raised RuntimeError (issue 25)
         kind = str(ids.layout)
         raise BlockIdError(f"block_ids layout = {kind}: must be dense", field="block_ids", value=kind)
+    try:
+        ids.untyped_storage()
+    except (NotImplementedError, RuntimeError):  # functorch's batched tensors (vmap): torch's raw error
+        raise BlockIdError(  # (pass 30)
+            "block_ids = a tensor without storage (vmap?): must hold its ids in memory",
+            field="block_ids", value="no storage",
+        ) from None
     if ids._is_zerotensor():  # no memory behind its storage (data_ptr 0): the kernel read address 0 (pass 29)
         msg = "block_ids = a ZeroTensor: must hold memory"
         raise BlockIdError(msg, field="block_ids", value="ZeroTensor")
@@ -939,7 +953,7 @@ class CudaZeroer:
             and (items <= self.max_programs or not routed)
         )
         grid = (dp.plan.units_per_block, num_ids) if one_shot else (programs,)
-        with launch_guard():
+        with launch_guard(), torch._C.DisableTorchFunction():  # the kernel reads data_ptr() (pass 30)
             zero_units_kernel[grid](
                 self.words if words is None else words,
                 dev_ids,
@@ -1010,7 +1024,7 @@ class CudaZeroer:
                 slot.routed = torch.empty(max(n, self.max_batch), dtype=torch.int64, device=self.device)
             slot.count.zero_()
             grid = (triton.cdiv(n, ROUTE_BLOCK),)
-            with launch_guard():
+            with launch_guard(), torch._C.DisableTorchFunction():  # the kernel reads data_ptr() (pass 30)
                 route_ids_kernel[grid](
                     dev_ids,
                     slot.routed,
