@@ -11,6 +11,7 @@ zeroer uses, injected by monkeypatch into ``backends/cuda/zeroer.py`` only, with
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -394,9 +395,22 @@ class FakeCuda:
             self.running = False
 
 
+class _CWithoutDisable:
+    """``torch._C`` with ``DisableTorchFunction`` a no-op: :class:`_Defer`, a TorchFunctionMode, stands for
+    the device's asynchrony here, which the zeroer's guard against a caller's own mode must not switch off
+    (only inside this double)."""
+
+    DisableTorchFunction = contextlib.nullcontext
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch._C, name)
+
+
 class _TorchWithFakeCuda:
     """The ``torch`` module as backends/cuda/zeroer.py sees it: ``cuda`` is the double, tensors made
     without a device (pinned or not, or from NumPy) are host memory, everything else is torch itself."""
+
+    _C = _CWithoutDisable()
 
     def __init__(self, cuda: FakeCuda) -> None:
         self.cuda = cuda

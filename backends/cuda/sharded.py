@@ -29,7 +29,7 @@ from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
 from kvlayout.sharding import ShardedLayout
 
 from ._mode import DEVICE_TYPE, MODE
-from .zeroer import CudaZeroer, check_apart, check_id_tensor, dense_ids, host_ids
+from .zeroer import CudaZeroer, check_apart, check_id_tensor, dense_ids, host_ids, plain_torch
 
 
 class ShardedCudaZeroer:
@@ -44,6 +44,7 @@ class ShardedCudaZeroer:
     buffers); :meth:`check` reports each bad device id once.
     """
 
+    @plain_torch
     def __init__(
         self,
         layout: ShardedLayout,
@@ -100,6 +101,7 @@ class ShardedCudaZeroer:
     def shards(self) -> tuple[int, ...]:
         return tuple(self.zeroers)
 
+    @plain_torch
     def zero(self, block_ids: Any, group: str | None = None) -> None:
         """Zero global ``block_ids`` (of one cache ``group``, or all) in every shard held here.
 
@@ -139,6 +141,7 @@ class ShardedCudaZeroer:
             else:  # block_sharded: pack this shard's ids first, zero only those
                 z.launch_routed(g, id_lo=lo, id_limit=self._id_limit, group=group)
 
+    @plain_torch
     def check(self) -> None:
         """Raise if a device batch so far had ids outside the global pool (syncs; resets all shards)."""
         first: BlockIdError | None = None

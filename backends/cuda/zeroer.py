@@ -17,11 +17,13 @@ bounds-checked inside the kernel; :meth:`CudaZeroer.check` reports bad ones late
 from __future__ import annotations
 
 import ctypes
+import functools
 import operator
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import torch
@@ -172,6 +174,24 @@ def _dlpack_read_only(obj: Any) -> bool:
         return False
     ptr = _capsule_pointer(cap, name)
     return bool(ctypes.c_uint64.from_address(ptr + 24).value & _DLPACK_READ_ONLY)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def plain_torch(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a public entry with torch functions disabled from end to end: under a caller's
+    TorchFunctionMode, a tensor's ``numel()``, ``data_ptr()``, ``.to()`` or slicing answered for other ids or
+    memory, and a plan built under it was kept (blocks [1, 2, 5, 6] zeroed for [1, 2], bytes written past a
+    2 KiB buffer: passes 30 and 31). Subclasses are refused already, so nothing else is given up."""
+
+    @functools.wraps(fn)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with torch._C.DisableTorchFunction():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def _group_name(group: Any) -> str | None:
@@ -398,6 +418,7 @@ class CudaZeroer:
     call's buffers (that call launches eagerly inside the capture).
     """
 
+    @plain_torch
     def __init__(
         self,
         table: SegmentTable,
@@ -490,6 +511,7 @@ class CudaZeroer:
             self.capture()
 
     @classmethod
+    @plain_torch
     def from_dlpack(cls, obj: Any, table: SegmentTable, **kwargs: Any) -> CudaZeroer:
         """Zero memory owned elsewhere (JAX, CuPy, ...) in place, through DLPack (no copy).
 
@@ -527,6 +549,7 @@ class CudaZeroer:
         with self._lock:
             return self._plans.setdefault((group, chunk), made)
 
+    @plain_torch
     def plan_for_batch(self, num_ids: int, group: str | None = None) -> _DevicePlan:
         """The plan a batch of ``num_ids`` ids launches with: smaller units while the default ones
         give fewer than ``FILL_WAVES * max_programs`` work items (decided once per bucket)."""
@@ -562,6 +585,7 @@ class CudaZeroer:
                 self._handle = h
         return int(h)
 
+    @plain_torch
     def zero_into(self, buffer: torch.Tensor, block_ids: torch.Tensor, group: str | None = None) -> None:
         """Zero ``block_ids`` in ``buffer``: this zeroer's buffer or a same-layout copy of it.
 
@@ -722,6 +746,7 @@ class CudaZeroer:
         return slot.ids[:k]
 
     # ---- per step ----------------------------------------------------------------------
+    @plain_torch
     def zero(self, block_ids: Any, group: str | None = None) -> None:
         """Zero ``block_ids``: host ids (list, tuple, NumPy, CPU tensor) or a device tensor.
 
@@ -794,6 +819,7 @@ class CudaZeroer:
                 f"block_ids: batch of {n} exceeds max_batch {self.max_batch}", field="block_ids", value=n
             )
 
+    @plain_torch
     def zero_validated(self, ids: np.ndarray, group: str | None = None) -> None:
         """Zero host ids already validated against ``[0, num_blocks)`` (int64 ``[n]``): stage, launch."""
         self._check_storage()
@@ -801,6 +827,7 @@ class CudaZeroer:
         self.zero(ids, group)
 
     # ---- native host batches: graph replay --------------------------------------------
+    @plain_torch
     def capture(self, group: str | None = None) -> None:
         """Capture the replay graphs of ``group`` (None: every group) for every batch-size bucket, now.
 
@@ -977,6 +1004,7 @@ class CudaZeroer:
                 num_warps=self.num_warps,
             )
 
+    @plain_torch
     def launch_routed(
         self, dev_ids: torch.Tensor, id_lo: int, id_limit: int, group: str | None = None
     ) -> None:
@@ -1046,6 +1074,7 @@ class CudaZeroer:
             with self._lock:
                 self._bounds.add(limit)
 
+    @plain_torch
     def check(self) -> None:
         """Raise if device-side ids were out of range since the last check (synchronises the current stream).
 

@@ -861,9 +861,10 @@ class KVBlockZeroer:
         """Compile the kernel for every group now, writing nothing (an id past the pool is skipped)."""
         import torch
 
-        skip = torch.full((1,), self.num_blocks, dtype=torch.int64, device=self._zeroer.device)
-        for name in (None, *(g for g in self.group_names if g in self._row_groups)):
-            self._zeroer._launch(skip, 0, self.num_blocks + 1, dplan=self._zeroer._plan_for(name))
+        with torch._C.DisableTorchFunction():  # plans built under a caller's mode were kept (pass 31)
+            skip = torch.full((1,), self.num_blocks, dtype=torch.int64, device=self._zeroer.device)
+            for name in (None, *(g for g in self.group_names if g in self._row_groups)):
+                self._zeroer._launch(skip, 0, self.num_blocks + 1, dplan=self._zeroer._plan_for(name))
 
     def check(self) -> None:
         """Raise if device-tensor ids were out of range since the last check (synchronises)."""
