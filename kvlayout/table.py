@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TableError, bad_value
+from .errors import TableError, bad_value, short
 from .ranges import MAX_BLOCKS, MAX_BYTES, extent
 from .validate import MAX_NAME_CHARS, check_int, check_name, parse_json, plain_fields, plain_str
 
@@ -27,8 +27,9 @@ MAX_TABLE_ROWS = 100_000
 
 
 def _kind(v: object) -> str:
-    """A value's type, for a message about a name that is not a str (its own ``repr`` may pose as one)."""
-    return f"<a {type(v).__name__}>"
+    """A value that is not a str, for a message about a name: a builtin's bounded repr, another object's
+    type (its own ``repr`` may pose as a str)."""
+    return short(v) if type(v).__module__ == "builtins" else f"<a {type(v).__name__}>"
 
 
 @dataclass(frozen=True)
