@@ -19,6 +19,7 @@ import kvlayout as K
 from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
 from kvlayout.native import NativeCacheSpec, NativeLeaf, expected_zeroed_native, zero_native_numpy
 from kvlayout.table import Segment, SegmentTable
+from tests.hostile_cases import cuda, eight, zeroed_blocks
 
 
 class AnyGroup:
@@ -90,23 +91,9 @@ def test_a_leafs_group_list_is_cleaned(group: Any) -> None:
         assert expected_zeroed_native(spec, [1], group="a")["kb"].tolist() == []
 
 
-def _cuda() -> tuple[Any, Any]:
-    torch = pytest.importorskip("torch")
-    kc = pytest.importorskip("kvlayout.backends.cuda")
-    return torch, kc
-
-
-def _eight() -> SegmentTable:
-    return SegmentTable(256 * 8, 8, (Segment(0, 256, 256, "a", "la"),))
-
-
-def _zeroed_blocks(before: np.ndarray, after: np.ndarray) -> list[int]:
-    return sorted({a // 256 for a, b in K.changed_ranges(before, after).tolist() for a in range(a, b, 256)})
-
-
 def test_launch_routed_reads_the_ids_a_strided_tensor_holds() -> None:
-    torch, kc = _cuda()
-    t = _eight()
+    torch, kc = cuda()
+    t = eight()
     every = torch.arange(8, dtype=torch.int64)
     for ids, want in ((every[::3], [0, 3, 6]), (every.view(2, 4)[:, 1], [1, 5]),
                       (torch.tensor([3]).expand(4), [3])):
@@ -115,12 +102,12 @@ def test_launch_routed_reads_the_ids_a_strided_tensor_holds() -> None:
         z = kc.CudaZeroer(t, buf, graphs=False)
         z.launch_routed(ids, 0, 8)
         z.check()
-        assert _zeroed_blocks(host, buf.numpy()) == want
+        assert zeroed_blocks(host, buf.numpy()) == want
 
 
 def test_ids_whose_storage_was_shrunk_are_refused() -> None:
-    torch, kc = _cuda()
-    t = _eight()
+    torch, kc = cuda()
+    t = eight()
     host = K.poison_pattern(t.total_bytes)
     buf = torch.from_numpy(host.copy())
     z = kc.CudaZeroer(t, buf, graphs=False)
@@ -139,13 +126,13 @@ def test_ids_whose_storage_was_shrunk_are_refused() -> None:
 
 
 def test_an_ids_tensor_subclass_is_refused() -> None:
-    torch, kc = _cuda()
+    torch, kc = cuda()
 
     class T(torch.Tensor):
         def contiguous(self, *a: Any, **k: Any) -> Any:
             return self
 
-    t = _eight()
+    t = eight()
     host = K.poison_pattern(t.total_bytes)
     buf = torch.from_numpy(host.copy())
     z = kc.CudaZeroer(t, buf, graphs=False)
@@ -159,8 +146,8 @@ def test_an_ids_tensor_subclass_is_refused() -> None:
 
 
 def test_a_buffer_re_pointed_after_the_zeroer_was_made_is_refused() -> None:
-    torch, kc = _cuda()
-    t = _eight()
+    torch, kc = cuda()
+    t = eight()
     host = K.poison_pattern(t.total_bytes)
     buf = torch.from_numpy(host.copy())
     z = kc.CudaZeroer(t, buf, graphs=False)
@@ -177,12 +164,12 @@ def test_a_buffer_re_pointed_after_the_zeroer_was_made_is_refused() -> None:
     assert np.array_equal(p.detach().numpy(), host)
     z = kc.CudaZeroer(t, buf, graphs=False)  # a zeroer of the tensor as it is now writes it
     z.zero([1])
-    assert _zeroed_blocks(host, buf.numpy()) == [1]
+    assert zeroed_blocks(host, buf.numpy()) == [1]
 
 
 def test_bad_groups_and_negative_views_are_named() -> None:
-    torch, kc = _cuda()
-    t = _eight()
+    torch, kc = cuda()
+    t = eight()
     z = kc.CudaZeroer(t, torch.zeros(512, dtype=torch.int32), graphs=False)
     other = torch.ones(512, dtype=torch.int32)
     for g in (["a"], {"a": 1}):

@@ -19,28 +19,14 @@ import kvlayout as K
 import kvlayout.models as M
 from kvlayout.errors import BlockIdError, LayoutBufferError, SpecError
 from kvlayout.native import NativeCacheSpec, NativeLeaf, expected_zeroed_native, zero_native_numpy
-from kvlayout.table import Segment, SegmentTable
 from tests import shared_answers
+from tests.hostile_cases import cuda, eight, zeroed_blocks
 from tests.test_models_inkling import BASE as INKLING
 
 
-def _cuda() -> tuple[Any, Any]:
-    torch = pytest.importorskip("torch")
-    kc = pytest.importorskip("kvlayout.backends.cuda")
-    return torch, kc
-
-
-def _eight() -> SegmentTable:
-    return SegmentTable(256 * 8, 8, (Segment(0, 256, 256, "a", "la"),))
-
-
-def _zeroed_blocks(before: np.ndarray, after: np.ndarray) -> list[int]:
-    return sorted({a // 256 for a, b in K.changed_ranges(before, after).tolist() for a in range(a, b, 256)})
-
-
 def test_ids_inside_the_buffer_are_refused() -> None:
-    torch, kc = _cuda()
-    t = _eight()
+    torch, kc = cuda()
+    t = eight()
     host = K.poison_pattern(t.total_bytes)
     buf = torch.from_numpy(host.copy())
     z = kc.CudaZeroer(t, buf, graphs=False)
@@ -55,11 +41,11 @@ def test_ids_inside_the_buffer_are_refused() -> None:
     assert np.array_equal(buf.numpy(), host)
     other = torch.tensor([1, 2])  # the same ids elsewhere: zeroed
     z.zero(other)
-    assert _zeroed_blocks(host, buf.numpy()) == [1, 2]
+    assert zeroed_blocks(host, buf.numpy()) == [1, 2]
 
 
 def test_a_torch_function_mode_cannot_hand_the_kernel_other_ids() -> None:
-    torch, kc = _cuda()
+    torch, kc = cuda()
     from torch.overrides import TorchFunctionMode
 
     class Lie(TorchFunctionMode):
@@ -68,7 +54,7 @@ def test_a_torch_function_mode_cannot_hand_the_kernel_other_ids() -> None:
                 return args[0]
             return func(*args, **(kwargs or {}))
 
-    t = _eight()
+    t = eight()
     for call in ("zero", "launch_routed", "zero_into"):
         host = K.poison_pattern(t.total_bytes)
         buf = torch.from_numpy(host.copy())
@@ -84,12 +70,12 @@ def test_a_torch_function_mode_cannot_hand_the_kernel_other_ids() -> None:
                 z.zero_into(target, ids)
         z.check()
         got = target if call == "zero_into" else buf
-        assert _zeroed_blocks(host, got.numpy()) == [1, 2], call
+        assert zeroed_blocks(host, got.numpy()) == [1, 2], call
 
 
 def test_zero_tensors_are_refused() -> None:
-    torch, kc = _cuda()
-    t = _eight()
+    torch, kc = cuda()
+    t = eight()
     z = kc.CudaZeroer(t, torch.zeros(512, dtype=torch.int32), graphs=False)
     ids = torch._efficientzerotensor(2, dtype=torch.int64)
     for call in (lambda: z.zero(ids), lambda: z.launch_routed(ids, 0, 8),

@@ -15,25 +15,11 @@ import pytest
 
 import kvlayout as K
 from kvlayout.errors import BlockIdError, LayoutBufferError
-from kvlayout.table import Segment, SegmentTable
-
-
-def _cuda() -> tuple[Any, Any]:
-    torch = pytest.importorskip("torch")
-    kc = pytest.importorskip("kvlayout.backends.cuda")
-    return torch, kc
-
-
-def _eight() -> SegmentTable:
-    return SegmentTable(256 * 8, 8, (Segment(0, 256, 256, "a", "la"),))
-
-
-def _zeroed_blocks(before: np.ndarray, after: np.ndarray) -> list[int]:
-    return sorted({a // 256 for a, b in K.changed_ranges(before, after).tolist() for a in range(a, b, 256)})
+from tests.hostile_cases import cuda, eight, zeroed_blocks
 
 
 def test_a_mode_cannot_point_the_launch_at_other_ids() -> None:
-    torch, kc = _cuda()
+    torch, kc = cuda()
     from torch.overrides import TorchFunctionMode
 
     evil = torch.tensor([5, 6], dtype=torch.int64)
@@ -49,7 +35,7 @@ def test_a_mode_cannot_point_the_launch_at_other_ids() -> None:
                 return evil.data_ptr()
             return out
 
-    t = _eight()
+    t = eight()
     for call in ("zero", "zero_into", "launch_routed"):
         host = K.poison_pattern(t.total_bytes)
         buf = torch.from_numpy(host.copy())
@@ -64,14 +50,14 @@ def test_a_mode_cannot_point_the_launch_at_other_ids() -> None:
             else:
                 z.launch_routed(ids, 0, 8)
         z.check()
-        assert _zeroed_blocks(host, target.numpy()) == [1, 2], call
+        assert zeroed_blocks(host, target.numpy()) == [1, 2], call
 
 
 def test_a_mode_cannot_make_a_small_target_pass_the_size_check() -> None:
-    torch, kc = _cuda()
+    torch, kc = cuda()
     from torch.overrides import TorchFunctionMode
 
-    t = _eight()
+    t = eight()
     z = kc.CudaZeroer(t, torch.from_numpy(K.poison_pattern(t.total_bytes)), graphs=False)
     backing = torch.from_numpy(K.poison_pattern(4096).copy()).view(torch.int32)
     target = backing[:256]  # 1 KiB: half the 2 KiB layout
@@ -88,7 +74,7 @@ def test_a_mode_cannot_make_a_small_target_pass_the_size_check() -> None:
 
 
 def test_the_sharded_zeroer_checks_every_shard_before_writing() -> None:
-    torch, kc = _cuda()
+    torch, kc = cuda()
     from kvlayout.sharding import shard_spec
 
     spec = K.preset("dsv4-test").with_num_blocks(16)
@@ -107,8 +93,8 @@ def test_the_sharded_zeroer_checks_every_shard_before_writing() -> None:
 
 
 def test_ids_under_vmap_are_named() -> None:
-    torch, kc = _cuda()
-    t = _eight()
+    torch, kc = cuda()
+    t = eight()
     host = K.poison_pattern(t.total_bytes)
     buf = torch.from_numpy(host.copy())
     z = kc.CudaZeroer(t, buf, graphs=False)

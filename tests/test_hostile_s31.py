@@ -10,16 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
 
 import kvlayout as K
 from kvlayout.table import Segment, SegmentTable
-
-
-def _cuda() -> tuple[Any, Any]:
-    torch = pytest.importorskip("torch")
-    kc = pytest.importorskip("kvlayout.backends.cuda")
-    return torch, kc
+from tests.hostile_cases import cuda
 
 
 def _two_groups() -> SegmentTable:
@@ -31,7 +25,7 @@ def _zeroed(before: np.ndarray, after: np.ndarray) -> list[list[int]]:
 
 
 def test_a_mode_cannot_change_the_id_count() -> None:
-    torch, kc = _cuda()
+    torch, kc = cuda()
     from torch.overrides import TorchFunctionMode
 
     class Lie(TorchFunctionMode):
@@ -62,7 +56,7 @@ def test_a_mode_cannot_change_the_id_count() -> None:
 
 
 def test_a_plan_built_under_a_mode_writes_the_planned_bytes() -> None:
-    torch, kc = _cuda()
+    torch, kc = cuda()
     from torch.overrides import TorchFunctionMode
 
     class Shift(TorchFunctionMode):

@@ -1,0 +1,29 @@
+"""What the hostile-pass tests of the cuda zeroer share (tests/test_hostile_s28.py to s31): the backend or a
+skip, a table of eight 256 B blocks of one group, and the blocks a write changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kvlayout as K
+from kvlayout.table import Segment, SegmentTable
+
+
+def cuda() -> tuple[Any, Any]:
+    """(torch, kvlayout.backends.cuda), or skip the test where either cannot be imported."""
+    torch = pytest.importorskip("torch")
+    kc = pytest.importorskip("kvlayout.backends.cuda")
+    return torch, kc
+
+
+def eight() -> SegmentTable:
+    """Eight blocks of 256 B, group ``a``'s one row covering each whole."""
+    return SegmentTable(256 * 8, 8, (Segment(0, 256, 256, "a", "la"),))
+
+
+def zeroed_blocks(before: np.ndarray, after: np.ndarray) -> list[int]:
+    """The 256 B blocks in which ``after`` differs from ``before``."""
+    return sorted({a // 256 for a, b in K.changed_ranges(before, after).tolist() for a in range(a, b, 256)})
