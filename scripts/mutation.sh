@@ -68,7 +68,8 @@ declare -A TESTS=(
           tests/test_mutants_s26_vllm.py"
   [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_mutants_s17_cli.py"
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py tests/test_mutants_s17_cuda_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_hostile_s20.py tests/test_hostile_s23.py tests/test_hostile_s24.py tests/test_hostile_s24_core.py tests/test_mutants_s24_cuda_zeroer.py
-                 tests/test_mutants_s26_cuda_zeroer.py tests/test_mutants_s27_cuda_zeroer.py"
+                 tests/test_mutants_s26_cuda_zeroer.py tests/test_mutants_s27_cuda_zeroer.py tests/test_hostile_s28.py tests/test_hostile_s29.py
+                 tests/test_hostile_s30.py tests/test_hostile_s31.py"
   [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_mutants_pallas_zeroer_s9.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s9_jax.py tests/test_mutants_s17_pallas_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_zeroer.py"
   # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)
   [pallas-native]="tests/test_mutants_pallas_native.py tests/test_mutants_s17_pallas_native.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_native.py tests/test_hostile_s20.py tests/test_models_mimo_v2.py tests/test_models_gemma3n.py tests/test_models_gemma4.py
@@ -85,7 +86,8 @@ declare -A IMPORTED=(
   [validate]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
   [sharding]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py tests/test_vllm_hostile.py tests/test_vllm_ground_truth.py"
   [pallas-native]="tests/test_models_hybrid_vllm.py"
-  [cuda-zeroer]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py tests/test_vllm_hostile.py tests/test_vllm_ground_truth.py"
+  [cuda-zeroer]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py tests/test_vllm_hostile.py tests/test_vllm_ground_truth.py
+                 tests/test_models_inkling.py tests/test_models.py"
 )
 # seeds per property test under mutation, as a fraction of the CI count (tests/oracles.py SCALE)
 export KVLAYOUT_TEST_SCALE=${KVLAYOUT_TEST_SCALE:-0.3}
