@@ -1,5 +1,7 @@
 """What the hostile-pass tests of the cuda zeroer share (tests/test_hostile_s28.py to s31): the backend or a
-skip, a table of eight 256 B blocks of one group, and the blocks a write changed."""
+skip, its device (buffers and device ids go there: the CPU under Triton's interpreter, CUDA natively, so
+scripts/gpu_run.sh runs the same tests on a GPU), a table of eight 256 B blocks of one group, and the blocks
+a write changed."""
 
 from __future__ import annotations
 
@@ -17,6 +19,22 @@ def cuda() -> tuple[Any, Any]:
     torch = pytest.importorskip("torch")
     kc = pytest.importorskip("kvlayout.backends.cuda")
     return torch, kc
+
+
+def device() -> str:
+    """The torch device type the cuda backend's buffers live on (``DEVICE_TYPE``: ``cpu`` or ``cuda``)."""
+    return str(cuda()[1].DEVICE_TYPE)
+
+
+def to_dev(tensor: Any) -> Any:
+    """``tensor`` on the backend's device (itself under the interpreter). Call it outside any test mode: a
+    TorchFunctionMode sees its ``.to()``."""
+    return tensor.to(device())
+
+
+def to_host(tensor: Any) -> np.ndarray:
+    """A tensor's bytes read back to the host as NumPy (shared with it where it is a CPU tensor)."""
+    return tensor.detach().cpu().numpy()  # type: ignore[no-any-return]
 
 
 def eight() -> SegmentTable:

@@ -19,7 +19,7 @@ import kvlayout as K
 from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
 from kvlayout.native import NativeCacheSpec, NativeLeaf, expected_zeroed_native, zero_native_numpy
 from kvlayout.table import Segment, SegmentTable
-from tests.hostile_cases import cuda, eight, zeroed_blocks
+from tests.hostile_cases import cuda, device, eight, to_dev, to_host, zeroed_blocks
 
 
 class AnyGroup:
@@ -94,25 +94,25 @@ def test_a_leafs_group_list_is_cleaned(group: Any) -> None:
 def test_launch_routed_reads_the_ids_a_strided_tensor_holds() -> None:
     torch, kc = cuda()
     t = eight()
-    every = torch.arange(8, dtype=torch.int64)
+    every = torch.arange(8, dtype=torch.int64, device=device())
     for ids, want in ((every[::3], [0, 3, 6]), (every.view(2, 4)[:, 1], [1, 5]),
-                      (torch.tensor([3]).expand(4), [3])):
+                      (to_dev(torch.tensor([3])).expand(4), [3])):
         host = K.poison_pattern(t.total_bytes)
-        buf = torch.from_numpy(host.copy())
+        buf = to_dev(torch.from_numpy(host.copy()))
         z = kc.CudaZeroer(t, buf, graphs=False)
         z.launch_routed(ids, 0, 8)
         z.check()
-        assert zeroed_blocks(host, buf.numpy()) == want
+        assert zeroed_blocks(host, to_host(buf)) == want
 
 
 def test_ids_whose_storage_was_shrunk_are_refused() -> None:
     torch, kc = cuda()
     t = eight()
     host = K.poison_pattern(t.total_bytes)
-    buf = torch.from_numpy(host.copy())
+    buf = to_dev(torch.from_numpy(host.copy()))
     z = kc.CudaZeroer(t, buf, graphs=False)
     for call in ("zero", "launch_routed", "zero_into"):
-        ids = torch.tensor([1, 2, 3, 4], dtype=torch.int64)
+        ids = torch.tensor([1, 2, 3, 4], dtype=torch.int64, device=device())  # device ids
         ids.untyped_storage().resize_(8)
         with pytest.raises(BlockIdError, match="fewer bytes") as e:
             if call == "zero":
@@ -120,9 +120,9 @@ def test_ids_whose_storage_was_shrunk_are_refused() -> None:
             elif call == "launch_routed":
                 z.launch_routed(ids, 0, 8)
             else:
-                z.zero_into(torch.from_numpy(host.copy()), ids)
+                z.zero_into(to_dev(torch.from_numpy(host.copy())), ids)
         assert e.value.field == "block_ids"
-    assert np.array_equal(buf.numpy(), host)
+    assert np.array_equal(to_host(buf), host)
 
 
 def test_an_ids_tensor_subclass_is_refused() -> None:
@@ -134,51 +134,51 @@ def test_an_ids_tensor_subclass_is_refused() -> None:
 
     t = eight()
     host = K.poison_pattern(t.total_bytes)
-    buf = torch.from_numpy(host.copy())
+    buf = to_dev(torch.from_numpy(host.copy()))
     z = kc.CudaZeroer(t, buf, graphs=False)
-    ids = torch.tensor([1, 7, 2, 7], dtype=torch.int64).as_subclass(T)[::2]
+    ids = torch.tensor([1, 7, 2, 7], dtype=torch.int64, device=device()).as_subclass(T)[::2]
     for call in (lambda: z.zero(ids), lambda: z.launch_routed(ids, 0, 8),
-                 lambda: z.zero_into(torch.from_numpy(host.copy()), ids)):
+                 lambda: z.zero_into(to_dev(torch.from_numpy(host.copy())), ids)):
         with pytest.raises(BlockIdError, match="plain torch.Tensor") as e:
             call()
         assert e.value.field == "block_ids"
-    assert np.array_equal(buf.numpy(), host)
+    assert np.array_equal(to_host(buf), host)
 
 
 def test_a_buffer_re_pointed_after_the_zeroer_was_made_is_refused() -> None:
     torch, kc = cuda()
     t = eight()
     host = K.poison_pattern(t.total_bytes)
-    buf = torch.from_numpy(host.copy())
+    buf = to_dev(torch.from_numpy(host.copy()))
     z = kc.CudaZeroer(t, buf, graphs=False)
-    buf.set_(torch.from_numpy(host.copy()).untyped_storage(), 0, buf.shape)
+    buf.set_(to_dev(torch.from_numpy(host.copy())).untyped_storage(), 0, buf.shape)
     with pytest.raises(LayoutBufferError, match="re-pointed") as e:
         z.zero([1])
-    assert e.value.field == "buffer.data_ptr" and np.array_equal(buf.numpy(), host)
-    p = torch.nn.Parameter(torch.from_numpy(host.copy()), requires_grad=False)
+    assert e.value.field == "buffer.data_ptr" and np.array_equal(to_host(buf), host)
+    p = torch.nn.Parameter(to_dev(torch.from_numpy(host.copy())), requires_grad=False)
     z = kc.CudaZeroer(t, p, graphs=False)
-    p.data = torch.from_numpy(host.copy())
-    for call in (lambda: z.zero([1]), lambda: z.launch_routed(torch.tensor([1]), 0, 8)):
+    p.data = to_dev(torch.from_numpy(host.copy()))
+    for call in (lambda: z.zero([1]), lambda: z.launch_routed(to_dev(torch.tensor([1])), 0, 8)):
         with pytest.raises(LayoutBufferError, match="re-pointed"):
             call()
-    assert np.array_equal(p.detach().numpy(), host)
+    assert np.array_equal(to_host(p), host)
     z = kc.CudaZeroer(t, buf, graphs=False)  # a zeroer of the tensor as it is now writes it
     z.zero([1])
-    assert zeroed_blocks(host, buf.numpy()) == [1]
+    assert zeroed_blocks(host, to_host(buf)) == [1]
 
 
 def test_bad_groups_and_negative_views_are_named() -> None:
     torch, kc = cuda()
     t = eight()
-    z = kc.CudaZeroer(t, torch.zeros(512, dtype=torch.int32), graphs=False)
-    other = torch.ones(512, dtype=torch.int32)
+    z = kc.CudaZeroer(t, torch.zeros(512, dtype=torch.int32, device=device()), graphs=False)
+    other = torch.ones(512, dtype=torch.int32, device=device())
     for g in (["a"], {"a": 1}):
-        for call in (lambda g=g: z.zero_into(other, torch.tensor([1]), group=g),
-                     lambda g=g: z.zero_into(other, torch.tensor([], dtype=torch.int64), group=g),
+        for call in (lambda g=g: z.zero_into(other, to_dev(torch.tensor([1])), group=g),
+                     lambda g=g: z.zero_into(other, to_dev(torch.tensor([], dtype=torch.int64)), group=g),
                      lambda g=g: z.plan_for_batch(4, g)):
             with pytest.raises(TableError, match="must be a group name") as e:
                 call()
             assert e.value.field == "group"
     assert bool((other == 1).all())
     with pytest.raises(BlockIdError, match="negative view"):
-        z.zero(torch._neg_view(torch.tensor([-1, -2])))
+        z.zero(torch._neg_view(to_dev(torch.tensor([-1, -2]))))  # device ids, as under the interpreter

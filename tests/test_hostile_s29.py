@@ -20,7 +20,7 @@ import kvlayout.models as M
 from kvlayout.errors import BlockIdError, LayoutBufferError, SpecError
 from kvlayout.native import NativeCacheSpec, NativeLeaf, expected_zeroed_native, zero_native_numpy
 from tests import shared_answers
-from tests.hostile_cases import cuda, eight, zeroed_blocks
+from tests.hostile_cases import cuda, device, eight, to_dev, to_host, zeroed_blocks
 from tests.test_models_inkling import BASE as INKLING
 
 
@@ -28,20 +28,20 @@ def test_ids_inside_the_buffer_are_refused() -> None:
     torch, kc = cuda()
     t = eight()
     host = K.poison_pattern(t.total_bytes)
-    buf = torch.from_numpy(host.copy())
+    buf = to_dev(torch.from_numpy(host.copy()))
     z = kc.CudaZeroer(t, buf, graphs=False)
     ids = buf.view(torch.int64)[32:34]  # block 1's first 16 bytes
     ids.copy_(torch.tensor([1, 2]))
-    host = buf.numpy().copy()
+    host = to_host(buf).copy()
     for call in (lambda: z.zero(ids), lambda: z.zero_into(buf, ids),
                  lambda: torch.ops.kvlayout.zero_blocks(buf, ids, z.handle)):
         with pytest.raises(BlockIdError, match="lie in the buffer being zeroed") as e:
             call()
         assert e.value.field == "block_ids"
-    assert np.array_equal(buf.numpy(), host)
-    other = torch.tensor([1, 2])  # the same ids elsewhere: zeroed
+    assert np.array_equal(to_host(buf), host)
+    other = to_dev(torch.tensor([1, 2]))  # the same ids elsewhere: zeroed
     z.zero(other)
-    assert zeroed_blocks(host, buf.numpy()) == [1, 2]
+    assert zeroed_blocks(host, to_host(buf)) == [1, 2]
 
 
 def test_a_torch_function_mode_cannot_hand_the_kernel_other_ids() -> None:
@@ -57,10 +57,10 @@ def test_a_torch_function_mode_cannot_hand_the_kernel_other_ids() -> None:
     t = eight()
     for call in ("zero", "launch_routed", "zero_into"):
         host = K.poison_pattern(t.total_bytes)
-        buf = torch.from_numpy(host.copy())
+        buf = to_dev(torch.from_numpy(host.copy()))
         z = kc.CudaZeroer(t, buf, graphs=False)
-        ids = torch.tensor([1, 7, 2, 7])[::2]  # a plain tensor, logically [1, 2]
-        target = torch.from_numpy(host.copy())
+        ids = to_dev(torch.tensor([1, 7, 2, 7]))[::2]  # a plain tensor, logically [1, 2]
+        target = to_dev(torch.from_numpy(host.copy()))
         with Lie():
             if call == "zero":
                 z.zero(ids)
@@ -70,20 +70,22 @@ def test_a_torch_function_mode_cannot_hand_the_kernel_other_ids() -> None:
                 z.zero_into(target, ids)
         z.check()
         got = target if call == "zero_into" else buf
-        assert zeroed_blocks(host, got.numpy()) == [1, 2], call
+        assert zeroed_blocks(host, to_host(got)) == [1, 2], call
 
 
 def test_zero_tensors_are_refused() -> None:
     torch, kc = cuda()
     t = eight()
-    z = kc.CudaZeroer(t, torch.zeros(512, dtype=torch.int32), graphs=False)
-    ids = torch._efficientzerotensor(2, dtype=torch.int64)
+    z = kc.CudaZeroer(t, torch.zeros(512, dtype=torch.int32, device=device()), graphs=False)
+    # device ids: the kernel read them at address 0 natively
+    ids = torch._efficientzerotensor(2, dtype=torch.int64, device=device())
     for call in (lambda: z.zero(ids), lambda: z.launch_routed(ids, 0, 8),
-                 lambda: z.zero_into(torch.zeros(512, dtype=torch.int32), ids)):
+                 lambda: z.zero_into(torch.zeros(512, dtype=torch.int32, device=device()), ids)):
         with pytest.raises(BlockIdError, match="ZeroTensor"):
             call()
     with pytest.raises(LayoutBufferError, match="ZeroTensor"):
-        kc.CudaZeroer(t, torch._efficientzerotensor(512, dtype=torch.int32), graphs=False)
+        kc.CudaZeroer(t, torch._efficientzerotensor(512, dtype=torch.int32, device=device()),
+                      graphs=False)
 
 
 def test_the_native_group_argument_is_a_string() -> None:

@@ -15,14 +15,14 @@ import pytest
 
 import kvlayout as K
 from kvlayout.errors import BlockIdError, LayoutBufferError
-from tests.hostile_cases import cuda, eight, zeroed_blocks
+from tests.hostile_cases import cuda, eight, to_dev, to_host, zeroed_blocks
 
 
 def test_a_mode_cannot_point_the_launch_at_other_ids() -> None:
     torch, kc = cuda()
     from torch.overrides import TorchFunctionMode
 
-    evil = torch.tensor([5, 6], dtype=torch.int64)
+    evil = to_dev(torch.tensor([5, 6], dtype=torch.int64))
 
     class Lie(TorchFunctionMode):
         def __init__(self, ids: Any) -> None:
@@ -38,10 +38,10 @@ def test_a_mode_cannot_point_the_launch_at_other_ids() -> None:
     t = eight()
     for call in ("zero", "zero_into", "launch_routed"):
         host = K.poison_pattern(t.total_bytes)
-        buf = torch.from_numpy(host.copy())
+        buf = to_dev(torch.from_numpy(host.copy()))
         z = kc.CudaZeroer(t, buf, graphs=False)
-        ids = torch.tensor([1, 2])
-        target = torch.from_numpy(host.copy()) if call == "zero_into" else buf
+        ids = to_dev(torch.tensor([1, 2]))  # device ids: the launch reads their data_ptr()
+        target = to_dev(torch.from_numpy(host.copy())) if call == "zero_into" else buf
         with Lie(ids):
             if call == "zero":
                 z.zero(ids)
@@ -50,7 +50,7 @@ def test_a_mode_cannot_point_the_launch_at_other_ids() -> None:
             else:
                 z.launch_routed(ids, 0, 8)
         z.check()
-        assert zeroed_blocks(host, target.numpy()) == [1, 2], call
+        assert zeroed_blocks(host, to_host(target)) == [1, 2], call
 
 
 def test_a_mode_cannot_make_a_small_target_pass_the_size_check() -> None:
@@ -58,8 +58,8 @@ def test_a_mode_cannot_make_a_small_target_pass_the_size_check() -> None:
     from torch.overrides import TorchFunctionMode
 
     t = eight()
-    z = kc.CudaZeroer(t, torch.from_numpy(K.poison_pattern(t.total_bytes)), graphs=False)
-    backing = torch.from_numpy(K.poison_pattern(4096).copy()).view(torch.int32)
+    z = kc.CudaZeroer(t, to_dev(torch.from_numpy(K.poison_pattern(t.total_bytes))), graphs=False)
+    backing = to_dev(torch.from_numpy(K.poison_pattern(4096).copy())).view(torch.int32)
     target = backing[:256]  # 1 KiB: half the 2 KiB layout
     before = backing.clone()
 
@@ -69,7 +69,7 @@ def test_a_mode_cannot_make_a_small_target_pass_the_size_check() -> None:
             return 512 if func is torch.Tensor.numel and args[0] is target else out
 
     with Lie(), pytest.raises(LayoutBufferError, match="smaller than"):
-        z.zero_into(target, torch.tensor([6]))
+        z.zero_into(target, to_dev(torch.tensor([6])))
     assert torch.equal(backing, before)
 
 
@@ -82,7 +82,8 @@ def test_the_sharded_zeroer_checks_every_shard_before_writing() -> None:
         ("replicated", shard_spec(spec, {"tp": 2}, head_axes=("tp",))),
         ("block-sharded", shard_spec(spec, {"dp": 2}, block_axes=("dp",))),
     ):
-        bufs = {k: torch.from_numpy(K.poison_pattern(lay.shard_bytes, seed=k + 1).copy()) for k in range(2)}
+        bufs = {k: to_dev(torch.from_numpy(K.poison_pattern(lay.shard_bytes, seed=k + 1).copy()))
+                for k in range(2)}
         z = kc.ShardedCudaZeroer(lay, bufs)
         ids = bufs[1].view(torch.int64)[-2:]  # kept in shard 1's buffer
         ids.copy_(torch.tensor([1, 9] if kind == "block-sharded" else [1, 2]))
@@ -96,9 +97,9 @@ def test_ids_under_vmap_are_named() -> None:
     torch, kc = cuda()
     t = eight()
     host = K.poison_pattern(t.total_bytes)
-    buf = torch.from_numpy(host.copy())
+    buf = to_dev(torch.from_numpy(host.copy()))
     z = kc.CudaZeroer(t, buf, graphs=False)
     for f in (lambda x: z.zero(x), lambda x: z.launch_routed(x, 0, 8), lambda x: z.zero_into(buf, x)):
         with pytest.raises(BlockIdError, match="without storage"):
-            torch.func.vmap(lambda x, f=f: (f(x), x)[1])(torch.tensor([[1, 2], [3, 4]]))
-    assert np.array_equal(buf.numpy(), host)
+            torch.func.vmap(lambda x, f=f: (f(x), x)[1])(to_dev(torch.tensor([[1, 2], [3, 4]])))
+    assert np.array_equal(to_host(buf), host)
