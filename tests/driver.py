@@ -46,6 +46,20 @@ def ground_truth() -> ModuleType:
     return sys.modules[name]
 
 
+def cpu_registry_in_process() -> None:
+    """vLLM's registry inspects each model class here, not in a fresh Python. ``ModelConfig`` asks the
+    registry for the class's ``_ModelInfo``; on a miss in ``$VLLM_CACHE_ROOT/modelinfos`` (every class, on a
+    fresh CI machine) the registry imports the class in a subprocess (``_run_in_subprocess``, so a GPU parent
+    never initialises CUDA): about 6 s each, some 390 s for tests/test_models_generic.py's table alone.
+    A CPU driver has no CUDA to protect, so the same ``_ModelInfo.from_model_cls`` runs in the driver."""
+    import vllm.model_executor.models.registry as registry
+
+    def here(fn: Any) -> Any:
+        return fn()
+
+    registry._run_in_subprocess = here
+
+
 def cpu_attention_takes_fp8() -> None:
     """Stub: vLLM 0.33's CPU attention backend refuses an fp8 cache on a host without AVX-512 or AMX (its
     kernel's instruction set: ``CPUAttentionBackend.supports_kv_cache_dtype``), where a GPU backend takes

@@ -200,6 +200,10 @@ def _fa_driver() -> None:
     _stub_compressed_tensors()
     import torch
     from vllm.config import CacheConfig, ModelConfig, VllmConfig, set_current_vllm_config
+
+    from tests.driver import cpu_registry_in_process
+
+    cpu_registry_in_process()
     from vllm.platforms import current_platform
     from vllm.platforms.interface import DeviceCapability, Platform
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
@@ -497,6 +501,10 @@ def _dtype_driver() -> None:
     import torch
     from vllm.config import CacheConfig, ModelConfig, VllmConfig
     from vllm.platforms import current_platform
+
+    from tests.driver import cpu_registry_in_process
+
+    cpu_registry_in_process()
 
     assert current_platform.supported_dtypes == [torch.bfloat16, torch.float16, torch.float32]
     out = []

@@ -149,6 +149,9 @@ def _model_config_driver() -> None:
     )
     from vllm.utils.torch_utils import resolve_kv_cache_dtype_string
 
+    from tests.driver import cpu_registry_in_process
+
+    cpu_registry_in_process()
     out = {}
     for name, cfg in json.loads(sys.stdin.read()).items():
         d = tempfile.mkdtemp()

@@ -704,6 +704,9 @@ def _driver() -> None:
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.model_executor.models.registry import ModelRegistry
 
+    from tests.driver import cpu_registry_in_process
+
+    cpu_registry_in_process()
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(
             world_size=1, rank=0, distributed_init_method="tcp://127.0.0.1:0", local_rank=0, backend="gloo"

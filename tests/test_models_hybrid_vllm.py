@@ -594,10 +594,12 @@ def _driver() -> None:
         cpu_kimi_linear,
         cpu_mla_takes_fp8,
         cpu_mxfp4_experts,
+        cpu_registry_in_process,
         cpu_sparse_mla,
         cpu_ungated_experts,
     )
 
+    cpu_registry_in_process()  # the registry's class inspections without a Python started for each
     cpu_attention_takes_fp8()  # a host without AVX-512 refuses fp8 in the CPU backend
     cpu_mla_takes_fp8()  # the CPU platform refuses fp8 for MLA (Kimi-K2.5's layers), a GPU takes it
     cpu_sparse_mla()  # and sparse MLA (DeepSeek-V3.2's layers: tests/test_models_indexcache_vllm.py)
