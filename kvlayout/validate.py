@@ -17,31 +17,48 @@ import numpy as np
 from .errors import BackendError, BlockIdError, KVLayoutError, LayoutBufferError, bad_value, short
 from .ranges import INT32_MAX, MAX_BLOCKS, MAX_BYTES
 
+#: NumPy's own integer scalar types (a subclass of one may redefine its comparisons: :func:`is_int`).
+_NUMPY_INTS = frozenset(
+    t for t in set(np.sctypeDict.values()) if issubclass(t, np.integer) and t is not np.timedelta64
+)
+#: What an ``int`` subclass must take from ``int`` itself to be an integer here: every operator, reading
+#: and method (a ``__lt__`` answering False for ``-512 < 0`` placed a zeroer 512 B before its buffer, and
+#: routed ids 4 blocks off: pass 32). Its repr, str, hash and pickling are its own (an ``IntEnum``'s).
+_INT_OWN = frozenset(dir(int)) - {
+    "__new__", "__init__", "__init_subclass__", "__subclasshook__", "__hash__", "__repr__", "__str__",
+    "__format__", "__reduce__", "__reduce_ex__", "__dir__", "__doc__", "__class__", "__sizeof__",
+    "__getnewargs__", "__setattr__", "__delattr__", "__getstate__",
+}
+
+_MRO = type.__dict__["__mro__"]
+_CLASS_DICT = type.__dict__["__dict__"]
+
 
 def is_int(v: object) -> bool:
-    """A real integer (bools are not, nor NumPy timedeltas: a subclass of ``np.integer``, nor an ``int``
-    subclass whose readings disagree: :func:`honest_int`)."""
+    """A real integer (bools are not, nor NumPy timedeltas: a subclass of ``np.integer``, nor a subclass of
+    NumPy's integer types, nor an ``int`` subclass whose readings disagree or that redefines any of int's
+    operators: :func:`honest_int`)."""
     if type(v) is int:
         return True
-    if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_, np.timedelta64)):
-        return False
-    return not isinstance(v, int) or honest_int(v)
+    if isinstance(v, np.integer):
+        return type(v) in _NUMPY_INTS
+    return isinstance(v, int) and not isinstance(v, bool) and honest_int(v)
 
 
+#: Most block ids in one call (a NumPy array's size; the cuda kernels' grids and routed offsets are int32).
+MAX_IDS = INT32_MAX
 #: Why an ``int`` subclass that :func:`honest_int` refuses is no integer.
-LYING_INT_WHY = "an int subclass whose value, int() and __index__() disagree is no integer"
+LYING_INT_WHY = "an int subclass that redefines int's operators or reads differently is no integer"
 
 
 def honest_int(v: int) -> bool:
-    """Whether an ``int`` (subclass) reads the same every way: its stored value (torch, ``int.__int__``),
-    ``int()`` and ``__index__()`` (NumPy). An object where they disagree would be a different id on
-    different paths (the vLLM plugin's torch check and the JAX zeroers' NumPy check), so it is refused."""
-    try:
-        kind = type(v)  # the slots themselves: int() and operator.index() skip them on an int subclass
-        readings = (int.__int__(v), kind.__int__(v), kind.__index__(v))
-        return all(isinstance(x, int) for x in readings) and len({int.__int__(x) for x in readings}) == 1
-    except Exception:  # a reading that raises (user code): not an integer
-        return False
+    """Whether an ``int`` (subclass) takes every operator and reading from int itself (:data:`_INT_OWN`):
+    one whose ``int()`` or ``__index__()`` disagreed with its value would be a different id on different
+    paths (the vLLM plugin's torch check, the JAX zeroers' NumPy check), one whose comparisons lie passes
+    range checks it fails (pass 32); both are refused. An ``IntEnum`` member keeps int's own. The classes
+    are read past any metaclass's own ``__mro__`` or ``__dict__``."""
+    mro = _MRO.__get__(type(v))
+    return not any(_INT_OWN.intersection(_CLASS_DICT.__get__(c)) for c in mro[: mro.index(int)])
 
 
 def id_element_why(v: object, why: str = "must be an integer block id") -> str:
@@ -128,6 +145,9 @@ def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
             )
         if ids.ndim != 1:
             raise bad_value(BlockIdError, "block_ids.shape", ids.shape, "must be 1-D", shown=str(ids.shape))
+        if ids.size > MAX_IDS:  # a broadcast view of 8 B standing for 2**40 ids: the checks below allocated
+            # a 1 TiB mask, NumPy's raw MemoryError (pass 32)
+            raise bad_value(BlockIdError, "block_ids.size", ids.size, f"at most {MAX_IDS} ids in one call")
         if np.issubdtype(ids.dtype, np.unsignedinteger) and ids.size and int(ids.max()) >= num_blocks:
             i = int(np.argmax(ids >= num_blocks))
             raise bad_value(BlockIdError, f"block_ids[{i}]", int(ids[i]), f"outside [0, {num_blocks})")

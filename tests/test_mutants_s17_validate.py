@@ -47,13 +47,23 @@ class IndexBool(int):
         return True  # an int (bool), reading the same as 1
 
 
-def test_honest_int_every_reading_must_agree() -> None:
-    assert honest_int(5) and honest_int(Color.BLUE) and honest_int(Plain(7)) and honest_int(True)
-    assert honest_int(IndexBool(1))  # True reads as 1: the same value
-    assert not honest_int(IndexBool(2))
-    assert not honest_int(IndexLies(3)) and not honest_int(IntLies(3))
-    assert honest_int(IntLies(0))  # its __int__ says 0: at 0 it agrees
+def test_honest_int_takes_every_reading_from_int() -> None:
+    """Since pass 32 a subclass redefining a reading is refused even where it agrees (IndexBool(1),
+    IntLies(0)): what is checked is that int's own code answers, not one value."""
+    assert honest_int(5) and honest_int(Color.BLUE) and honest_int(Plain(7))
+    assert not honest_int(True)  # bool redefines int's bitwise operators (is_int refuses bools first)
+    assert not honest_int(IndexBool(1)) and not honest_int(IndexBool(2))
+    assert not honest_int(IndexLies(3)) and not honest_int(IntLies(3)) and not honest_int(IntLies(0))
     assert not honest_int(IndexRaises(3)) and not honest_int(IndexNotInt(2))
+
+    class Grand(Plain):  # a redefinition two classes down is found too
+        def __lt__(self, other: object) -> bool:
+            return False
+
+    class Child(Grand):
+        pass
+
+    assert not honest_int(Child(1)) and honest_int(type("P2", (Plain,), {})(4))
 
 
 @pytest.mark.parametrize(
@@ -77,7 +87,8 @@ def test_id_element_why_names_bools_and_lying_ints() -> None:
     assert id_element_why(True, "must be an id") == "must be an id, not a bool"
     assert id_element_why(IntLies(2), "must be an id") == f"must be an id: {LYING_INT_WHY}"
     assert id_element_why(None, "must be an id") == "must be an id"
-    assert LYING_INT_WHY == "an int subclass whose value, int() and __index__() disagree is no integer"
+    why = "an int subclass that redefines int's operators or reads differently is no integer"
+    assert why == LYING_INT_WHY
 
 
 @pytest.mark.parametrize("liar", [IndexLies(1), IntLies(1), IndexRaises(1)])

@@ -78,6 +78,16 @@ class ShardedCudaZeroer:
             k: CudaZeroer(layout.local_table, buf, offset=offset, **kwargs)
             for k, buf in sorted(items.items())
         }
+        # the shards are different blocks: two views of one memory had shard 1's block 1 clear shard 0's
+        # block 1 too (pass 32)
+        spans = sorted(
+            (str(z.device), z.words.data_ptr(), z.words.data_ptr() + z.words.numel() * 4, k)
+            for k, z in self.zeroers.items()
+        )
+        for (dev, _, end, k), (dev2, start2, _, k2) in zip(spans, spans[1:]):
+            if dev == dev2 and start2 < end:
+                why = f"share memory with shard {k}'s: every shard must be its own buffer"
+                raise LayoutBufferError(f"buffers[{k2}]: {why}", field=f"buffers[{k2}]", value=k2)
         # per step only a launch per shard: (zeroer, first global id it owns), computed once
         self._routes = [(z, layout.block_shard(k) * layout.blocks_per_shard) for k, z in self.zeroers.items()]
         self._id_limit = layout.num_blocks

@@ -16,12 +16,14 @@ bounds-checked inside the kernel; :meth:`CudaZeroer.check` reports bad ones late
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import operator
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
@@ -34,7 +36,7 @@ from kvlayout.errors import BackendError, BlockIdError, LayoutBufferError, Table
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable, check_table
-from kvlayout.validate import check_option, is_int, plain_str
+from kvlayout.validate import MAX_IDS, check_option, is_int, plain_str
 from kvlayout.verify import require_safe
 
 from ._mode import DEVICE_TYPE, MODE, launch_guard
@@ -72,11 +74,33 @@ CACHE_MODIFIERS = ("", ".wb", ".cg", ".cs", ".wt")
 EVICTION_POLICIES = ("", "evict_first", "evict_last")
 
 
+def plain_ops() -> AbstractContextManager[Any]:
+    """Torch functions disabled, and torch dispatch too where a mode is on its stack, while kvlayout reads
+    tensors and launches: a caller's TorchFunctionMode answered ``numel()``, ``data_ptr()``, ``.to()`` and
+    slicing for other ids or memory (passes 30, 31), and a TorchDispatchMode the aten ops under them
+    (``aten.slice`` of the staged ids: blocks [0, 1, 2] zeroed for [1, 2]; of the buffer's view at
+    construction: later calls wrote past the table, pass 32), and inference mode off (below). The stack's
+    length and the mode are read first (0.2 us each) since the guards cost about 1.5 us and a serving step
+    has neither. Subclasses are refused already, so nothing else is given up."""
+    if torch._C._len_torch_dispatch_stack() or torch.is_inference_mode_enabled():
+        return _no_modes()
+    return torch._C.DisableTorchFunction()
+
+
+@contextlib.contextmanager
+def _no_modes() -> Iterator[None]:
+    # inference mode off too: the zeroer's own tensors (error flags, id slots, plans) made under it were
+    # inference tensors, and their in-place updates raised torch's error in every later call outside it
+    # (pass 32)
+    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch(), torch._C._InferenceMode(False):
+        yield
+
+
 def _as_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor:
-    """Validate ``buffer`` and return its layout bytes as an int32 ``[total_bytes/4]`` view, with torch
-    functions disabled: a caller's TorchFunctionMode answered ``numel()`` for a larger tensor, and 1 KiB was
-    written past a smaller target (pass 30)."""
-    with torch._C.DisableTorchFunction():
+    """Validate ``buffer`` and return its layout bytes as an int32 ``[total_bytes/4]`` view, under
+    :func:`plain_ops`: a caller's TorchFunctionMode answered ``numel()`` for a larger tensor, and 1 KiB was
+    written past a smaller target (pass 30); a TorchDispatchMode's slice viewed the next block (pass 32)."""
+    with plain_ops():
         return _buffer_words(buffer, table, offset)
 
 
@@ -139,7 +163,14 @@ def _buffer_words(buffer: Any, table: SegmentTable, offset: int) -> torch.Tensor
     if table.total_bytes == 0:  # an empty pool: nothing to view (an empty NumPy array's stride is 0)
         return buffer.new_empty((0,), dtype=torch.int32)
     flat = buffer.reshape(-1).view(torch.uint8)
-    return flat[offset : offset + table.total_bytes].view(torch.int32)
+    words = flat[offset : offset + table.total_bytes].view(torch.int32)
+    # what the kernels will write is the buffer's own bytes at the offset (a mode's slice pointed it one
+    # block further on and later calls wrote past the table, pass 32: the guard above stops that, this
+    # proves it)
+    if words.data_ptr() != buffer.data_ptr() + offset or words.numel() * 4 != table.total_bytes:
+        why = f"does not view the buffer's {table.total_bytes} B at offset {offset}"
+        raise LayoutBufferError(f"buffer view: {why}", field="buffer", value=words.data_ptr())
+    return words
 
 
 _DLPACK_READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY of DLManagedTensorVersioned.flags
@@ -181,14 +212,14 @@ _R = TypeVar("_R")
 
 
 def plain_torch(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Run a public entry with torch functions disabled from end to end: under a caller's
-    TorchFunctionMode, a tensor's ``numel()``, ``data_ptr()``, ``.to()`` or slicing answered for other ids or
-    memory, and a plan built under it was kept (blocks [1, 2, 5, 6] zeroed for [1, 2], bytes written past a
-    2 KiB buffer: passes 30 and 31). Subclasses are refused already, so nothing else is given up."""
+    """Run a public entry under :func:`plain_ops` from end to end: under a caller's TorchFunctionMode, a
+    tensor's ``numel()``, ``data_ptr()``, ``.to()`` or slicing answered for other ids or memory, and a plan
+    built under it was kept (blocks [1, 2, 5, 6] zeroed for [1, 2], bytes written past a 2 KiB buffer:
+    passes 30 and 31); a TorchDispatchMode did the same through the aten ops (pass 32)."""
 
     @functools.wraps(fn)
     def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with torch._C.DisableTorchFunction():
+        with plain_ops():
             return fn(*args, **kwargs)
 
     return run
@@ -241,6 +272,10 @@ def check_id_tensor(ids: torch.Tensor) -> None:
         raise BlockIdError("block_ids = a negative view: call resolve_neg() first", field="block_ids",
                            value="negative view")
     n = ids.numel()
+    if n > MAX_IDS:  # a stride-0 view of 8 B standing for 2**40 ids: contiguous() / numpy() raised the
+        # allocator's raw error (pass 32)
+        msg = f"block_ids.size = {n}: at most {MAX_IDS} ids in one call"
+        raise BlockIdError(msg, field="block_ids.size", value=n)
     if n and ids.device.type != "meta":  # a storage shrunk behind its tensor (resize_): read past its end
         need = (ids.storage_offset() + (n - 1) * ids.stride(0) + 1) * ids.element_size()
         have = ids.untyped_storage().nbytes()
@@ -255,7 +290,7 @@ def dense_ids(ids: torch.Tensor, words: torch.Tensor | None = None) -> torch.Ten
     result is checked too (a plain, contiguous tensor of the same ids whose storage holds them), and, with
     ``words``, must not share memory with the buffer: ids stored in a block were zeroed by the kernel while
     it read them, and other blocks followed (pass 29)."""
-    with torch._C.DisableTorchFunction():
+    with plain_ops():
         check_id_tensor(ids)
         dense = ids.contiguous()
         if dense is not ids:
@@ -553,7 +588,12 @@ class CudaZeroer:
     def plan_for_batch(self, num_ids: int, group: str | None = None) -> _DevicePlan:
         """The plan a batch of ``num_ids`` ids launches with: smaller units while the default ones
         give fewer than ``FILL_WAVES * max_programs`` work items (decided once per bucket)."""
-        group = _group_name(group)  # before the lookup: a list is unhashable (raw TypeError: pass 28)
+        if not (is_int(num_ids) and 0 <= num_ids <= MAX_IDS):  # a float raised AttributeError, -7 and
+            why = f"must be an integer in [0, {MAX_IDS}]"  # 2**80 were cached under a bucket (pass 32)
+            raise BlockIdError(f"num_ids = {short(num_ids)}: {why}", field="num_ids", value=num_ids)
+        return self._plan_for_batch(int(num_ids), _group_name(group))
+
+    def _plan_for_batch(self, num_ids: int, group: str | None) -> _DevicePlan:
         key = (group, (num_ids - 1).bit_length())
         found = self._geometry.get(key)
         if found is not None:
@@ -596,6 +636,7 @@ class CudaZeroer:
             kind = type(block_ids).__name__
             raise BlockIdError(f"block_ids type = {kind}: must be a tensor", field="block_ids", value=kind)
         words = _as_words(buffer, self.table, self.offset)
+        group = _group_name(group)  # a plain str from here on: the plans below are cached by it
         self._plan_for(group)  # a bad group raises before anything runs, as zero()'s does (pass 28)
         if words.data_ptr() == self.words.data_ptr():
             self.zero(block_ids, group)
@@ -609,13 +650,13 @@ class CudaZeroer:
         check_id_tensor(block_ids)
         if block_ids.device.type != DEVICE_TYPE or MODE != "native":  # meta ids: host_ids names them
             normalize_block_ids(host_ids(block_ids), self.table.num_blocks)  # (raw error before: pass 23)
-        with torch._C.DisableTorchFunction():
+        with plain_ops():
             moved = block_ids.to(self.device)
         dev_ids = dense_ids(moved, words)
         if MODE != "native":  # what the kernel reads is what was checked (a mode's .to: pass 29)
             normalize_block_ids(dev_ids.numpy(), self.table.num_blocks)
         if dev_ids.numel():
-            self._launch(dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group), words=words)
+            self._launch(dev_ids, dplan=self._plan_for_batch(dev_ids.numel(), group), words=words)
 
     # ---- per-call buffers ------------------------------------------------------------
     def _new_slot(self) -> _Slot:
@@ -770,7 +811,7 @@ class CudaZeroer:
         try:
             dev_ids = self._stage(block_ids, slot)
             if dev_ids.numel():
-                self._launch(dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group))
+                self._launch(dev_ids, dplan=self._plan_for_batch(dev_ids.numel(), group))
         finally:
             self._release(slot, stream)
 
@@ -787,7 +828,7 @@ class CudaZeroer:
             normalize_block_ids(dev_ids.numpy(), self.table.num_blocks)
         if dev_ids.numel():
             self._launch(
-                dev_ids, dplan=self.plan_for_batch(dev_ids.numel(), group) if self.small_batch else dplan
+                dev_ids, dplan=self._plan_for_batch(dev_ids.numel(), group) if self.small_batch else dplan
             )
 
     def _check_storage(self) -> None:
@@ -856,7 +897,7 @@ class CudaZeroer:
         torch.cuda.synchronize(self.device)
         for r in self._replays:
             for bucket in buckets:
-                dplan = self.plan_for_batch(bucket, group)
+                dplan = self._plan_for_batch(bucket, group)
                 key = (group, dplan.plan.chunk_words, bucket)
                 if key not in r.graphs:
                     r.graphs[key] = self._capture(r, dplan, bucket)
@@ -931,7 +972,7 @@ class CudaZeroer:
                 return True
             r.view[0] = k
             bucket = _bucket(k, self.max_batch)
-            dplan = self.plan_for_batch(bucket, group)
+            dplan = self._plan_for_batch(bucket, group)
             graph = r.graphs[(group, dplan.plan.chunk_words, bucket)]
             if not self.graph_copy:
                 r.dev[: k + 1].copy_(r.pinned[: k + 1], non_blocking=True)
@@ -980,7 +1021,7 @@ class CudaZeroer:
             and (items <= self.max_programs or not routed)
         )
         grid = (dp.plan.units_per_block, num_ids) if one_shot else (programs,)
-        with launch_guard(), torch._C.DisableTorchFunction():  # the kernel reads data_ptr() (pass 30)
+        with launch_guard(), plain_ops():  # the kernel reads data_ptr() (pass 30)
             zero_units_kernel[grid](
                 self.words if words is None else words,
                 dev_ids,
@@ -1023,7 +1064,7 @@ class CudaZeroer:
         if not isinstance(dev_ids, torch.Tensor):
             kind = type(dev_ids).__name__
             raise BlockIdError(f"block_ids type = {kind}: must be a tensor", field="block_ids", value=kind)
-        check_id_tensor(dev_ids)  # (made dense below, once the batch is known to fit int32 offsets)
+        check_id_tensor(dev_ids)  # (made dense below, once the arguments are checked)
         if dev_ids.device != self.device:
             msg = f"block_ids device = {dev_ids.device}: must be {self.device}"
             raise BlockIdError(msg, field="block_ids.device", value=str(dev_ids.device))
@@ -1036,13 +1077,7 @@ class CudaZeroer:
             top = id_lo + self.table.num_blocks
             why = f"this buffer's blocks [{id_lo}, {top}) must lie in the pool [0, {id_limit})"
             raise BlockIdError(f"id_lo = {id_lo}: {why}", field="id_lo", value=id_lo)
-        n = dev_ids.numel()
-        if n > INT32_MAX:  # route_ids_kernel's offsets and count are int32: refuse, never wrap
-            raise BlockIdError(
-                f"block_ids: {n} ids in a routed batch: at most {INT32_MAX} (int32 offsets)",
-                field="block_ids",
-                value=n,
-            )
+        n = dev_ids.numel()  # at most MAX_IDS (check_id_tensor): route_ids_kernel's offsets are int32
         dplan = self._plan_for(group)
         dev_ids = dense_ids(dev_ids)  # the kernel reads dense ids: a strided view gave it others (pass 28)
         self._flag_bound(id_limit)
@@ -1052,7 +1087,7 @@ class CudaZeroer:
                 slot.routed = torch.empty(max(n, self.max_batch), dtype=torch.int64, device=self.device)
             slot.count.zero_()
             grid = (triton.cdiv(n, ROUTE_BLOCK),)
-            with launch_guard(), torch._C.DisableTorchFunction():  # the kernel reads data_ptr() (pass 30)
+            with launch_guard(), plain_ops():  # the kernel reads data_ptr() (pass 30)
                 route_ids_kernel[grid](
                     dev_ids,
                     slot.routed,

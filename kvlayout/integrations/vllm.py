@@ -861,7 +861,9 @@ class KVBlockZeroer:
         """Compile the kernel for every group now, writing nothing (an id past the pool is skipped)."""
         import torch
 
-        with torch._C.DisableTorchFunction():  # plans built under a caller's mode were kept (pass 31)
+        from kvlayout.backends.cuda.zeroer import plain_ops
+
+        with plain_ops():  # plans built under a caller's mode were kept (passes 31, 32)
             skip = torch.full((1,), self.num_blocks, dtype=torch.int64, device=self._zeroer.device)
             for name in (None, *(g for g in self.group_names if g in self._row_groups)):
                 self._zeroer._launch(skip, 0, self.num_blocks + 1, dplan=self._zeroer._plan_for(name))

@@ -1,0 +1,263 @@
+"""Hostile pass 32 (/tmp/h32), on pass 31's fixes: each test failing on the code before its fix.
+
+Pass 31 disabled torch functions through every public entry of the cuda zeroers; a caller's
+TorchDispatchMode still answered the aten ops beneath them: ``aten.slice`` of the staged host ids (blocks
+[0, 1, 2] zeroed for [1, 2]) and of the buffer's bytes at construction (every later call, with no mode on,
+wrote one block further on, past the table). ``zeroer.plain_ops`` now disables dispatch too where a mode
+is on the stack, and the buffer's view is proved to be its bytes at the offset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import kvlayout as K
+from tests.hostile_cases import cuda, eight, to_dev, to_host, zeroed_blocks
+
+
+def _modes() -> tuple[Any, Any]:
+    """Two TorchDispatchModes: one widening a slice of int64 ids to four, one shifting a byte slice by
+    a block."""
+    torch, _ = cuda()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Widen(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is torch.ops.aten.slice.Tensor and args[0].dtype == torch.int64 and args[0].numel() >= 4:
+                args = (args[0], 0, 0, 4)
+            return func(*args, **(kwargs or {}))
+
+    class Shift(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is torch.ops.aten.slice.Tensor and args[0].dtype == torch.uint8:
+                args = (args[0], args[1], args[2] + 256, args[3] + 256, *args[4:])
+            return func(*args, **(kwargs or {}))
+
+    return Widen, Shift
+
+
+def test_a_dispatch_mode_cannot_widen_the_ids() -> None:
+    torch, kc = cuda()
+    widen, _ = _modes()
+    for ids in ([1, 2], to_dev(torch.tensor([1, 2])), to_dev(torch.tensor([1, 2, 5, 6]))[:2]):
+        host = K.poison_pattern(eight().total_bytes)
+        buf = to_dev(torch.from_numpy(host.copy()))
+        z = kc.CudaZeroer(eight(), buf, max_batch=8, graphs=False)
+        with widen():
+            z.zero(ids)
+        z.check()
+        assert zeroed_blocks(host, to_host(buf)) == [1, 2], ids
+
+
+def test_a_dispatch_mode_at_construction_cannot_move_the_buffer() -> None:
+    torch, kc = cuda()
+    _, shift = _modes()
+    t = eight()
+    host = K.poison_pattern(t.total_bytes + 512)  # the table, then 512 guard bytes
+    buf = to_dev(torch.from_numpy(host.copy()))
+    with shift():
+        z = kc.CudaZeroer(t, buf, graphs=False)
+    z.zero([0, 7])  # no mode now
+    assert K.changed_ranges(host, to_host(buf)).tolist() == K.expected_zeroed(t, [0, 7]).tolist()
+    target = to_dev(torch.from_numpy(host.copy()))
+    with shift():
+        z.zero_into(target, to_dev(torch.tensor([7])))
+    assert K.changed_ranges(host, to_host(target)).tolist() == K.expected_zeroed(t, [7]).tolist()
+
+
+def test_the_buffer_view_is_proved_to_be_the_buffers_bytes() -> None:
+    """``_buffer_words`` (the checks, without the guard) under the shifting mode: its view is refused."""
+    torch, kc = cuda()
+    from kvlayout.backends.cuda import zeroer
+
+    from kvlayout.errors import LayoutBufferError
+
+    _, shift = _modes()
+    t = eight()
+    buf = to_dev(torch.from_numpy(K.poison_pattern(t.total_bytes + 512).copy()))
+    with shift(), pytest.raises(LayoutBufferError, match="buffer view: does not view the buffer's 2048 B"):
+        zeroer._buffer_words(buf, t, 0)
+    assert zeroer._buffer_words(buf, t, 256).data_ptr() == buf.data_ptr() + 256
+
+
+def test_the_vllm_zeroers_warmup_runs_without_modes() -> None:
+    """The warmup launches with an id past the pool, which writes nothing; a dispatch mode answering its
+    ``aten.full`` with block 3 had it zeroed."""
+    torch, _ = cuda()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from kvlayout.integrations.vllm import KVBlockZeroer
+
+    class Three(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is torch.ops.aten.full.default and args[1] == 8:
+                args = (args[0], 3, *args[2:])
+            return func(*args, **(kwargs or {}))
+
+    host = K.poison_pattern(eight().total_bytes)
+    buf = to_dev(torch.from_numpy(host.copy()))
+    z = KVBlockZeroer._from_table(eight(), buf, graphs=False)
+    with Three():
+        z.warmup()
+    assert zeroed_blocks(host, to_host(buf)) == []
+    z.zero_block_ids([5])
+    assert zeroed_blocks(host, to_host(buf)) == [5]
+
+
+def test_ids_standing_for_more_than_int32_max_are_refused_before_any_copy() -> None:
+    """A stride-0 view (8 B of memory for 2**40 ids) had ``contiguous()`` / ``numpy()`` raise the
+    allocator's raw error; a broadcast NumPy array a 1 TiB mask. Now a BlockIdError naming the count, the
+    buffer untouched."""
+    torch, kc = cuda()
+    import numpy as np
+
+    from kvlayout.errors import BlockIdError
+    from kvlayout.sharding import shard_spec
+
+    t = eight()
+    host = K.poison_pattern(t.total_bytes)
+    buf = to_dev(torch.from_numpy(host.copy()))
+    z = kc.CudaZeroer(t, buf, graphs=False)
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2}, block_axes=("dp",))
+    shard_host = [K.poison_pattern(lay.shard_bytes, s) for s in (1, 2)]
+    shards = [to_dev(torch.from_numpy(h.copy())) for h in shard_host]
+    sz = kc.ShardedCudaZeroer(lay, shards)
+    huge = to_dev(torch.zeros(1, dtype=torch.int64)).expand(2**40)
+    calls = {
+        "zero": lambda: z.zero(huge),
+        "zero_into": lambda: z.zero_into(to_dev(torch.from_numpy(host.copy())), huge),
+        "launch_routed": lambda: z.launch_routed(huge, 0, 8),
+        "sharded": lambda: sz.zero(huge),
+        "numpy": lambda: z.zero(np.broadcast_to(np.int64(0), (2**40,))),
+        "contract": lambda: K.expected_zeroed(t, np.broadcast_to(np.int64(0), (2**31,))),
+    }
+    for name, call in calls.items():
+        with pytest.raises(BlockIdError, match=r"(2147483648|1099511627776).*at most 2147483647 ids"):
+            call()
+        assert zeroed_blocks(host, to_host(buf)) == [], name
+    assert all((to_host(s) == h).all() for s, h in zip(shards, shard_host, strict=True))
+    z.zero(to_dev(torch.tensor([3])).expand(3))  # a stride-0 view within the bound is fine: ids [3, 3, 3]
+    assert zeroed_blocks(host, to_host(buf)) == [3]
+
+
+class _Below(int):
+    """An int whose comparisons all answer as if it were in range (``-4 >= 0``, ``-512 < 0`` False)."""
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+    def __gt__(self, other: object) -> bool:
+        return True
+
+
+def test_an_int_whose_comparisons_lie_is_no_integer() -> None:
+    """``launch_routed``'s ``id_lo`` of such an int -4 zeroed block 4 for global id 0; a PallasZeroer's
+    offset -512 planned block 0 before its buffer; cuda options -1 or 0 raised torch's and NumPy's raw
+    errors. Every operator of int must be int's own; an IntEnum keeps them and stays an integer."""
+    import enum
+
+    import numpy as np
+
+    from kvlayout.errors import BackendError, BlockIdError, KVLayoutError, LayoutBufferError
+    from kvlayout.validate import is_int
+
+    class Page(enum.IntEnum):
+        THREE = 3
+
+    class Wide(np.int64):
+        def __lt__(self, other: object) -> bool:
+            return False
+
+    assert is_int(Page.THREE) and is_int(np.int64(3)) and is_int(3)
+    assert not is_int(_Below(-4)) and not is_int(Wide(-4)) and not is_int(enum.IntFlag("F", "A").A)
+    torch, kc = cuda()
+    t = eight()
+    host = K.poison_pattern(t.total_bytes)
+    buf = to_dev(torch.from_numpy(host.copy()))
+    z = kc.CudaZeroer(t, buf, graphs=False)
+    for call, exc in (
+        (lambda: z.launch_routed(to_dev(torch.tensor([0])), _Below(-4), 8), BlockIdError),
+        (lambda: z.launch_routed(to_dev(torch.tensor([0])), 0, _Below(0)), BlockIdError),
+        (lambda: kc.CudaZeroer(t, buf, max_batch=_Below(-1)), BlockIdError),
+        (lambda: kc.CudaZeroer(t, buf, chunk_words=_Below(-4)), BackendError),
+        (lambda: kc.CudaZeroer(t, buf, sub_words=_Below(0)), BackendError),
+        (lambda: kc.CudaZeroer(t, buf, max_programs=_Below(-3)), BackendError),
+        (lambda: kc.CudaZeroer(t, buf, offset=_Below(-256)), LayoutBufferError),
+    ):
+        with pytest.raises(exc):
+            call()
+    assert zeroed_blocks(host, to_host(buf)) == []
+    z.launch_routed(to_dev(torch.tensor([0])), Page.THREE, 11)  # global id 0 is not this buffer's (3..10)
+    z.launch_routed(to_dev(torch.tensor([4])), Page.THREE, 11)
+    z.check()
+    assert zeroed_blocks(host, to_host(buf)) == [1]
+    pytest.importorskip("jax")
+    from kvlayout.backends.pallas import PallasZeroer
+
+    with pytest.raises(KVLayoutError, match="offset"):
+        PallasZeroer(t, offset=_Below(-512), kernel="triton", interpret=True)
+
+
+def test_a_zeroer_made_in_inference_mode_works_outside_it() -> None:
+    """Its own tensors (id slots, counts) were inference tensors: ``launch_routed`` outside the mode raised
+    torch's "Inplace update to inference tensor outside InferenceMode"; the sharded zeroer's device ids
+    too."""
+    torch, kc = cuda()
+    from kvlayout.sharding import shard_spec
+
+    t = eight()
+    host = K.poison_pattern(t.total_bytes)
+    with torch.inference_mode():
+        buf = to_dev(torch.from_numpy(host.copy())).clone()  # the cache itself made there too
+        z = kc.CudaZeroer(t, buf, graphs=False)
+        z.launch_routed(to_dev(torch.tensor([1])), 0, 8)
+    z.launch_routed(to_dev(torch.tensor([3])), 0, 8)
+    z.zero([5])
+    with torch.inference_mode():
+        z.zero(to_dev(torch.tensor([6])))
+    z.check()
+    assert zeroed_blocks(host, to_host(buf)) == [1, 3, 5, 6]
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2}, block_axes=("dp",))
+    shard_host = [K.poison_pattern(lay.shard_bytes, s) for s in (1, 2)]
+    with torch.inference_mode():
+        shards = [to_dev(torch.from_numpy(h.copy())) for h in shard_host]
+        sz = kc.ShardedCudaZeroer(lay, shards, graphs=False)
+    sz.zero(to_dev(torch.tensor([1, 5])))
+    sz.check()
+    for k, h in enumerate(shard_host):
+        got = to_host(sz.zeroers[k].words).view("uint8")
+        want = K.expected_zeroed(lay.local_table, [1])
+        assert K.changed_ranges(h, got).tolist() == want.tolist(), k
+
+
+def test_shards_sharing_memory_are_refused() -> None:
+    """Shard 1 given a view of shard 0's buffer: zeroing its block 1 cleared shard 0's block 1 as well."""
+    torch, kc = cuda()
+    from kvlayout.errors import LayoutBufferError
+    from kvlayout.sharding import shard_spec
+
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2}, block_axes=("dp",))
+    buf = to_dev(torch.from_numpy(K.poison_pattern(lay.shard_bytes * 2)))
+    for second in (buf[:], buf[4:], buf[lay.shard_bytes - 4 :]):
+        with pytest.raises(LayoutBufferError, match=r"buffers\[1\]: share memory with shard 0's"):
+            kc.ShardedCudaZeroer(lay, {0: buf, 1: second}, graphs=False)
+    kc.ShardedCudaZeroer(lay, {0: buf[: lay.shard_bytes], 1: buf[lay.shard_bytes :]}, graphs=False)
+
+
+def test_plan_for_batch_checks_its_count() -> None:
+    """A float raised AttributeError, a str or None TypeError; -7 and 2**80 were cached under a bucket."""
+    torch, kc = cuda()
+    from kvlayout.errors import BlockIdError
+
+    z = kc.CudaZeroer(eight(), to_dev(torch.from_numpy(K.poison_pattern(eight().total_bytes))), graphs=False)
+    for bad in (2.5, "3", None, -7, 2**80, True, _Below(-1)):
+        with pytest.raises(BlockIdError, match=r"num_ids = .*: must be an integer in \[0, 2147483647\]"):
+            z.plan_for_batch(bad)  # type: ignore[arg-type]
+    assert z.plan_for_batch(0) is z.plan_for_batch(1) and z.plan_for_batch(2**31 - 1) is not None
