@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import LayoutBufferError, SpecError, bad_value, spec_error
+from .errors import KVLayoutError, LayoutBufferError, SpecError, bad_value, spec_error
 from .ranges import MAX_BLOCKS, MAX_BYTES
 from .reference import expected_zeroed, normalize_block_ids, zero_blocks_numpy
 from .spec import DTYPE_SIZES, SPEC_VERSION
@@ -257,7 +257,11 @@ class NativeCacheSpec:
         _check_leaf_count(len(self.leaves))
         seen: set[str] = set()
         for i, leaf in enumerate(self.leaves):
-            if not isinstance(leaf, NativeLeaf):
+            if type(leaf) is not NativeLeaf:  # a subclass's own group_names / table() chose the bytes
+                # zeroed: another group's leaf cleared (pass 32, as pass 24 found for table rows)
+                if isinstance(leaf, NativeLeaf):
+                    why = "must be a NativeLeaf itself (a subclass's methods pick the bytes written)"
+                    raise spec_error(f"leaves[{i}]", type(leaf).__name__, why)
                 raise spec_error(f"leaves[{i}]", leaf, "must be a NativeLeaf")
             if leaf.name in seen:
                 raise spec_error(f"leaves[{i}].name", leaf.name, "duplicate leaf name")
@@ -391,11 +395,20 @@ def refuse_dtypes_without_zero(spec: NativeCacheSpec) -> None:
             raise bad_value(LayoutBufferError, f"leaf {name!r}.dtype", leaf.dtype, why)
 
 
+def check_native_spec(spec: Any, cls: type[KVLayoutError] = SpecError, field: str = "spec") -> None:
+    """``spec`` must be a :class:`NativeCacheSpec` itself: a subclass's own ``zeroed_mask`` or leaves chose
+    which leaves were zeroed, and the contract (built by the same methods) agreed with the wrong write
+    (pass 32, as pass 24 found for tables)."""
+    if type(spec) is not NativeCacheSpec:
+        why = "a subclass's methods pick the leaves written" if isinstance(spec, NativeCacheSpec) else ""
+        msg = "must be a kvlayout.native.NativeCacheSpec" + (f" itself ({why})" if why else "")
+        raise bad_value(cls, field, type(spec).__name__, msg)
+
+
 def native_tables(spec: NativeCacheSpec, group: str | None = None) -> dict[str, SegmentTable]:
     """One table per leaf, by name: a single row (base 0, stride = span = page bytes) for
     every leaf zeroing clears (of ``group``, when given), no rows for the others."""
-    if not isinstance(spec, NativeCacheSpec):
-        raise spec_error("spec", type(spec).__name__, "must be a kvlayout.native.NativeCacheSpec")
+    check_native_spec(spec)
     mask = spec.zeroed_mask(group)
     out: dict[str, SegmentTable] = {}
     first: dict[tuple[int, int, str, bool], SegmentTable] = {}  # leaves of one page: one checked table
@@ -416,8 +429,7 @@ def verify_native(spec: NativeCacheSpec, group: str | None = None) -> dict[str, 
     report is shared between them (a model's per-layer arrays: 100,000 leaves verify once,
     not 100,000 times); an unsafe one is recomputed so its violations name the leaf.
     """
-    if not isinstance(spec, NativeCacheSpec):
-        raise spec_error("spec", type(spec).__name__, "must be a kvlayout.native.NativeCacheSpec")
+    check_native_spec(spec)
     seen: dict[tuple[int, int, bool], VerifyReport] = {}  # (page bytes, pages, zeroed): the table's rows
     out: dict[str, VerifyReport] = {}
     for leaf, z in zip(spec.leaves, spec.zeroed_mask(group)):

@@ -261,3 +261,62 @@ def test_plan_for_batch_checks_its_count() -> None:
         with pytest.raises(BlockIdError, match=r"num_ids = .*: must be an integer in \[0, 2147483647\]"):
             z.plan_for_batch(bad)  # type: ignore[arg-type]
     assert z.plan_for_batch(0) is z.plan_for_batch(1) and z.plan_for_batch(2**31 - 1) is not None
+
+
+def test_native_spec_and_leaf_subclasses_are_refused() -> None:
+    """A NativeCacheSpec subclass whose ``zeroed_mask`` said every leaf, or a NativeLeaf subclass whose
+    ``group_names`` said ("a", "b"), had zeroing group a clear group b's leaf (the contract agreeing)."""
+    from kvlayout.errors import LayoutBufferError, SpecError
+    from kvlayout.native import NativeCacheSpec, NativeLeaf, native_tables, verify_native
+
+    class Lying(NativeCacheSpec):
+        def zeroed_mask(self, group: str | None = None) -> tuple[bool, ...]:
+            return tuple(True for _ in self.leaves)
+
+    class AllGroups(NativeLeaf):
+        @property
+        def group_names(self) -> tuple[str, ...]:
+            return ("a", "b")
+
+    k, v = NativeLeaf("k", (8, 128), "float32", "a"), NativeLeaf("v", (8, 128), "float32", "b")
+    with pytest.raises(SpecError, match=r"leaves\[1\] = 'AllGroups': must be a NativeLeaf itself"):
+        NativeCacheSpec((k, AllGroups("v", (8, 128), "float32", "b")))
+    lying = Lying((k, v))
+    for call in (native_tables, verify_native):
+        with pytest.raises(SpecError, match="spec = 'Lying': must be a kvlayout.native.NativeCacheSpec itse"):
+            call(lying)
+    assert sorted(native_tables(NativeCacheSpec((k, v)), "a")["v"].segments) == []  # the plain one
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+    from kvlayout.backends.pallas.native import CacheZeroer
+
+    caches = {n: jnp.asarray(np.ones((8, 128), np.float32)) for n in ("k", "v")}
+    with pytest.raises(LayoutBufferError, match="spec = 'Lying': must be"):
+        CacheZeroer(caches, spec=lying)
+
+
+def test_sharded_layout_subclasses_are_refused() -> None:
+    """A ShardedLayout subclass whose ``block_shard`` said 0 for every shard had global id 1 (shard 0's
+    local 1) clear shard 1's local block 1 too."""
+    torch, kc = cuda()
+    from kvlayout.errors import TableError
+    from kvlayout.sharding import ShardedLayout, shard_spec
+
+    good = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2}, block_axes=("dp",))
+
+    class Lying(ShardedLayout):
+        def block_shard(self, shard: int) -> int:
+            return 0
+
+    lay = Lying(good.local_spec, good.mesh_axes, good.block_axes, good.shard_axes)
+    bufs = [to_dev(torch.from_numpy(K.poison_pattern(lay.shard_bytes, s))) for s in (1, 2)]
+    with pytest.raises(TableError, match="layout type = Lying: must be a kvlayout.ShardedLayout itself"):
+        kc.ShardedCudaZeroer(lay, bufs, graphs=False)
+    with pytest.raises(TableError, match="layout type = list: must be a kvlayout.ShardedLayout$"):
+        kc.ShardedCudaZeroer([], bufs, graphs=False)  # type: ignore[arg-type]
+    pytest.importorskip("jax")
+    from kvlayout.backends.pallas.sharded import ShardedPallasZeroer
+
+    with pytest.raises(TableError, match="layout type = Lying: must be a kvlayout.ShardedLayout itself"):
+        ShardedPallasZeroer(lay, None)  # type: ignore[arg-type]

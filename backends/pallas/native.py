@@ -33,6 +33,7 @@ from kvlayout.errors import BackendError, BlockIdError, KVLayoutError, LayoutBuf
 from kvlayout.native import (
     NativeCacheSpec,
     NativeLeaf,
+    check_native_spec,
     native_tables,
     refuse_dtypes_without_zero,
     spec_from_arrays,
@@ -175,9 +176,7 @@ class CacheZeroer:
 
     def _check_spec(self, spec: Any, groups: Any) -> NativeCacheSpec:
         """A given spec must describe exactly these leaves (shape and dtype, in pytree order)."""
-        if not isinstance(spec, NativeCacheSpec):
-            why = "must be a kvlayout.native.NativeCacheSpec"
-            raise bad_value(LayoutBufferError, "spec", type(spec).__name__, why)
+        check_native_spec(spec, LayoutBufferError)
         if groups is not None:
             raise bad_value(LayoutBufferError, "groups", groups, "give groups or a spec, not both")
         if len(spec.leaves) != len(self.spec.leaves):

@@ -77,9 +77,11 @@ class ShardedPallasZeroer:
     """
 
     def __init__(self, layout: ShardedLayout, mesh: Mesh, **kwargs: Any) -> None:
-        if not isinstance(layout, ShardedLayout):
-            kind = type(layout).__name__
-            msg = f"layout type = {kind}: must be a kvlayout.ShardedLayout"
+        if type(layout) is not ShardedLayout:  # a subclass's own block_shard() / _owned() routed ids to
+            kind = type(layout).__name__  # another shard's buffer (pass 32)
+            sub = isinstance(layout, ShardedLayout)
+            itself = " itself (a subclass's methods route the ids)" if sub else ""
+            msg = f"layout type = {kind}: must be a kvlayout.ShardedLayout{itself}"
             raise TableError(msg, field="layout", value=kind)
         layout.require_safe()
         _check_mesh(layout, mesh)
