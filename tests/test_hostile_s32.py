@@ -320,3 +320,54 @@ def test_sharded_layout_subclasses_are_refused() -> None:
 
     with pytest.raises(TableError, match="layout type = Lying: must be a kvlayout.ShardedLayout itself"):
         ShardedPallasZeroer(lay, None)  # type: ignore[arg-type]
+
+
+def test_functorch_transforms_and_fake_tensors_leave_no_plan_behind() -> None:
+    """Inside ``torch.func.functionalize`` the ids are functional wrappers: torch's raw "invalid python
+    storage", and the plan then built there was cached, so every later call raised it too. Under a
+    FakeTensorMode one call cached a FakeTensor plan the same way. Now the wrapper is refused by name and
+    plans are built outside every transform and mode."""
+    torch, kc = cuda()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from kvlayout.errors import BlockIdError
+
+    t = eight()
+    host = K.poison_pattern(t.total_bytes)
+    buf = to_dev(torch.from_numpy(host.copy()))
+    z = kc.CudaZeroer(t, buf, graphs=False)
+
+    def step(ids: Any) -> Any:
+        z.zero(ids)
+        return ids
+
+    with pytest.raises(BlockIdError, match="block_ids = a functional tensor"):
+        torch.func.functionalize(step)(to_dev(torch.tensor([3])))
+    torch.func.functionalize(step)([4])  # host ids: staged outside the transform, written
+    with FakeTensorMode():
+        z.zero([5])  # kvlayout's own work runs outside the caller's modes: the bytes are written
+    z.zero(to_dev(torch.tensor([1])))
+    z.zero([2])
+    z.check()
+    assert zeroed_blocks(host, to_host(buf)) == [1, 2, 4, 5]
+    assert all(type(p.base) is torch.Tensor for p in z._plans.values())
+
+
+def test_a_call_inside_torch_compile_runs_eagerly() -> None:
+    """``z.zero(ids)`` in a ``torch.compile``d step raised Dynamo's fake-tensor error (Triton's under the
+    interpreter); every public entry now runs outside the graph."""
+    torch, kc = cuda()
+    t = eight()
+    host = K.poison_pattern(t.total_bytes)
+    buf = to_dev(torch.from_numpy(host.copy()))
+    z = kc.CudaZeroer(t, buf, graphs=False)
+
+    @torch.compile(backend="eager")
+    def step(ids: Any) -> Any:
+        z.zero(ids)
+        return ids + 1
+
+    assert step(to_dev(torch.tensor([1]))).tolist() == [2]
+    step(to_dev(torch.tensor([2, 3])))
+    z.check()
+    assert zeroed_blocks(host, to_host(buf)) == [1, 2, 3]

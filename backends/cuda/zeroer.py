@@ -79,10 +79,14 @@ def plain_ops() -> AbstractContextManager[Any]:
     tensors and launches: a caller's TorchFunctionMode answered ``numel()``, ``data_ptr()``, ``.to()`` and
     slicing for other ids or memory (passes 30, 31), and a TorchDispatchMode the aten ops under them
     (``aten.slice`` of the staged ids: blocks [0, 1, 2] zeroed for [1, 2]; of the buffer's view at
-    construction: later calls wrote past the table, pass 32), and inference mode off (below). The stack's
-    length and the mode are read first (0.2 us each) since the guards cost about 1.5 us and a serving step
-    has neither. Subclasses are refused already, so nothing else is given up."""
-    if torch._C._len_torch_dispatch_stack() or torch.is_inference_mode_enabled():
+    construction: later calls wrote past the table, pass 32), inference mode and functorch's transforms
+    off (below). Whether any is on is read first (0.1-0.2 us each) since the guards cost about 1.5 us and a
+    serving step has none. Subclasses are refused already, so nothing else is given up."""
+    if (
+        torch._C._len_torch_dispatch_stack()
+        or torch.is_inference_mode_enabled()
+        or torch._C._are_functorch_transforms_active()
+    ):
         return _no_modes()
     return torch._C.DisableTorchFunction()
 
@@ -90,9 +94,15 @@ def plain_ops() -> AbstractContextManager[Any]:
 @contextlib.contextmanager
 def _no_modes() -> Iterator[None]:
     # inference mode off too: the zeroer's own tensors (error flags, id slots, plans) made under it were
-    # inference tensors, and their in-place updates raised torch's error in every later call outside it
-    # (pass 32)
-    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch(), torch._C._InferenceMode(False):
+    # inference tensors, and their in-place updates raised torch's error in every later call outside it;
+    # and functorch's transforms: a plan built inside torch.func.functionalize held functional tensors,
+    # and every later call raised torch's "invalid python storage" (pass 32)
+    with (
+        torch._C.DisableTorchFunction(),
+        torch._C._DisableTorchDispatch(),
+        torch._C._InferenceMode(False),
+        torch._C._DisableFuncTorch(),
+    ):
         yield
 
 
@@ -219,10 +229,13 @@ def plain_torch(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 
     @functools.wraps(fn)
     def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if torch.compiler.is_compiling():  # traced by torch.compile: run eagerly (a graph break); Dynamo's
+            return torch.compiler.disable(run)(*args, **kwargs)  # fake ids raised Triton's error (pass 32)
         with plain_ops():
             return fn(*args, **kwargs)
 
     return run
+
 
 
 def _group_name(group: Any) -> str | None:
@@ -265,6 +278,9 @@ def check_id_tensor(ids: torch.Tensor) -> None:
             "block_ids = a tensor without storage (vmap?): must hold its ids in memory",
             field="block_ids", value="no storage",
         ) from None
+    if torch._is_functional_tensor(ids):  # a wrapper (torch.func.functionalize): its data_ptr() raised
+        msg = "block_ids = a functional tensor (torch.func.functionalize?): must hold its ids in memory"
+        raise BlockIdError(msg, field="block_ids", value="functional")  # torch's raw error (pass 32)
     if ids._is_zerotensor():  # no memory behind its storage (data_ptr 0): the kernel read address 0 (pass 29)
         msg = "block_ids = a ZeroTensor: must hold memory"
         raise BlockIdError(msg, field="block_ids", value="ZeroTensor")
