@@ -371,3 +371,34 @@ def test_a_call_inside_torch_compile_runs_eagerly() -> None:
     step(to_dev(torch.tensor([2, 3])))
     z.check()
     assert zeroed_blocks(host, to_host(buf)) == [1, 2, 3]
+
+
+def test_the_plugins_verify_mode_launches_on_the_ids_it_checked() -> None:
+    """The verify mode checked the ids of ``torch.tensor(block_ids)`` and launched vLLM's unbounded kernel
+    on a grid of ``len(block_ids)``, read again: a list subclass reading 2 then 4,096 had 4,094 programs
+    read ids past the checked ones. The grid is the checked tensor's now, and the list must be plain."""
+    import types
+
+    torch, _ = cuda()
+    from kvlayout.errors import BlockIdError
+    from kvlayout.integrations import vllm_plugin as P
+
+    launches = []
+
+    class Kernel:
+        def __getitem__(self, grid: Any) -> Any:
+            return lambda *args, **kw: launches.append((grid, args[3].numel()))
+
+    cls = P._verifying_class(type("VLLMBase", (), {}), types.SimpleNamespace(_zero_kv_blocks_kernel=Kernel()))
+    z = cls.__new__(cls)
+    z._meta = (*(torch.zeros(1, dtype=torch.int64) for _ in range(3)), 1, 1024, 1)
+    z.kvlayout_num_blocks, z.kvlayout_pin_memory, z.device = 8, False, torch.device("cpu")
+
+    class Longer(list):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 4096
+
+    z.zero_block_ids([1, 2])
+    with pytest.raises(BlockIdError, match="block_ids = 'Longer': must be a plain list or tuple"):
+        z.zero_block_ids(Longer([1, 2]))
+    assert launches == [((2, 1, 1), 2)]

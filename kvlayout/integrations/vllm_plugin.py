@@ -429,8 +429,10 @@ def checked_step_ids(block_ids: Sequence[int], num_blocks: int, pin_memory: bool
     """
     import torch
 
-    if not isinstance(block_ids, (list, tuple)):
-        why = "must be the scheduler's list of block ids (nothing was written)"
+    if type(block_ids) not in (list, tuple):  # a subclass's __len__ read 2 for the check, 4,096 for vLLM's
+        why = "must be the scheduler's list of block ids (nothing was written)"  # grid (pass 32)
+        if isinstance(block_ids, (list, tuple)):
+            why = "must be a plain list or tuple, the scheduler's (a subclass may read differently each time)"
         raise bad_value(BlockIdError, "block_ids", type(block_ids).__name__, why)
     kinds = set(map(type, block_ids))  # one C pass: torch would truncate 2.7 to block 2, take True as 1
     not_ids = (*_NOT_IDS, torch.Tensor)  # tensor(True) was block 1, tensor([3]) block 3 (issue 25)
@@ -529,7 +531,7 @@ def _verifying_class(original: type, utils: ModuleType) -> type:
             ids = checked_step_ids(block_ids, self.kvlayout_num_blocks, self.kvlayout_pin_memory)
             seg_addrs, seg_block_strides, seg_page_sizes, max_chunks, blk_size, n_segs = self._meta
             idx = ids.to(device=self.device, non_blocking=True)
-            utils._zero_kv_blocks_kernel[(len(block_ids), n_segs, max_chunks)](
+            utils._zero_kv_blocks_kernel[(ids.numel(), n_segs, max_chunks)](  # the ids checked, not a re-read
                 seg_addrs, seg_block_strides, seg_page_sizes, idx, BLOCK_SIZE=blk_size
             )
 
