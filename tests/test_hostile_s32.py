@@ -402,3 +402,36 @@ def test_the_plugins_verify_mode_launches_on_the_ids_it_checked() -> None:
     with pytest.raises(BlockIdError, match="block_ids = 'Longer': must be a plain list or tuple"):
         z.zero_block_ids(Longer([1, 2]))
     assert launches == [((2, 1, 1), 2)]
+
+
+def test_from_dlpack_checks_the_capsule_torch_imports() -> None:
+    """A producer that refused the first ask (kvlayout's read-only check) and answered torch's second with
+    NumPy's read-only export of an immutable bytes object had that bytes object zeroed."""
+    torch, kc = cuda()
+    import numpy as np
+
+    from kvlayout.errors import LayoutBufferError
+
+    t = eight()
+    data = bytes(K.poison_pattern(t.total_bytes))
+    ro = np.frombuffer(data, dtype=np.uint8)
+
+    class TwoFaced:
+        asked = 0
+
+        def __dlpack_device__(self) -> Any:
+            return ro.__dlpack_device__()
+
+        def __dlpack__(self, **kw: Any) -> Any:
+            TwoFaced.asked += 1
+            if TwoFaced.asked == 1:
+                raise TypeError("busy")
+            return ro.__dlpack__(**kw)
+
+    with pytest.raises(LayoutBufferError, match=r"buffer = TwoFaced \(its DLPack export is read-only\)"):
+        kc.CudaZeroer.from_dlpack(TwoFaced(), t, graphs=False)
+    assert data == bytes(K.poison_pattern(t.total_bytes))
+    if kc.DEVICE_TYPE == "cpu":  # a writeable NumPy array still goes in place (the same memory)
+        rw = K.poison_pattern(t.total_bytes)
+        kc.CudaZeroer.from_dlpack(rw, t, graphs=False).zero([2])
+        assert zeroed_blocks(K.poison_pattern(t.total_bytes), rw) == [2]

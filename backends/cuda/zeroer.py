@@ -217,6 +217,28 @@ def _dlpack_read_only(obj: Any) -> bool:
     return bool(ctypes.c_uint64.from_address(ptr + 24).value & _DLPACK_READ_ONLY)
 
 
+class _ReadOnlyExport(Exception):
+    """The capsule a producer handed torch is flagged read-only."""
+
+
+class _CheckedExport:
+    """``obj`` as torch imports it, the read-only flag checked on the very capsule torch is given: a
+    producer asked twice answered writeable (a TypeError) first and a read-only capsule of an immutable
+    bytes object second, which torch imported without a word and the zeroer cleared (pass 32)."""
+
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+
+    def __dlpack_device__(self) -> Any:
+        return self._obj.__dlpack_device__()
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        cap = self._obj.__dlpack__(*args, **kwargs)
+        if _dlpack_read_only(cap):
+            raise _ReadOnlyExport
+        return cap
+
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -581,8 +603,16 @@ class CudaZeroer:
                 field="buffer",
                 value="read-only",
             )
+        export = _CheckedExport(obj) if hasattr(obj, "__dlpack__") else obj  # (else a capsule: checked above)
         try:
-            tensor = torch.utils.dlpack.from_dlpack(obj)
+            tensor = torch.utils.dlpack.from_dlpack(export)
+        except _ReadOnlyExport:
+            raise LayoutBufferError(
+                f"buffer = {kind} (its DLPack export is read-only): zeroing writes in place; pass writeable "
+                "memory",
+                field="buffer",
+                value="read-only",
+            ) from None
         except (AttributeError, BufferError, RuntimeError, TypeError, ValueError) as e:
             msg = f"buffer type = {kind}: not importable through DLPack ({e})"
             raise LayoutBufferError(msg, field="buffer", value=kind) from None
