@@ -435,3 +435,48 @@ def test_from_dlpack_checks_the_capsule_torch_imports() -> None:
         rw = K.poison_pattern(t.total_bytes)
         kc.CudaZeroer.from_dlpack(rw, t, graphs=False).zero([2])
         assert zeroed_blocks(K.poison_pattern(t.total_bytes), rw) == [2]
+
+
+def test_ids_read_through_a_second_mapping_of_the_buffer(tmp_path: Any) -> None:
+    """The cache file mapped twice: ids [1, 2] kept in block 1, read through the other mapping, passed
+    the address check and were cleared while the kernel read them (blocks [0, 1] zeroed). Ids in memory
+    torch did not allocate are copied first. (Under the interpreter: a file mapping is host memory.)"""
+    torch, kc = cuda()
+    import numpy as np
+
+    if kc.DEVICE_TYPE != "cpu":
+        pytest.skip("host mappings: the interpreter's buffers (device memory mapped twice needs CUDA VMM)")
+    t = eight()
+    path = tmp_path / "cache.bin"
+    K.poison_pattern(t.total_bytes).tofile(path)
+    m_buf = np.memmap(path, dtype=np.uint8, mode="r+")
+    m_ids = np.memmap(path, dtype=np.uint8, mode="r+")
+    assert m_buf.ctypes.data != m_ids.ctypes.data
+    m_ids[256:272] = np.array([1, 2], np.int64).view(np.uint8)
+    before = np.array(m_buf)
+    z = kc.CudaZeroer(t, torch.from_numpy(m_buf), graphs=False)
+    z.zero(torch.from_numpy(m_ids[256:272].view(np.int64)))
+    assert zeroed_blocks(before, np.array(m_buf)) == [1, 2]
+
+
+def test_check_keeps_the_id_limits_of_launches_since_the_last_check_only() -> None:
+    """Every id_limit ever given was kept: after 2,000 routed launches of distinct limits one bad id named
+    them all (25,000 characters)."""
+    torch, kc = cuda()
+    from kvlayout.errors import BlockIdError
+
+    z = kc.CudaZeroer(eight(), to_dev(torch.from_numpy(K.poison_pattern(eight().total_bytes))), graphs=False)
+    empty = to_dev(torch.zeros(0, dtype=torch.int64))
+    for limit in range(8, 40):
+        z.launch_routed(empty, 0, limit)
+    z.launch_routed(to_dev(torch.tensor([99])), 0, 50)
+    with pytest.raises(BlockIdError) as info:
+        z.check()
+    assert str(info.value) == (
+        "device block_ids: 1 work items had an id outside its launch's [0, id_limit) (id_limit 8 to 50 since "
+        "the last check) (e.g. 99); they wrote nothing"
+    )
+    assert len(z._bounds) <= kc.zeroer.NAMED_BOUNDS
+    z.launch_routed(to_dev(torch.tensor([12])), 0, 12)
+    with pytest.raises(BlockIdError, match=r"outside \[0, 12\) \(e.g. 12\)"):
+        z.check()  # the earlier limits are gone

@@ -131,8 +131,12 @@ def test_check_names_the_bound_of_routed_launches() -> None:
     assert info.value.value in (18, -1)
     c.expect([2])
     z.check()  # reported once
-    z._launch(torch.tensor([6]))  # a launch of this buffer's own ids: its bound is num_blocks
-    with pytest.raises(K.BlockIdError, match=r"outside \[0, 6\) or \[0, 18\) \(e\.g\. 6\)"):
+    z._launch(torch.tensor([6]))  # a launch of this buffer's own ids: its bound is num_blocks (the routed
+    with pytest.raises(K.BlockIdError, match=r"outside \[0, 6\) \(e\.g\. 6\)"):  # bound was checked)
+        z.check()
+    z.launch_routed(torch.tensor([18]), 6, 18)
+    z._launch(torch.tensor([6]))  # both since the last check: both named
+    with pytest.raises(K.BlockIdError, match=r"outside \[0, 6\) or \[0, 18\) \(e\.g\. (6|18)\)"):
         z.check()
     fresh = c.zeroer()
     fresh._launch(torch.tensor([7, 0]))

@@ -67,6 +67,8 @@ FILL_WAVES = 0.5
 #: Pinned + device id buffers whose replay graphs are captured up front (host batches in flight at once
 #: before a call falls back to an eager launch).
 GRAPH_RING = 4
+#: Most id limits :meth:`CudaZeroer.check` names one by one (more: their range).
+NAMED_BOUNDS = 8
 #: Ids per program of the routing kernel.
 ROUTE_BLOCK = 1024
 #: Triton's store cache modifiers and eviction policies.
@@ -327,7 +329,8 @@ def dense_ids(ids: torch.Tensor, words: torch.Tensor | None = None) -> torch.Ten
     TorchFunctionMode's ``contiguous()`` handed the kernel a strided view it read as dense (pass 29). The
     result is checked too (a plain, contiguous tensor of the same ids whose storage holds them), and, with
     ``words``, must not share memory with the buffer: ids stored in a block were zeroed by the kernel while
-    it read them, and other blocks followed (pass 29)."""
+    it read them, and other blocks followed (pass 29); ids in memory torch did not allocate are copied
+    (pass 32)."""
     with plain_ops():
         check_id_tensor(ids)
         dense = ids.contiguous()
@@ -338,6 +341,11 @@ def dense_ids(ids: torch.Tensor, words: torch.Tensor | None = None) -> torch.Ten
             raise BlockIdError(msg, field="block_ids", value=tuple(dense.shape))
         if words is not None:
             check_apart(dense, words)
+            if not dense.untyped_storage().resizable():  # memory torch did not allocate (NumPy, DLPack, a
+                # mapping) may be the buffer's own mapped at another address: ids read through a second
+                # mapping of the cache file were cleared while the kernel read them (blocks [0, 1] zeroed
+                # for [1, 2]: pass 32). A copy of them is torch's own memory, apart from every buffer.
+                dense = dense.clone()
     return dense
 
 
@@ -557,7 +565,8 @@ class CudaZeroer:
         self._err = torch.zeros(2, dtype=torch.int64, device=dev)  # only ever added to by kernels
         self._reported = 0  # bad work items check() has already reported
         # the id bounds ([0, limit)) of launches that can flag ids: num_blocks, a routed batch's id_limit
-        self._bounds: set[int] = set()
+        self._bounds: set[int] = set()  # the id_limits of launches since the last check
+        self._bounds_ranged = False  # whether _bounds holds only their range
         self.max_batch = int(max_batch)
         # the count operand of uncounted launches (never read by them)
         self._no_count = torch.zeros(1, dtype=torch.int32, device=dev)
@@ -1150,10 +1159,15 @@ class CudaZeroer:
             self._release(slot, stream)
 
     def _flag_bound(self, limit: int) -> None:
-        """Note that launches now flag device ids outside ``[0, limit)`` (named by :meth:`check`)."""
+        """Note that launches now flag device ids outside ``[0, limit)`` (named by :meth:`check`). Past
+        :data:`NAMED_BOUNDS` limits since the last check only their range is kept: every id_limit ever
+        given was, and one bad id named 2,000 of them in 25,000 characters (pass 32)."""
         if limit not in self._bounds:
             with self._lock:
                 self._bounds.add(limit)
+                if len(self._bounds) > NAMED_BOUNDS:
+                    self._bounds = {min(self._bounds), max(self._bounds)}
+                    self._bounds_ranged = True
 
     @plain_torch
     def check(self) -> None:
@@ -1169,9 +1183,13 @@ class CudaZeroer:
             count = total - self._reported
             self._reported = total
             bounds = sorted(self._bounds) or [self.table.num_blocks]
+            ranged, self._bounds, self._bounds_ranged = self._bounds_ranged, set(), False  # since this check
         if count:
             # a routed launch's bound is its id_limit (the global pool), not this buffer's num_blocks
             outside = " or ".join(f"[0, {b})" for b in bounds)
+            if ranged:
+                span = f"id_limit {bounds[0]} to {bounds[-1]} since the last check"
+                outside = f"its launch's [0, id_limit) ({span})"
             raise BlockIdError(
                 f"device block_ids: {count} work items had an id outside {outside} "
                 f"(e.g. {bad}); they wrote nothing",
