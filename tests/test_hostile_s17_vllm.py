@@ -72,6 +72,6 @@ def test_f3_the_plugins_zeroer_refuses_an_empty_context_and_a_bad_num_blocks() -
 def test_f4_a_group_index_whose_comparisons_lie_is_refused() -> None:
     storage, views = views_of(CONFIG, ATTN)
     z = V.KVBlockZeroer.from_kv_caches(CONFIG, views)
-    assert z.group_name(LyingInt(0)) == z.group_names[0]  # its value, read as a plain int
-    for g in (LyingInt(7), LyingInt(-1)):
+    assert z.group_name(0) == z.group_names[0]
+    for g in (LyingInt(7), LyingInt(-1), LyingInt(0)):  # no integer at all (pass 32: is_int)
         _untouched(storage, lambda g=g: z.zero_block_ids([0], group=g), BlockIdError, "group", "cache group")

@@ -480,3 +480,42 @@ def test_check_keeps_the_id_limits_of_launches_since_the_last_check_only() -> No
     z.launch_routed(to_dev(torch.tensor([12])), 0, 12)
     with pytest.raises(BlockIdError, match=r"outside \[0, 12\) \(e.g. 12\)"):
         z.check()  # the earlier limits are gone
+
+
+def test_the_vllm_adapter_reads_the_views_without_a_callers_mode() -> None:
+    """A TorchFunctionMode around ``from_kv_caches`` answered the views' ``storage_offset()`` one block
+    further on: the views passed the plan on that answer, and ``zero_block_ids([0])`` (no mode on) cleared
+    block 1. vLLM 0.33's own views at storage byte 4,096 of a poisoned storage."""
+    torch, _ = cuda()
+    pytest.importorskip("vllm")
+    from torch.overrides import TorchFunctionMode
+    from vllm.v1 import kv_cache_interface as I
+
+    from kvlayout.integrations.vllm import KVBlockZeroer
+
+    names = ["model.layers.0.attn", "model.layers.1.attn"]
+    attn = I.FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=8, dtype=torch.bfloat16)
+    tensor = I.KVCacheTensor(size=8192, layers=names, layer_stride=1024, block_stride=2048)
+    config = I.KVCacheConfig(
+        num_blocks=4, kv_cache_tensors=[tensor], kv_cache_groups=[I.KVCacheGroupSpec(names, attn)],
+        kv_cache_layout="BLHNC",
+    )
+    guard = 4096
+    host = K.poison_pattern(guard + tensor.size + guard)
+    storage = to_dev(torch.from_numpy(host.copy()))
+    raw = storage.view(torch.int8)[guard : guard + tensor.size]
+    made = I.create_kv_cache_views(raw, attn, 4, I.KVCacheLayout.BLHNC, tensor)
+    views = dict(zip(names, made, strict=True))
+
+    class Shift(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if func is torch.Tensor.storage_offset and args[0].dtype == torch.bfloat16:
+                return out + 1024  # elements: 2,048 B further on
+            return out
+
+    with Shift():
+        z = KVBlockZeroer.from_kv_caches(config, views, graphs=False)
+    z.zero_block_ids([0])
+    got = K.changed_ranges(host, to_host(storage), origin=guard).tolist()
+    assert got == K.expected_zeroed(z.table, [0]).tolist() == [[0, 2048]]

@@ -20,9 +20,10 @@ table vLLM itself zeroes with.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -486,6 +487,27 @@ def _meta_int(meta: Any, i: int) -> int:
     return int(v)
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def plain_torch(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``fn`` run under the cuda backend's ``plain_ops`` (imported at the call: this module imports no torch):
+    vLLM's views and ``_meta`` tensors are read with no caller's mode between. A TorchFunctionMode around
+    ``from_kv_caches`` answered the views' ``storage_offset()`` one block further on, the views passed the
+    plan on that answer, and block 1 was zeroed for block 0 (pass 32)."""
+
+    @functools.wraps(fn)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        from kvlayout.backends.cuda.zeroer import plain_ops
+
+        with plain_ops():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+@plain_torch
 def table_from_block_zeroer(
     zeroer: Any, base_address: int, total_bytes: int, num_blocks: int
 ) -> SegmentTable:
@@ -576,6 +598,7 @@ def _view_block_ranges(where: str, view: Any, num_blocks: int) -> tuple[int, np.
     return strides[0] * el * ratio, merge_ranges(starts, starts + run)
 
 
+@plain_torch
 def check_views_against_layout(
     layout: Layout,
     views: Mapping[str, Any],
@@ -730,6 +753,7 @@ class KVBlockZeroer:
     CUDA stream (vLLM #50696: zeroing on another stream raced KV-offload loads).
     """
 
+    @plain_torch
     def __init__(
         self,
         kv_cache_config: Any,
@@ -773,6 +797,7 @@ class KVBlockZeroer:
         return self
 
     @classmethod
+    @plain_torch
     def from_kv_caches(
         cls, kv_cache_config: Any, kv_caches: Mapping[str, Any], kv_cache_layout: Any = None, **kwargs: Any
     ) -> KVBlockZeroer:

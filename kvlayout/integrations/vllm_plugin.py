@@ -49,6 +49,7 @@ from .vllm import (
     KVBlockZeroer,
     _walk_tensors,
     check_views_against_layout,
+    plain_torch,
     spec_from_kv_cache_config,
     table_from_block_zeroer,
 )
@@ -258,6 +259,7 @@ def _manager_views(
     return views
 
 
+@plain_torch
 def _storage_base(views: Mapping[str, Any], layout: Layout) -> tuple[Any, int]:
     """(uint8 tensor over the views' one storage, byte of the plan's byte 0 in it), views checked."""
     import torch
@@ -474,6 +476,7 @@ def _verifying_class(original: type, utils: ModuleType) -> type:
 
         kvlayout_mode = "verify"
 
+        @plain_torch
         def __init__(
             self,
             device: Any,
@@ -544,6 +547,7 @@ class ReplacedKVBlockZeroer(KVBlockZeroer):
 
     kvlayout_mode = "replace"
 
+    @plain_torch
     def __init__(  # type: ignore[override]
         self,
         device: Any,
