@@ -132,8 +132,9 @@ def test_ids_standing_for_more_than_int32_max_are_refused_before_any_copy() -> N
         "numpy": lambda: z.zero(np.broadcast_to(np.int64(0), (2**40,))),
         "contract": lambda: K.expected_zeroed(t, np.broadcast_to(np.int64(0), (2**31,))),
     }
+    refused = r"(2147483648|1099511627776)(.*at most 2147483647 ids| exceeds max_batch)"
     for name, call in calls.items():
-        with pytest.raises(BlockIdError, match=r"(2147483648|1099511627776).*at most 2147483647 ids"):
+        with pytest.raises(BlockIdError, match=refused):
             call()
         assert zeroed_blocks(host, to_host(buf)) == [], name
     assert all((to_host(s) == h).all() for s, h in zip(shards, shard_host, strict=True))
@@ -519,3 +520,40 @@ def test_the_vllm_adapter_reads_the_views_without_a_callers_mode() -> None:
     z.zero_block_ids([0])
     got = K.changed_ranges(host, to_host(storage), origin=guard).tolist()
     assert got == K.expected_zeroed(z.table, [0]).tolist() == [[0, 2048]]
+
+
+def test_host_batches_and_knobs_are_checked_before_any_work() -> None:
+    """A broadcast NumPy view of 2**28 ids was validated (3.5 s, 500 MB) before its size met max_batch;
+    ``zero_validated`` / ``check_batch`` raised AttributeError / TypeError; CacheZeroer's knobs took a
+    lying int's 0 and -4096, and the vLLM table's base address compared one."""
+    torch, kc = cuda()
+    import time
+
+    import numpy as np
+
+    from kvlayout.errors import BackendError, BlockIdError, TableError
+
+    z = kc.CudaZeroer(eight(), to_dev(torch.from_numpy(K.poison_pattern(eight().total_bytes))), graphs=False)
+    start = time.perf_counter()
+    with pytest.raises(BlockIdError, match="batch of 268435456 exceeds max_batch"):
+        z.zero(np.broadcast_to(np.int64(1), (2**28,)))
+    assert time.perf_counter() - start < 0.5
+    for call, match in (
+        (lambda: z.zero_validated([1, 2]), "block_ids type = list: must be a NumPy array"),
+        (lambda: z.check_batch("3"), "batch size = '3': must be a count of ids"),
+        (lambda: z.check_batch(None), "batch size = None: must be a count of ids"),
+        (lambda: z.check_batch(-1), "batch size = -1: must be a count of ids"),
+    ):
+        with pytest.raises(BlockIdError, match=match):
+            call()
+    from kvlayout.integrations.vllm import table_from_block_zeroer
+
+    with pytest.raises(TableError, match="base_address"):
+        table_from_block_zeroer(object(), _Below(-4096), 2048, 8)
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from kvlayout.backends.pallas.native import CacheZeroer
+
+    for knob in ({"tile_bytes": _Below(0)}, {"max_inflight": _Below(0)}, {"tile_bytes": _Below(-4096)}):
+        with pytest.raises(BackendError, match="must be an integer from"):
+            CacheZeroer([jnp.zeros((8, 128), jnp.float32)], **knob)

@@ -41,6 +41,7 @@ from kvlayout.native import (
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable
+from kvlayout.validate import is_int
 from kvlayout.verify import require_safe
 
 from .native_kernels import (
@@ -139,9 +140,11 @@ class CacheZeroer:
         # (box), a CUDA block of 1,024 threads (warps)
         bounds = (("tile_bytes", tile_bytes, 1024, 1 << 26), ("max_inflight", max_inflight, 1, 1 << 16),
                   ("box_elements", box_elements, 1, 1 << 20), ("num_warps", num_warps, 1, 32))
-        for name, v, lo, hi in bounds:
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        for name, v, lo, hi in bounds:  # is_int: a subclass whose comparisons lie took 0 and -4096 (pass 32)
+            if not is_int(v) or not lo <= int(v) <= hi:
                 raise bad_value(BackendError, name, v, f"must be an integer from {lo} to {hi:,}")
+        tile_bytes, max_inflight = int(tile_bytes), int(max_inflight)
+        box_elements, num_warps = int(box_elements), int(num_warps)
         for name, v in (("box_elements", box_elements), ("num_warps", num_warps)):
             if v & (v - 1):
                 raise bad_value(BackendError, name, v, "must be a power of two")

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LayoutBufferError, bad_value
+from ..validate import is_int
 
 
 def _layers_of(group: Any, i: int) -> list[str]:
@@ -73,11 +74,11 @@ def array_groups(
                     LayoutBufferError, "layer_name_to_kvcache_index", layer, f"group {g}'s layer has no array"
                 )
             i = layer_to_index[layer]
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(kv_caches):
+            if not is_int(i) or not 0 <= int(i) < len(kv_caches):
                 why = f"must index kv_caches (0 .. {len(kv_caches) - 1})"
                 raise bad_value(LayoutBufferError, f"layer_name_to_kvcache_index[{layer!r}]", i, why)
-            if str(g) not in owners[i]:
-                owners[i].append(str(g))
+            if str(g) not in owners[int(i)]:
+                owners[int(i)].append(str(g))
     out: list[tuple[str, ...] | None] = []
     for i, (x, who) in enumerate(zip(kv_caches, owners)):
         if isinstance(x, tuple):

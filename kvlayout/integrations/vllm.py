@@ -475,9 +475,9 @@ def _meta_column(meta: Any, i: int) -> list[int]:
     if not isinstance(values, (list, tuple)):
         raise bad_value(TableError, field, x, "must be a 1-D tensor or sequence of integers")
     for j, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int):
+        if not is_int(v):
             raise bad_value(TableError, f"{field}[{j}]", v, "must be an integer (no float, bool or nesting)")
-    return list(values)
+    return [int(v) for v in values]
 
 
 def _meta_int(meta: Any, i: int) -> int:
@@ -520,8 +520,9 @@ def table_from_block_zeroer(
     writes: a ``TableError`` names the field. Rows are named ``vllm/segment<i>``; the table
     carries no padding (``planned`` is false). ``_meta`` of ``None`` (no attention layer): no rows.
     """
-    if isinstance(base_address, bool) or not isinstance(base_address, int):
+    if not is_int(base_address):
         raise bad_value(TableError, "base_address", base_address, "must be an integer byte address")
+    base_address = int(base_address)
     meta = getattr(zeroer, "_meta", None)
     rows: list[Segment] = []
     if meta is not None:

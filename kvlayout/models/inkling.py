@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import spec_error
 from ..spec import FullAttentionSpec, GroupSpec, LayerSpec, SlidingWindowSpec
+from ..validate import is_int
 from .backends import BACKENDS, DEVICES, VLLM_BLOCK_SIZE, Resolved
 from .base import MAX_LAYERS, Ctx
 from .config import Config, resolve_kv_dtype
@@ -79,9 +80,9 @@ def local_layers(cfg: Config, n: int) -> set[int]:
     if not isinstance(raw, list):
         raise spec_error(cfg.field("local_layer_ids"), raw, "must be a list of layer indices")
     for j, v in enumerate(raw):
-        if isinstance(v, bool) or not isinstance(v, int):
+        if not is_int(v):
             raise spec_error(f"{cfg.field('local_layer_ids')}[{j}]", v, "must be an integer layer index")
-    return {v for v in raw if 0 <= v < n}
+    return {int(v) for v in raw if 0 <= int(v) < n}
 
 
 def kernel_size(cfg: Config) -> int:
