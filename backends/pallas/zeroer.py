@@ -26,7 +26,7 @@ from kvlayout.hardware import jax_platform
 from kvlayout.ranges import INT32_MAX
 from kvlayout.reference import normalize_block_ids
 from kvlayout.table import SegmentTable, check_table
-from kvlayout.validate import check_int, check_option, id_element_why, is_int, plain_str
+from kvlayout.validate import MAX_IDS, check_int, check_option, id_element_why, is_int, plain_str
 from kvlayout.verify import require_safe
 
 from .kernels import (
@@ -109,6 +109,9 @@ def step_ids(block_ids: Any) -> Any:
             field="block_ids",
             value=str(arr.dtype),
         )
+    if arr.size > MAX_IDS:  # a broadcast view of 2**40 ids: the mask below raised NumPy's 1 TiB MemoryError
+        # (pass 33; __call__ refuses them through validate.block_ids)
+        raise bad_value(BlockIdError, "block_ids.size", arr.size, f"at most {MAX_IDS} ids in one call")
     if np.iinfo(arr.dtype).max > INT32_MAX:
         fits = arr <= INT32_MAX if arr.dtype.kind == "u" else (arr >= INT32_MIN) & (arr <= INT32_MAX)
         out = np.full(arr.shape, -1, np.int32)  # not np.where(fits, arr, -1): NumPy 2 refuses -1 as uint64
