@@ -21,6 +21,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=${KVLAYOUT_MUTATION_VENV:-.venv-mutation}
 TEST_VENV=${KVLAYOUT_TEST_VENV:-.venv}
+case $TEST_VENV in /*) ;; *) TEST_VENV=$ROOT/$TEST_VENV ;; esac  # the table step runs from $WORK
 WORK=${KVLAYOUT_MUTATION_WORK:-/tmp/kvlayout-mutation}
 OUT=${KVLAYOUT_MUTATION_OUT:-bench/results}
 JOBS=${KVLAYOUT_MUTATION_JOBS:-$(nproc)}
@@ -69,7 +70,7 @@ declare -A TESTS=(
   [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_mutants_s17_cli.py"
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py tests/test_mutants_s17_cuda_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_hostile_s20.py tests/test_hostile_s23.py tests/test_hostile_s24.py tests/test_hostile_s24_core.py tests/test_mutants_s24_cuda_zeroer.py
                  tests/test_mutants_s26_cuda_zeroer.py tests/test_mutants_s27_cuda_zeroer.py tests/test_hostile_s28.py tests/test_hostile_s29.py
-                 tests/test_hostile_s30.py tests/test_hostile_s31.py"
+                 tests/test_hostile_s30.py tests/test_hostile_s31.py tests/test_mutants_s32_cuda_zeroer.py"
   [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_mutants_pallas_zeroer_s9.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s9_jax.py tests/test_mutants_s17_pallas_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_zeroer.py"
   # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)
   [pallas-native]="tests/test_mutants_pallas_native.py tests/test_mutants_s17_pallas_native.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_native.py tests/test_hostile_s20.py tests/test_models_mimo_v2.py tests/test_models_gemma3n.py tests/test_models_gemma4.py
@@ -206,7 +207,7 @@ cd "$WORK"
 
 # the table (bench/results/mutation.md, .json), merged with earlier runs of other modules
 # (under a lock: runs of other modules in parallel merge into the same table)
-flock "$ROOT/$OUT/.mutation.lock" "$ROOT/$TEST_VENV/bin/python" - "$ROOT" "$OUT" "$JOBS" "${names[@]}" <<'PY'
+flock "$ROOT/$OUT/.mutation.lock" "$TEST_VENV/bin/python" - "$ROOT" "$OUT" "$JOBS" "${names[@]}" <<'PY'
 import json, pathlib, re, subprocess, sys, datetime
 root, out, jobs, *names = sys.argv[1:]
 secs = {k: int(pathlib.Path(k, "seconds.txt").read_text()) for k in names}
