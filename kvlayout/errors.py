@@ -55,9 +55,10 @@ def bad_value(cls: type[E], field: str, value: Any, why: str, *, shown: str | No
 def _short_int(v: int) -> str:
     """An integer's repr, or its size when the repr would pass the interpreter's 4,300-digit limit
     (a product of hostile config values; ``repr`` would raise ``ValueError``)."""
-    if v.bit_length() <= 256:
-        return repr(v)
-    return f"<an integer of {v.bit_length():,} bits>"
+    bits = int.bit_length(v)  # int's own: a subclass's methods are not asked
+    if bits <= 256:
+        return int.__repr__(v)
+    return f"<an integer of {bits:,} bits>"
 
 
 class _Repr(reprlib.Repr):
@@ -75,11 +76,14 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = _REPR.maxfrozens
 def short(value: Any) -> str:
     """``repr(value)`` cut to 80 characters: a user's 50,000-character name is not echoed whole, and
     a list nested 100,000 deep is shown to four levels (its full repr raised RecursionError; issue 25)."""
-    if isinstance(value, int):
+    kind = type(value)  # the real type: an object's own __class__ may say int (pass 33)
+    if kind is bool:
+        return repr(value)
+    if issubclass(kind, int):
         return _cut(_short_int(value))
-    if isinstance(value, str):
-        return _cut(repr(value[:100]))
-    if isinstance(value, (list, tuple, dict, set, frozenset)):
+    if issubclass(kind, str):
+        return _cut(repr(str.__str__(value)[:100]))
+    if issubclass(kind, (list, tuple, dict, set, frozenset)):
         return _cut(_REPR.repr(value))
     try:
         return _cut(repr(value))

@@ -38,11 +38,12 @@ def is_int(v: object) -> bool:
     """A real integer (bools are not, nor NumPy timedeltas: a subclass of ``np.integer``, nor a subclass of
     NumPy's integer types, nor an ``int`` subclass whose readings disagree or that redefines any of int's
     operators: :func:`honest_int`)."""
-    if type(v) is int:
+    kind = type(v)  # the real type: an object's own __class__ may say int (isinstance believes it: pass 33)
+    if kind is int:
         return True
-    if isinstance(v, np.integer):
-        return type(v) in _NUMPY_INTS
-    return isinstance(v, int) and not isinstance(v, bool) and honest_int(v)
+    if issubclass(kind, np.integer):
+        return kind in _NUMPY_INTS
+    return issubclass(kind, int) and not issubclass(kind, bool) and honest_int(v)  # type: ignore[arg-type]
 
 
 #: Most block ids in one call (a NumPy array's size; the cuda kernels' grids and routed offsets are int32).
@@ -58,14 +59,16 @@ def honest_int(v: int) -> bool:
     range checks it fails (pass 32); both are refused. An ``IntEnum`` member keeps int's own. The classes
     are read past any metaclass's own ``__mro__`` or ``__dict__``."""
     mro = _MRO.__get__(type(v))
+    if int not in mro:  # an object whose __class__ says int
+        return False
     return not any(_INT_OWN.intersection(_CLASS_DICT.__get__(c)) for c in mro[: mro.index(int)])
 
 
 def id_element_why(v: object, why: str = "must be an integer block id") -> str:
     """Why ``v``, an element of a list of block ids, is refused (``why``, more precisely where it can be)."""
-    if isinstance(v, (bool, np.bool_)):
+    if issubclass(type(v), (bool, np.bool_)):  # the real type, not an object's own __class__
         return f"{why}, not a bool"
-    if isinstance(v, int):
+    if issubclass(type(v), int):
         return f"{why}: {LYING_INT_WHY}"
     return why
 
@@ -157,7 +160,7 @@ def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
         if not all(t is int or (issubclass(t, np.integer) and t is not np.timedelta64) for t in types):
             odd = next(((i, v) for i, v in enumerate(ids) if not is_int(v)), None)
             if odd is not None:  # else int subclasses (IntEnum) that read the same every way (is_int)
-                lying = isinstance(odd[1], int) and not isinstance(odd[1], bool)
+                lying = issubclass(type(odd[1]), int) and not issubclass(type(odd[1]), bool)
                 why = f"must be an integer{': ' + LYING_INT_WHY if lying else ''} (nothing was written)"
                 raise bad_value(BlockIdError, f"block_ids[{odd[0]}]", odd[1], why)
         try:

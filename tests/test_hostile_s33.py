@@ -25,3 +25,80 @@ def test_jax_apply_refuses_ids_counted_past_int32_max_before_any_mask() -> None:
     for call in (lambda: z.apply(buf, huge), lambda: zc.apply({"k": jnp.zeros((8, 128), jnp.float32)}, huge)):
         with pytest.raises(BlockIdError, match="block_ids.size = 1099511627776: at most 2147483647 ids"):
             call()
+
+
+def test_a_broadcast_view_of_device_ids_is_refused() -> None:
+    """8 B standing for 2**31 - 1 ids (under the count bound) had ``contiguous()`` ask 16 GiB: the
+    allocator's raw error, or 16 GiB taken natively."""
+    from tests.hostile_cases import cuda, to_dev, to_host, zeroed_blocks
+
+    torch, kc = cuda()
+    t = eight()
+    host = K.poison_pattern(t.total_bytes)
+    buf = to_dev(torch.from_numpy(host.copy()))
+    z = kc.CudaZeroer(t, buf, graphs=False)
+    for n in (2**31 - 1, 3):
+        ids = to_dev(torch.tensor([1])).expand(n)
+        for call in (lambda ids=ids: z.zero(ids), lambda ids=ids: z.launch_routed(ids, 0, 8),
+                     lambda ids=ids: z.zero_into(to_dev(torch.from_numpy(host.copy())), ids)):
+            with pytest.raises(BlockIdError, match=r"block_ids = a broadcast view \(stride 0\)"):
+                call()
+    z.zero(to_dev(torch.tensor([2])).expand(1))  # one id: nothing overlaps
+    assert zeroed_blocks(host, to_host(buf)) == [2]
+
+
+def test_an_object_whose_class_says_int_is_no_integer() -> None:
+    """``isinstance`` believes an object's own ``__class__``: ``honest_int`` then raised a raw ValueError
+    (and the error message's formatting an AttributeError) wherever an integer is taken."""
+    from kvlayout.errors import short
+    from kvlayout.validate import block_ids, is_int
+
+    class Fake:
+        __class__ = property(lambda self: int)  # type: ignore[assignment]
+
+    f = Fake()
+    assert isinstance(f, int) and not is_int(f)
+    assert short(f).startswith("<")
+    with pytest.raises(BlockIdError, match=r"block_ids\[1\] = .*: must be an integer \(nothing was"):
+        block_ids([1, f], 8)
+    from tests.hostile_cases import cuda, to_dev
+
+    torch, kc = cuda()
+    z = kc.CudaZeroer(eight(), to_dev(torch.from_numpy(K.poison_pattern(eight().total_bytes))), graphs=False)
+    with pytest.raises(BlockIdError, match=r"block_ids\[1\]"):
+        z.zero([1, f])
+
+
+def test_the_plugins_verify_step_checks_without_a_callers_mode() -> None:
+    """A TorchFunctionMode answering ``aminmax`` with (0, 1) had id 5000 of an 8-block pool reach vLLM's
+    unbounded kernel in verify mode."""
+    import types
+
+    from tests.hostile_cases import cuda
+
+    torch, _ = cuda()
+    from torch.overrides import TorchFunctionMode
+
+    from kvlayout.integrations import vllm_plugin as P
+
+    launches = []
+
+    class Kernel:
+        def __getitem__(self, grid: object) -> object:
+            return lambda *args, **kw: launches.append(args[3].tolist())
+
+    cls = P._verifying_class(type("VLLMBase", (), {}), types.SimpleNamespace(_zero_kv_blocks_kernel=Kernel()))
+    z = cls.__new__(cls)
+    z._meta = (*(torch.zeros(1, dtype=torch.int64) for _ in range(3)), 1, 1024, 1)
+    z.kvlayout_num_blocks, z.kvlayout_pin_memory, z.device = 8, False, torch.device("cpu")
+
+    class Small(TorchFunctionMode):
+        def __torch_function__(self, func: object, types: object, args: object = (), kwargs: object = None
+                               ) -> object:
+            if func is torch.aminmax:
+                return torch.tensor(0), torch.tensor(1)
+            return func(*args, **(kwargs or {}))  # type: ignore[operator, arg-type]
+
+    with Small(), pytest.raises(BlockIdError, match=r"block_ids\[1\] = 5000: outside \[0, 8\)"):
+        z.zero_block_ids([1, 5000])
+    assert launches == []

@@ -316,6 +316,10 @@ def check_id_tensor(ids: torch.Tensor) -> None:
         # allocator's raw error (pass 32)
         msg = f"block_ids.size = {n}: at most {MAX_IDS} ids in one call"
         raise BlockIdError(msg, field="block_ids.size", value=n)
+    if n > 1 and ids.stride(0) == 0:  # a broadcast view: 8 B standing for 2**31 - 1 ids had contiguous()
+        # ask 16 GiB (the allocator's raw error, pass 33); any other view holds its ids in its storage
+        msg = "block_ids = a broadcast view (stride 0): pass the ids themselves"
+        raise BlockIdError(msg, field="block_ids", value="stride 0")
     if n and ids.device.type != "meta":  # a storage shrunk behind its tensor (resize_): read past its end
         need = (ids.storage_offset() + (n - 1) * ids.stride(0) + 1) * ids.element_size()
         have = ids.untyped_storage().nbytes()

@@ -442,7 +442,7 @@ def checked_step_ids(block_ids: Sequence[int], num_blocks: int, pin_memory: bool
     if not kinds <= {int}:
         i = next((i for i, x in enumerate(block_ids) if _not_an_id(x, not_ids)), -1)
         if i >= 0:  # else honest int subclasses (IntEnum) and NumPy integers: integers
-            lying = isinstance(block_ids[i], int) and not isinstance(block_ids[i], bool)
+            lying = issubclass(type(block_ids[i]), int) and not issubclass(type(block_ids[i]), bool)
             why = f"must be an integer{': ' + LYING_INT_WHY if lying else ''} (nothing was written)"
             raise bad_value(BlockIdError, f"block_ids[{i}]", block_ids[i], why)
     try:  # the dtype is given, as vLLM's own step gives it (inferring it doubles the cost at 1,024 ids)
@@ -527,8 +527,11 @@ def _verifying_class(original: type, utils: ModuleType) -> type:
                 layout.order,
             )
 
+        @plain_torch
         def zero_block_ids(self, block_ids: list[int]) -> None:
-            """vLLM's step (its host tensor, copy and kernel), with the ids bounds-checked first."""
+            """vLLM's step (its host tensor, copy and kernel), with the ids bounds-checked first (no caller's
+            mode between: one answering ``aminmax`` had id 5000 of an 8-block pool reach vLLM's unbounded
+            kernel, pass 33)."""
             if not block_ids or self._meta is None:
                 return
             ids = checked_step_ids(block_ids, self.kvlayout_num_blocks, self.kvlayout_pin_memory)
