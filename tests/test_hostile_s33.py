@@ -102,3 +102,31 @@ def test_the_plugins_verify_step_checks_without_a_callers_mode() -> None:
     with Small(), pytest.raises(BlockIdError, match=r"block_ids\[1\] = 5000: outside \[0, 8\)"):
         z.zero_block_ids([1, 5000])
     assert launches == []
+
+
+def test_64_bit_jax_ids_made_with_x64_on_are_refused_with_it_off() -> None:
+    """Id 2**32 + 3 made while x64 was on and zeroed after it was off: JAX narrowed it to 3 at kvlayout's
+    own jit, and block 3 was zeroed with no bad id counted (``__call__``, ``apply``, CacheZeroer, a list)."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from kvlayout.backends.pallas import PallasZeroer
+    from kvlayout.backends.pallas.native import CacheZeroer
+
+    jax.config.update("jax_enable_x64", True)
+    try:
+        ids = jnp.asarray(np.array([2**32 + 3], np.int64))
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    z = PallasZeroer(eight(), kernel="triton", interpret=True)
+    buf = jnp.asarray(np.full(z.buffer_shape, 7, np.int32))
+    zc = CacheZeroer({"k": jnp.ones((8, 128), jnp.float32)}, kernel="triton", interpret=True)
+    for call in (lambda: z(buf, ids), lambda: z.apply(buf, ids), lambda: z.apply(buf, [ids[0], 1]),
+                 lambda: zc({"k": jnp.ones((8, 128), jnp.float32)}, ids)):
+        with pytest.raises(BlockIdError, match="64-bit ids with jax_enable_x64 off"):
+            call()
+    from kvlayout.backends.pallas import zeroer as Z
+
+    ids32, ok = Z.masked_ids(np.array([2**32 + 3, 2], np.int64), np.ones(2, bool), 8)  # NumPy: host-narrowed
+    assert np.asarray(ids32).tolist()[1] == 2 and np.asarray(ok).tolist() == [False, True]
+    out = np.asarray(z(buf, jnp.asarray([3], jnp.int32)))  # int32 ids: as ever
+    assert (out == 0).any() and z.check() is None

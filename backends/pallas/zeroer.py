@@ -142,6 +142,8 @@ def _list_ids(block_ids: list[Any] | tuple[Any, ...]) -> Any:
         if isinstance(v, jax.Array):
             if v.dtype == jnp.bool_:  # a bool beside ints would become block 0 or 1 (issue 25)
                 raise bad_value(BlockIdError, f"block_ids[{i}]", v, "must be an integer block id, not a bool")
+            if _integer_dtype(v.dtype):
+                refuse_narrowed(v.dtype, f"block_ids[{i}].dtype")
         elif not is_int(v):  # 0-d arrays, torch tensors, floats, strings, None, lying int subclasses
             raise bad_value(BlockIdError, f"block_ids[{i}]", v, id_element_why(v))
     if not all(v.ndim == 0 and _integer_dtype(v.dtype) for v in block_ids if isinstance(v, jax.Array)):
@@ -179,6 +181,16 @@ def check_id_array(ids: Any, field: str = "block_ids") -> None:
             field=field,
             value=str(ids.dtype),
         )
+    if isinstance(ids, jax.Array):  # (NumPy ids keep their values: narrowed on the host, step_ids)
+        refuse_narrowed(ids.dtype, f"{field}.dtype")
+
+
+def refuse_narrowed(dtype: Any, field: str) -> None:
+    """64-bit ids JAX would narrow to 32 bits (made while x64 was on, used with it off): every jit and jnp op
+    canonicalises them first, so 2**32 + 3 became block 3 with no bad id counted (pass 33)."""
+    if np.dtype(dtype).itemsize > 4 and jax.dtypes.canonicalize_dtype(dtype) != np.dtype(dtype):
+        why = "64-bit ids with jax_enable_x64 off, which JAX narrows: pass int32 ids (nothing written)"
+        raise bad_value(BlockIdError, field, str(dtype), why, shown=str(dtype))
 
 
 def masked_ids(ids: Any, valid: Any, limit: int) -> tuple[jax.Array, jax.Array]:
@@ -191,6 +203,8 @@ def masked_ids(ids: Any, valid: Any, limit: int) -> tuple[jax.Array, jax.Array]:
         if not isinstance(x, (jax.Array, np.ndarray)):
             raise bad_value(BlockIdError, name, type(x).__name__, "must be a jax.Array")
     check_id_array(ids, "ids")
+    if isinstance(ids, np.ndarray):  # int32 on the host, -1 where an id does not fit: JAX's own narrowing
+        ids = step_ids(ids)  # of 64-bit ids with x64 off wraps 2**32 + 3 to 3 (pass 33)
     if valid.dtype != jnp.bool_ and not jnp.issubdtype(valid.dtype, jnp.integer):
         shown = f"{valid.dtype}{tuple(valid.shape)}"
         raise bad_value(BlockIdError, "valid", shown, "must be a bool array", shown=shown)
@@ -505,7 +519,8 @@ class PallasZeroer:
         the ids as :meth:`apply` takes them: an integer dtype (else refused), and an id outside
         ``[0, num_blocks)`` (int32 included) writes nothing, checked before kvlayout narrows it (a NumPy
         int64 array passed through the user's own jit with x64 off is narrowed by JAX at that boundary,
-        before kvlayout sees it: pass a ``jax.Array`` made with x64 on, or host ids outside the jit).
+        before kvlayout sees it: pass host ids outside the jit, or run with x64 on throughout; a 64-bit
+        ``jax.Array`` made with x64 on and used with it off is refused, since JAX narrows it too).
         """
         self._check_buffer(buf)
         if not isinstance(buf, jax.core.Tracer) and buf.committed:  # eager: JAX's refusal was raw
