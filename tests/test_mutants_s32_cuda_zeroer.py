@@ -9,7 +9,9 @@ check (one element short is refused, an empty view or meta ids are not measured)
 ``check_apart``, the exact bounds of the buffer's bytes (ids at its first byte, across its start, next to
 either end) and ids that cannot be in it (none, or on another device); in ``_check_storage``, pass 28's
 refusal of a buffer re-pointed after the zeroer was made, and in ``_buffer_words`` pass 29's of a ZeroTensor
-buffer (the whole message, ``value``). Interpreter only (host memory).
+buffer (the whole message, ``value``); in ``zero_into`` (a survivor of the @plain_torch entries, which
+mutmut mutates only on a copy staged without the decorator: mutation.md, session 28), ids stored in its own
+target are refused, after their values. Interpreter only (host memory).
 """
 
 from __future__ import annotations
@@ -222,3 +224,18 @@ def test_a_zero_tensor_buffer_is_named() -> None:
             call()
         assert str(e.value) == msg and (e.value.field, e.value.value) == ("buffer", "ZeroTensor")
     assert np.array_equal(buf.numpy(), host)
+
+
+def test_zero_into_reads_its_ids_apart_from_its_own_target() -> None:
+    """``zero_into`` a copy of the buffer, with ids stored in that copy's layout: valid ones are refused as
+    lying in the buffer being zeroed (its address), out-of-range ones by their value first (host ids are
+    validated before anything else is read); the copy is not written."""
+    z, _, host = _zeroer()
+    other = torch.from_numpy(host.copy())
+    ids = _ids_at(other, GUARD + 256, [1, 2])
+    _refused(lambda: z.zero_into(other, ids), f"block_ids at {ids.data_ptr():#x}: {APART}", ids.data_ptr())
+    ids.copy_(torch.tensor([99, 2]))
+    before = other.numpy().copy()
+    msg = "block_ids[0] = 99: outside [0, 8) (1 bad ids; nothing was written)"
+    _refused(lambda: z.zero_into(other, ids), msg, 99, field="block_ids[0]")
+    assert np.array_equal(other.numpy(), before)
