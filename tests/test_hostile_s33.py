@@ -130,3 +130,79 @@ def test_64_bit_jax_ids_made_with_x64_on_are_refused_with_it_off() -> None:
     assert np.asarray(ids32).tolist()[1] == 2 and np.asarray(ok).tolist() == [False, True]
     out = np.asarray(z(buf, jnp.asarray([3], jnp.int32)))  # int32 ids: as ever
     assert (out == 0).any() and z.check() is None
+
+
+def test_the_tpu_inference_adapter_reads_groups_and_layer_names_plainly() -> None:
+    """A group ``Lie(0)`` whose ``int()`` said 1 zeroed group 1's array; a str subclass layer name hashing
+    as another layer's found that layer's array (group 0's zeroing cleared group 1's)."""
+    import types
+
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from kvlayout.errors import LayoutBufferError
+    from kvlayout.integrations.tpu_inference import TpuInferenceZeroer
+
+    class Lie(int):
+        def __int__(self) -> int:
+            return 1
+
+    class Alias(str):
+        def __hash__(self) -> int:
+            return hash("l1")
+
+        def __eq__(self, o: object) -> bool:
+            return str.__eq__("l1", o)
+
+    caches = [jnp.zeros((8, 16, 2, 8), jnp.float32) for _ in range(2)]
+
+    def cfg(*names: list[str]) -> object:
+        return types.SimpleNamespace(kv_cache_groups=[types.SimpleNamespace(layer_names=n) for n in names])
+
+    z = TpuInferenceZeroer(caches, cfg(["l0"], ["l1"]), {"l0": 0, "l1": 1})
+    for g in (Lie(0), np.timedelta64(1), 1.0, True):
+        with pytest.raises(LayoutBufferError, match="group = "):
+            z._check_group(g)
+    assert z._check_group(np.int64(1)) == "1" and z._check_group("0") == "0" and z._check_group(None) is None
+    with pytest.raises(LayoutBufferError, match="'lX': group 0's layer has no array"):
+        TpuInferenceZeroer(caches, cfg(["l0", Alias("lX")], ["l1"]), {"l0": 0, "l1": 1})
+
+
+def test_sharded_host_batches_meet_max_batch_before_their_values() -> None:
+    """A broadcast view of 2**27 ids was validated for 5 s and 1 GB, then taken."""
+    import time
+
+    from kvlayout.sharding import shard_spec
+    from tests.hostile_cases import cuda, to_dev
+
+    torch, kc = cuda()
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2}, block_axes=("dp",))
+    bufs = [to_dev(torch.from_numpy(K.poison_pattern(lay.shard_bytes, s))) for s in (1, 2)]
+    sz = kc.ShardedCudaZeroer(lay, bufs, max_batch=8, graphs=False)
+    start = time.perf_counter()
+    with pytest.raises(BlockIdError, match="batch of 134217728: more than max_batch on some shard"):
+        sz.zero(np.broadcast_to(np.int64(1), (2**27,)))
+    assert time.perf_counter() - start < 0.5
+    sz.zero(np.arange(8, dtype=np.int64))  # 8 ids over two shards of max_batch 8: fine
+
+
+def test_ids_in_shared_memory_mapped_again_as_the_buffer() -> None:
+    """Ids in a ``share_memory_()`` storage (torch's own, ``resizable()``), the buffer a second mapping of
+    those pages: the ids were cleared while the kernel read them (blocks [0, 1] for [1, 2])."""
+    import mmap
+
+    from tests.hostile_cases import cuda, zeroed_blocks
+
+    torch, kc = cuda()
+    if kc.DEVICE_TYPE != "cpu":
+        pytest.skip("host shared memory: the interpreter's buffers")
+    t = eight()
+    shared = torch.from_numpy(K.poison_pattern(t.total_bytes)).clone().share_memory_()
+    fd, size = shared.untyped_storage()._share_fd_cpu_()[:2]
+    mm = mmap.mmap(fd, size)
+    buf = torch.from_numpy(np.frombuffer(mm, np.uint8)[: t.total_bytes])
+    ids = shared[256:272].view(torch.int64)
+    ids.copy_(torch.tensor([1, 2]))
+    before = buf.numpy().copy()
+    kc.CudaZeroer(t, buf, graphs=False).zero(ids)
+    assert zeroed_blocks(before, buf.numpy()) == [1, 2]

@@ -345,10 +345,11 @@ def dense_ids(ids: torch.Tensor, words: torch.Tensor | None = None) -> torch.Ten
             raise BlockIdError(msg, field="block_ids", value=tuple(dense.shape))
         if words is not None:
             check_apart(dense, words)
-            if not dense.untyped_storage().resizable():  # memory torch did not allocate (NumPy, DLPack, a
-                # mapping) may be the buffer's own mapped at another address: ids read through a second
-                # mapping of the cache file were cleared while the kernel read them (blocks [0, 1] zeroed
-                # for [1, 2]: pass 32). A copy of them is torch's own memory, apart from every buffer.
+            storage = dense.untyped_storage()
+            if storage.is_shared() or not storage.resizable():  # memory torch did not allocate (NumPy,
+                # DLPack, a mapping) or shared (share_memory_()) may be the buffer's own mapped at another
+                # address: ids read through a second mapping of the cache were cleared while the kernel read
+                # them (blocks [0, 1] zeroed for [1, 2]: passes 32, 33). A copy is torch's own private memory.
                 dense = dense.clone()
     return dense
 

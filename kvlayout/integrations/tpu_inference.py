@@ -29,10 +29,9 @@ ids)`` on device ids. tpu-inference is not imported here: only its objects' attr
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import numpy as np
 
 from ..errors import LayoutBufferError, bad_value
 from ..validate import is_int
@@ -47,7 +46,9 @@ def _layers_of(group: Any, i: int) -> list[str]:
             names,
             "must be a list of layer names",
         )
-    return list(names)
+    # each the plain str it holds: a str subclass's own __hash__ / __eq__ found another layer's array, and
+    # zeroing group 0 cleared group 1's (pass 33)
+    return [str.__str__(x) for x in names]
 
 
 def array_groups(
@@ -66,6 +67,8 @@ def array_groups(
     if not isinstance(layer_to_index, Mapping):
         why = "must map layer names to kv_caches indices (the runner's layer_name_to_kvcache_index)"
         raise bad_value(LayoutBufferError, "layer_name_to_kvcache_index", type(layer_to_index).__name__, why)
+    # read once, as a plain dict of plain str keys (a mapping's own __contains__ / keys may lie: pass 33)
+    layer_to_index = {str.__str__(k): v for k, v in dict(layer_to_index).items() if isinstance(k, str)}
     owners: list[list[str]] = [[] for _ in kv_caches]
     for g, group in enumerate(groups):
         for layer in _layers_of(group, g):
@@ -152,8 +155,12 @@ class TpuInferenceZeroer:
     def _check_group(self, group: Any) -> str | None:
         """The group id as the CacheZeroer names it: ``"1"``, or vLLM's index ``1`` (any integer type,
         NumPy's too, as KVBlockZeroer takes it); ``None``: every group."""
-        index = isinstance(group, (int, np.integer)) and not isinstance(group, bool)
-        name = str(int(group)) if index else group
+        if is_int(group):  # a lying int's int() chose group 1's array for its value 0 (pass 33)
+            name: Any = str(int.__int__(operator.index(group)))  # type: ignore[call-overload]
+        elif group is None or isinstance(group, str):
+            name = None if group is None else str.__str__(group)
+        else:
+            raise bad_value(LayoutBufferError, "group", group, f"valid group ids: {', '.join(self.groups)}")
         if name is not None and name not in self.groups:
             raise bad_value(LayoutBufferError, "group", group, f"valid group ids: {', '.join(self.groups)}")
         return name
