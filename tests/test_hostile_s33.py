@@ -206,3 +206,23 @@ def test_ids_in_shared_memory_mapped_again_as_the_buffer() -> None:
     before = buf.numpy().copy()
     kc.CudaZeroer(t, buf, graphs=False).zero(ids)
     assert zeroed_blocks(before, buf.numpy()) == [1, 2]
+
+
+def test_a_shard_given_twice_is_refused() -> None:
+    """An int subclass owning only ``__hash__`` (an integer to ``is_int``) gave shard 0 twice as two keys,
+    and sorting them raised torch's raw error."""
+    from kvlayout.errors import LayoutBufferError
+    from kvlayout.sharding import shard_spec
+    from tests.hostile_cases import cuda, to_dev
+
+    torch, kc = cuda()
+
+    class H(int):
+        def __hash__(self) -> int:
+            return 12345
+
+    lay = shard_spec(K.preset("dsv4-test").with_num_blocks(8), {"dp": 2}, block_axes=("dp",))
+    a, b = (to_dev(torch.from_numpy(K.poison_pattern(lay.shard_bytes, s))) for s in (1, 2))
+    with pytest.raises(LayoutBufferError, match="buffers: a shard is given twice"):
+        kc.ShardedCudaZeroer(lay, {0: a, H(0): b}, graphs=False)
+    assert kc.ShardedCudaZeroer(lay, {H(1): b}, graphs=False).shards == (1,)

@@ -77,6 +77,10 @@ class ShardedCudaZeroer:
             raise LayoutBufferError("buffers: empty (give at least one shard)", field="buffers", value=0)
         for k in items:
             layout._check_shard(k)
+        plain = {int(k): v for k, v in items.items()}  # keys as plain ints: an int subclass with its own
+        if len(plain) != len(items):  # __hash__ gave shard 0 twice, and sorting them raised (pass 33)
+            raise LayoutBufferError("buffers: a shard is given twice", field="buffers", value=sorted(plain))
+        items = plain
         self.zeroers: dict[int, CudaZeroer] = {
             k: CudaZeroer(layout.local_table, buf, offset=offset, **kwargs)
             for k, buf in sorted(items.items())
