@@ -346,10 +346,12 @@ def dense_ids(ids: torch.Tensor, words: torch.Tensor | None = None) -> torch.Ten
         if words is not None:
             check_apart(dense, words)
             storage = dense.untyped_storage()
-            if storage.is_shared() or not storage.resizable():  # memory torch did not allocate (NumPy,
-                # DLPack, a mapping) or shared (share_memory_()) may be the buffer's own mapped at another
-                # address: ids read through a second mapping of the cache were cleared while the kernel read
-                # them (blocks [0, 1] zeroed for [1, 2]: passes 32, 33). A copy is torch's own private memory.
+            # memory torch did not allocate (NumPy, DLPack, a mapping) or host memory shared with
+            # share_memory_() may be the buffer's own mapped at another address: ids read through a second
+            # mapping of the cache were cleared while the kernel read them (blocks [0, 1] zeroed for [1, 2]:
+            # passes 32, 33). A copy is torch's own private memory. (is_shared() is always True for CUDA
+            # storages: asked of host memory only, so device ids from torch's allocator are not copied.)
+            if not storage.resizable() or (storage.device.type == "cpu" and storage.is_shared()):
                 dense = dense.clone()
     return dense
 
