@@ -61,7 +61,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from .errors import spec_error
+from .errors import SpecError, bad_value, spec_error
 from .ranges import MAX_BYTES, round_up
 from .spec import KVCacheSpec, LayerSpec
 from .table import MAX_TABLE_ROWS, Segment, SegmentTable
@@ -348,8 +348,17 @@ def _plan_layer_outer(spec: KVCacheSpec, order: str) -> Layout:
     return Layout(spec, region, tuple(placements), None, tuple(slot_pages), order)
 
 
+def _check_spec_type(spec: object) -> None:
+    """A :class:`KVCacheSpec`, named where it is not: ``plan("dsv4")`` read ``.order`` of a str (pass 34)."""
+    if not isinstance(spec, KVCacheSpec):
+        kind = type(spec).__name__
+        hint = " (kvlayout.preset(name) gives a preset's spec)" if isinstance(spec, str) else ""
+        raise bad_value(SpecError, "spec type", kind, f"must be a kvlayout.KVCacheSpec{hint}", shown=kind)
+
+
 def plan_layout(spec: KVCacheSpec) -> Layout:
     """Lay out every layer of ``spec`` in one flat buffer."""
+    _check_spec_type(spec)
     order = spec.order
     _check_row_count(spec, order)
     if order in BLOCK_OUTER:
@@ -489,6 +498,7 @@ def _minus(g0: int, g1: int, starts: list[int], ends: list[int]) -> list[tuple[i
 
 def plan(spec: KVCacheSpec, *, coalesce: bool = False) -> SegmentTable:
     """Plan ``spec`` and return its segment table (coalesced for kernels if asked)."""
+    _check_spec_type(spec)
     if not isinstance(coalesce, bool):  # "no" is truthy: a string would coalesce
         raise spec_error("coalesce", coalesce, "must be True or False")
     table = plan_layout(spec).table()

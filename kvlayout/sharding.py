@@ -42,7 +42,7 @@ from .reference import (
 )
 from .spec import FullAttentionSpec, GroupSpec, KVCacheSpec
 from .table import SegmentTable
-from .validate import check_int, host_buffer, is_int
+from .validate import check_int, check_name, host_buffer, is_int, plain_str
 from .verify import VerifyReport, require_safe, verify
 
 MODES = ("replicated", "block_sharded")
@@ -79,6 +79,9 @@ def _axes_tuple(mesh_axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> tup
             raise SpecError(
                 f"mesh_axes name = {short(name)}: must be a non-empty string", field="mesh_axes", value=name
             )
+        # printable, bounded, and the plain str it holds: a newline forged lines of describe(), a subclass's
+        # own __eq__ matched every axis of block_axes/head_axes (pass 34)
+        name = plain_str(check_name(SpecError, "mesh_axes name", name))
         if name in seen:
             raise SpecError(f"mesh_axes name = {name!r}: duplicate axis", field="mesh_axes", value=name)
         if not is_int(size) or size < 1:
@@ -104,17 +107,22 @@ def _check_subset(field: str, axes: Sequence[str], names: Sequence[str]) -> tupl
         axes = (axes,)
     if not isinstance(axes, (Sequence, set, frozenset)):
         raise spec_error(field, axes, "must be an axis name or a list of them")
-    for a in axes:
+    # shown as a tuple when short: a range of 10**12 names was made a tuple for the message
+    shown = short(tuple(axes)) if len(axes) <= 2 * MAX_MESH_AXES else f"<{len(axes)} names>"
+    seen: list[str] = []
+    for a in axes:  # each as the plain str it holds: a str subclass's own __eq__ matched every axis (pass
+        a = plain_str(a)  # 34); at most len(names) taken before a bad or repeated one is refused
         if a not in names:
             raise SpecError(
-                f"{field} = {short(tuple(axes))}: {short(a)} is not a mesh axis (axes: {', '.join(names)})",
+                f"{field} = {shown}: {short(a)} is not a mesh axis (axes: {', '.join(names)})",
                 field=field,
                 value=a,
             )
-    if len(set(axes)) != len(axes):
-        why = f"{field} = {short(tuple(axes))}: an axis is named twice"
-        raise SpecError(why, field=field, value=tuple(axes))
-    return tuple(a for a in names if a in axes)  # mesh order
+        if a in seen:
+            why = f"{field} = {shown}: an axis is named twice"
+            raise SpecError(why, field=field, value=tuple(seen) + (a,))
+        seen.append(a)
+    return tuple(a for a in names if a in seen)  # mesh order
 
 
 def _check_spec(field: str, spec: object) -> None:

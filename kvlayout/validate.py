@@ -156,12 +156,16 @@ def block_ids(ids: Any, num_blocks: int) -> np.ndarray:
             raise bad_value(BlockIdError, f"block_ids[{i}]", int(ids[i]), f"outside [0, {num_blocks})")
         arr = ids.astype(np.int64, copy=False)
     elif isinstance(ids, (list, tuple)):
-        types = set(map(type, ids))  # C-speed pass; timedelta64 is an np.integer subclass (issue 25)
-        if not all(t is int or (issubclass(t, np.integer) and t is not np.timedelta64) for t in types):
+        types = set(map(type, ids))  # C-speed pass; timedelta64 is an np.integer subclass (issue 25), and a
+        # subclass of NumPy's own int types was read by its own __index__ (7 for a stored 2: pass 34)
+        if not all(t is int or t in _NUMPY_INTS for t in types):
             odd = next(((i, v) for i, v in enumerate(ids) if not is_int(v)), None)
             if odd is not None:  # else int subclasses (IntEnum) that read the same every way (is_int)
                 lying = issubclass(type(odd[1]), int) and not issubclass(type(odd[1]), bool)
-                why = f"must be an integer{': ' + LYING_INT_WHY if lying else ''} (nothing was written)"
+                if isinstance(odd[1], np.integer):  # not NumPy's own (those pass is_int)
+                    why = "must be an integer of NumPy's own types, not a subclass (nothing was written)"
+                else:
+                    why = f"must be an integer{': ' + LYING_INT_WHY if lying else ''} (nothing was written)"
                 raise bad_value(BlockIdError, f"block_ids[{odd[0]}]", odd[1], why)
         try:
             arr = np.array(ids, dtype=np.int64) if ids else np.zeros(0, np.int64)

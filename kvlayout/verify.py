@@ -608,6 +608,12 @@ def _rng(s: Segment, b: int) -> tuple[int, int]:
 
 def verify(table: SegmentTable) -> VerifyReport:
     """Prove invariants 1-4 of GEOMETRY.md section 3 for every block id in ``[0, num_blocks)``."""
+    if not isinstance(table, SegmentTable):  # verify(spec) read .total_bytes of a KVCacheSpec (pass 34)
+        kind = type(table).__name__
+        proves = " (verify(kvlayout.plan(spec)) proves a spec's table)"
+        hint = proves if kind in ("KVCacheSpec", "Layout") else ""
+        msg = f"table type = {kind}: must be a kvlayout.SegmentTable{hint}"
+        raise TableError(msg, field="table", value=kind)
     n, total = table.num_blocks, table.total_bytes
     segs = table.segments
     viol: dict[int, list[Violation]] = {1: [], 2: [], 3: [], 4: []}

@@ -30,7 +30,16 @@ from kvlayout.errors import BlockIdError, LayoutBufferError, TableError
 from kvlayout.sharding import ShardedLayout
 
 from ._mode import DEVICE_TYPE, MODE
-from .zeroer import CudaZeroer, check_apart, check_id_tensor, dense_ids, host_ids, plain_torch
+from .zeroer import (
+    CudaZeroer,
+    check_apart,
+    check_id_tensor,
+    dense_ids,
+    host_ids,
+    plain_ops,
+    plain_torch,
+    private_ids,
+)
 
 
 class ShardedCudaZeroer:
@@ -161,6 +170,9 @@ class ShardedCudaZeroer:
                  for z, _ in self._routes]
         for g, (z, _) in zip(moved, self._routes):  # ids kept in a shard's buffer were cleared while read
             check_apart(g, z.words)  # (pass 29): every shard before any is written (pass 30)
+        with plain_ops():  # ids that may be a shard's bytes mapped again are copied, as CudaZeroer copies
+            own = private_ids(ids)  # them: the replicated launch read them while clearing them (pass 34)
+        moved = [own if g is ids else g for g in moved]  # the moved ones are copies already
         for g, (z, lo) in zip(moved, self._routes):
             if self.layout.block_shards == 1:  # replicated: every id is this shard's, one launch
                 z._launch(g, dplan=z._plan_for(group))

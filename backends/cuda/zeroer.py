@@ -345,14 +345,22 @@ def dense_ids(ids: torch.Tensor, words: torch.Tensor | None = None) -> torch.Ten
             raise BlockIdError(msg, field="block_ids", value=tuple(dense.shape))
         if words is not None:
             check_apart(dense, words)
-            storage = dense.untyped_storage()
-            # memory torch did not allocate (NumPy, DLPack, a mapping) or host memory shared with
-            # share_memory_() may be the buffer's own mapped at another address: ids read through a second
-            # mapping of the cache were cleared while the kernel read them (blocks [0, 1] zeroed for [1, 2]:
-            # passes 32, 33). A copy is torch's own private memory. (is_shared() is always True for CUDA
-            # storages: asked of host memory only, so device ids from torch's allocator are not copied.)
-            if not storage.resizable() or (storage.device.type == "cpu" and storage.is_shared()):
-                dense = dense.clone()
+            dense = private_ids(dense)
+    return dense
+
+
+def private_ids(dense: torch.Tensor) -> torch.Tensor:
+    """Dense ids in torch's own private memory, copied where they may be a buffer's bytes mapped again.
+
+    Memory torch did not allocate (NumPy, DLPack, a mapping) or host memory shared with share_memory_()
+    may be the buffer's own mapped at another address: ids read through a second mapping of the cache
+    were cleared while the kernel read them (blocks [0, 1] zeroed for [1, 2]: passes 32, 33; the sharded
+    zeroer's replicated launch, pass 34). A copy is torch's own private memory. (is_shared() is always
+    True for CUDA storages: asked of host memory only, so device ids from torch's allocator are not
+    copied.) Call it under :func:`plain_ops`."""
+    storage = dense.untyped_storage()
+    if not storage.resizable() or (storage.device.type == "cpu" and storage.is_shared()):
+        return dense.clone()
     return dense
 
 
