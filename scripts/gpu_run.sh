@@ -4,7 +4,7 @@
 #   BUDGET=560 bash scripts/gpu_run.sh [PARTS]      PARTS: comma list, default tests,memcheck,step
 #   tests       pytest -m gpu (tests/test_gpu_cuda.py, tests/test_gpu_pallas.py: correctness at
 #               scale, guard bands, DLPack in place) + the cuda/custom-op test files natively
-#               + the cuda zeroer's hostile-pass tests (tests/test_hostile_s28.py to s33) natively
+#               + the cuda zeroer's hostile-pass tests (tests/test_hostile_s28.py to s34) natively
 #   memcheck    compute-sanitizer memcheck over tests/test_gpu_cuda.py -k small
 #   conformance python -m kvlayout conformance (every backend natively)
 #   step        bench/bench_step.py (per step vs vLLM 0.33, kernel by graph replay, Pallas in jit)
@@ -46,7 +46,7 @@ if has tests; then
   # Inkling model tests are CPU-only (the vLLM one in a CPU driver process) and run by scripts/test.sh
   in_tests timeout "$(cap 120)" python3 -m pytest -q -p no:cacheprovider tests/test_hostile_s28.py \
     tests/test_hostile_s29.py tests/test_hostile_s30.py tests/test_hostile_s31.py tests/test_hostile_s32.py \
-    tests/test_hostile_s33.py \
+    tests/test_hostile_s33.py tests/test_hostile_s34.py \
     -k "not inkling" >> "$OUT/tests.log" 2>&1; rc[hostile_tests]=$?
   grep -E "passed|failed|error" "$OUT/tests.log" | tee -a "$LOG"
 fi
