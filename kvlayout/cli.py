@@ -28,6 +28,7 @@ from .spec import KVCacheSpec
 from .table import SegmentTable
 from .validate import read_json_file
 from .verify import verify
+from .viz.common import MAX_PLOT_GROUPS, MAX_PLOT_LAYERS, MAX_PLOT_ROWS  # no matplotlib: viz imports it late
 
 #: Largest layout ``zero``/``shard``/``plot --kind diff`` run on a host buffer (they need a few copies).
 MAX_HOST_BYTES = 2**28
@@ -768,14 +769,7 @@ def _plot_path(text: str) -> Path:
     return out
 
 
-#: Most table rows ``kvlayout plot`` draws (a figure of more cannot be read, and drawing it took minutes).
-MAX_PLOT_ROWS = 2048
-#: Most layers of a spec ``plot --kind map`` (and ``--compare``) draws.
-MAX_PLOT_LAYERS = 1024
-#: Most cache groups ``kvlayout plot`` draws (``--kind steps`` draws a bar per group shape).
-MAX_PLOT_GROUPS = 64
-
-
+# MAX_PLOT_ROWS, MAX_PLOT_LAYERS, MAX_PLOT_GROUPS: kvlayout.viz's own bounds (imported above)
 def _plot_sized(table: SegmentTable, specs: Sequence[KVCacheSpec]) -> None:
     """Refuse, before matplotlib is imported, a plot too large to draw in seconds or to read."""
     groups = len({s.group for s in table.segments})

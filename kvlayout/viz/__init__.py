@@ -7,6 +7,8 @@
   boundary and the end of the buffer are marked; insets show the gaps at byte scale.
 - :func:`table_map`: what each table row clears. Red only where the verifier's invariants
   break (bytes of two blocks, past the buffer, in padding), with the first spill at byte scale.
+- Size bounds, checked before matplotlib is imported (``kvlayout plot`` uses the same):
+  :data:`MAX_PLOT_LAYERS` and :data:`MAX_PLOT_GROUPS` per byte map, :data:`MAX_PLOT_ROWS` per table map.
 - :func:`compare_maps` (two layouts, tp degrees, dtypes), :func:`bytes_per_step` (per-group
   against all-group zeroing), :func:`zero_diff`, :func:`describe_at` (what lies at a byte),
   :func:`attach_hover` and :class:`Explorer` (ipywidgets).
@@ -36,12 +38,16 @@ from .common import (
     LANE_IN,
     LAYER_PALETTE,
     MAX_LAYER_COLORS,
+    MAX_PLOT_GROUPS,
+    MAX_PLOT_LAYERS,
+    MAX_PLOT_ROWS,
     PAD_COLOR,
     UNSAFE_COLOR,
     Box,
     Geometry,
     Lane,
     MapInfo,
+    check_drawable,
     group_lanes,
     group_pattern,
     layer_colors,
@@ -75,6 +81,9 @@ __all__ = [
     "LAYER_PALETTE",
     "Lane",
     "MAX_LAYER_COLORS",
+    "MAX_PLOT_GROUPS",
+    "MAX_PLOT_LAYERS",
+    "MAX_PLOT_ROWS",
     "MapInfo",
     "PAD_COLOR",
     "TableView",
@@ -83,6 +92,7 @@ __all__ = [
     "attach_hover",
     "byte_map",
     "bytes_per_step",
+    "check_drawable",
     "compare_maps",
     "describe_at",
     "describe_changes",

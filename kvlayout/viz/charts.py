@@ -90,10 +90,8 @@ def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int 
     which every group gets its own ``new_blocks`` ids (fewer when the pool is small).
     ``ax.kvlayout_steps`` holds ``(label, per_group, all_groups)`` for each bar pair.
     """
-    import matplotlib.pyplot as plt
-
     new_blocks = check_int(BlockIdError, "new_blocks", new_blocks, lo=1, hi=MAX_BLOCKS)  # an int: never wraps
-    table, layout = _table_of(source)
+    table, layout = _table_of(source, "source")
     classes = _table_classes(table, layout)
     if len(classes) > MAX_STEP_SHAPES:  # a bar pair each: more is unreadable (and was hours to draw)
         why = f"a step chart draws at most {MAX_STEP_SHAPES} group shapes (kvlayout plot draws 64 groups)"
@@ -113,6 +111,8 @@ def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int 
             )
         )
     data = [(label, *step_bytes(table, alloc)) for label, alloc in steps]
+    import matplotlib.pyplot as plt
+
     if ax is None:
         fig, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * len(data)), layout="constrained")
     else:

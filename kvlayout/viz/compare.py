@@ -22,7 +22,7 @@ from ..spec import (
     MLASpec,
     layout_order,
 )
-from ..validate import read_json_file
+from ..validate import check_int, is_int, plain_str, read_json_file
 from .common import (
     BLOCK_GAP,
     HEADER,
@@ -31,6 +31,7 @@ from .common import (
     _as_layout,
     _fmt,
     _shown_blocks,
+    _wrong_type,
     group_lanes,
 )
 from .maps import (
@@ -132,27 +133,61 @@ def variant(spec: KVCacheSpec, changes: Sequence[tuple[str, str]] | Mapping[str,
     then layout, dtype, tp (:func:`~kvlayout.split_heads`) and num_blocks apply in that order."""
     from ..sharding import split_heads
 
-    ch = dict(changes.items() if isinstance(changes, Mapping) else changes)
-    unknown = sorted(set(ch) - set(COMPARE_KEYS))
-    if unknown:
-        raise _bad(unknown[0], ch[unknown[0]], f"valid keys: {', '.join(COMPARE_KEYS)}")
+    if not isinstance(spec, KVCacheSpec):
+        raise _wrong_type(SpecError, "spec", spec, "must be a KVCacheSpec")
+    ch = _changes(changes)
     if "preset" in ch:
-        spec = preset(str(ch["preset"]))
+        spec = preset(ch["preset"])
     if "spec" in ch:
-        data = read_json_file(SpecError, "--compare spec", str(ch["spec"]))
+        data = read_json_file(SpecError, "--compare spec", ch["spec"])
         if isinstance(data, Mapping) and data.get("layout") == "native":  # GEOMETRY.md section 9
             why = "is a native spec (layout 'native'): plot compares flat specs' byte maps only"
-            raise spec_error("--compare spec", str(ch["spec"]), why)
+            raise spec_error("--compare spec", ch["spec"], why)
         spec = KVCacheSpec.from_dict(data)
     if "layout" in ch:
-        spec = with_layout(spec, str(ch["layout"]))
+        spec = with_layout(spec, ch["layout"])
     if "dtype" in ch:
-        spec = with_dtype(spec, str(ch["dtype"]))
+        spec = with_dtype(spec, ch["dtype"])
     if "tp" in ch:
-        spec = split_heads(spec, int(ch["tp"]), axis="tp")
+        spec = split_heads(spec, ch["tp"], axis="tp")
     if "num_blocks" in ch:
-        spec = spec.with_num_blocks(int(ch["num_blocks"]))
+        spec = spec.with_num_blocks(ch["num_blocks"])
     return spec
+
+
+def _changes(changes: Any) -> dict[str, Any]:
+    """:func:`variant`'s ``changes`` as a dict, every key known and given once; tp and num_blocks as ints
+    (an int or a decimal string), the others as strings (``spec``: a path)."""
+    if isinstance(changes, Mapping):
+        items: Any = changes.items()
+    elif isinstance(changes, (list, tuple)):
+        items = changes
+    else:
+        raise spec_error("changes", changes, "must be a mapping or a sequence of (key, value) pairs")
+    out: dict[str, Any] = {}
+    for item in items:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise spec_error("changes item", item, "must be a (key, value) pair")
+        key, value = plain_str(item[0]), item[1]
+        if not isinstance(key, str) or key not in COMPARE_KEYS:
+            raise spec_error("changes key", key, f"valid keys: {', '.join(COMPARE_KEYS)}")
+        if key in out:
+            raise _bad(key, value, "given twice")
+        if key == "spec" and isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if key in ("tp", "num_blocks"):
+            if isinstance(value, str) and re.fullmatch(r"[0-9]{1,10}", plain_str(value)):
+                value = int(plain_str(value))
+            elif is_int(value):
+                value = check_int(SpecError, f"--compare {key}", value, lo=0)
+            else:
+                raise _bad(key, value, "must be an integer (or a decimal string)")
+        elif not isinstance(value, str):
+            raise _bad(key, value, "must be a string" + (" (a path)" if key == "spec" else ""))
+        else:
+            value = plain_str(value)
+        out[key] = value
+    return out
 
 
 def describe_changes(changes: Sequence[tuple[str, str]] | Mapping[str, Any]) -> str:
@@ -183,6 +218,13 @@ def _ratio(a: int, b: int) -> str:
     return f"{b / a:.2f}x" if a else "-"
 
 
+def _labels(labels: Any) -> tuple[str, str]:
+    """:func:`compare_maps`' two names, as plain strings."""
+    if isinstance(labels, (list, tuple)) and len(labels) == 2 and all(isinstance(x, str) for x in labels):
+        return plain_str(labels[0]), plain_str(labels[1])
+    raise spec_error("labels", labels, "must be two strings (the names of the two maps)")
+
+
 def compare_maps(
     a: KVCacheSpec | Layout,
     b: KVCacheSpec | Layout,
@@ -196,17 +238,18 @@ def compare_maps(
     Each panel's title gives its stride, buffer, rows, bytes per block and verdict; the
     figure's title the ratios of B to A.
     """
+    la, lb = _as_layout(a, "a", drawn=True), _as_layout(b, "b", drawn=True)  # sized before planned
+    labels = _labels(labels)
+    max_lanes = check_int(SpecError, "max_lanes", max_lanes, lo=1)
     import matplotlib.pyplot as plt
 
-    la, lb = _as_layout(a), _as_layout(b)
     ga, gb = Geometry(la), Geometry(lb)
     xmax = max(ga.width, gb.width) * 1.075
     heights = []
     for lay in (la, lb):
         lanes = group_lanes(lay)
-        shown, _ = _shown_blocks(
-            lay.num_blocks, blocks or sorted({0, max(0, lay.num_blocks - 1)}), len(lanes), max_lanes
-        )
+        ends = blocks if blocks is not None else sorted({0, max(0, lay.num_blocks - 1)})
+        shown, _ = _shown_blocks(lay.num_blocks, ends, len(lanes), max_lanes)
         heights.append(1.3 + LANE_IN * (len(shown) * len(lanes) + BLOCK_GAP * (len(shown) - 1) + HEADER))
     fig = plt.figure(figsize=(13, sum(heights) + 0.8), layout="constrained")
     axes = fig.subplots(2, 1, height_ratios=heights)

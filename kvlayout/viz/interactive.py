@@ -6,7 +6,7 @@ import io
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import KVLayoutError, SpecError
+from ..errors import KVLayoutError, SpecError, spec_error
 from ..planner import Layout, plan_layout
 from ..presets import PRESETS, preset
 from ..spec import (
@@ -14,7 +14,7 @@ from ..spec import (
     KVCacheSpec,
 )
 from ..table import Segment, SegmentTable
-from ..validate import read_json_file
+from ..validate import plain_str, read_json_file
 from .common import (
     EDGE_COLOR,
     LANE_H,
@@ -25,6 +25,7 @@ from .common import (
     _fmt,
     _short,
     _table_of,
+    check_drawable,
     check_offset,
     group_pattern,
     layer_kind,
@@ -49,7 +50,7 @@ def describe_at(source: SegmentTable | Layout | KVCacheSpec, byte_offset: int, *
     are flagged UNSAFE. The explorer calls this for the byte under its cursor.
     """
     off = check_offset("byte_offset", byte_offset)
-    table, layout = _table_of(source)
+    table, layout = _table_of(source, "source")
     n, total = table.num_blocks, table.total_bytes
     lines = [f"byte {_fmt(off)} of a {_fmt(total)} B buffer"]
     geo = Geometry(layout) if layout is not None else None
@@ -196,10 +197,16 @@ class Explorer:
     """
 
     def __init__(self, source: str = "dsv4-test", path: str = "") -> None:
-        import ipywidgets as w
-
         self._from_config = _models()
         sources = [*PRESETS, "spec file", *(["model config"] if self._from_config else [])]
+        source, path = plain_str(source), plain_str(path)
+        if not isinstance(source, str) or source not in sources:  # checked before ipywidgets sees it
+            why = f"valid: {', '.join(sources)} (a JSON file: source='spec file', path=...)"
+            raise spec_error("source", source, why)
+        if not isinstance(path, str):
+            raise spec_error("path", path, "must be a string (the path of a spec or model config JSON)")
+        import ipywidgets as w
+
         self.source = w.Dropdown(options=sources, value=source, description="source")
         self.path = w.Text(
             value=path,
@@ -287,6 +294,7 @@ class Explorer:
         self._busy = True
         try:
             spec = self.current_spec(reset_blocks=reset_blocks)
+            check_drawable(spec)  # a spec too large to draw: said in the status line, before it is planned
             layout = plan_layout(spec)
             table = layout.table()
             report = verify(table)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import SpecError, TableError, bad_value, spec_error
 from ..planner import Layout
 from ..ranges import merge_ranges
 from ..spec import (
     KVCacheSpec,
 )
 from ..table import Segment, SegmentTable
+from ..validate import check_int
 from .common import (
     BLOCK_GAP,
     EDGE_COLOR,
@@ -24,6 +28,7 @@ from .common import (
     LANE_H,
     LANE_IN,
     LAYER_PALETTE,
+    MAX_PLOT_ROWS,
     PAD_COLOR,
     UNSAFE_COLOR,
     Box,
@@ -39,9 +44,24 @@ from .common import (
     _meeting,
     _short,
     _shown_blocks,
+    _table_of,
     group_lanes,
     layer_kind,
 )
+
+
+def check_xmax(xmax: Any) -> float | None:
+    """A byte map's right edge: ``None`` or a finite positive number (not a bool), as a float."""
+    if xmax is None:
+        return None
+    if isinstance(xmax, numbers.Real) and not isinstance(xmax, (bool, np.bool_)):
+        try:
+            x = float(xmax)
+        except (ArithmeticError, ValueError, TypeError):  # an integer past float's range
+            x = math.inf
+        if math.isfinite(x) and x > 0:
+            return x
+    raise spec_error("xmax", xmax, "must be a finite positive number of bytes (or None)")
 
 
 # --------------------------------------------------------------------------- the byte map
@@ -388,9 +408,11 @@ def byte_map(
     Insets (default: when ``ax`` is not given) zoom on the first alignment gap, the stride
     boundary and the end of the buffer. ``ax.kvlayout`` holds a :class:`MapInfo`.
     """
+    layout = _as_layout(spec_or_layout, "spec_or_layout", drawn=True)  # its size checked before it is planned
+    max_lanes = check_int(SpecError, "max_lanes", max_lanes, lo=1)
+    xmax = check_xmax(xmax)
     import matplotlib.pyplot as plt
 
-    layout = _as_layout(spec_or_layout)
     spec, geo = layout.spec, Geometry(layout)
     n = spec.num_blocks
     lanes = group_lanes(layout, collapse)
@@ -517,6 +539,7 @@ class TableView:
     def __init__(self, table: Any) -> None:
         from ..verify import verify
 
+        table = _table_of(table, "table", TableError)[0]  # a spec or layout: its planned table
         self.table = table
         self.report = verify(table)
         bad: dict[int, list[int]] = {}
@@ -563,8 +586,9 @@ class TableView:
         return f"<table><tr>{head}</tr>{body}</table><p>{self.report.format().splitlines()[0]}</p>"
 
 
-def table_view(table: Any) -> TableView:
-    """The table with a verdict per row (``print`` it, or show it in a notebook)."""
+def table_view(table: SegmentTable | Layout | KVCacheSpec) -> TableView:
+    """The table (of a spec or layout: planned) with a verdict per row (``print`` it, or show it in a
+    notebook)."""
     return TableView(table)
 
 
@@ -602,7 +626,7 @@ def _row_colors(k: int) -> list[str]:
 
 
 def table_map(
-    table: SegmentTable,
+    table: SegmentTable | Layout | KVCacheSpec,
     blocks: Sequence[int] | None = None,
     ax: Any = None,
     *,
@@ -613,16 +637,23 @@ def table_map(
 
     Red: bytes that another block also clears, alignment padding, or (cross-hatched) bytes past
     the end of the buffer, so red appears only on a table the verifier rejects. Tables of
-    more than ``max_rows`` rows are drawn coalesced (same bytes). For an unsafe table an
-    inset (default: when ``ax`` is not given) draws the first spill at byte scale.
+    more than ``max_rows`` rows are drawn coalesced (same bytes), at most :data:`MAX_PLOT_ROWS`
+    rows. For an unsafe table an inset (default: when ``ax`` is not given) draws the first spill
+    at byte scale. A spec or layout draws its planned table.
     """
+    from ..verify import verify
+
+    table = _table_of(table, "table", TableError)[0]
+    max_rows = check_int(TableError, "max_rows", max_rows, lo=1)
+    draw = table if len(table) <= max_rows else table.coalesced()
+    if len(draw) > MAX_PLOT_ROWS:  # before matplotlib: each row is drawn against every other row
+        coalesced = f" (coalesced from {len(table)})" if draw is not table else ""
+        why = f"a table map draws at most {MAX_PLOT_ROWS} rows{coalesced}"
+        raise bad_value(TableError, "rows", len(draw), why)
+    report = verify(table)
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
 
-    from ..verify import verify
-
-    report = verify(table)
-    draw = table if len(table) <= max_rows else table.coalesced()
     n, total = draw.num_blocks, draw.total_bytes
     shown, sampled = _shown_blocks(n, blocks, 1, 6)
     strides = {s.stride for s in draw.segments}
