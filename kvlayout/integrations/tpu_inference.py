@@ -86,6 +86,10 @@ def array_groups(
     for i, (x, who) in enumerate(zip(kv_caches, owners)):
         if isinstance(x, tuple):
             out.append(None)
+        elif not (hasattr(x, "shape") and hasattr(x, "dtype")):  # a list of state arrays, None: its .shape
+            why = "must be a page array or a tuple of state arrays (tpu-inference's Mamba state)"
+            kind = type(x).__name__  # raised raw (pass 35)
+            raise bad_value(LayoutBufferError, f"kv_caches[{i}]", kind, why, shown=kind)
         elif not who:
             raise bad_value(
                 LayoutBufferError, f"kv_caches[{i}]", "unused", "no layer of any group maps to it"
@@ -182,13 +186,49 @@ class TpuInferenceZeroer:
         """Zero ``block_ids`` in every page array (of group id ``group``, when given); the arrays
         are donated and come back in a new list (assign it to ``runner.kv_caches``)."""
         name = self._check_group(group)
+        if self._state_only(name):  # ids checked (a bad host id raises, device ids counted), nothing written
+            self._split(kv_caches)
+            self._check_ids(block_ids)
+            return list(kv_caches)
         return self._join(kv_caches, self.zeroer(self._split(kv_caches), block_ids, group=name))
+
+    def _state_only(self, name: str | None) -> bool:
+        """A group id whose layers are all Mamba state (no page array): one of :attr:`groups`, refused by the
+        CacheZeroer as no group of its leaves (pass 35). Zeroing it checks the ids and writes nothing, as
+        vLLM's adapter does for a group without rows."""
+        return name is not None and name not in self.zeroer.spec.groups
+
+    def _check_ids(self, block_ids: Any) -> None:
+        """Check ``block_ids`` as a call would, writing nothing: host ids validated (a bad one raises), device
+        ids' out-of-pool count added to what :meth:`check` reports."""
+        import jax
+        import jax.numpy as jnp
+
+        from kvlayout.backends.pallas.zeroer import check_id_array, ids_in_range
+        from kvlayout.validate import block_ids as normalize_block_ids
+
+        if isinstance(block_ids, jax.Array):
+            check_id_array(block_ids)
+            _, ok = ids_in_range(block_ids, self.num_blocks)
+            self.zeroer._bad.add(jnp.sum(~ok).astype(jnp.int32))
+        else:
+            normalize_block_ids(block_ids, self.num_blocks)
 
     def apply(
         self, kv_caches: Sequence[Any], block_ids: Any, group: str | None = None
     ) -> tuple[list[Any], Any]:
         """Traceable, for a jitted, donated model step: ``(kv_caches, number of ids outside the pool)``."""
         name = self._check_group(group)
+        if self._state_only(name):  # no page array: nothing to write, the ids still counted
+            import jax.numpy as jnp
+
+            from kvlayout.backends.pallas.zeroer import check_id_array, ids_in_range, step_ids
+
+            self._split(kv_caches)
+            ids = step_ids(block_ids)
+            check_id_array(ids)
+            _, ok = ids_in_range(ids, self.num_blocks)
+            return list(kv_caches), jnp.sum(~ok).astype(jnp.int32)
         new, bad = self.zeroer.apply(self._split(kv_caches), block_ids, group=name)
         return self._join(kv_caches, new), bad
 

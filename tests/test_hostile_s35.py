@@ -1,0 +1,64 @@
+"""Hostile pass 35 (/tmp/h35), on pass 34's fixes: each test failing on the code before its fix."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from kvlayout.errors import BlockIdError, LayoutBufferError
+
+
+def _group(*names: str) -> types.SimpleNamespace:
+    return types.SimpleNamespace(layer_names=list(names))
+
+
+def test_a_kv_caches_entry_neither_array_nor_state_tuple_is_named() -> None:
+    """A list of Mamba state arrays (or any object) among ``kv_caches`` raised a raw AttributeError
+    (``.shape``)."""
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from kvlayout.integrations.tpu_inference import TpuInferenceZeroer
+
+    cfg = types.SimpleNamespace(kv_cache_groups=[_group("attn"), _group("mamba")])
+    for entry, kind in (([jnp.ones((4, 16))], "list"), (object(), "object"), (None, "NoneType")):
+        caches = [jnp.ones((8, 4, 128), jnp.float32), entry]
+        with pytest.raises(LayoutBufferError, match=rf"^kv_caches\[1\] = {kind}: must be a page array or"):
+            TpuInferenceZeroer(caches, cfg, {"attn": 0, "mamba": 1}, kernel="triton", interpret=True)
+
+
+def test_a_group_of_state_only_checks_its_ids_and_writes_nothing() -> None:
+    """A group whose layers are all Mamba state is one of ``zeroer.groups``, yet zeroing it raised "no such
+    group" (naming group '0' only)."""
+    pytest.importorskip("jax")
+    import jax
+    import jax.numpy as jnp
+
+    from kvlayout.integrations.tpu_inference import TpuInferenceZeroer
+
+    cfg = types.SimpleNamespace(kv_cache_groups=[_group("attn"), _group("mamba")])
+    state = (jnp.ones((4, 16)), jnp.ones((4, 16)))
+    caches = [jnp.ones((8, 4, 128), jnp.float32), state]
+    z = TpuInferenceZeroer(caches, cfg, {"attn": 0, "mamba": 1}, kernel="triton", interpret=True)
+    assert z.groups == ("0", "1")
+    out = z(caches, [1, 7], group=1)
+    assert out[1] is state and np.array_equal(np.asarray(out[0]), np.ones((8, 4, 128), np.float32))
+    with pytest.raises(BlockIdError, match=r"block_ids\[0\] = 8: outside \[0, 8\)"):
+        z(out, [8], group="1")
+    out = z(out, jnp.array([3, 8, -1], jnp.int32), group=1)  # device ids: counted, nothing written
+    assert np.array_equal(np.asarray(out[0]), np.ones((8, 4, 128), np.float32))
+    with pytest.raises(BlockIdError, match=r"^device block_ids: 2 ids outside \[0, 8\)"):
+        z.check()
+    z.check()  # reported once
+
+    @jax.jit
+    def step(c0: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+        new, bad = z.apply([c0, state], ids, group=1)
+        return new[0], bad
+
+    c0, bad = step(out[0], jnp.array([0, 9], jnp.int32))
+    assert int(bad) == 1 and np.array_equal(np.asarray(c0), np.ones((8, 4, 128), np.float32))
+    new, bad = z.apply(out, [0, 2], group=0)  # the page group still zeroes
+    assert int(bad) == 0 and not np.asarray(new[0])[[0, 2]].any() and np.asarray(new[0])[1].all()
