@@ -8,7 +8,9 @@
 - :func:`table_map`: what each table row clears. Red only where the verifier's invariants
   break (bytes of two blocks, past the buffer, in padding), with the first spill at byte scale.
 - Size bounds, checked before matplotlib is imported (``kvlayout plot`` uses the same):
-  :data:`MAX_PLOT_LAYERS` and :data:`MAX_PLOT_GROUPS` per byte map, :data:`MAX_PLOT_ROWS` per table map.
+  :data:`MAX_PLOT_LAYERS` and :data:`MAX_PLOT_GROUPS` per byte map, :data:`MAX_PLOT_ROWS` per table map;
+  :data:`MAX_PLOT_LANES` (``max_lanes``), :data:`MAX_PLOT_BOXES` drawn, :data:`MAX_PLOT_IDS` block ids
+  per call (a ``range`` checked by its ends) and :data:`MAX_PLOT_STRIPS` per :func:`zero_diff`.
 - :func:`compare_maps` (two layouts, tp degrees, dtypes), :func:`bytes_per_step` (per-group
   against all-group zeroing), :func:`zero_diff`, :func:`describe_at` (what lies at a byte),
   :func:`attach_hover` and :class:`Explorer` (ipywidgets).
@@ -38,9 +40,13 @@ from .common import (
     LANE_IN,
     LAYER_PALETTE,
     MAX_LAYER_COLORS,
+    MAX_PLOT_BOXES,
     MAX_PLOT_GROUPS,
+    MAX_PLOT_IDS,
+    MAX_PLOT_LANES,
     MAX_PLOT_LAYERS,
     MAX_PLOT_ROWS,
+    MAX_PLOT_STRIPS,
     PAD_COLOR,
     UNSAFE_COLOR,
     Box,
@@ -81,9 +87,13 @@ __all__ = [
     "LAYER_PALETTE",
     "Lane",
     "MAX_LAYER_COLORS",
+    "MAX_PLOT_BOXES",
     "MAX_PLOT_GROUPS",
+    "MAX_PLOT_IDS",
+    "MAX_PLOT_LANES",
     "MAX_PLOT_LAYERS",
     "MAX_PLOT_ROWS",
+    "MAX_PLOT_STRIPS",
     "MapInfo",
     "PAD_COLOR",
     "TableView",

@@ -7,35 +7,54 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BlockIdError, TableError, bad_value
+from ..errors import BlockIdError, TableError, bad_value, short
 from ..planner import Layout
-from ..ranges import MAX_BLOCKS
-from ..reference import union_of_rows
+from ..reference import _coalesce_rows, union_of_rows
 from ..spec import (
     KVCacheSpec,
 )
-from ..table import Segment, SegmentTable
-from ..validate import check_int
+from ..table import Segment, SegmentTable, check_table
 from .common import (
     KIND_COLORS,
+    MAX_PLOT_IDS,
     _comma_formatter,
     _fmt,
     _table_of,
     check_blocks,
+    check_count,
     group_lanes,
     group_pattern,
 )
 
-
 # --------------------------------------------------------------------------- bytes written per step
-def _union_bytes(rows: Sequence[Segment], ids: Sequence[int]) -> int:
-    if not rows or not len(ids):
+#: Most (row, block-id run) ranges one :func:`step_bytes` call or one :func:`bytes_per_step` chart builds
+#: (rows of one stride that touch joined first, as :func:`~kvlayout.reference.union_of_rows` does):
+#: 2**23 take about 2 s; 64 rows of llama-8b times 1,000,000 ids took 59 s (pass 35).
+MAX_STEP_RANGES = 1 << 23
+
+
+def _union_cost(rows: Sequence[Segment], ids: np.ndarray) -> int:
+    """How many ranges :func:`_union_bytes` builds for ``rows`` over sorted unique ``ids``: a run of
+    consecutive ids is one range of a row as wide as its stride, else one range per id."""
+    if not rows or not ids.size:
         return 0
-    idx = np.unique(np.asarray(ids, np.int64))
+    _, strides, spans = _coalesce_rows(
+        np.array([s.base for s in rows], np.int64),
+        np.array([s.stride for s in rows], np.int64),
+        np.array([s.span for s in rows], np.int64),
+    )
+    dense = int(np.count_nonzero(spans >= np.abs(strides)))
+    runs = 1 + int(np.count_nonzero(np.diff(ids) != 1))
+    return dense * runs + (len(spans) - dense) * int(ids.size)
+
+
+def _union_bytes(rows: Sequence[Segment], ids: np.ndarray) -> int:
+    if not rows or not ids.size:
+        return 0
     bases = np.array([s.base for s in rows], np.int64)
     strides = np.array([s.stride for s in rows], np.int64)
     spans = np.array([s.span for s in rows], np.int64)
-    merged = union_of_rows(bases, strides, spans, idx)  # O(ranges), not rows x ids (2.1 GB; issue 25)
+    merged = union_of_rows(bases, strides, spans, ids)  # O(ranges), not rows x ids (2.1 GB; issue 25)
     return int((merged[:, 1] - merged[:, 0]).sum())
 
 
@@ -56,18 +75,50 @@ def _rows_by_group(table: SegmentTable) -> dict[str, list[Segment]]:
 def step_bytes(table: SegmentTable, allocations: Mapping[str, Sequence[int]]) -> tuple[int, int]:
     """Bytes one step writes: ``(per_group, all_groups)``.
 
-    ``allocations`` maps a group to the block ids newly given to it this step. Per-group
+    ``allocations`` maps a group to the block ids newly given to it this step (each at most
+    :data:`~kvlayout.viz.common.MAX_PLOT_IDS`; a ``range`` is checked by its ends first). Per-group
     zeroing (GEOMETRY.md section 7) clears, for each group, the union of its own rows over its
     ids; all-group zeroing (today) clears every row over all the ids. Computed from the rows'
-    ``group`` provenance (rows merged across groups count for each of their groups).
+    ``group`` provenance (rows merged across groups count for each of their groups). At most
+    :data:`MAX_STEP_RANGES` ranges are built, counted before any is.
     """
+    table = check_table(table)
     if not isinstance(allocations, Mapping):
         raise bad_value(BlockIdError, "allocations", allocations, "must map group names to block ids")
-    allocations = {g: check_blocks(ids, table.num_blocks).tolist() for g, ids in allocations.items()}
+    return _step_bytes(table, [allocations], "allocations", allocations)[0]
+
+
+def _step_bytes(
+    table: SegmentTable, steps: Sequence[Mapping[str, Any]], field: str, value: Any
+) -> list[tuple[int, int]]:
+    """:func:`step_bytes` of each step of a checked table. Past :data:`~kvlayout.viz.common.MAX_PLOT_IDS`
+    ids or :data:`MAX_STEP_RANGES` ranges in all, a ``field = value`` error before any range is built."""
+    if sum(len(alloc) for alloc in steps) > MAX_PLOT_IDS:
+        raise bad_value(BlockIdError, field, value, f"at most {_fmt(MAX_PLOT_IDS)} groups in all")
     rows = _rows_by_group(table)
-    per = sum(_union_bytes(rows.get(g, []), ids) for g, ids in allocations.items())
-    every = sorted({int(i) for ids in allocations.values() for i in ids})
-    return per, _union_bytes(table.segments, every)
+    n, total, cost = table.num_blocks, 0, 0
+    done: list[tuple[dict[str, np.ndarray], np.ndarray]] = []
+    for alloc in steps:
+        ids: dict[str, np.ndarray] = {}
+        for g, v in alloc.items():
+            asked = check_blocks(v, n, f"allocations[{short(g)}]")
+            total += asked.size
+            if total > MAX_PLOT_IDS:  # {g: range(10**6) for 5,000 g} would list 40 GB
+                why = f"at most {_fmt(MAX_PLOT_IDS)} block ids in all"
+                raise bad_value(BlockIdError, field, value, why)
+            ids[g] = asked if isinstance(v, range) and v.step > 0 else np.unique(asked)
+        every = np.unique(np.concatenate([np.zeros(0, np.int64), *ids.values()]))
+        cost += _union_cost(table.segments, every)
+        cost += sum(_union_cost(rows.get(g, []), i) for g, i in ids.items())
+        done.append((ids, every))
+    if cost > MAX_STEP_RANGES:  # rows x ids took a minute
+        why = f"{_fmt(cost)} (row, block) ranges to merge; step_bytes merges at most {_fmt(MAX_STEP_RANGES)}"
+        raise bad_value(BlockIdError, field, value, why)
+    out = []
+    for ids, every in done:
+        per = sum(_union_bytes(rows.get(g, []), i) for g, i in ids.items())
+        out.append((per, _union_bytes(table.segments, every)))
+    return out
 
 
 def _table_classes(table: SegmentTable, layout: Layout | None) -> list[tuple[str, list[str]]]:
@@ -90,7 +141,7 @@ def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int 
     which every group gets its own ``new_blocks`` ids (fewer when the pool is small).
     ``ax.kvlayout_steps`` holds ``(label, per_group, all_groups)`` for each bar pair.
     """
-    new_blocks = check_int(BlockIdError, "new_blocks", new_blocks, lo=1, hi=MAX_BLOCKS)  # an int: never wraps
+    new_blocks = check_count(BlockIdError, "new_blocks", new_blocks, MAX_PLOT_IDS, "ids a drawing takes")
     table, layout = _table_of(source, "source")
     classes = _table_classes(table, layout)
     if len(classes) > MAX_STEP_SHAPES:  # a bar pair each: more is unreadable (and was hours to draw)
@@ -98,8 +149,8 @@ def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int 
         raise bad_value(TableError, "groups", len(classes), why)
     n = table.num_blocks
     k = max(1, min(new_blocks, n))
-    steps: list[tuple[str, dict[str, list[int]]]] = [
-        (f"{label}: {k} new blocks", {groups[0]: list(range(k))}) for label, groups in classes
+    steps: list[tuple[str, dict[str, range]]] = [
+        (f"{label}: {k} new blocks", {groups[0]: range(k)}) for label, groups in classes
     ]
     all_groups = [g for _, gs in classes for g in gs]
     each = min(new_blocks, n // max(1, len(all_groups)))
@@ -107,10 +158,11 @@ def bytes_per_step(source: SegmentTable | Layout | KVCacheSpec, new_blocks: int 
         steps.append(
             (
                 f"mixed: {each} new blocks for each of {len(all_groups)} groups",
-                {g: list(range(i * each, (i + 1) * each)) for i, g in enumerate(all_groups)},
+                {g: range(i * each, (i + 1) * each) for i, g in enumerate(all_groups)},
             )
         )
-    data = [(label, *step_bytes(table, alloc)) for label, alloc in steps]
+    counts = _step_bytes(table, [alloc for _, alloc in steps], "new_blocks", new_blocks)
+    data = [(label, *c) for (label, _), c in zip(steps, counts)]
     import matplotlib.pyplot as plt
 
     if ax is None:

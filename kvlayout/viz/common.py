@@ -70,6 +70,18 @@ MAX_PLOT_ROWS = 2048
 MAX_PLOT_LAYERS = 1024
 #: Most cache groups a byte map draws (``kvlayout plot`` draws at most this many, any kind).
 MAX_PLOT_GROUPS = 64
+#: Most lanes a byte map's ``max_lanes`` may ask for (:func:`byte_map`, :func:`compare_maps`): 400 lanes of
+#: llama-8b took 22 s and 2,000 took 155 s (pass 35); 128 one-box lanes draw in 0.3 s (and save in 1 s),
+#: and :data:`MAX_PLOT_BOXES` bounds lanes of many boxes (128 lanes of llama-8b draw 64 of them, 2.4 s).
+MAX_PLOT_LANES = 128
+#: Most layer boxes a byte map draws (lanes x boxes per lane; fewer blocks are shown past it, at least
+#: one): a box costs about 0.6 ms (16 lanes of a 1,024-layer group took 9 s; 64 would take 35 s).
+MAX_PLOT_BOXES = 4096
+#: Most block ids a drawing call takes in one list, tuple or array (a ``range`` whose ends lie in the pool
+#: is checked by its ends, never listed): a plot draws a few dozen blocks.
+MAX_PLOT_IDS = 1 << 20
+#: Most strips (backends) :func:`zero_diff` draws.
+MAX_PLOT_STRIPS = 64
 #: Lane height and the gap between blocks, in lane units; inches per lane unit.
 LANE_H, BLOCK_GAP, LANE_IN = 0.8, 0.6, 0.27
 #: Room above the lanes for the stride/page/span arrows (lane units).
@@ -337,15 +349,20 @@ def _as_layout(source: Any, field: str = "source", *, drawn: bool = False) -> La
 
 
 def _shown_blocks(
-    n: int, blocks: Sequence[int] | None, per_block: int, max_lanes: int
+    n: int, blocks: Sequence[int] | None, per_block: int, max_lanes: int, boxes: int = 0
 ) -> tuple[list[int], bool]:
-    """Blocks to draw: the asked ones, else first/second/middle/last, within ``max_lanes`` lanes."""
-    limit = max(1, max_lanes // max(1, per_block))
+    """Blocks to draw: the asked ones, else first/second/middle/last, within ``max_lanes`` lanes and
+    :data:`MAX_PLOT_BOXES` boxes (``boxes`` per block; at least one block)."""
+    limit = max(1, min(max_lanes // max(1, per_block), MAX_PLOT_BOXES // max(1, boxes)))
     if blocks is not None:
-        asked = sorted(set(check_blocks(blocks, n).tolist()))
+        if isinstance(blocks, range):  # by arithmetic: range(10**9) was listed first (1.7 GB; pass 35)
+            r = check_range(blocks, n)
+            asked: Sequence[int] = r if r.step > 0 else r[::-1]
+        else:
+            asked = np.unique(check_blocks(blocks, n)).tolist()
         if not asked:
             raise bad_value(BlockIdError, "blocks", blocks, "name at least one block to draw")
-        return asked[:limit], len(asked) > limit
+        return list(asked[:limit]), len(asked) > limit
     if n == 0:
         return [0], False
     for pick in ({0, min(1, n - 1), n // 2, n - 1}, {0, n - 1}, {0}):
@@ -354,15 +371,50 @@ def _shown_blocks(
     return [0], n > 1
 
 
-def check_blocks(blocks: Any, num_blocks: int) -> np.ndarray:
-    """Block ids a drawing was asked for: integers (not bools, floats or strings) in ``[0, num_blocks)``.
+def check_range(blocks: range, num_blocks: int, field: str = "blocks") -> range:
+    """A ``range`` of block ids, checked in O(1) by its ends: both in ``[0, num_blocks)`` bound every id
+    (an empty range passes: the caller decides)."""
+    if blocks and not (0 <= blocks[0] < num_blocks and 0 <= blocks[-1] < num_blocks):
+        end = blocks[0] if not 0 <= blocks[0] < num_blocks else blocks[-1]
+        raise bad_value(BlockIdError, field, blocks, f"holds {_short_id(end)}, outside [0, {num_blocks})")
+    return blocks
+
+
+def _short_id(v: int) -> str:
+    return str(v) if abs(v) < 10**30 else f"an integer of {v.bit_length():,} bits"
+
+
+def check_blocks(blocks: Any, num_blocks: int, field: str = "blocks") -> np.ndarray:
+    """Block ids a drawing was asked for: integers (not bools, floats or strings) in ``[0, num_blocks)``,
+    at most :data:`MAX_PLOT_IDS` of them (a ``range`` included; checked by its ends before it is listed).
 
     The same rule as zeroing (:func:`kvlayout.validate.block_ids`): a bad id is a
     :class:`~kvlayout.errors.BlockIdError` naming it, never silently dropped or truncated.
     """
     if isinstance(blocks, range):
-        blocks = list(blocks)
+        r = check_range(blocks, num_blocks, field)
+        if len(r) > MAX_PLOT_IDS:  # every id lies in the pool, so len() fits
+            why = f"a drawing takes at most {MAX_PLOT_IDS:,} block ids"
+            raise bad_value(BlockIdError, f"{field}.size", len(r), why)
+        return np.arange(r.start, r.stop, r.step, dtype=np.int64)
+    if isinstance(blocks, np.ndarray):
+        size = int(blocks.size)
+    elif isinstance(blocks, (list, tuple)):
+        size = len(blocks)
+    else:
+        size = 0  # block_ids names the wrong type
+    if size > MAX_PLOT_IDS:  # before the ids are read: 10**7 of them took seconds and GBs
+        why = f"a drawing takes at most {MAX_PLOT_IDS:,} block ids"
+        raise bad_value(BlockIdError, f"{field}.size", size, why)
     return block_ids(blocks, num_blocks)
+
+
+def check_count(cls: type[KVLayoutError], field: str, value: Any, limit: int, why: str) -> int:
+    """A positive integer (not a bool, float or string) of at most ``limit``: ``why`` says what bounds it."""
+    n = check_int(cls, field, value, lo=1)
+    if n > limit:
+        raise bad_value(cls, field, n, f"at most {_fmt(limit)}: {why}")
+    return n
 
 
 def check_offset(field: str, value: Any) -> int:

@@ -27,11 +27,13 @@ from .common import (
     BLOCK_GAP,
     HEADER,
     LANE_IN,
+    MAX_PLOT_LANES,
     Geometry,
     _as_layout,
     _fmt,
     _shown_blocks,
     _wrong_type,
+    check_count,
     group_lanes,
 )
 from .maps import (
@@ -240,7 +242,7 @@ def compare_maps(
     """
     la, lb = _as_layout(a, "a", drawn=True), _as_layout(b, "b", drawn=True)  # sized before planned
     labels = _labels(labels)
-    max_lanes = check_int(SpecError, "max_lanes", max_lanes, lo=1)
+    max_lanes = check_count(SpecError, "max_lanes", max_lanes, MAX_PLOT_LANES, "lanes a byte map draws")
     import matplotlib.pyplot as plt
 
     ga, gb = Geometry(la), Geometry(lb)
@@ -249,7 +251,8 @@ def compare_maps(
     for lay in (la, lb):
         lanes = group_lanes(lay)
         ends = blocks if blocks is not None else sorted({0, max(0, lay.num_blocks - 1)})
-        shown, _ = _shown_blocks(lay.num_blocks, ends, len(lanes), max_lanes)
+        boxes = sum(len(lane.boxes) for lane in lanes)
+        shown, _ = _shown_blocks(lay.num_blocks, ends, len(lanes), max_lanes, boxes)
         heights.append(1.3 + LANE_IN * (len(shown) * len(lanes) + BLOCK_GAP * (len(shown) - 1) + HEADER))
     fig = plt.figure(figsize=(13, sum(heights) + 0.8), layout="constrained")
     axes = fig.subplots(2, 1, height_ratios=heights)

@@ -5,19 +5,19 @@ from __future__ import annotations
 import math
 import numbers
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..errors import SpecError, TableError, bad_value, spec_error
+from ..errors import LayoutBufferError, SpecError, TableError, bad_value, short, spec_error
 from ..planner import Layout
 from ..ranges import merge_ranges
 from ..spec import (
     KVCacheSpec,
 )
-from ..table import Segment, SegmentTable
+from ..table import Segment, SegmentTable, check_table
 from ..validate import check_int
 from .common import (
     BLOCK_GAP,
@@ -28,7 +28,9 @@ from .common import (
     LANE_H,
     LANE_IN,
     LAYER_PALETTE,
+    MAX_PLOT_LANES,
     MAX_PLOT_ROWS,
+    MAX_PLOT_STRIPS,
     PAD_COLOR,
     UNSAFE_COLOR,
     Box,
@@ -45,6 +47,9 @@ from .common import (
     _short,
     _shown_blocks,
     _table_of,
+    _wrong_type,
+    check_count,
+    check_offset,
     group_lanes,
     layer_kind,
 )
@@ -409,7 +414,7 @@ def byte_map(
     boundary and the end of the buffer. ``ax.kvlayout`` holds a :class:`MapInfo`.
     """
     layout = _as_layout(spec_or_layout, "spec_or_layout", drawn=True)  # its size checked before it is planned
-    max_lanes = check_int(SpecError, "max_lanes", max_lanes, lo=1)
+    max_lanes = check_count(SpecError, "max_lanes", max_lanes, MAX_PLOT_LANES, "lanes a byte map draws")
     xmax = check_xmax(xmax)
     import matplotlib.pyplot as plt
 
@@ -418,7 +423,7 @@ def byte_map(
     lanes = group_lanes(layout, collapse)
     mode = _color_mode(lanes, color_by)
     colors = _lane_colors(lanes, mode)
-    shown, sampled = _shown_blocks(n, blocks, len(lanes), max_lanes)
+    shown, sampled = _shown_blocks(n, blocks, len(lanes), max_lanes, sum(len(la.boxes) for la in lanes))
     height = len(shown) * len(lanes) + BLOCK_GAP * (len(shown) - 1) + HEADER
     ins = _insets(geo, lanes, shown) if (insets if insets is not None else ax is None) else []
     if ax is None:
@@ -806,9 +811,34 @@ def _spill_inset(ax: Any, table: SegmentTable, v: Any, colors: Sequence[str]) ->
 
 
 # --------------------------------------------------------------------------- zeroing diff
+def _buffer_bytes(field: str, value: Any) -> np.ndarray:
+    """A buffer's bytes, flat (any dtype is read as its raw bytes); an array of objects, or anything
+    NumPy cannot read as an array, is a :class:`~kvlayout.LayoutBufferError` naming ``field``."""
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as e:  # a ragged list
+        raise _wrong_type(LayoutBufferError, field, value, f"must be an array of bytes ({e})") from None
+    if arr.dtype.hasobject or arr.dtype.itemsize == 0:
+        why = "must be an array of bytes (a NumPy array of a numeric dtype)"
+        raise _wrong_type(LayoutBufferError, field, value, why)
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+
+
+def _check_region(region: Any, size: int) -> tuple[int, int]:
+    """``region``: two byte offsets ``lo < hi`` from the origin, within the ``size`` bytes after it."""
+    if isinstance(region, (str, bytes)) or not isinstance(region, (tuple, list)) or len(region) != 2:
+        raise bad_value(LayoutBufferError, "region", region, "must be (lo, hi): two byte offsets")
+    lo = check_int(LayoutBufferError, "region[0]", region[0], lo=0)
+    hi = check_int(LayoutBufferError, "region[1]", region[1], lo=0)
+    if not lo < hi <= size:
+        why = f"must have lo < hi <= {_fmt(size)} (the bytes of before from origin)"
+        raise bad_value(LayoutBufferError, "region", (lo, hi), why)
+    return lo, hi
+
+
 def zero_diff(
     before: Any,
-    afters: dict[str, Any],
+    afters: Mapping[str, Any],
     table: Any,
     block_ids: Any,
     origin: int = 0,
@@ -816,22 +846,51 @@ def zero_diff(
     ax: Any = None,
 ) -> Any:
     """One strip per backend over a byte region: grey untouched, green cleared as the contract
-    says, red written outside the contract, orange contract bytes left uncleared."""
-    import matplotlib.pyplot as plt
+    says, red written outside the contract, orange contract bytes left uncleared.
 
+    ``before`` holds the table's buffer at byte ``origin`` (guard bytes may lie around it);
+    ``afters`` maps a backend's name to its buffer after zeroing (as many bytes as ``before``, at most
+    :data:`MAX_PLOT_STRIPS`); ``region`` is ``(lo, hi)`` from the origin (default: to the end of
+    ``before``). Each is checked before anything is drawn (:class:`~kvlayout.LayoutBufferError`).
+    """
     from ..reference import expected_zeroed, ranges_to_mask
 
-    b0 = np.asarray(before).reshape(-1).view(np.uint8)
-    lo, hi = region if region is not None else (0, b0.size - origin)
+    table = check_table(table)
+    b0 = _buffer_bytes("before", before)
+    origin = check_offset("origin", origin)
+    if origin + table.total_bytes > b0.size:
+        why = f"before holds {_fmt(b0.size)} B: too few for the table's {_fmt(table.total_bytes)} B at origin"
+        raise bad_value(LayoutBufferError, "origin", origin, why)
+    if not isinstance(afters, Mapping):
+        why = "must map backend names to buffers after zeroing"
+        raise _wrong_type(LayoutBufferError, "afters", afters, why)
+    if not 1 <= len(afters) <= MAX_PLOT_STRIPS:
+        why = f"must name 1 to {MAX_PLOT_STRIPS} buffers after zeroing (a strip each)"
+        raise bad_value(LayoutBufferError, "len(afters)", len(afters), why)
+    strips: list[tuple[str, np.ndarray]] = []
+    for name, after in afters.items():
+        if not isinstance(name, str):
+            raise _wrong_type(LayoutBufferError, "afters key", name, "must be a string (the strip's label)")
+        field = f"afters[{short(name)}]"
+        a = _buffer_bytes(field, after)
+        if a.size != b0.size:
+            why = f"holds {_fmt(a.size)} B; before holds {_fmt(b0.size)} B (the same buffer, after zeroing)"
+            raise bad_value(LayoutBufferError, f"{field}.nbytes", a.size, why)
+        strips.append((name, a))
+    lo, hi = (0, b0.size - origin) if region is None else _check_region(region, b0.size - origin)
+    if hi <= lo:
+        raise bad_value(LayoutBufferError, "region", (lo, hi), "an empty region (the table has 0 bytes)")
+    import matplotlib.pyplot as plt
+
     exp = ranges_to_mask(expected_zeroed(table, block_ids), b0.size, origin)[origin + lo : origin + hi]
     if ax is None:
-        fig, ax = plt.subplots(figsize=(12, 0.6 + 0.5 * len(afters)))
+        fig, ax = plt.subplots(figsize=(12, 0.6 + 0.5 * len(strips)))
     else:
         fig = ax.figure
     bins = min(2000, hi - lo)
-    img = np.zeros((len(afters), bins, 3))
-    for k, (_, after) in enumerate(afters.items()):
-        a = np.asarray(after).reshape(-1).view(np.uint8)[origin + lo : origin + hi]
+    img = np.zeros((len(strips), bins, 3))
+    for k, (_, after_bytes) in enumerate(strips):
+        a = after_bytes[origin + lo : origin + hi]
         changed = a != b0[origin + lo : origin + hi]
         state = np.zeros(changed.shape, np.int8)  # a byte per byte (int64 made the pool's 8x; issue 25)
         state[changed & exp] = 1
@@ -841,8 +900,8 @@ def zero_diff(
         worst = np.maximum.reduceat(state, edges[:-1])  # a bin shows its worst byte
         palette = np.array([[0.85, 0.85, 0.85], [0.2, 0.7, 0.3], [1.0, 0.0, 0.0], [1.0, 0.6, 0.0]])
         img[k] = palette[worst]
-    ax.imshow(img, aspect="auto", extent=(lo, hi, len(afters), 0), interpolation="nearest")
-    ax.set_yticks([k + 0.5 for k in range(len(afters))], list(afters), fontsize=8)
+    ax.imshow(img, aspect="auto", extent=(lo, hi, len(strips), 0), interpolation="nearest")
+    ax.set_yticks([k + 0.5 for k in range(len(strips))], [name for name, _ in strips], fontsize=8)
     ax.set_xlabel("byte offset (green: cleared per contract, red: outside the contract, orange: missed)")
     fig.tight_layout()
     return fig
