@@ -56,22 +56,28 @@ declare -A TESTS=(
   [ranges]="tests/test_ranges.py tests/test_table.py"
   [spec]="tests/test_mutants_spec.py tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py tests/test_layouts.py tests/test_hostile.py tests/test_hostile_s9.py tests/test_hostile_s10.py"
   [planner]="tests/test_mutants_planner.py tests/test_oracles.py tests/test_planner.py tests/test_regressions_19.py tests/test_layouts.py tests/test_mutants_s17_planner.py"
-  [table]="tests/test_table.py tests/test_regressions_19.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s11.py"
+  [table]="tests/test_table.py tests/test_regressions_19.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s11.py
+           tests/test_hostile_s28.py"
   [validate]="tests/test_validate.py tests/test_reference.py tests/test_mutants_validate.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_hostile_s11.py tests/test_mutants_s17_validate.py tests/test_hostile_s17.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py tests/test_mutants_s22_validate.py
-              tests/test_mutants_s27_validate.py"
-  [reference]="tests/test_reference.py tests/test_mutants_reference.py tests/test_mutants_s17_reference.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py tests/test_mutants_s22_reference.py tests/test_hostile_s23.py"
+              tests/test_mutants_s27_validate.py tests/test_hostile_s32.py tests/test_hostile_s33.py
+              tests/test_mutants_s34_validate.py"
+  [reference]="tests/test_reference.py tests/test_mutants_reference.py tests/test_mutants_s17_reference.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py tests/test_mutants_s22_reference.py tests/test_hostile_s23.py
+               tests/test_hostile_s24_core.py"
   [cuda-plan]="tests/test_host_plans.py"
   [pallas-plan]="tests/test_host_plans.py tests/test_mutants_s17_pallas_plan.py"
   [verify]="tests/test_mutants_verify_s10.py tests/test_mutants_verify_s9.py tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py tests/test_mutants_verify.py tests/test_hostile_s9.py"
-  [native]="tests/test_native.py tests/test_mutants_native.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_mutants_s17_native.py"
+  [native]="tests/test_native.py tests/test_mutants_native.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_mutants_s17_native.py
+            tests/test_hostile_s24_core.py tests/test_hostile_s28.py"
   [sharding]="tests/test_sharding.py tests/test_mutants_sharding.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py tests/test_mutants_s22_sharding.py tests/test_hostile_s23.py tests/test_hostile_s24.py"
   [vllm]="tests/test_vllm_ground_truth.py tests/test_vllm_hostile.py tests/test_mutants_vllm.py tests/test_reliability_s5.py tests/test_hostile_s15.py tests/test_hostile_s16.py tests/test_mutants_vllm_s16.py tests/test_hostile_s17_vllm.py tests/test_mutants_s23_vllm.py
           tests/test_mutants_s26_vllm.py"
   [cli]="tests/test_mutants_cli.py tests/test_tpu_inference_cli.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_mutants_s17_cli.py"
   [cuda-zeroer]="tests/test_cuda_fast_path.py tests/test_mutants_zeroers.py tests/test_mutants_cuda_zeroer.py tests/test_mutants_s17_cuda_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_hostile_s20.py tests/test_hostile_s23.py tests/test_hostile_s24.py tests/test_hostile_s24_core.py tests/test_mutants_s24_cuda_zeroer.py
                  tests/test_mutants_s26_cuda_zeroer.py tests/test_mutants_s27_cuda_zeroer.py tests/test_hostile_s28.py tests/test_hostile_s29.py
-                 tests/test_hostile_s30.py tests/test_hostile_s31.py tests/test_mutants_s32_cuda_zeroer.py"
-  [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_mutants_pallas_zeroer_s9.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s9_jax.py tests/test_mutants_s17_pallas_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_zeroer.py"
+                 tests/test_hostile_s30.py tests/test_hostile_s31.py tests/test_mutants_s32_cuda_zeroer.py
+                 tests/test_hostile_s32.py tests/test_hostile_s33.py"
+  [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_mutants_pallas_zeroer_s9.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s9_jax.py tests/test_mutants_s17_pallas_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_zeroer.py
+                   tests/test_hostile_s26.py tests/test_hostile_s32.py tests/test_hostile_s33.py"
   # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)
   [pallas-native]="tests/test_mutants_pallas_native.py tests/test_mutants_s17_pallas_native.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_native.py tests/test_hostile_s20.py tests/test_models_mimo_v2.py tests/test_models_gemma3n.py tests/test_models_gemma4.py
                    tests/test_mutants_s26_pallas_native.py"
@@ -84,9 +90,12 @@ declare -A TESTS=(
 # tests drive vLLM in a subprocess, which cannot import the staged tree)
 declare -A IMPORTED=(
   [reference]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
-  [validate]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py"
+  [validate]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py
+              tests/test_vllm_hostile.py tests/test_vllm_ground_truth.py tests/test_models_inkling.py tests/test_models.py"
   [sharding]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py tests/test_vllm_hostile.py tests/test_vllm_ground_truth.py"
   [pallas-native]="tests/test_models_hybrid_vllm.py"
+  [pallas-zeroer]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py
+                   tests/test_vllm_hostile.py tests/test_vllm_ground_truth.py tests/test_models_inkling.py tests/test_models.py"
   [cuda-zeroer]="tests/test_models_hybrid_vllm.py tests/test_models_mimo_v2.py tests/test_models_gemma4.py tests/test_models_gemma3n.py tests/test_vllm_hostile.py tests/test_vllm_ground_truth.py
                  tests/test_models_inkling.py tests/test_models.py"
 )
@@ -127,7 +136,8 @@ stage_tests() {  # one module's tests and mutmut config into its work folder
     echo 'use_git_change_detection = false'
     # JAX: a child forked after the parent ran JAX deadlocks in its first computation (XLA's
     # thread pools are not forked), so the parent must stay clean: stats in a child too
-    case $n in pallas-zeroer|pallas-native|cuda-zeroer) echo 'process_isolation = "forkserver"' ;; esac
+    # (validate: tests/test_hostile_s32.py and _s33.py run PallasZeroer / CacheZeroer under the interpreter)
+    case $n in pallas-zeroer|pallas-native|cuda-zeroer|validate) echo 'process_isolation = "forkserver"' ;; esac
     echo '[tool.pytest.ini_options]'
     echo 'testpaths = ["tests"]'
   } > "$w/pyproject.toml"
