@@ -127,8 +127,9 @@ class CacheZeroer:
         names = [jax.tree_util.keystr(p, simple=True, separator=".") or "leaf" for p, _ in paths]
         leaves = [x for _, x in paths]
         self.spec: NativeCacheSpec = spec_from_arrays(leaves, groups, names=names)
-        if spec is not None:
-            self.spec = self._check_spec(spec, groups)
+        if spec is not None:  # leaves with names of their own (dict keys, attributes) are matched by name
+            keyed = any(not isinstance(k, jax.tree_util.SequenceKey) for p, _ in paths for k in p)
+            self.spec = self._check_spec(spec, groups, keyed=keyed)
         for t in native_tables(self.spec).values():
             require_safe(t)  # one row per leaf: proven like any table (section 9)
         refuse_dtypes_without_zero(self.spec)  # the kernels write the value 0 (float8_e8m0fnu: NaN)
@@ -177,14 +178,26 @@ class CacheZeroer:
         self._host_step = jax.jit(self._host_step_fn, donate_argnums=0, static_argnames="group")
         self._ids_sharding = NamedSharding(mesh, P()) if mesh is not None else None
 
-    def _check_spec(self, spec: Any, groups: Any) -> NativeCacheSpec:
-        """A given spec must describe exactly these leaves (shape and dtype, in pytree order)."""
+    def _check_spec(self, spec: Any, groups: Any, *, keyed: bool = False) -> NativeCacheSpec:
+        """A given spec must describe exactly these leaves (shape and dtype). Leaves of a list are matched
+        in pytree order; leaves with names of their own (``keyed``: dict keys, attributes) by name, the spec
+        put in pytree order: a dict flattens in sorted key order, and a spec written in the dict's own
+        order had its ``zeroed=False`` flag on the wrong leaf (state zeroed, KV left stale: pass 36)."""
         check_native_spec(spec, LayoutBufferError)
         if groups is not None:
             raise bad_value(LayoutBufferError, "groups", groups, "give groups or a spec, not both")
         if len(spec.leaves) != len(self.spec.leaves):
             why = f"describes {len(spec.leaves)} leaves; the caches have {len(self.spec.leaves)}"
             raise bad_value(LayoutBufferError, "spec.leaves", len(spec.leaves), why)
+        if keyed and spec.names != self.spec.names:
+            have = self.spec.names
+            for i, name in enumerate(spec.names):
+                if name not in have:
+                    shown = ", ".join(repr(n) for n in have[:8]) + (", ..." if len(have) > 8 else "")
+                    why = f"names no leaf of the caches (their leaves by name: {shown})"
+                    raise bad_value(LayoutBufferError, f"spec.leaves[{i}].name", name, why)
+            by_name = dict(zip(spec.names, spec.leaves))  # names are unique in a spec, and as many
+            spec = NativeCacheSpec(tuple(by_name[n] for n in have), version=spec.version)
         for i, (want, got) in enumerate(zip(spec.leaves, self.spec.leaves)):
             if (want.shape, want.dtype) != (got.shape, got.dtype):
                 why = f"is {want.dtype}{want.shape}; cache leaf {got.name!r} is {got.dtype}{got.shape}"

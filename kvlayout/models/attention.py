@@ -143,6 +143,9 @@ VARIATIONS: Mapping[str, Variation] = {
     # classes leave None (vLLM's construction fails: None ** -0.5)
     "HunYuanDenseV1ForCausalLM": Variation(head_dim_required=True),
     "HunYuanMoEV1ForCausalLM": Variation(head_dim_required=True),
+    # GLM-4.5 / 4.6: vLLM's Glm4MoeDecoderLayer reads config.head_dim, which transformers' Glm4MoeConfig does
+    # not define (its construction fails without it; planned with hidden_size // heads before pass 36)
+    "Glm4MoeForCausalLM": Variation(head_dim_required=True),
     # Step 3.5: KV heads num_attention_groups; windows only by layer_types (the engine's one is cleared)
     "Step3p5ForCausalLM": Variation(kv_heads="groups", layer_types=True),
     # DeepSeek-MoE: vLLM's DeepseekV2DecoderLayer takes DeepseekAttention for model_type "deepseek"
