@@ -10,7 +10,7 @@ import pytest
 
 import kvlayout as K
 from kvlayout.errors import BlockIdError, SpecError, TableError
-from tests.hostile_cases import cuda, zeroed_blocks
+from tests.hostile_cases import cuda, to_dev, to_host, zeroed_blocks
 
 
 def _replicated() -> Any:
@@ -131,10 +131,10 @@ def test_a_subclass_of_a_numpy_int_is_no_block_id() -> None:
     torch, kc = cuda()
     t = K.SegmentTable(256 * 8, 8, (K.Segment(0, 256, 256, "a", "la"),))
     host = K.poison_pattern(t.total_bytes)
-    before = host.copy()
+    buf = to_dev(torch.from_numpy(host.copy()))
     with pytest.raises(BlockIdError):
-        kc.CudaZeroer(t, torch.from_numpy(host), graphs=False).zero([_Lie(2)])
-    assert zeroed_blocks(before, host) == []
+        kc.CudaZeroer(t, buf, graphs=False).zero([_Lie(2)])
+    assert zeroed_blocks(host, to_host(buf)) == []
 
 
 def test_the_plugins_step_ids_refuse_a_numpy_int_subclass() -> None:
