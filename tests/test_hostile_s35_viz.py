@@ -73,6 +73,7 @@ signal.signal(signal.SIGALRM, _alarm)
 BIG = 2**31 - 1
 small = K.preset("llama-8b")  # 64 blocks
 big = small.with_num_blocks(BIG)
+dsv4_big = K.preset("dsv4").with_num_blocks(BIG)
 cases = {
     "byte_map_far": lambda: viz.byte_map(small, blocks=range(10**9), insets=False),
     "table_map_far": lambda: viz.table_map(K.plan(small), blocks=range(10**9)),
@@ -81,8 +82,9 @@ cases = {
     "byte_map_all": lambda: viz.byte_map(big, blocks=range(BIG - 1, -1, -1), insets=False),
     "table_map_all": lambda: viz.table_map(big, blocks=range(5, BIG), inset=False),
     "step_bytes_all": lambda: viz.step_bytes(K.plan(big), {"attn": range(BIG)}),
-    "step_bytes_many": lambda: viz.step_bytes(K.plan(big), {f"g{i}": range(10**6) for i in range(8)}),
-    "bytes_per_step_many": lambda: viz.bytes_per_step(K.preset("dsv4").with_num_blocks(BIG), 2**20),
+    "step_bytes_many": lambda: viz.step_bytes(  # every group of dsv4 (a name of no group is refused first)
+        K.plan(dsv4_big), {g.name: range(10**6) for g in dsv4_big.groups}),
+    "bytes_per_step_many": lambda: viz.bytes_per_step(dsv4_big, 2**20),
 }
 for name, call in cases.items():
     out = {"case": name}

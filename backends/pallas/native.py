@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from kvlayout.backend import Backend, validate_host_buffer
-from kvlayout.errors import BackendError, BlockIdError, KVLayoutError, LayoutBufferError, bad_value
+from kvlayout.errors import BackendError, BlockIdError, KVLayoutError, LayoutBufferError, bad_value, short
 from kvlayout.native import (
     NativeCacheSpec,
     NativeLeaf,
@@ -120,15 +120,28 @@ class CacheZeroer:
         box_elements: int = DEFAULT_BOX_ELEMENTS,
         num_warps: int = 4,
     ) -> None:
-        paths, treedef = jax.tree_util.tree_flatten_with_path(caches)
+        try:
+            paths, treedef = jax.tree_util.tree_flatten_with_path(caches)
+        except (ValueError, TypeError) as e:  # a dict JAX cannot sort ({1: a, "kv": b}) raised raw (pass 37)
+            kind = type(caches).__name__
+            why = f"must be a pytree JAX can flatten ({short(str(e))})"
+            raise bad_value(LayoutBufferError, "caches", kind, why, shown=kind) from None
         self.treedef: Any = treedef
         if not paths:
             raise bad_value(LayoutBufferError, "caches", caches, "needs at least one array")
         names = [jax.tree_util.keystr(p, simple=True, separator=".") or "leaf" for p, _ in paths]
         leaves = [x for _, x in paths]
+        # leaves with names of their own (dict keys, attributes) are matched by name
+        keyed = any(not isinstance(k, jax.tree_util.SequenceKey) for p, _ in paths for k in p)
+        listed = isinstance(groups, Sequence) and not isinstance(groups, str) and len(groups) == len(names)
+        if keyed and listed and len({repr(g) for g in groups}) > 1:  # type: ignore[union-attr]
+            # a dict flattens in sorted key order: groups ["mamba", "attn"] for {"state", "kv"} had zeroing
+            # "attn" clear the state (pass 37, as pass 36 found for a spec)
+            why = (f"several groups for leaves named by keys (pytree order: {', '.join(names[:8])}"
+                   f"{', ...' if len(names) > 8 else ''}): give a mapping from leaf name to group")
+            raise bad_value(LayoutBufferError, "groups", groups, why)
         self.spec: NativeCacheSpec = spec_from_arrays(leaves, groups, names=names)
-        if spec is not None:  # leaves with names of their own (dict keys, attributes) are matched by name
-            keyed = any(not isinstance(k, jax.tree_util.SequenceKey) for p, _ in paths for k in p)
+        if spec is not None:
             self.spec = self._check_spec(spec, groups, keyed=keyed)
         for t in native_tables(self.spec).values():
             require_safe(t)  # one row per leaf: proven like any table (section 9)
@@ -189,8 +202,8 @@ class CacheZeroer:
         if len(spec.leaves) != len(self.spec.leaves):
             why = f"describes {len(spec.leaves)} leaves; the caches have {len(self.spec.leaves)}"
             raise bad_value(LayoutBufferError, "spec.leaves", len(spec.leaves), why)
-        if keyed and spec.names != self.spec.names:
-            have = self.spec.names
+        have = self.spec.names  # a list's spec naming its leaves "1", "0" is matched by name too (pass 37)
+        if (keyed or set(spec.names) == set(have)) and spec.names != have:
             for i, name in enumerate(spec.names):
                 if name not in have:
                     shown = ", ".join(repr(n) for n in have[:8]) + (", ..." if len(have) > 8 else "")
@@ -228,6 +241,11 @@ class CacheZeroer:
         axes = [str(a) for a in mesh.axis_names]
         local = []
         for name, leaf, spec in zip(self.spec.names, self.spec.leaves, specs):
+            first = spec[0] if len(spec) else None
+            if len(spec) > len(leaf.shape) or not (first is None or isinstance(first, (str, tuple))):
+                # a spec past the leaf's rank raised IndexError, P.UNCONSTRAINED a TypeError (pass 37)
+                why = f"must be a PartitionSpec of at most {len(leaf.shape)} entries (page axis None or axes)"
+                raise bad_value(LayoutBufferError, f"leaf {name!r}.sharding", str(spec), why)
             page_axes = _page_axes(spec)
             order = [axes.index(a) for a in page_axes if a in axes]
             if len(order) != len(page_axes) or order != sorted(order):
@@ -238,7 +256,8 @@ class CacheZeroer:
                 )
             try:
                 shard = NamedSharding(mesh, spec).shard_shape(leaf.shape)
-            except ValueError as e:
+            except Exception as e:  # noqa: BLE001  JAX's refusal (ValueError, DuplicateSpecError: an axis used
+                # twice, pass 37), named by the leaf
                 raise bad_value(LayoutBufferError, f"leaf {name!r}.sharding", str(spec), str(e)) from None
             local.append(tuple(shard))
         self.pspecs = tuple(specs)

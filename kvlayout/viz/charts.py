@@ -85,6 +85,12 @@ def step_bytes(table: SegmentTable, allocations: Mapping[str, Sequence[int]]) ->
     table = check_table(table)
     if not isinstance(allocations, Mapping):
         raise bad_value(BlockIdError, "allocations", allocations, "must map group names to block ids")
+    groups = _rows_by_group(table)
+    for g in allocations:  # a name of no group was counted as 0 bytes (pass 37)
+        if type(g) is not str or g not in groups:
+            shown = ", ".join(repr(x) for x in list(groups)[:8]) + (", ..." if len(groups) > 8 else "")
+            why = f"no group of the table's rows (groups: {shown}; a group without rows writes nothing)"
+            raise bad_value(BlockIdError, "allocations key", g, why)
     return _step_bytes(table, [allocations], "allocations", allocations)[0]
 
 
