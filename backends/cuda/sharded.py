@@ -73,6 +73,11 @@ class ShardedCudaZeroer:
         self.layout = layout
         if isinstance(buffers, Mapping):
             items = dict(buffers)
+        elif not isinstance(buffers, (list, tuple, torch.Tensor)):  # a set was numbered in its hash order: a
+            # global block zeroed in another shard's buffer; a generator had no len() (pass 38)
+            kind = type(buffers).__name__
+            why = "must map shard index to tensor, or be a list or tuple in shard order"
+            raise LayoutBufferError(f"buffers type = {kind}: {why}", field="buffers", value=kind)
         else:
             if len(buffers) != layout.num_shards:
                 raise LayoutBufferError(

@@ -82,6 +82,29 @@ def _page_axes(spec: P) -> tuple[str, ...]:
 
 
 
+def _flatten(caches: Any, *, with_path: bool = False) -> Any:
+    """JAX's flatten of ``caches``, its refusal named: a dict JAX cannot sort ({1: a, "kv": b}) and a pytree
+    nested past the recursion limit raised raw errors (passes 37, 38)."""
+    try:
+        if with_path:
+            return jax.tree_util.tree_flatten_with_path(caches)
+        return jax.tree_util.tree_flatten(caches)
+    except (ValueError, TypeError, RecursionError, SystemError) as e:
+        kind = type(caches).__name__
+        why = f"must be a pytree JAX can flatten ({short(str(e))})"
+        raise bad_value(LayoutBufferError, "caches", kind, why, shown=kind) from None
+
+
+def _flatten_specs(partition_specs: Any) -> tuple[list[Any], Any]:
+    """The PartitionSpecs of ``partition_specs`` (a pytree of them) and its structure, JAX's refusal named."""
+    try:
+        return jax.tree_util.tree_flatten(partition_specs, is_leaf=lambda s: isinstance(s, P))
+    except (ValueError, TypeError, RecursionError, SystemError) as e:
+        kind = type(partition_specs).__name__
+        why = f"must be a pytree of PartitionSpecs ({short(str(e))})"
+        raise bad_value(LayoutBufferError, "partition_specs", kind, why, shown=kind) from None
+
+
 def _host_bucket(host: np.ndarray) -> np.ndarray:
     """Validated unique host ids in a power-of-two bucket (no retrace between batch sizes),
     padded with -1: the padding writes nothing, where duplicates of a real id would write
@@ -120,12 +143,7 @@ class CacheZeroer:
         box_elements: int = DEFAULT_BOX_ELEMENTS,
         num_warps: int = 4,
     ) -> None:
-        try:
-            paths, treedef = jax.tree_util.tree_flatten_with_path(caches)
-        except (ValueError, TypeError) as e:  # a dict JAX cannot sort ({1: a, "kv": b}) raised raw (pass 37)
-            kind = type(caches).__name__
-            why = f"must be a pytree JAX can flatten ({short(str(e))})"
-            raise bad_value(LayoutBufferError, "caches", kind, why, shown=kind) from None
+        paths, treedef = _flatten(caches, with_path=True)
         self.treedef: Any = treedef
         if not paths:
             raise bad_value(LayoutBufferError, "caches", caches, "needs at least one array")
@@ -133,8 +151,11 @@ class CacheZeroer:
         leaves = [x for _, x in paths]
         # leaves with names of their own (dict keys, attributes) are matched by name
         keyed = any(not isinstance(k, jax.tree_util.SequenceKey) for p, _ in paths for k in p)
-        listed = isinstance(groups, Sequence) and not isinstance(groups, str) and len(groups) == len(names)
-        if keyed and listed and len({repr(g) for g in groups}) > 1:  # type: ignore[union-attr]
+        self._keyed = keyed
+        listed: Any = None if isinstance(groups, str) else groups  # a list, tuple or NumPy array of groups
+        if not isinstance(listed, (Sequence, np.ndarray)):  # (an array dodged a Sequence test: pass 38)
+            listed = None
+        if keyed and listed is not None and len(listed) == len(names) and len({repr(g) for g in listed}) > 1:
             # a dict flattens in sorted key order: groups ["mamba", "attn"] for {"state", "kv"} had zeroing
             # "attn" clear the state (pass 37, as pass 36 found for a spec)
             why = (f"several groups for leaves named by keys (pytree order: {', '.join(names[:8])}"
@@ -232,12 +253,17 @@ class CacheZeroer:
                     )
                 specs.append(sh.spec)
         else:
-            specs = jax.tree_util.tree_leaves(partition_specs, is_leaf=lambda s: isinstance(s, P))
+            specs, tree = _flatten_specs(partition_specs)
             if len(specs) != len(leaves) or not all(isinstance(s, P) for s in specs):
                 raise bad_value(
                     LayoutBufferError, "partition_specs", partition_specs,
                     f"needs one PartitionSpec per leaf ({len(leaves)})",
                 )
+            if self._keyed and tree != self.treedef and len({str(s) for s in specs}) > 1:
+                # a list for a dict of caches was paired in sorted key order: the dp-split KV cache was asked
+                # for another leaf's sharding (pass 38), as groups were (pass 37)
+                why = "several specs for leaves named by keys: give them in the caches' own structure"
+                raise bad_value(LayoutBufferError, "partition_specs", partition_specs, why)
         axes = [str(a) for a in mesh.axis_names]
         local = []
         for name, leaf, spec in zip(self.spec.names, self.spec.leaves, specs):
@@ -256,8 +282,8 @@ class CacheZeroer:
                 )
             try:
                 shard = NamedSharding(mesh, spec).shard_shape(leaf.shape)
-            except Exception as e:  # noqa: BLE001  JAX's refusal (ValueError, DuplicateSpecError: an axis used
-                # twice, pass 37), named by the leaf
+            except Exception as e:  # noqa: BLE001  JAX's refusal, named by the leaf (ValueError;
+                # DuplicateSpecError, an axis used twice: pass 37)
                 raise bad_value(LayoutBufferError, f"leaf {name!r}.sharding", str(spec), str(e)) from None
             local.append(tuple(shard))
         self.pspecs = tuple(specs)
@@ -315,7 +341,7 @@ class CacheZeroer:
     def check_caches(self, caches: Any, *, shardings: bool = False) -> list[Any]:
         """The leaves of ``caches``, checked against the construction pytree (structure,
         shapes, dtypes; with ``shardings``, the shardings of concrete arrays too)."""
-        leaves, treedef = jax.tree_util.tree_flatten(caches)
+        leaves, treedef = _flatten(caches)
         if treedef != self.treedef:
             why = f"must have the structure {self.treedef}"
             raise bad_value(LayoutBufferError, "caches", str(treedef), why)

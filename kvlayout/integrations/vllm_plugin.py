@@ -531,9 +531,13 @@ def _verifying_class(original: type, utils: ModuleType) -> type:
             """vLLM's step (its host tensor, copy and kernel), with the ids bounds-checked first (no caller's
             mode between: one answering ``aminmax`` had id 5000 of an 8-block pool reach vLLM's unbounded
             kernel, pass 33)."""
-            if not block_ids or self._meta is None:
+            if self._meta is None:
                 return
+            # checked before any truth test: an array's truth value raised raw, np.array([0]) returned with
+            # block 0 not zeroed (pass 38); an empty list is nothing to do
             ids = checked_step_ids(block_ids, self.kvlayout_num_blocks, self.kvlayout_pin_memory)
+            if ids.numel() == 0:
+                return
             seg_addrs, seg_block_strides, seg_page_sizes, max_chunks, blk_size, n_segs = self._meta
             idx = ids.to(device=self.device, non_blocking=True)
             utils._zero_kv_blocks_kernel[(ids.numel(), n_segs, max_chunks)](  # the ids checked, not a re-read
