@@ -57,7 +57,7 @@ declare -A TESTS=(
   [spec]="tests/test_mutants_spec.py tests/test_spec.py tests/test_oracles.py tests/test_regressions_19.py tests/test_layouts.py tests/test_hostile.py tests/test_hostile_s9.py tests/test_hostile_s10.py"
   [planner]="tests/test_mutants_planner.py tests/test_oracles.py tests/test_planner.py tests/test_regressions_19.py tests/test_layouts.py tests/test_mutants_s17_planner.py"
   [table]="tests/test_table.py tests/test_regressions_19.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s11.py
-           tests/test_hostile_s28.py"
+           tests/test_hostile_s28.py tests/test_hostile_s24_core.py tests/test_mutants_s34_table.py"
   [validate]="tests/test_validate.py tests/test_reference.py tests/test_mutants_validate.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_hostile_s11.py tests/test_mutants_s17_validate.py tests/test_hostile_s17.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py tests/test_mutants_s22_validate.py
               tests/test_mutants_s27_validate.py tests/test_hostile_s32.py tests/test_hostile_s33.py
               tests/test_mutants_s34_validate.py"
