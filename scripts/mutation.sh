@@ -67,7 +67,7 @@ declare -A TESTS=(
   [pallas-plan]="tests/test_host_plans.py tests/test_mutants_s17_pallas_plan.py"
   [verify]="tests/test_mutants_verify_s10.py tests/test_mutants_verify_s9.py tests/test_verify.py tests/test_regressions_19.py tests/test_planted_cores.py tests/test_mutants_verify.py tests/test_hostile_s9.py"
   [native]="tests/test_native.py tests/test_mutants_native.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_mutants_s17_native.py
-            tests/test_hostile_s24_core.py tests/test_hostile_s28.py"
+            tests/test_hostile_s24_core.py tests/test_hostile_s28.py tests/test_mutants_s34_native.py"
   [sharding]="tests/test_sharding.py tests/test_mutants_sharding.py tests/test_reliability_s5.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s10.py tests/test_hostile_s19.py tests/test_hostile_s20.py tests/test_hostile_s21.py tests/test_mutants_s22_sharding.py tests/test_hostile_s23.py tests/test_hostile_s24.py"
   [vllm]="tests/test_vllm_ground_truth.py tests/test_vllm_hostile.py tests/test_mutants_vllm.py tests/test_reliability_s5.py tests/test_hostile_s15.py tests/test_hostile_s16.py tests/test_mutants_vllm_s16.py tests/test_hostile_s17_vllm.py tests/test_mutants_s23_vllm.py
           tests/test_mutants_s26_vllm.py"
