@@ -240,3 +240,25 @@ def test_sharded_apply_refuses_a_buffer_of_other_rows(extra: int) -> None:
         f"buffer shape = {(rows, 128)}: must be {z.buffer_shape} (2 shards x {z.shard_rows} rows)"
     )
     assert not buf.is_deleted() and np.array_equal(np.asarray(buf), host)
+
+
+def test_the_flat_zeroer_refuses_a_buffer_spread_over_cpu0_in_tpu_interpret_mode() -> None:
+    """Hostile pass 39: a buffer sharded over host devices including cpu:0 hung 40 s in XLA's rendezvous,
+    then aborted the process (TPU interpret mode stages its callbacks on cpu:0)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    z = kp.PallasZeroer(K.plan(K.preset("llama-8b").with_num_blocks(8)), kernel="tpu", interpret=True)
+    mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
+    buf = jax.device_put(jnp.zeros(z.buffer_shape, jnp.int32), NamedSharding(mesh, P("x", None)))
+    with pytest.raises(K.BackendError, match="spread over several devices including cpu:0"):
+        z(buf, [1, 5])
+    with pytest.raises(K.BackendError, match="including cpu:0"):
+        z.apply(buf, jnp.array([1], jnp.int32))
+    host = K.poison_pattern(z.buffer_shape[0] * 512).view(np.int32).reshape(z.buffer_shape)
+    off = jax.device_put(jnp.asarray(host), NamedSharding(Mesh(np.array(DEVS[:4]), ("x",)), P("x", None)))
+    got = np.asarray(z(off, [1, 5])).reshape(-1).view(np.uint8)  # a mesh without cpu:0: zeroed, exactly
+    want = host.reshape(-1).view(np.uint8).copy()
+    for a, e in K.expected_zeroed(z.table, [1, 5]).tolist():
+        want[a:e] = 0
+    assert np.array_equal(got, want)

@@ -1,8 +1,9 @@
-"""Hostile pass 38 (/tmp/h38), on pass 37's fixes: each test failing on the code before its fix."""
+"""Hostile passes 38 and 39 (/tmp/h38, /tmp/h39): each test failing on the code before its fix."""
 
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ def test_groups_as_an_array_for_a_dict_of_caches_are_refused_too() -> None:
     from kvlayout.backends.pallas.native import CacheZeroer
 
     caches = {"state": jnp.ones((8, 2, 16)), "kv": jnp.ones((8, 2, 16))}
-    with pytest.raises(LayoutBufferError, match=r"^groups = array\(\['mamba', 'attn'\].*several groups for"):
+    with pytest.raises(LayoutBufferError, match=r"^groups = \['mamba', 'attn'\]: several groups for"):
         CacheZeroer(caches, groups=np.array(["mamba", "attn"]), kernel="triton", interpret=True)
 
 
@@ -100,3 +101,35 @@ def test_a_list_of_partition_specs_for_a_dict_of_caches_is_refused() -> None:
     by_name = {"state": P(), "kv": P("dp")}
     z = CacheZeroer(sds, mesh=mesh, partition_specs=by_name, kernel="triton", interpret=True)
     assert z.pspecs == (P("dp"), P())
+
+
+def test_listed_groups_are_read_once_as_plain_values() -> None:
+    """Pass 39: the refusal read ``len()`` and ``repr()`` of the object given: a Sequence one longer than its
+    items, or str subclasses of one repr, dodged it, and zeroing "attn" cleared the state."""
+    pytest.importorskip("jax")
+    import collections.abc
+
+    import jax.numpy as jnp
+    from kvlayout.backends.pallas.native import CacheZeroer
+
+    class Groups(collections.abc.Sequence):  # type: ignore[type-arg]
+        def __init__(self, v: list[str]) -> None:
+            self.v = v
+
+        def __len__(self) -> int:
+            return len(self.v) + 1
+
+        def __getitem__(self, i: Any) -> Any:
+            return self.v[i]
+
+    class Same(str):
+        def __repr__(self) -> str:
+            return "'g'"
+
+    caches = {"state": jnp.ones((8, 2, 16)), "kv": jnp.ones((8, 2, 16))}
+    for groups in (Groups(["mamba", "attn"]), [Same("mamba"), Same("attn")]):
+        with pytest.raises(LayoutBufferError, match=r"^groups = \['mamba', 'attn'\]: several groups for"):
+            CacheZeroer(caches, groups=groups, kernel="triton", interpret=True)
+    z = CacheZeroer([jnp.ones((8, 16)), jnp.ones((8, 16))], groups=np.array(["a", "b"]), kernel="triton",
+                    interpret=True)
+    assert z.spec.groups == ("a", "b") and all(type(g) is str for g in z.spec.groups)

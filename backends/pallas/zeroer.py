@@ -302,6 +302,18 @@ class BadIdCount:
 _TPU_INTERPRET_LOCK = threading.Lock()
 
 
+def _refuse_interpret_on_cpu0(buf: jax.Array) -> None:
+    """TPU interpret mode stages its callbacks on cpu:0: a buffer spread over several host devices including
+    cpu:0 hung in XLA's rendezvous, then aborted the process (pass 39), as a mesh holding cpu:0 does."""
+    devices = buf.sharding.device_set
+    if len(devices) > 1 and jax.local_devices(backend="cpu")[0] in devices:
+        raise BackendError(
+            "buffer: spread over several devices including cpu:0, which TPU interpret mode deadlocks on: use "
+            "ShardedPallasZeroer over a mesh of jax.devices()[1:], or kernel='triton'",
+            field="buffer.sharding", value=len(devices),
+        )
+
+
 def run_step(serialise: bool, fn: Any, *args: Any) -> Any:
     """``fn(*args)``; with ``serialise`` (TPU interpret mode) under a process-wide lock and
     waited for, so no other thread's interpreted call runs meanwhile."""
@@ -446,6 +458,8 @@ class PallasZeroer:
     def _check_buffer(self, buf: Any) -> None:
         check_int32_array(buf)
         check_not_donated(buf)  # apply and apply_masked too (JAX's raw RuntimeError before: issue 25)
+        if self.kernel == "tpu" and self.interpret and not isinstance(buf, jax.core.Tracer):
+            _refuse_interpret_on_cpu0(buf)
         if buf.shape == self._buffer_ok:
             return
         if buf.ndim != 2 or buf.shape[1] != LANES:
