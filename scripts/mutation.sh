@@ -77,7 +77,7 @@ declare -A TESTS=(
                  tests/test_hostile_s30.py tests/test_hostile_s31.py tests/test_mutants_s32_cuda_zeroer.py
                  tests/test_hostile_s32.py tests/test_hostile_s33.py"
   [pallas-zeroer]="tests/test_mutants_pallas_zeroer.py tests/test_mutants_pallas_zeroer_s9.py tests/test_hostile_s8.py tests/test_hostile_s9.py tests/test_hostile_s9_jax.py tests/test_mutants_s17_pallas_zeroer.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_zeroer.py
-                   tests/test_hostile_s26.py tests/test_hostile_s32.py tests/test_hostile_s33.py"
+                   tests/test_hostile_s26.py tests/test_hostile_s32.py tests/test_hostile_s33.py tests/test_mutants_s34_pallas_zeroer.py"
   # the CacheZeroer's host side (tests/test_native_pallas.py, ~50 s, runs every kernel shape: left to CI)
   [pallas-native]="tests/test_mutants_pallas_native.py tests/test_mutants_s17_pallas_native.py tests/test_hostile_s19_zeroers.py tests/test_mutants_s18_pallas_native.py tests/test_hostile_s20.py tests/test_models_mimo_v2.py tests/test_models_gemma3n.py tests/test_models_gemma4.py
                    tests/test_mutants_s26_pallas_native.py"
