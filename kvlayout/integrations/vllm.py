@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import BlockIdError, LayoutBufferError, SpecError, TableError, bad_value, spec_error
 from ..planner import Layout, plan, plan_layout
-from ..ranges import merge_ranges, round_up
+from ..ranges import MAX_BYTES, merge_ranges, round_up
 from ..reference import normalize_block_ids
 from ..spec import (
     DTYPE_SIZES,
@@ -43,7 +43,7 @@ from ..spec import (
     MLASpec,
     SlidingWindowSpec,
 )
-from ..table import Segment, SegmentTable
+from ..table import MAX_TABLE_ROWS, Segment, SegmentTable
 from ..validate import is_int, plain_str
 
 #: The vLLM release whose objects this adapter reads.
@@ -290,6 +290,35 @@ def _check_views_mapping(where: str, views: Any) -> None:
         raise bad_value(SpecError, where, type(views).__name__, why, shown=type(views).__name__)
 
 
+def _check_config_fields(config: Any, kernel_block_sizes: Any) -> None:
+    """The fields of a ``KVCacheConfig`` that are read, of the types vLLM gives them: a None config, a None
+    list of tensors or groups, a str tensor size and a generator of kernel block sizes raised raw errors
+    (pass 40)."""
+    for name in ("num_blocks", "kv_cache_tensors", "kv_cache_groups"):
+        if not hasattr(config, name):
+            kind = type(config).__name__
+            why = f"a {kind} is no vLLM KVCacheConfig"
+            raise bad_value(SpecError, f"kv_cache_config.{name}", kind, why, shown="missing")
+    for name in ("kv_cache_tensors", "kv_cache_groups"):
+        if not isinstance(getattr(config, name), (list, tuple)):
+            raise spec_error(f"kv_cache_config.{name}", getattr(config, name), "must be a list, as vLLM's is")
+    for ti, t in enumerate(config.kv_cache_tensors):
+        for field in ("size", "offset", "layer_stride"):
+            v = getattr(t, field, 0)
+            if not is_int(v):
+                raise spec_error(f"kv_cache_tensors[{ti}].{field}", v, "must be an integer (bytes)")
+        if not isinstance(getattr(t, "layers", None), (list, tuple)):
+            why = "must be a list of layer names"
+            raise spec_error(f"kv_cache_tensors[{ti}].layers", getattr(t, "layers", None), why)
+    for gi, g in enumerate(config.kv_cache_groups):
+        if not isinstance(getattr(g, "layer_names", None), (list, tuple)):
+            why = "must be a list of layer names"
+            raise spec_error(f"kv_cache_groups[{gi}].layer_names", getattr(g, "layer_names", None), why)
+    if kernel_block_sizes is not None and not isinstance(kernel_block_sizes, (list, tuple)):
+        kind = type(kernel_block_sizes).__name__
+        raise spec_error("kernel_block_sizes", kind, "must be a list, as vLLM's is")
+
+
 def spec_from_kv_cache_config(
     kv_cache_config: Any,
     kv_cache_layout: Any = None,
@@ -309,6 +338,7 @@ def spec_from_kv_cache_config(
     """
     _check_names("runner_only_attn_layers", runner_only_attn_layers)
     iface = _iface()
+    _check_config_fields(kv_cache_config, kernel_block_sizes)  # named, not raw errors (pass 40)
     order = _resolve_layout(kv_cache_config, kv_cache_layout)
     num_blocks = kv_cache_config.num_blocks
     tensors = list(kv_cache_config.kv_cache_tensors)
@@ -471,6 +501,12 @@ def _meta_column(meta: Any, i: int) -> list[int]:
     """Column ``i`` of ``_meta`` as Python ints (a 1-D tensor, array, list or tuple of integers)."""
     field = f"zeroer._meta[{i}] ({META_FIELDS[i]})"
     x = meta[i]
+    try:  # its length first: 10**6 segments were read (7 s, 829 MB) before the table refused them (pass 40)
+        n = int(x.numel()) if hasattr(x, "numel") else len(x)
+    except TypeError:
+        n = 0  # no length: refused below as no sequence
+    if n > MAX_TABLE_ROWS:
+        raise bad_value(TableError, field, n, f"at most {MAX_TABLE_ROWS} segments", shown=f"{n} entries")
     values = x.tolist() if hasattr(x, "tolist") else x
     if not isinstance(values, (list, tuple)):
         raise bad_value(TableError, field, x, "must be a 1-D tensor or sequence of integers")
@@ -592,9 +628,13 @@ def _view_block_ranges(where: str, view: Any, num_blocks: int) -> tuple[int, np.
         count *= sz
     if count > MAX_VIEW_RUNS:
         raise spec_error(f"{where}.stride", strides, f"{count} runs per block: more than {MAX_VIEW_RUNS}")
+    for st, sz in outer:  # int64 below: a stride of 2**62 B on a dim of one block overflowed NumPy (pass 40)
+        if sz > 1 and abs(st) * (sz - 1) >= MAX_BYTES:
+            raise spec_error(f"{where}.stride", strides, f"reaches {abs(st) * (sz - 1)} B: past any storage")
     starts = np.zeros(1, np.int64)
     for st, sz in outer:
-        starts = (starts[:, None] + np.arange(sz, dtype=np.int64)[None, :] * st).ravel()
+        if sz > 1:
+            starts = (starts[:, None] + np.arange(sz, dtype=np.int64)[None, :] * st).ravel()
     starts += view.storage_offset() * el
     return strides[0] * el * ratio, merge_ranges(starts, starts + run)
 
@@ -693,6 +733,8 @@ def check_views_against_layout(
 
 #: Deepest nesting of lists/tuples a layer's cache may have (vLLM's Mamba states nest one or two).
 MAX_VIEW_DEPTH = 16
+#: Most tensors and lists/tuples in one layer's cache (vLLM's hold one tensor, or a few Mamba states).
+MAX_VIEW_ITEMS = 1024
 
 
 def _walk_tensors(value: Any, where: str = "kv_caches", strict: bool = False) -> Iterator[Any]:
@@ -704,11 +746,17 @@ def _walk_tensors(value: Any, where: str = "kv_caches", strict: bool = False) ->
     that is not a tensor is refused too (a user's ``kv_caches``; vLLM's forward context may hold none).
     """
     stack: list[Iterator[Any]] = [iter((value,))]
+    seen = 0
     while stack:
         v = next(stack[-1], _END)
         if v is _END:
             stack.pop()
-        elif isinstance(v, (list, tuple)):
+            continue
+        seen += 1
+        if seen > MAX_VIEW_ITEMS:  # 15 lists of 10 shared references stood for 10**15 tensors (pass 40)
+            why = f"holds more than {MAX_VIEW_ITEMS} tensors and lists (vLLM's caches hold a few per layer)"
+            raise bad_value(SpecError, where, seen, why, shown=f"over {MAX_VIEW_ITEMS} items")
+        if isinstance(v, (list, tuple)):
             if len(stack) > MAX_VIEW_DEPTH:
                 why = f"nests lists/tuples more than {MAX_VIEW_DEPTH} deep (vLLM's caches nest at most two)"
                 raise bad_value(SpecError, where, len(stack), why, shown=f"lists nested {len(stack)} deep")
@@ -732,15 +780,19 @@ def _read_once(where: str, views: Mapping[str, Any]) -> dict[str, Any]:
     the zeroer's placement see the same tensors (a mapping whose later reads gave tensor subclasses placed
     the cache by their lies: block 1's bytes zeroed for block 0, issue 25, pass 25)."""
 
-    def plain(v: Any, depth: int, name: str) -> Any:
+    def plain(v: Any, depth: int, name: str, count: list[int]) -> Any:
+        count[0] += 1
+        if count[0] > MAX_VIEW_ITEMS:  # as _walk_tensors: shared references stood for 10**15 (pass 40)
+            why = f"holds more than {MAX_VIEW_ITEMS} tensors and lists (vLLM's caches hold a few per layer)"
+            raise bad_value(SpecError, name, count[0], why, shown=f"over {MAX_VIEW_ITEMS} items")
         if not isinstance(v, (list, tuple)):
             return v
         if depth > MAX_VIEW_DEPTH:  # as _walk_tensors names it
             why = f"nests lists/tuples more than {MAX_VIEW_DEPTH} deep (vLLM's caches nest at most two)"
             raise bad_value(SpecError, name, depth, why, shown=f"lists nested {depth} deep")
-        return tuple(plain(x, depth + 1, name) for x in v)
+        return tuple(plain(x, depth + 1, name, count) for x in v)
 
-    return {k: plain(v, 1, f"{where}[{k!r}]") for k, v in views.items()}
+    return {k: plain(v, 1, f"{where}[{k!r}]", [0]) for k, v in views.items()}
 
 
 class KVBlockZeroer:
@@ -770,13 +822,20 @@ class KVBlockZeroer:
 
         ``options`` go to :class:`kvlayout.backends.cuda.CudaZeroer` (``max_batch``, launch knobs).
         """
-        self.spec = spec_from_kv_cache_config(
+        spec = spec_from_kv_cache_config(
             kv_cache_config,
             kv_cache_layout,
             kernel_block_sizes=kernel_block_sizes,
             runner_only_attn_layers=runner_only_attn_layers,
         )
-        self._setup(plan(self.spec), buffer, tuple(g.name for g in self.spec.groups), options)
+        self._init_spec(spec, buffer, options)
+
+    def _init_spec(self, spec: KVCacheSpec, buffer: Any, options: Any) -> None:
+        """Set up from a spec already read from the config (and checked against the views): a config read a
+        second time may say otherwise (a num_blocks of 4 for the views, 8 for the zeroer: bytes past every
+        view were zeroed, pass 40)."""
+        self.spec = spec
+        self._setup(plan(spec), buffer, tuple(g.name for g in spec.groups), options)
 
     def _setup(self, table: SegmentTable, buffer: Any, group_names: tuple[str, ...], options: Any) -> None:
         from kvlayout.backends.cuda import CudaZeroer
@@ -850,7 +909,11 @@ class KVBlockZeroer:
             )
             raise bad_value(LayoutBufferError, "kv_caches.storage_offset", base, why, shown=f"{base} B")
         backing = torch.empty(0, dtype=torch.uint8, device=tensors[0].device).set_(storage)
-        return cls(kv_cache_config, backing, kv_cache_layout, offset=base, **kwargs)
+        spec_keys = ("kernel_block_sizes", "runner_only_attn_layers")
+        options = {k: v for k, v in kwargs.items() if k not in spec_keys}
+        self = cls.__new__(cls)  # the spec the views were checked against, not the config read again
+        self._init_spec(spec, backing, {**options, "offset": base})
+        return self
 
     def group_name(self, group: int | str | None) -> str | None:
         """kvlayout's name of ``group``: vLLM's group index, a kvlayout group name, or ``None`` (all)."""

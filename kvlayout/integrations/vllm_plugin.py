@@ -590,15 +590,8 @@ class ReplacedKVBlockZeroer(KVBlockZeroer):
             )
         views = _manager_views(groups, static_forward_context, int(num_blocks), layout)
         backing, base = _storage_base(views, layout)
-        super().__init__(
-            kv_cache_config,
-            backing,
-            layout_name,
-            kernel_block_sizes=kernel_block_sizes,
-            runner_only_attn_layers=runner_only,
-            offset=base,
-            **options,
-        )
+        # the spec the views were checked against, not the config read again (pass 40)
+        self._init_spec(spec, backing, {**options, "offset": base})
         log.info(
             "kvlayout vLLM plugin: kvlayout's zeroer replaces vLLM's (%d rows, %d groups, %d blocks)",
             len(self.table),
