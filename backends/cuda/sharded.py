@@ -36,7 +36,6 @@ from .zeroer import (
     check_id_tensor,
     dense_ids,
     host_ids,
-    plain_ops,
     plain_torch,
     private_ids,
 )
@@ -175,8 +174,9 @@ class ShardedCudaZeroer:
                  for z, _ in self._routes]
         for g, (z, _) in zip(moved, self._routes):  # ids kept in a shard's buffer were cleared while read
             check_apart(g, z.words)  # (pass 29): every shard before any is written (pass 30)
-        with plain_ops():  # ids that may be a shard's bytes mapped again are copied, as CudaZeroer copies
-            own = private_ids(ids)  # them: the replicated launch read them while clearing them (pass 34)
+        # ids that may be a shard's bytes mapped again are copied, as CudaZeroer copies them: the replicated
+        # launch read them while clearing them (pass 34); zero() runs under plain_ops already
+        own = private_ids(ids)
         moved = [own if g is ids else g for g in moved]  # the moved ones are copies already
         for g, (z, lo) in zip(moved, self._routes):
             if self.layout.block_shards == 1:  # replicated: every id is this shard's, one launch
