@@ -45,3 +45,24 @@ def eight() -> SegmentTable:
 def zeroed_blocks(before: np.ndarray, after: np.ndarray) -> list[int]:
     """The 256 B blocks in which ``after`` differs from ``before``."""
     return sorted({a // 256 for a, b in K.changed_ranges(before, after).tolist() for a in range(a, b, 256)})
+
+
+def verifying_zeroer(num_blocks: int = 8) -> tuple[Any, list[list[int]]]:
+    """The vLLM plugin's verify-mode class over a stand-in for vLLM's kernel module, as after a proven
+    construction on the CPU: ``(zeroer, launches)``, each launch recorded as the ids it was given."""
+    import types
+
+    torch, _ = cuda()
+    from kvlayout.integrations import vllm_plugin as P
+
+    launches: list[list[int]] = []
+
+    class Kernel:
+        def __getitem__(self, grid: object) -> object:
+            return lambda *args, **kw: launches.append(args[3].tolist())
+
+    cls = P._verifying_class(type("VLLMBase", (), {}), types.SimpleNamespace(_zero_kv_blocks_kernel=Kernel()))
+    z = cls.__new__(cls)
+    z._meta = (*(torch.zeros(1, dtype=torch.int64) for _ in range(3)), 1, 1024, 1)
+    z.kvlayout_num_blocks, z.kvlayout_pin_memory, z.device = num_blocks, False, torch.device("cpu")
+    return z, launches

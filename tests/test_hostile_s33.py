@@ -72,25 +72,12 @@ def test_an_object_whose_class_says_int_is_no_integer() -> None:
 def test_the_plugins_verify_step_checks_without_a_callers_mode() -> None:
     """A TorchFunctionMode answering ``aminmax`` with (0, 1) had id 5000 of an 8-block pool reach vLLM's
     unbounded kernel in verify mode."""
-    import types
-
-    from tests.hostile_cases import cuda
+    from tests.hostile_cases import cuda, verifying_zeroer
 
     torch, _ = cuda()
     from torch.overrides import TorchFunctionMode
 
-    from kvlayout.integrations import vllm_plugin as P
-
-    launches = []
-
-    class Kernel:
-        def __getitem__(self, grid: object) -> object:
-            return lambda *args, **kw: launches.append(args[3].tolist())
-
-    cls = P._verifying_class(type("VLLMBase", (), {}), types.SimpleNamespace(_zero_kv_blocks_kernel=Kernel()))
-    z = cls.__new__(cls)
-    z._meta = (*(torch.zeros(1, dtype=torch.int64) for _ in range(3)), 1, 1024, 1)
-    z.kvlayout_num_blocks, z.kvlayout_pin_memory, z.device = 8, False, torch.device("cpu")
+    z, launches = verifying_zeroer()
 
     class Small(TorchFunctionMode):
         def __torch_function__(self, func: object, types: object, args: object = (), kwargs: object = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import numpy as np
@@ -42,21 +41,10 @@ def test_sharded_cuda_buffers_must_be_a_mapping_or_a_list() -> None:
 def test_the_plugins_verify_step_checks_ids_before_any_truth_test() -> None:
     """Verify mode truth-tested the ids first: an array of several ids raised raw, ``np.array([0])`` returned
     with block 0 not zeroed."""
-    from tests.hostile_cases import cuda
+    from tests.hostile_cases import cuda, verifying_zeroer
 
     torch, _ = cuda()
-    from kvlayout.integrations import vllm_plugin as P
-
-    launches = []
-
-    class Kernel:
-        def __getitem__(self, grid: object) -> object:
-            return lambda *args, **kw: launches.append(args[3].tolist())
-
-    cls = P._verifying_class(type("VLLMBase", (), {}), types.SimpleNamespace(_zero_kv_blocks_kernel=Kernel()))
-    z = cls.__new__(cls)
-    z._meta = (*(torch.zeros(1, dtype=torch.int64) for _ in range(3)), 1, 1024, 1)
-    z.kvlayout_num_blocks, z.kvlayout_pin_memory, z.device = 8, False, torch.device("cpu")
+    z, launches = verifying_zeroer()
     for ids in (np.array([0]), np.array([1, 2]), torch.tensor([0]), torch.tensor([1, 2])):
         with pytest.raises(BlockIdError, match=r"^block_ids = .*must be the scheduler's list of block ids"):
             z.zero_block_ids(ids)

@@ -24,21 +24,9 @@ from kvlayout.integrations.vllm import (  # noqa: E402
     spec_from_kv_cache_config,
     table_from_block_zeroer,
 )
+from tests.test_vllm_hostile import ATTN, CONFIG, GUARD, NAMES, TENSOR, _storage_views  # noqa: E402
 
-NAMES = ["model.layers.0.attn", "model.layers.1.attn"]
-ATTN = I.FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=8, dtype=torch.bfloat16)  # 1,024 B
-TENSOR = I.KVCacheTensor(size=8192, layers=NAMES, layer_stride=1024, block_stride=2048)
 GROUPS = [I.KVCacheGroupSpec(NAMES, ATTN)]
-CONFIG = I.KVCacheConfig(num_blocks=4, kv_cache_tensors=[TENSOR], kv_cache_groups=GROUPS,
-                         kv_cache_layout="BLHNC")
-GUARD = 4096
-
-
-def _views() -> tuple[torch.Tensor, dict[str, Any]]:
-    storage = torch.from_numpy(K.poison_pattern(GUARD + TENSOR.size + GUARD, seed=7))
-    raw = storage.view(torch.int8)[GUARD : GUARD + TENSOR.size]
-    views = I.create_kv_cache_views(raw, ATTN, CONFIG.num_blocks, I.KVCacheLayout.BLHNC, TENSOR)
-    return storage, dict(zip(NAMES, views))
 
 
 def test_from_kv_caches_builds_the_zeroer_from_the_spec_it_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,7 +66,7 @@ def test_from_kv_caches_builds_the_zeroer_from_the_spec_it_checked(monkeypatch: 
 def test_a_layers_cache_of_too_many_tensors_is_refused_at_once() -> None:
     """15 lists of 10 shared references stood for 10**15 tensors (ran on and on); a flat tuple of 100,000
     references took over 10 s."""
-    storage, views = _views()
+    storage, views = _storage_views()
     deep: Any = views[NAMES[1]]
     for _ in range(15):
         deep = [deep] * 10
@@ -106,7 +94,7 @@ def test_a_meta_of_too_many_segments_is_refused_before_it_is_read() -> None:
 def test_a_huge_stride_on_a_one_block_view_is_named() -> None:
     """A dim 0 of one block with a stride of 2**62 (torch allows any there) raised NumPy's raw
     OverflowError."""
-    storage, views = _views()
+    storage, views = _storage_views()
     one = I.KVCacheTensor(size=2048, layers=NAMES, layer_stride=1024, block_stride=2048)
     cfg1 = I.KVCacheConfig(num_blocks=1, kv_cache_tensors=[one], kv_cache_groups=GROUPS,
                            kv_cache_layout="BLHNC")
